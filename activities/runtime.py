@@ -1,0 +1,164 @@
+"""The two activities every conversation uses: ``model_call`` and ``tool_call``.
+
+Both resolve the agent by name from the worker's registry. ``model_call`` also returns the agent's
+definition as data when the workflow's copy is missing or stale, which is how the definition gets
+into history without an extra activity per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import google.genai as genai
+from google.genai import errors as genai_errors
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.gemini import classify_api_error, config_for, merge_chunks, to_contents
+from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
+from workflows.agent import Agent
+from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.interrupts import pydantic_reason
+from workflows.types import AgentSpec, ModelInput, ModelResult, ToolInput, ToolResult
+
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def _heartbeating(every: float):
+    """Heartbeat in the background while the body waits on I/O.
+
+    The first beat comes only after ``every`` seconds, so a fast call costs no extra RPC.
+    """
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every)
+            activity.heartbeat()
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+class AgentActivities:
+    """Holds the worker's agents and Gemini client; exposes the activities."""
+
+    def __init__(self, agents: Sequence[Agent], *, gemini: genai.Client) -> None:
+        self._agents = {a.name: a for a in agents}
+        if len(self._agents) != len(agents):
+            raise ValueError("two agents share a name")
+        self._tools: dict[str, dict[str, Tool[Any]]] = {
+            a.name: {t.name: t for t in a.tools} for a in agents
+        }
+        self._gemini = gemini
+
+    def activities(self) -> list[Callable[..., Awaitable[Any]]]:
+        return [self.model_call, self.tool_call]
+
+    def _agent(self, name: str) -> Agent:
+        agent = self._agents.get(name)
+        if agent is None:
+            raise ApplicationError(
+                f"no agent named {name!r} is registered on this task queue "
+                f"(registered: {sorted(self._agents)})",
+                "NOT_FOUND",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        return agent
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def model_call(self, input: ModelInput) -> ModelResult:
+        """One Gemini call with the conversation so far; automatic function calling is off."""
+        agent = self._agent(input.agent)
+        spec: AgentSpec = agent.spec()
+        contents = to_contents(input.messages)
+        config = config_for(spec)
+        chunks = []
+        try:
+            async with _heartbeating(5.0):
+                stream = await self._gemini.aio.models.generate_content_stream(
+                    model=spec.model, contents=list(contents), config=config
+                )
+                async for chunk in stream:
+                    chunks.append(chunk)
+                    activity.heartbeat()
+        except genai_errors.APIError as err:
+            raise classify_api_error(err) from err
+        message, finish, usage = merge_chunks(chunks)
+        log.debug(
+            "model %s answered chat %s: %d parts, finish %s",
+            spec.model,
+            input.chat_id,
+            len(message.parts),
+            finish,
+        )
+        return ModelResult(
+            message=message,
+            finish_reason=finish,
+            usage=usage,
+            spec=spec if input.spec_digest != spec.digest else None,
+        )
+
+    @activity.defn(name=TOOL_ACTIVITY)
+    async def tool_call(self, input: ToolInput) -> ToolResult:
+        """Run one tool call. An ``Interrupt`` comes back as data; a ``ToolError`` fails it."""
+        agent = self._agent(input.agent)
+        tool = self._tools[agent.name].get(input.tool)
+        if tool is None or tool.interrupt_only:
+            raise ApplicationError(
+                f"agent {agent.name!r} has no runnable tool {input.tool!r}",
+                "NOT_FOUND",
+                type="ToolError",
+                non_retryable=True,
+            )
+        try:
+            args = tool.input.model_validate(input.args)
+        except ValidationError as e:
+            # The model sent bad arguments: tell it, so it can correct itself.
+            return ToolResult(kind="invalid_input", message=pydantic_reason(e))
+        ctx = ToolContext(
+            chat_id=input.chat_id,
+            ref=input.ref,
+            agent=agent.name,
+            resumed=input.resumed,
+            resumed_metadata=dict(input.resumed_metadata),
+        )
+        try:
+            async with _heartbeating(5.0):
+                value = await tool.invoke(args, ctx)
+        except Interrupt as i:
+            metadata = {} if i.metadata is None else to_json_object(i.metadata)
+            if metadata is None:
+                raise ApplicationError(
+                    f"tool {tool.name!r} raised Interrupt with {type(i.metadata).__name__} "
+                    "metadata; interrupt metadata must be a JSON object (a dict or a pydantic "
+                    "model)",
+                    "INVALID_ARGUMENT",
+                    type="ToolError",
+                    non_retryable=True,
+                ) from None
+            return ToolResult(kind="interrupt", metadata=metadata)
+        except ToolError as e:
+            raise ApplicationError(
+                e.message, e.status, type="ToolError", non_retryable=True
+            ) from None
+        try:
+            output = output_object(value)
+        except Exception as e:
+            raise ApplicationError(
+                f"tool {tool.name!r} returned a value that is not JSON-serializable "
+                f"({type(value).__name__})",
+                "INTERNAL",
+                type="ToolError",
+                non_retryable=True,
+            ) from e
+        return ToolResult(kind="output", output=output)

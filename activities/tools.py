@@ -1,0 +1,289 @@
+"""The tool authoring API: ``tool``, ``interrupt``, ``Interrupt``, ``ToolContext``, ``ToolError``.
+
+A tool is a typed async function; its input and output schemas come from its pydantic
+annotations. Tools run inside the ``tool_call`` activity, so they may do any I/O. Tool names are
+durable identifiers: renaming a tool breaks conversations paused on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+from temporalio.common import RetryPolicy
+
+from workflows.types import JsonObject, RetrySpec, ToolSpec
+
+M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
+
+STATUSES = frozenset(
+    {
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    }
+)
+"""Classified failure statuses, as in gRPC and Genkit."""
+
+
+class ToolError(Exception):
+    """A classified tool failure: it fails the turn with this status and message, no retries.
+
+    Args:
+        status: A gRPC/Genkit status name such as ``INVALID_ARGUMENT`` or ``NOT_FOUND``.
+        message: Shown to the caller as is, so keep secrets out of it.
+    """
+
+    def __init__(self, status: str, message: str) -> None:
+        status = status.upper()
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; use one of {sorted(STATUSES)}")
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class Interrupt(Exception):  # Genkit's name for it; it is control flow, not an error
+    """Raised inside a tool to pause the conversation and ask a human.
+
+    Args:
+        metadata: What the human needs to decide, as a JSON object (a dict or a pydantic
+            model). Anything else fails the turn with a clear message.
+    """
+
+    def __init__(self, metadata: Mapping[str, Any] | BaseModel | None = None) -> None:
+        super().__init__("tool interrupted")
+        self.metadata: Any = metadata
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows about the call it is serving."""
+
+    chat_id: str
+    ref: str
+    agent: str
+    resumed: bool = False
+    resumed_metadata: JsonObject = field(default_factory=dict)
+
+    def resumed_as(self, model: type[M]) -> M:
+        """The resume metadata parsed into ``model`` (like Genkit Go's typed ``Resume``)."""
+        return model.model_validate(self.resumed_metadata)
+
+    def interrupt(self, metadata: Mapping[str, Any] | BaseModel | None = None) -> typing.NoReturn:
+        """Pause the conversation here; the same as ``raise Interrupt(metadata)``."""
+        raise Interrupt(metadata)
+
+
+class _NoInput(BaseModel):
+    pass
+
+
+@dataclass(frozen=True)
+class Tool(Generic[M]):
+    """A tool an agent can call. Build one with :func:`tool` or :func:`interrupt`."""
+
+    name: str
+    description: str
+    input: type[M]
+    _: KW_ONLY
+    output: type[BaseModel] | None = None
+    fn: Callable[..., Any] | None = None
+    takes_ctx: bool = False
+    timeout: timedelta | None = None
+    retry: RetryPolicy | None = None
+    on_timeout: JsonObject | None = None
+
+    @property
+    def interrupt_only(self) -> bool:
+        return self.fn is None
+
+    def spec(self) -> ToolSpec:
+        is_interrupt = self.interrupt_only
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input.model_json_schema(),
+            output_schema=self.output.model_json_schema() if self.output else None,
+            interrupt_only=is_interrupt,
+            # For a tool, `timeout` bounds one run; for an interrupt, it is the human's deadline.
+            timeout_seconds=(
+                self.timeout.total_seconds() if self.timeout and not is_interrupt else None
+            ),
+            deadline_seconds=(
+                self.timeout.total_seconds() if self.timeout and is_interrupt else None
+            ),
+            on_timeout=self.on_timeout,
+            retry=_retry_spec(self.retry) if self.retry else None,
+        )
+
+    async def invoke(self, args: M, ctx: ToolContext) -> Any:
+        """Run the tool body (the ``tool_call`` activity calls this)."""
+        if self.fn is None:
+            raise RuntimeError(f"{self.name} is an interrupt-only tool; it has no body to run")
+        call_args: tuple[Any, ...] = (args, ctx) if self.takes_ctx else (args,)
+        if self.input is _NoInput:
+            call_args = call_args[1:]
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(*call_args)
+        # A synchronous tool must not block the worker's event loop.
+        return await asyncio.to_thread(self.fn, *call_args)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (handy in unit tests)."""
+        if self.fn is None:
+            raise TypeError(f"{self.name} is an interrupt-only tool; it has no body to call")
+        return self.fn(*args, **kwargs)
+
+
+def _retry_spec(policy: RetryPolicy) -> RetrySpec:
+    return RetrySpec(
+        initial_interval_seconds=policy.initial_interval.total_seconds(),
+        backoff_coefficient=policy.backoff_coefficient,
+        maximum_interval_seconds=(
+            policy.maximum_interval.total_seconds() if policy.maximum_interval else None
+        ),
+        maximum_attempts=policy.maximum_attempts,
+    )
+
+
+def tool(
+    name: str,
+    description: str,
+    *,
+    timeout: timedelta | None = None,
+    retry: RetryPolicy | None = None,
+) -> Callable[[Callable[..., Awaitable[Any] | Any]], Tool[Any]]:
+    """Declare a tool from a typed function.
+
+    The function takes a pydantic model (the input the model supplies) and, optionally, a
+    ``ToolContext``. Its return value becomes the function response: a pydantic model or a dict
+    is sent as a JSON object, anything else as ``{"result": value}``.
+
+    Args:
+        name: The name the model calls; a durable identifier.
+        description: What the tool does, for the model.
+        timeout: The longest one run may take (the activity's start-to-close timeout).
+        retry: Retry policy for unclassified exceptions (3 attempts by default). A
+            ``ToolError`` is never retried.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Tool[Any]:
+        input_model, takes_ctx, output_model = _inspect(fn, name)
+        return Tool(
+            name=name,
+            description=description,
+            input=input_model,
+            output=output_model,
+            fn=fn,
+            takes_ctx=takes_ctx,
+            timeout=timeout,
+            retry=retry,
+        )
+
+    return decorate
+
+
+def interrupt(
+    name: str,
+    description: str,
+    *,
+    input: type[M],  # the public keyword from the design
+    output: type[BaseModel] | None = None,
+    timeout: timedelta | None = None,
+    on_timeout: JsonObject | BaseModel | None = None,
+) -> Tool[M]:
+    """Declare an interrupt-only tool: calling it always pauses for a human.
+
+    Args:
+        name: The name the model calls; a durable identifier.
+        description: When the model should ask, for the model.
+        input: What the model supplies (shown to the human).
+        output: What the human answers with; a respond that does not fit it is rejected.
+        timeout: How long a human has before ``on_timeout`` answers for them.
+        on_timeout: The output given when the deadline passes.
+    """
+    if on_timeout is not None and timeout is None:
+        raise ValueError(f"interrupt {name!r}: on_timeout needs a timeout")
+    if isinstance(on_timeout, BaseModel):
+        on_timeout = on_timeout.model_dump(mode="json")
+    if on_timeout is not None and output is not None:
+        # Fail at declaration, not weeks later when the deadline passes.
+        output.model_validate(on_timeout)
+    return Tool(
+        name=name,
+        description=description,
+        input=input,
+        output=output,
+        fn=None,
+        timeout=timeout,
+        on_timeout=on_timeout,
+    )
+
+
+def _inspect(
+    fn: Callable[..., Any], name: str
+) -> tuple[type[BaseModel], bool, type[BaseModel] | None]:
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    input_model: type[BaseModel] = _NoInput
+    takes_ctx = False
+    for p in params:
+        hint = hints.get(p.name)
+        if hint is ToolContext or p.name == "ctx":
+            takes_ctx = True
+        elif isinstance(hint, type) and issubclass(hint, BaseModel) and input_model is _NoInput:
+            input_model = hint
+        else:
+            raise TypeError(
+                f"tool {name!r}: parameter {p.name!r} must be a pydantic model (the input) or "
+                "a ToolContext"
+            )
+    if takes_ctx and params and (hints.get(params[0].name) is ToolContext):
+        raise TypeError(f"tool {name!r}: the input comes first, the ToolContext second")
+    ret = hints.get("return")
+    output_model = ret if isinstance(ret, type) and issubclass(ret, BaseModel) else None
+    return input_model, takes_ctx, output_model
+
+
+_ANY_ADAPTER: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def to_json_object(value: Any) -> JsonObject | None:
+    """A tool's return value or interrupt metadata as a JSON object, or None if it is not one."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        dumped = _ANY_ADAPTER.dump_python(dict(value), mode="json")
+        return dumped if isinstance(dumped, dict) else None
+    return None
+
+
+def output_object(value: Any) -> JsonObject:
+    """A tool's return value as the function response Gemini receives."""
+    obj = to_json_object(value)
+    if obj is not None:
+        return obj
+    if value is None:
+        return {}
+    return {"result": _ANY_ADAPTER.dump_python(value, mode="json")}

@@ -1,0 +1,37 @@
+"""Calling agents: ``AgentClient``, ``Chat``, result types and errors."""
+
+from client.api import (
+    DEFAULT_TASK_QUEUE,
+    AgentClient,
+    AgentError,
+    Chat,
+    ResumeRejected,
+    SendRejected,
+    connect_config,
+)
+from workflows.types import (
+    ErrorInfo,
+    FinishReason,
+    InterruptRequest,
+    StatusResult,
+    ToolResponse,
+    ToolRestart,
+    TurnResult,
+)
+
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "AgentClient",
+    "AgentError",
+    "Chat",
+    "ErrorInfo",
+    "FinishReason",
+    "InterruptRequest",
+    "ResumeRejected",
+    "SendRejected",
+    "StatusResult",
+    "ToolResponse",
+    "ToolRestart",
+    "TurnResult",
+    "connect_config",
+]

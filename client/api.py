@@ -1,0 +1,303 @@
+"""``AgentClient`` and ``Chat``: start conversations, send messages, answer interrupts."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    RPCError,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    RawValue,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCStatusCode
+
+from workflows import AgentWorkflow
+from workflows.config import AGENT_NAME, AGENT_STATUS
+from workflows.interrupts import MAX_RESUME_BYTES, MAX_SEND_BYTES
+from workflows.types import (
+    CancelInput,
+    ConversationInput,
+    ConversationResult,
+    HistoryResult,
+    InterruptRequest,
+    JsonObject,
+    Rejection,
+    ResumeInput,
+    SendInput,
+    StatusResult,
+    ToolResponse,
+    ToolRestart,
+    TurnResult,
+)
+
+DEFAULT_TASK_QUEUE = "agents"
+DEFAULT_ADDRESS = "localhost:7233"
+
+
+class AgentError(Exception):
+    """Something the agent runtime refused or could not do; the message says why."""
+
+
+class ResumeRejected(AgentError):
+    """A resume did not match what is pending (or was malformed, or too large)."""
+
+
+class SendRejected(AgentError):
+    """A message was refused: the chat is paused, busy, closed, or belongs to another agent."""
+
+
+_ERRORS: dict[str, type[AgentError]] = {
+    "ResumeRejected": ResumeRejected,
+    "SendRejected": SendRejected,
+}
+
+
+def _raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        raise _ERRORS.get(cause.type or "", AgentError)(cause.message) from None
+    raise AgentError(str(cause or err)) from err
+
+
+def connect_config(
+    target_host: str | None = None,
+    *,
+    namespace: str | None = None,
+    profile: str | None = None,
+    config_file: str | None = None,
+) -> dict[str, Any]:
+    """Connection settings the Temporal way: a profile file and ``TEMPORAL_*`` variables.
+
+    Explicit arguments win; without any address the local default ``localhost:7233`` is used.
+    """
+    config: dict[str, Any] = dict(
+        ClientConfig.load_client_connect_config(profile=profile, config_file=config_file)
+    )
+    if target_host:
+        config["target_host"] = target_host
+    if namespace:
+        config["namespace"] = namespace
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    return config
+
+
+class AgentClient:
+    """Entry point for callers: one per process, shared by every chat."""
+
+    def __init__(self, temporal: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self._temporal = temporal
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls,
+        target_host: str | None = None,
+        *,
+        namespace: str | None = None,
+        task_queue: str | None = None,
+        profile: str | None = None,
+        config_file: str | None = None,
+        **connect_kwargs: Any,
+    ) -> AgentClient:
+        """Connect to Temporal.
+
+        Without arguments the connection comes from ``temporalio.envconfig``
+        (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, TLS settings,
+        profiles in ``temporal.toml``), the task queue from ``AGENT_TASK_QUEUE``.
+        """
+        config = connect_config(
+            target_host, namespace=namespace, profile=profile, config_file=config_file
+        )
+        config.update(connect_kwargs)
+        config["data_converter"] = pydantic_data_converter
+        temporal = await Client.connect(**config)
+        return cls(
+            temporal,
+            task_queue=task_queue or os.environ.get("AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
+        )
+
+    @property
+    def temporal(self) -> Client:
+        """The underlying temporalio client (pydantic data converter)."""
+        return self._temporal
+
+    async def chat(self, agent: str, *, chat_id: str | None = None) -> Chat:
+        """A conversation with ``agent``: a new one, or the existing chat ``chat_id``.
+
+        Nothing is sent yet; the first ``send`` creates the workflow if it does not exist.
+        """
+        return Chat(self, agent=agent, chat_id=chat_id or f"chat-{uuid.uuid4()}")
+
+
+class Chat:
+    """One conversation. Its id is the workflow id."""
+
+    def __init__(self, client: AgentClient, *, agent: str, chat_id: str) -> None:
+        self._client = client
+        self.agent = agent
+        self.id = chat_id
+
+    @property
+    def handle(self) -> WorkflowHandle[AgentWorkflow, ConversationResult]:
+        return self._client.temporal.get_workflow_handle_for(AgentWorkflow.run, self.id)
+
+    async def send(self, text: str) -> TurnResult:
+        """Send a user message and wait for the turn to end or pause.
+
+        Raises:
+            SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
+        """
+        size = len(text.encode())
+        if size > MAX_SEND_BYTES:
+            raise SendRejected(f"message is {size} bytes; the limit is {MAX_SEND_BYTES}")
+        start = WithStartWorkflowOperation(
+            AgentWorkflow.run,
+            ConversationInput(agent=self.agent),
+            id=self.id,
+            task_queue=self._client.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # A closed chat stays closed: its id is not reused for a new conversation.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(AGENT_NAME, self.agent),
+                    SearchAttributePair(AGENT_STATUS, "idle"),
+                ]
+            ),
+            static_summary=f"{self.agent} conversation",
+        )
+        try:
+            return await self._client.temporal.execute_update_with_start_workflow(
+                AgentWorkflow.send,
+                SendInput(text=text, agent=self.agent),
+                start_workflow_operation=start,
+            )
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except WorkflowAlreadyStartedError:
+            raise SendRejected(f"chat {self.id!r} is closed") from None
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def resume(
+        self,
+        *,
+        respond: Sequence[ToolResponse] = (),
+        restart: Sequence[ToolRestart] = (),
+        identity: str | None = None,
+        metadata: JsonObject | BaseModel | None = None,
+    ) -> TurnResult:
+        """Answer pending interrupts; waits until the turn ends or pauses again.
+
+        Raises:
+            ResumeRejected: an entry does not match a pending interrupt, an output does not fit,
+                the resume is empty, or it is larger than 1 MiB. Nothing was applied. Not retried.
+        """
+        if isinstance(metadata, BaseModel):
+            metadata = metadata.model_dump(mode="json")
+        payload = ResumeInput(
+            respond=list(respond), restart=list(restart), identity=identity, metadata=metadata
+        )
+        raw = self._client.temporal.data_converter.payload_converter.to_payload(payload)
+        if raw.ByteSize() > MAX_RESUME_BYTES:
+            raise ResumeRejected(
+                f"resume is {raw.ByteSize()} bytes; the limit is {MAX_RESUME_BYTES} (1 MiB)"
+            )
+        try:
+            return await self.handle.execute_update(AgentWorkflow.resume, RawValue(raw))
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def pending(self) -> list[InterruptRequest]:
+        """The interrupts the conversation is paused on now (``[]`` if none)."""
+        result = await self._query(AgentWorkflow.pending)
+        return result.interrupts
+
+    async def status(self) -> StatusResult:
+        return await self._query(AgentWorkflow.status)
+
+    async def history(self) -> HistoryResult:
+        """The conversation's messages and its audit log of answers."""
+        return await self._query(AgentWorkflow.history)
+
+    async def rejections(self) -> list[Rejection]:
+        """Recently refused signals (the bounded log operators see in the UI)."""
+        result = await self._query(AgentWorkflow.rejections)
+        return result.rejections
+
+    async def last_turn(self) -> TurnResult | None:
+        """The latest turn's result, waiting while a turn is still running."""
+        try:
+            return await self.handle.execute_update(AgentWorkflow.await_turn)
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def cancel(self, reason: str = "", *, identity: str | None = None) -> TurnResult:
+        """Withdraw the pending interrupts (or stop the running turn): a ``cancelled`` turn."""
+        try:
+            return await self.handle.execute_update(
+                AgentWorkflow.cancel, CancelInput(reason=reason, identity=identity)
+            )
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def close(self, reason: str = "", *, identity: str | None = None) -> ConversationResult:
+        """End the conversation; anything pending is withdrawn first."""
+        try:
+            return await self.handle.execute_update(
+                AgentWorkflow.close, CancelInput(reason=reason, identity=identity)
+            )
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def _query(self, query: Any) -> Any:
+        try:
+            return await self.handle.query(query)
+        except WorkflowQueryFailedError as e:
+            raise AgentError(f"query failed: {e}") from e
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+
+def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return AgentError(f"no conversation with id {chat_id!r}")
+    if "already completed" in err.message:
+        return SendRejected(f"chat {chat_id!r} is closed")
+    return AgentError(f"Temporal error: {err.message}")
+
+
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "AgentClient",
+    "AgentError",
+    "Chat",
+    "ResumeRejected",
+    "SendRejected",
+    "connect_config",
+]

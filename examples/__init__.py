@@ -1,0 +1,9 @@
+"""Example agents from the Genkit interrupt pages: banking approval, deploy restart, shell."""
+
+from examples.banking import banking_agent
+from examples.deploy import deploy_agent
+from examples.shell import shell_agent
+
+ALL_AGENTS = [banking_agent, deploy_agent, shell_agent]
+
+__all__ = ["ALL_AGENTS", "banking_agent", "deploy_agent", "shell_agent"]

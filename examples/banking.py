@@ -1,0 +1,84 @@
+"""bankingAgent: an interrupt-only ``userApproval``, then ``transferMoney``.
+
+The model must ask the user before moving money; ``transferMoney`` additionally pauses on its own
+for large amounts (a conditional interrupt), which a restart with ``{"tool_approved": true}``
+lets through.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+
+from activities import Interrupt, ToolContext, ToolError, interrupt, tool
+from workflows import Agent
+
+LARGE_TRANSFER = 1000.0
+
+
+class ApprovalAsk(BaseModel):
+    action: str = Field(description="The action to be approved")
+    details: str = Field(description="Details about the action")
+
+
+class ApprovalReply(BaseModel):
+    approved: bool
+    feedback: str = ""
+
+
+class TransferInput(BaseModel):
+    amount: float = Field(description="Amount in dollars")
+    to_account: str = Field(description="Destination account, e.g. 'savings'")
+
+
+class TransferOutput(BaseModel):
+    success: bool
+    transaction_id: str
+    amount: float
+    to_account: str
+
+
+user_approval = interrupt(
+    "userApproval",
+    "Ask the user for approval before proceeding with a sensitive action.",
+    input=ApprovalAsk,
+    output=ApprovalReply,
+    timeout=timedelta(hours=24),
+    on_timeout={"approved": False, "feedback": "timed out"},
+)
+
+LEDGER: list[TransferOutput] = []
+"""Transfers this process made; the example's stand-in for a bank's API."""
+
+
+@tool("transferMoney", "Transfer money to a specified account.")
+async def transfer_money(inp: TransferInput, ctx: ToolContext) -> TransferOutput:
+    if inp.amount <= 0:
+        raise ToolError(
+            "INVALID_ARGUMENT", f"transfer amount must be positive, got ${inp.amount:.2f}"
+        )
+    if inp.amount > LARGE_TRANSFER and not ctx.resumed_metadata.get("tool_approved"):
+        raise Interrupt({"reason": "large transfer", "amount": f"{inp.amount:.2f}"})
+    # The ref is stable across retries and replays, so it makes a natural idempotency key.
+    out = TransferOutput(
+        success=True,
+        transaction_id=f"txn-{ctx.ref[-8:]}",
+        amount=inp.amount,
+        to_account=inp.to_account,
+    )
+    if not any(t.transaction_id == out.transaction_id for t in LEDGER):
+        LEDGER.append(out)
+    return out
+
+
+banking_agent = Agent(
+    "bankingAgent",
+    model="gemini-flash-latest",
+    system=(
+        "You are a banking assistant. If the user wants to transfer money, ALWAYS call "
+        "userApproval first, and call transferMoney only after the user approved. "
+        "If the user declines, say that nothing was transferred."
+    ),
+    tools=[user_approval, transfer_money],
+)

@@ -1,0 +1,95 @@
+"""Agents and tools the tests use: every tool counts its runs and remembers its contexts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio.common import RetryPolicy
+
+from activities import Interrupt, ToolContext, ToolError, interrupt, tool
+from examples import banking_agent, deploy_agent, shell_agent
+from workflows import Agent, ToolApproval
+
+RUNS: Counter[str] = Counter()
+CONTEXTS: list[ToolContext] = []
+
+FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=10), maximum_attempts=3)
+
+
+def reset() -> None:
+    RUNS.clear()
+    CONTEXTS.clear()
+
+
+class Ask(BaseModel):
+    question: str
+
+
+class Answer(BaseModel):
+    approved: bool
+    note: str = ""
+
+
+class Key(BaseModel):
+    key: str
+
+
+class Charge(BaseModel):
+    amount: float
+
+
+approve = interrupt("approve", "Ask a human to approve.", input=Ask, output=Answer)
+
+
+@tool("lookup", "Look a key up.")
+async def lookup(inp: Key, ctx: ToolContext) -> dict[str, str]:
+    RUNS["lookup"] += 1
+    CONTEXTS.append(ctx)
+    return {"key": inp.key, "value": inp.key.upper()}
+
+
+@tool("charge", "Charge a card; pauses for approval unless restarted with tool_approved.")
+async def charge(inp: Charge, ctx: ToolContext) -> dict[str, object]:
+    RUNS["charge"] += 1
+    CONTEXTS.append(ctx)
+    if not ctx.resumed_metadata.get("tool_approved"):
+        raise Interrupt({"amount": inp.amount, "attempt": RUNS["charge"]})
+    return {"charged": inp.amount}
+
+
+@tool("boom", "Always breaks.", retry=FAST_RETRY)
+async def boom(inp: Key) -> dict[str, str]:
+    RUNS["boom"] += 1
+    raise RuntimeError(f"database password is hunter2 ({inp.key})")
+
+
+@tool("denied", "Refuses, with a classified error.")
+async def denied(inp: Key) -> dict[str, str]:
+    RUNS["denied"] += 1
+    raise ToolError("PERMISSION_DENIED", f"key {inp.key} is not yours")
+
+
+@tool("bad_interrupt", "Interrupts with a list, which is not allowed.")
+async def bad_interrupt(inp: Key) -> dict[str, str]:
+    RUNS["bad_interrupt"] += 1
+    raise Interrupt(["not", "an", "object"])  # type: ignore[arg-type]  # the mistake under test
+
+
+assistant = Agent(
+    "assistant",
+    model="googleai/gemini-test",
+    system="You are a test assistant.",
+    tools=[approve, lookup, charge, boom, denied, bad_interrupt],
+    max_turns=4,
+)
+
+gated = Agent(
+    "gated",
+    model="gemini-test",
+    tools=[approve, lookup, charge],
+    middleware=[ToolApproval(allow=["lookup"])],
+)
+
+ALL = [assistant, gated, banking_agent, deploy_agent, shell_agent]

@@ -1,0 +1,56 @@
+"""Assertions that read a workflow's history: proof of what did and did not happen."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+
+T = TypeVar("T")
+
+
+async def history(client: Client, workflow_id: str) -> WorkflowHistory:
+    return await client.get_workflow_handle(workflow_id).fetch_history()
+
+
+def events_of(hist: WorkflowHistory, kind: EventType.ValueType) -> list[Any]:
+    return [e for e in hist.events if e.event_type == kind]
+
+
+async def assert_no_workflow_task_failed(client: Client, workflow_id: str) -> WorkflowHistory:
+    """The workflow never failed a task: bad input was handled, not crashed on."""
+    hist = await history(client, workflow_id)
+    failed = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    assert not failed, f"workflow task failed: {failed[0].workflow_task_failed_event_attributes}"
+    return hist
+
+
+def scheduled_activities(hist: WorkflowHistory) -> list[str]:
+    """Activity types scheduled, in order (``tool_call:NAME`` for tools)."""
+    out = []
+    for e in events_of(hist, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED):
+        attrs = e.activity_task_scheduled_event_attributes
+        out.append(attrs.activity_type.name)
+    return out
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    check: Callable[[T], bool],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+) -> T:
+    """Poll ``probe`` until ``check`` holds (bounded); returns the last value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await probe()
+        if check(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s; last value: {value!r}")
+        await asyncio.sleep(interval)

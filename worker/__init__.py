@@ -1,0 +1,116 @@
+"""Hosting: ``build_worker()``, the one place that registers what production runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import google.genai as genai
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.runtime import AgentActivities
+from workflows import Agent, AgentWorkflow
+
+log = logging.getLogger(__name__)
+
+GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+# Side-effect-free modules the workflow uses. Passing them through the sandbox avoids
+# re-importing them for every workflow run (time and memory per conversation), and keeps one
+# class per wire type: a model built by a passed-through module must be the same class the
+# workflow validates against.
+PASSTHROUGH = (
+    "workflows.types",
+    "workflows.interrupts",
+    "workflows.config",
+    "pydantic",
+    "pydantic_core",
+    "jsonschema",
+    "referencing",
+    "rpds",
+    "attrs",
+    "annotated_types",
+)
+
+
+def with_pydantic_converter(client: Client) -> Client:
+    """The same connection with the pydantic data converter, which every boundary here needs."""
+    if (
+        client.data_converter.payload_converter_class
+        is pydantic_data_converter.payload_converter_class
+    ):
+        return client
+    config = client.config()
+    config["data_converter"] = dataclasses.replace(
+        client.data_converter,
+        payload_converter_class=pydantic_data_converter.payload_converter_class,
+    )
+    return Client(**config)
+
+
+def has_gemini_key(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return any(env.get(k) for k in GEMINI_KEY_VARS)
+
+
+def default_gemini() -> genai.Client:
+    """The real Gemini API when a key is set, else the offline stand-in on loopback."""
+    if has_gemini_key():
+        # google-genai reads the key from the environment itself: it never passes through here.
+        return genai.Client()
+    from worker.offline_model import respond
+    from worker.standin import GeminiStandIn
+
+    server = GeminiStandIn(respond).start()
+    log.warning(
+        "No GEMINI_API_KEY/GOOGLE_API_KEY set: using the OFFLINE STAND-IN model at %s. It follows "
+        "fixed rules for the example agents and is not Gemini.",
+        server.base_url,
+    )
+    return server.client()
+
+
+def build_worker(
+    client: Client,
+    *,
+    agents: Sequence[Agent],
+    task_queue: str,
+    gemini: genai.Client | None = None,
+    **worker_kwargs: Any,
+) -> Worker:
+    """A worker hosting ``agents`` on ``task_queue``.
+
+    Args:
+        client: A connected Temporal client; its data converter is switched to pydantic.
+        agents: The agents this worker serves. Their names are durable identifiers.
+        task_queue: Where conversations for these agents run.
+        gemini: The google-genai client for model calls. ``None``: the real API when
+            ``GEMINI_API_KEY``/``GOOGLE_API_KEY`` is set, else the offline stand-in.
+        **worker_kwargs: Passed to ``temporalio.worker.Worker`` (for example
+            ``max_cached_workflows=0`` in replay tests).
+    """
+    if not agents:
+        raise ValueError("build_worker needs at least one agent")
+    acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
+    worker_kwargs.setdefault(
+        "workflow_runner",
+        SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+        ),
+    )
+    return Worker(
+        with_pydantic_converter(client),
+        task_queue=task_queue,
+        workflows=[AgentWorkflow],
+        activities=acts.activities(),
+        **worker_kwargs,
+    )
+
+
+__all__ = ["build_worker", "default_gemini", "has_gemini_key", "with_pydantic_converter"]

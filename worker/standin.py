@@ -1,0 +1,240 @@
+"""A loopback HTTP server that speaks Gemini's REST protocol.
+
+The real ``google-genai`` client talks to it through ``HttpOptions(base_url=...)``, so the exact
+production code path runs: request building, SSE parsing, error mapping. Two users:
+
+- the offline model (``worker.offline_model``), used when no Gemini key is set;
+- the tests, which script replies and assert on what the model was sent.
+
+It implements ``models/{model}:generateContent`` and ``models/{model}:streamGenerateContent``
+(with ``alt=sse``), nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+import google.genai as genai
+from google.genai import types as gt
+
+log = logging.getLogger(__name__)
+
+_PATH = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/(?P<model>[^:/]+):(?P<method>[A-Za-z]+)")
+
+
+@dataclass
+class Reply:
+    """One HTTP answer: a response body (or stream chunks), or an error status."""
+
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def error(cls, status: int, message: str, *, code: str = "", **headers: str) -> Reply:
+        body = {
+            "error": {
+                "code": status,
+                "message": message,
+                "status": code or _STATUS.get(status, "UNKNOWN"),
+            }
+        }
+        return cls(chunks=[body], status=status, headers=headers)
+
+
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the model was sent."""
+
+    model: str
+    method: str
+    body: dict[str, Any]
+
+    @property
+    def contents(self) -> list[dict[str, Any]]:
+        return self.body.get("contents", [])
+
+    @property
+    def last_parts(self) -> list[dict[str, Any]]:
+        contents = self.contents
+        return contents[-1].get("parts", []) if contents else []
+
+    def function_responses(self) -> list[dict[str, Any]]:
+        """The function responses in the last content, in order."""
+        return [p["functionResponse"] for p in self.last_parts if "functionResponse" in p]
+
+    def tool_names(self) -> list[str]:
+        return [
+            d["name"] for t in self.body.get("tools", []) for d in t.get("functionDeclarations", [])
+        ]
+
+    def system(self) -> str:
+        si = self.body.get("systemInstruction") or {}
+        return "".join(p.get("text", "") for p in si.get("parts", []))
+
+
+Responder = Callable[[Request], "Reply | dict[str, Any]"]
+
+
+def text(value: str, *, finish: str = "STOP") -> dict[str, Any]:
+    """A response whose model message is plain text."""
+    return _response([{"text": value}], finish=finish)
+
+
+def calls(
+    *items: tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str], say: str = ""
+) -> dict[str, Any]:
+    """A response with one or more function calls: ``(name, args)`` or ``(name, args, id)``."""
+    parts: list[dict[str, Any]] = [{"text": say}] if say else []
+    for item in items:
+        fc: dict[str, Any] = {"name": item[0], "args": item[1]}
+        if len(item) > 2:
+            fc["id"] = item[2]
+        parts.append({"functionCall": fc})
+    return _response(parts)
+
+
+def _response(parts: list[dict[str, Any]], *, finish: str = "STOP") -> dict[str, Any]:
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": parts}, "finishReason": finish, "index": 0}
+        ],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": "standin",
+    }
+
+
+class Script:
+    """A responder that plays replies in order and fails loudly when it runs out."""
+
+    def __init__(self, replies: Sequence[Reply | dict[str, Any] | Responder]) -> None:
+        self._replies = list(replies)
+        self._lock = threading.Lock()
+        self.index = 0
+
+    def extend(self, replies: Sequence[Reply | dict[str, Any] | Responder]) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    def __call__(self, request: Request) -> Reply | dict[str, Any]:
+        with self._lock:
+            if self.index >= len(self._replies):
+                return Reply.error(500, f"stand-in script exhausted after {self.index} replies")
+            reply = self._replies[self.index]
+            self.index += 1
+        if callable(reply) and not isinstance(reply, dict | Reply):
+            return reply(request)
+        return reply
+
+
+class GeminiStandIn:
+    """The server. Use as a context manager, or ``start()``/``stop()``."""
+
+    def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.responder = responder
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
+                log.debug("stand-in: " + format, *args)
+
+            def do_POST(self) -> None:
+                stand_in._handle(self)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gemini-standin", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client(self) -> genai.Client:
+        """A real google-genai client pointed at this server (SDK retries off)."""
+        return genai.Client(
+            api_key="standin-no-key",
+            http_options=gt.HttpOptions(base_url=self.base_url, timeout=60_000),
+        )
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        match = _PATH.match(h.path)
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        if not match:
+            self._write(h, Reply.error(404, f"the stand-in does not serve {h.path}"), sse=False)
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._write(h, Reply.error(400, "request body is not JSON"), sse=False)
+            return
+        request = Request(model=match["model"], method=match["method"], body=body)
+        with self._lock:
+            self.requests.append(request)
+        try:
+            reply = self.responder(request)
+        except Exception as e:  # a broken responder must answer, not hang the client
+            log.exception("stand-in responder failed")
+            reply = Reply.error(500, f"stand-in responder failed: {type(e).__name__}")
+        if isinstance(reply, dict):
+            reply = Reply(chunks=[reply])
+        stream = request.method == "streamGenerateContent"
+        self._write(h, reply, sse=stream and reply.status == 200)
+
+    @staticmethod
+    def _write(h: BaseHTTPRequestHandler, reply: Reply, *, sse: bool) -> None:
+        if sse:
+            payload = b"".join(
+                b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in reply.chunks
+            )
+            content_type = "text/event-stream"
+        else:
+            merged = reply.chunks[-1] if reply.chunks else {}
+            payload = json.dumps(merged).encode()
+            content_type = "application/json"
+        h.send_response(reply.status)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(payload)))
+        for k, v in reply.headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(payload)

@@ -1,0 +1,6 @@
+"""Deterministic code only: the conversation workflow, its wire types and the agent specs."""
+
+from workflows.agent import Agent, ToolApproval
+from workflows.conversation import AgentWorkflow
+
+__all__ = ["Agent", "AgentWorkflow", "ToolApproval"]

@@ -1,0 +1,107 @@
+"""``Agent`` and ``ToolApproval``: how an agent is declared on the worker.
+
+These are in-process specs (frozen dataclasses). The workflow never imports them: the worker turns
+an ``Agent`` into an :class:`~workflows.types.AgentSpec` (plain data) and the model activity
+records that in history, so changing an agent's code never breaks replay of a conversation
+already in flight. Building a spec only calls pydantic's schema generation: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from workflows.types import AgentSpec, ApprovalSpec, JsonObject
+
+if TYPE_CHECKING:
+    from activities.tools import Tool
+
+DEFAULT_MODEL = "gemini-flash-latest"
+DEFAULT_MAX_TURNS = 10
+
+
+@dataclass(frozen=True)
+class ToolApproval:
+    """Middleware: every call to a tool not in ``allow`` pauses for approval before it runs.
+
+    The interrupt's metadata is ``{"message": "Tool not in approved list: NAME"}``. A restart
+    with resumed metadata ``{"tool_approved": true}`` runs the tool; a restart without it pauses
+    again on the same ref; a respond supplies the output without running the tool.
+    Interrupt-only tools are not gated: they pause anyway.
+    """
+
+    _: KW_ONLY
+    allow: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A Gemini agent: model, system prompt, tools and policies.
+
+    Args:
+        name: The agent's durable name; conversations record it.
+        model: A Gemini model id. A ``googleai/`` prefix (Genkit style) is accepted.
+        system: The system instruction.
+        tools: Tools and interrupt-only tools, from :func:`activities.tool` and
+            :func:`activities.interrupt`.
+        middleware: Policies such as :class:`ToolApproval`.
+        max_turns: The most model calls one user turn may make before it ends ``max_turns``.
+        interrupt_timeout: A deadline for every interrupt that has none of its own.
+        on_interrupt_timeout: The output an interrupt gets when that deadline passes.
+    """
+
+    name: str
+    _: KW_ONLY
+    model: str = DEFAULT_MODEL
+    system: str | None = None
+    tools: Sequence[Tool] = ()
+    middleware: Sequence[ToolApproval] = ()
+    max_turns: int = DEFAULT_MAX_TURNS
+    interrupt_timeout: timedelta | None = None
+    on_interrupt_timeout: JsonObject | None = None
+    _spec: AgentSpec = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("an agent needs a name")
+        names = [t.name for t in self.tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        # Built once: the spec is what the worker hands the workflow, and its digest lets the
+        # model activity skip re-sending an unchanged definition.
+        object.__setattr__(self, "_spec", self._build_spec())
+
+    def spec(self) -> AgentSpec:
+        """The agent's definition as data, as recorded in conversation histories."""
+        return self._spec
+
+    def _build_spec(self) -> AgentSpec:
+        approval = None
+        for m in self.middleware:
+            if isinstance(m, ToolApproval):
+                allow = list(m.allow) if approval is None else [*approval.allow, *m.allow]
+                approval = ApprovalSpec(allow=allow)
+        spec = AgentSpec(
+            name=self.name,
+            model=self.model.removeprefix("googleai/"),
+            system=self.system,
+            tools=[t.spec() for t in self.tools],
+            approval=approval,
+            max_turns=self.max_turns,
+            interrupt_deadline_seconds=(
+                self.interrupt_timeout.total_seconds() if self.interrupt_timeout else None
+            ),
+            on_interrupt_timeout=self.on_interrupt_timeout,
+        )
+        body: dict[str, Any] = spec.model_dump(mode="json", exclude={"digest"})
+        spec.digest = hashlib.sha256(
+            json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()[:16]
+        return spec

@@ -1,0 +1,847 @@
+"""``AgentWorkflow``: one conversation with one agent; the workflow id is the chat id.
+
+Determinism and replay contract:
+
+- The turn is a state machine over :class:`~workflows.types.ConversationState`, which is plain
+  data. The agent's definition arrives as data in the ``model_call`` result, so replay never runs
+  the agent's current code; this module imports no agent, tool or model code.
+- Ids come from the model's call ids or ``workflow.uuid4()``; time from ``workflow.now()``.
+- Handlers never raise anything but ``ApplicationError`` (and only update handlers, where failing
+  the update is meant). Signals take raw payloads and validate them here, so a malformed signal
+  is recorded as a rejection instead of failing the workflow task.
+- A turn failure (model, tool, bad input) ends the turn ``failed`` and rolls the conversation back
+  to before the turn; the workflow itself never fails because of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Literal
+
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from workflows import config
+    from workflows.interrupts import (
+        MAX_RESUME_BYTES,
+        MAX_SEND_BYTES,
+        InterruptBook,
+        ResumeError,
+        check_size,
+        decode_json,
+        digest,
+        pydantic_reason,
+        schema_error,
+        to_request,
+    )
+    from workflows.types import (
+        AgentStatus,
+        AnswerRecord,
+        CallState,
+        CancelInput,
+        ConversationInput,
+        ConversationResult,
+        ConversationState,
+        ErrorInfo,
+        FinishReason,
+        FunctionResponse,
+        HistoryResult,
+        InterruptRequest,
+        Message,
+        ModelInput,
+        ModelResult,
+        Part,
+        PendingResult,
+        Rejection,
+        RejectionsResult,
+        ResumeInput,
+        SendInput,
+        StatusResult,
+        ToolInput,
+        ToolResult,
+        TurnResult,
+        TurnState,
+    )
+
+APPROVED_KEY = "tool_approved"
+
+
+class _TurnFailed(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _rejected(kind: str, reason: str) -> ApplicationError:
+    # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
+    return ApplicationError(reason, type=kind, non_retryable=True)
+
+
+@workflow.defn(name="AgentWorkflow")
+class AgentWorkflow:
+    @workflow.init
+    def __init__(self, input: ConversationInput) -> None:
+        self._s: ConversationState = input.state or ConversationState(agent=input.agent)
+        self._refs: set[str] = set(self._s.refs)
+        # Every time a turn reaches a stop point (paused or ended) this goes up by one; update
+        # handlers wait on it to return the turn's result.
+        self._stops = 0
+        self._cancel: CancelInput | None = None
+        self._turn_task: asyncio.Task[str] | None = None
+        self._published: tuple[object, ...] | None = None
+        self._memo_pending: list[dict[str, str]] | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Main loop
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        self._publish()
+        try:
+            while True:
+                await workflow.wait_condition(
+                    lambda: self._s.turn is not None or self._s.closed or self._can_now()
+                )
+                if self._s.turn is not None:
+                    self._turn_task = asyncio.create_task(self._drive())
+                    outcome = await self._turn_task
+                    self._turn_task = None
+                    if outcome != "continue_as_new":
+                        continue
+                if self._s.closed:
+                    break
+                # Long conversations stay bounded: carry the state into a fresh run. Nothing a
+                # client holds (chat id, refs) changes.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    ConversationInput(agent=self._s.agent, state=self._state_for_next_run())
+                )
+        except asyncio.CancelledError:
+            # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.
+            self._s.closed = True
+            self._publish()
+            raise
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._publish()
+        return ConversationResult(
+            chat_id=workflow.info().workflow_id, turns=self._s.turns, last_turn=self._s.last_turn
+        )
+
+    def _can_now(self) -> bool:
+        return workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished()
+
+    def _state_for_next_run(self) -> ConversationState:
+        s = self._s.model_copy()
+        s.refs = sorted(self._refs)
+        return s
+
+    # ------------------------------------------------------------------------------------------
+    # The turn state machine
+
+    async def _drive(self) -> str:
+        turn = self._s.turn
+        assert turn is not None
+        try:
+            while True:
+                if turn.phase == "model":
+                    if turn.model_calls >= self._max_turns():
+                        self._finish(FinishReason.MAX_TURNS)
+                        return "done"
+                    message = await self._call_model(turn)
+                    calls = [p.function_call for p in message.parts if p.function_call]
+                    if not calls:
+                        self._finish(FinishReason.STOP)
+                        return "done"
+                    turn.calls = [
+                        CallState(
+                            ref=self._new_ref(fc.id), call_id=fc.id, name=fc.name, args=fc.args
+                        )
+                        for fc in calls
+                    ]
+                    turn.phase = "tools"
+                await self._run_ready(turn)
+                book = self._book(turn)
+                error = book.first_error()
+                if error is not None:
+                    self._fail(error)
+                    return "done"
+                if book.waiting():
+                    self._pause_point()
+                    outcome = await self._await_answers(turn)
+                    if outcome == "cancel":
+                        self._finish_cancelled()
+                        return "done"
+                    if outcome == "continue_as_new":
+                        return outcome
+                    book.settle()
+                    continue
+                self._s.messages.append(self._tool_message(turn))
+                turn.calls = []
+                turn.phase = "model"
+        except _TurnFailed as f:
+            self._fail(f.error)
+            return "done"
+        except asyncio.CancelledError:
+            if self._cancel is None:
+                raise  # the workflow is being cancelled, not just this turn
+            self._finish_cancelled()
+            return "done"
+
+    def _max_turns(self) -> int:
+        return self._s.spec.max_turns if self._s.spec else 10
+
+    def _new_ref(self, call_id: str | None) -> str:
+        ref = call_id if call_id and call_id not in self._refs else str(workflow.uuid4())
+        self._refs.add(ref)
+        return ref
+
+    async def _call_model(self, turn: TurnState) -> Message:
+        spec = self._s.spec
+        try:
+            result = await workflow.execute_activity(
+                config.MODEL_ACTIVITY,
+                ModelInput(
+                    agent=self._s.agent,
+                    chat_id=workflow.info().workflow_id,
+                    messages=self._s.messages,
+                    spec_digest=spec.digest if spec else None,
+                ),
+                result_type=ModelResult,
+                start_to_close_timeout=config.MODEL_START_TO_CLOSE,
+                heartbeat_timeout=config.MODEL_HEARTBEAT,
+                retry_policy=config.MODEL_RETRY,
+                summary=f"model {spec.model}" if spec else f"model for {self._s.agent}",
+            )
+        except ActivityError as e:
+            raise _TurnFailed(_activity_error(e, what="model call")) from None
+        if result.spec is not None:
+            self._s.spec = result.spec
+        turn.model_calls += 1
+        self._s.messages.append(result.message)
+        return result.message
+
+    async def _run_ready(self, turn: TurnState) -> None:
+        """Start every call that is ready; pause the ones that need a human first."""
+        spec = self._s.spec
+        book = self._book(turn)
+        now = workflow.now()
+        runnable: list[CallState] = []
+        for call in turn.calls:
+            if call.status != "ready":
+                continue
+            tool = spec.tool(call.name) if spec else None
+            if tool is None:
+                available = ", ".join(t.name for t in spec.tools) if spec else ""
+                call.status = "done"
+                call.output = {"error": f"unknown tool {call.name!r}; available: {available}"}
+            elif tool.interrupt_only:
+                problem = None if call.resumed else schema_error(call.args, tool.input_schema)
+                if problem:
+                    call.status = "done"
+                    call.output = {"error": f"invalid arguments: {problem}"}
+                else:
+                    metadata = call.resumed_metadata if call.resumed else {}
+                    book.pause(call, source="interrupt", metadata=metadata, now=now)
+            elif self._gated(call):
+                book.pause(
+                    call,
+                    source="approval",
+                    metadata={"message": f"Tool not in approved list: {call.name}"},
+                    now=now,
+                )
+            else:
+                runnable.append(call)
+        if runnable:
+            # One batch: every call of the message is scheduled in the same workflow task.
+            await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
+
+    def _gated(self, call: CallState) -> bool:
+        approval = self._s.spec.approval if self._s.spec else None
+        if approval is None or call.name in approval.allow:
+            return False
+        return not (call.resumed and call.resumed_metadata.get(APPROVED_KEY) is True)
+
+    async def _run_tool(self, turn: TurnState, call: CallState) -> None:
+        spec = self._s.spec
+        tool = spec.tool(call.name) if spec else None
+        retry = tool.retry if tool else None
+        call.runs += 1
+        try:
+            result = await workflow.execute_activity(
+                config.TOOL_ACTIVITY,
+                ToolInput(
+                    agent=self._s.agent,
+                    chat_id=workflow.info().workflow_id,
+                    tool=call.name,
+                    ref=call.ref,
+                    args=call.args,
+                    resumed=call.resumed,
+                    resumed_metadata=call.resumed_metadata,
+                ),
+                result_type=ToolResult,
+                start_to_close_timeout=(
+                    timedelta(seconds=tool.timeout_seconds)
+                    if tool and tool.timeout_seconds
+                    else config.TOOL_START_TO_CLOSE
+                ),
+                heartbeat_timeout=config.TOOL_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                    backoff_coefficient=retry.backoff_coefficient,
+                    maximum_interval=(
+                        timedelta(seconds=retry.maximum_interval_seconds)
+                        if retry.maximum_interval_seconds
+                        else None
+                    ),
+                    maximum_attempts=retry.maximum_attempts,
+                )
+                if retry
+                else RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS),
+                summary=f"tool {call.name}",
+            )
+        except ActivityError as e:
+            call.status = "failed"
+            call.error = _activity_error(e, what=f"tool {call.name!r}")
+            return
+        if result.kind == "interrupt":
+            self._book(turn).pause(
+                call, source="tool", metadata=result.metadata or {}, now=workflow.now()
+            )
+        elif result.kind == "invalid_input":
+            call.status = "done"
+            call.output = {"error": f"invalid arguments: {result.message}"}
+        else:
+            call.status = "done"
+            call.output = result.output or {}
+
+    async def _await_answers(
+        self, turn: TurnState
+    ) -> Literal["answered", "cancel", "continue_as_new"]:
+        book = self._book(turn)
+        while True:
+            if self._cancel is not None:
+                return "cancel"
+            if book.all_answered():
+                return "answered"
+            if self._can_now():
+                return "continue_as_new"
+            deadline = book.next_deadline()
+            timeout = None
+            if deadline is not None:
+                timeout = max(deadline - workflow.now(), timedelta(0))
+            try:
+                await workflow.wait_condition(
+                    lambda: self._cancel is not None or book.all_answered() or self._can_now(),
+                    timeout=timeout,
+                    timeout_summary="interrupt deadline" if timeout is not None else None,
+                )
+            except TimeoutError:
+                now = workflow.now()
+                for call in book.expire(now):
+                    self._audit(call, kind="deadline", via="deadline", identity="system:deadline")
+                self._publish()
+
+    def _tool_message(self, turn: TurnState) -> Message:
+        # One tool message holding every response of the message's calls, in call order.
+        return Message(
+            role="user",
+            parts=[
+                Part(
+                    function_response=FunctionResponse(
+                        id=c.call_id, name=c.name, response=c.output or {}
+                    )
+                )
+                for c in turn.calls
+            ],
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Stop points
+
+    def _turn_text(self, turn: TurnState) -> str:
+        for m in reversed(self._s.messages[turn.base_len :]):
+            if m.role == "model":
+                return m.text()
+        return ""
+
+    def _stop(self, result: TurnResult) -> None:
+        self._s.last_turn = result
+        self._stops += 1
+        self._publish()
+
+    def _pause_point(self) -> None:
+        turn = self._s.turn
+        assert turn is not None
+        self._stop(self._paused_result(turn))
+
+    def _paused_result(self, turn: TurnState) -> TurnResult:
+        return TurnResult(
+            turn=turn.turn,
+            finish_reason=FinishReason.INTERRUPTED,
+            text=self._turn_text(turn),
+            interrupts=self._book(turn).requests(),
+        )
+
+    def _finish(self, reason: FinishReason) -> None:
+        turn = self._s.turn
+        assert turn is not None
+        result = TurnResult(turn=turn.turn, finish_reason=reason, text=self._turn_text(turn))
+        self._s.turn = None
+        self._stop(result)
+
+    def _fail(self, error: ErrorInfo) -> None:
+        turn = self._s.turn
+        assert turn is not None
+        # A failed turn leaves the conversation as it was before the turn.
+        del self._s.messages[turn.base_len :]
+        self._s.turn = None
+        workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)
+        self._stop(TurnResult(turn=turn.turn, finish_reason=FinishReason.FAILED, error=error))
+
+    def _finish_cancelled(self) -> None:
+        turn = self._s.turn
+        assert turn is not None
+        reason = self._cancel.reason if self._cancel else ""
+        identity = self._cancel.identity if self._cancel else None
+        self._cancel = None
+        if turn.phase == "tools" and turn.calls:
+            for call in self._book(turn).cancel(reason):
+                self._audit(call, kind="cancel", via="cancel", identity=identity)
+            # Every call keeps a response, so the history stays valid for the model.
+            self._s.messages.append(self._tool_message(turn))
+        else:
+            # Cancelled before the model answered: as if the message was never sent.
+            del self._s.messages[turn.base_len :]
+        result = TurnResult(
+            turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=self._turn_text(turn)
+        )
+        self._s.turn = None
+        self._stop(result)
+
+    # ------------------------------------------------------------------------------------------
+    # Updates
+
+    @workflow.update
+    async def send(self, input: SendInput) -> TurnResult:
+        """Start a turn with a user message; returns when the turn ends or pauses."""
+        self.validate_send(input)
+        seen = self._stops
+        self._start_turn(input.text)
+        await workflow.wait_condition(lambda: self._stops > seen)
+        assert self._s.last_turn is not None
+        return self._s.last_turn
+
+    @send.validator
+    def validate_send(self, input: SendInput) -> None:
+        reason = self._send_problem(input.text, agent=input.agent, size=len(input.text.encode()))
+        if reason:
+            raise _rejected("SendRejected", reason)
+
+    @workflow.update
+    async def resume(self, payload: RawValue) -> TurnResult:
+        """Answer pending interrupts; returns when the turn ends or pauses again.
+
+        A resume that leaves interrupts unanswered returns at once, listing those still pending.
+        """
+        try:
+            resume = self._check_resume(payload)
+        except ResumeError as e:
+            # Only reachable when a duplicate passed validation in the same task.
+            raise _rejected("ResumeRejected", e.reason) from None
+        seen = self._stops
+        turn = self._apply_resume(resume, via="update")
+        if not self._book(turn).all_answered():
+            return self._paused_result(turn)
+        await workflow.wait_condition(lambda: self._stops > seen)
+        assert self._s.last_turn is not None
+        return self._s.last_turn
+
+    @resume.validator
+    def validate_resume(self, payload: RawValue) -> None:
+        try:
+            self._check_resume(payload)
+        except ResumeError as e:
+            workflow.logger.info("resume rejected (update): %s", e.reason)
+            raise _rejected("ResumeRejected", e.reason) from None
+
+    @workflow.update
+    async def cancel(self, input: CancelInput) -> TurnResult:
+        """Withdraw the pending interrupts (or stop the running turn); ends it ``cancelled``."""
+        self.validate_cancel(input)
+        seen = self._stops
+        self._cancel = input
+        if self._turn_task is not None and not self._paused():
+            self._turn_task.cancel()
+        await workflow.wait_condition(lambda: self._stops > seen)
+        assert self._s.last_turn is not None
+        return self._s.last_turn
+
+    @cancel.validator
+    def validate_cancel(self, input: CancelInput) -> None:
+        if self._s.turn is None:
+            raise _rejected("CancelRejected", "nothing to cancel: no turn is running or paused")
+        if self._cancel is not None:
+            raise _rejected("CancelRejected", "a cancellation is already under way")
+
+    @workflow.update
+    async def await_turn(self) -> TurnResult | None:
+        """The latest turn's result, once the current turn (if any) has paused or ended."""
+        await workflow.wait_condition(lambda: self._s.turn is None or self._paused())
+        return self._s.last_turn
+
+    @workflow.update
+    async def close(self, input: CancelInput) -> ConversationResult:
+        """End the conversation: withdraw anything pending and complete the workflow."""
+        if self._s.turn is not None:
+            seen = self._stops
+            self._cancel = input
+            if self._turn_task is not None and not self._paused():
+                self._turn_task.cancel()
+            await workflow.wait_condition(lambda: self._stops > seen)
+        self._s.closed = True
+        return ConversationResult(
+            chat_id=workflow.info().workflow_id, turns=self._s.turns, last_turn=self._s.last_turn
+        )
+
+    @close.validator
+    def validate_close(self, input: CancelInput) -> None:
+        if self._s.closed:
+            raise _rejected("SendRejected", "this conversation is already closed")
+
+    # ------------------------------------------------------------------------------------------
+    # Signals: every signal name lands here with raw payloads, so a malformed one (bad JSON,
+    # wrong types, zero or two arguments) is recorded instead of failing the workflow task.
+
+    @workflow.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        try:
+            if len(args) != 1:
+                raise ResumeError(
+                    f"signal {name!r} takes exactly one JSON argument, got {len(args)}"
+                )
+            payload = args[0]
+            if name == "resume":
+                resume = self._check_resume(payload)
+                self._apply_resume(resume, via="signal")
+            elif name == "send":
+                self._send_signal(payload)
+            else:
+                raise ResumeError(
+                    f"unknown signal {name!r}; this workflow accepts 'resume' and 'send'"
+                )
+        except ResumeError as e:
+            self._reject(via="signal", handler=name, reason=e.reason, payload=args)
+        except Exception as e:  # a signal must never fail the workflow task
+            workflow.logger.exception("signal %r could not be handled", name)
+            self._reject(
+                via="signal",
+                handler=name,
+                reason=f"internal error handling the signal ({type(e).__name__})",
+                payload=args,
+            )
+
+    def _send_signal(self, payload: RawValue) -> None:
+        body = _payload_json(payload)
+        try:
+            input = SendInput.model_validate(body)
+        except ValidationError as e:
+            raise ResumeError(f"malformed send: {pydantic_reason(e)}") from None
+        problem = self._send_problem(input.text, agent=input.agent, size=len(payload.payload.data))
+        if problem:
+            raise ResumeError(problem)
+        self._start_turn(input.text)
+
+    def _reject(
+        self,
+        *,
+        via: Literal["update", "signal"],
+        handler: str,
+        reason: str,
+        payload: Sequence[RawValue],
+    ) -> None:
+        raw = b"".join(p.payload.data for p in payload)
+        identity = None
+        try:
+            body = json.loads(raw) if len(payload) == 1 else None
+            if isinstance(body, dict) and isinstance(body.get("identity"), str):
+                identity = body["identity"][:200]
+        except ValueError:
+            pass
+        self._s.rejections.append(
+            Rejection(
+                at=workflow.now(),
+                via=via,
+                handler=handler,
+                reason=reason[:500],
+                identity=identity,
+                digest=digest(raw),
+            )
+        )
+        self._s.rejections_total += 1
+        del self._s.rejections[: -config.MAX_REJECTIONS_KEPT]
+        workflow.logger.warning(
+            "rejected %s signal from %s: %s", handler, identity or "unknown sender", reason
+        )
+        self._publish()
+
+    # ------------------------------------------------------------------------------------------
+    # Shared by the signal and update paths
+
+    def _paused(self) -> bool:
+        turn = self._s.turn
+        return turn is not None and turn.phase == "tools" and bool(self._book(turn).waiting())
+
+    def _book(self, turn: TurnState) -> InterruptBook:
+        return InterruptBook(turn.calls, spec=self._s.spec, known_refs=self._refs)
+
+    def _send_problem(self, text: str, *, agent: str | None, size: int) -> str | None:
+        if self._s.closed:
+            return "this conversation is closed"
+        if agent and agent != self._s.agent:
+            return (
+                f"chat {workflow.info().workflow_id!r} belongs to agent {self._s.agent!r}, "
+                f"not {agent!r}"
+            )
+        if not text.strip():
+            return "the message is empty"
+        try:
+            check_size(size, limit=MAX_SEND_BYTES, what="message")
+        except ResumeError as e:
+            return e.reason
+        if self._s.turn is not None:
+            if self._paused():
+                pending = ", ".join(
+                    f"{c.name} (ref {c.ref})" for c in self._book(self._s.turn).pending()
+                )
+                return (
+                    "the conversation is paused on interrupts; answer them with resume or "
+                    f"withdraw them with cancel first. Pending: {pending}"
+                )
+            return "a turn is already running; wait for it to finish"
+        return None
+
+    def _start_turn(self, text: str) -> None:
+        self._s.turns += 1
+        self._s.turn = TurnState(
+            turn=self._s.turns, started_at=workflow.now(), base_len=len(self._s.messages)
+        )
+        self._s.messages.append(Message(role="user", parts=[Part(text=text)]))
+        self._publish()
+
+    def _check_resume(self, payload: RawValue) -> ResumeInput:
+        turn = self._s.turn
+        if turn is None or not self._paused():
+            raise ResumeError("nothing is paused: this conversation has no pending interrupts")
+        # Size first: an oversized payload is refused before it is even parsed.
+        check_size(len(payload.payload.data), limit=MAX_RESUME_BYTES, what="resume")
+        return self._book(turn).validate(_payload_json(payload))
+
+    def _apply_resume(self, resume: ResumeInput, *, via: Literal["update", "signal"]) -> TurnState:
+        turn = self._s.turn
+        assert turn is not None
+        for call in self._book(turn).apply(resume):
+            self._audit(
+                call,
+                kind=call.answer or "respond",
+                via=via,
+                identity=resume.identity,
+                metadata=resume.metadata,
+            )
+        self._publish()
+        return turn
+
+    def _audit(
+        self,
+        call: CallState,
+        *,
+        kind: Literal["respond", "restart", "cancel", "deadline"],
+        via: Literal["update", "signal", "deadline", "cancel"],
+        identity: str | None = None,
+        metadata: dict[str, object] | None = None,
+    ) -> None:
+        self._s.answers.append(
+            AnswerRecord(
+                at=workflow.now(),
+                ref=call.ref,
+                name=call.name,
+                kind=kind,
+                via=via,
+                identity=identity,
+                metadata=metadata,
+            )
+        )
+        del self._s.answers[: -config.MAX_ANSWERS_KEPT]
+
+    # ------------------------------------------------------------------------------------------
+    # Queries
+
+    @workflow.query
+    def pending(self) -> PendingResult:
+        turn = self._s.turn
+        return PendingResult(interrupts=self._book(turn).requests() if turn else [])
+
+    @workflow.query
+    def status(self) -> StatusResult:
+        turn = self._s.turn
+        return StatusResult(
+            chat_id=workflow.info().workflow_id,
+            agent=self._s.agent,
+            status=self._status(),
+            turns=self._s.turns,
+            model=self._s.spec.model if self._s.spec else None,
+            pending=self._book(turn).requests() if turn else [],
+            last_turn=self._s.last_turn,
+            rejections=self._s.rejections_total,
+        )
+
+    @workflow.query
+    def history(self) -> HistoryResult:
+        return HistoryResult(messages=self._s.messages, answers=self._s.answers)
+
+    @workflow.query
+    def rejections(self) -> RejectionsResult:
+        return RejectionsResult(rejections=self._s.rejections, total=self._s.rejections_total)
+
+    # ------------------------------------------------------------------------------------------
+    # What operators see: search attributes, memo and the UI's current details.
+
+    def _status(self) -> AgentStatus:
+        if self._s.closed:
+            return "closed"
+        if self._s.turn is None:
+            return "idle"
+        return "interrupted" if self._paused() and self._book(self._s.turn).pending() else "running"
+
+    def _publish(self) -> None:
+        turn = self._s.turn
+        pending = self._book(turn).pending() if turn else []
+        status = self._status()
+        since: datetime | None = min((c.since for c in pending if c.since), default=None)
+        names = sorted({c.name for c in pending})
+        state = (status, tuple(names), since)
+        if state != self._published:
+            self._upsert_search_attributes(status, names, since)
+            self._published = state
+        memo = [
+            {"name": c.name, "ref": c.ref, "input": _truncate(json.dumps(c.args), 200)}
+            for c in pending
+        ]
+        if memo != self._memo_pending:
+            workflow.upsert_memo({"pending": memo})
+            self._memo_pending = memo
+        workflow.set_current_details(self._details(status, pending))
+
+    def _upsert_search_attributes(
+        self, status: AgentStatus, names: list[str], since: datetime | None
+    ) -> None:
+        current = workflow.info().typed_search_attributes
+        updates = []
+        if current.get(config.AGENT_NAME) != self._s.agent:
+            updates.append(config.AGENT_NAME.value_set(self._s.agent))
+        if current.get(config.AGENT_STATUS) != status:
+            updates.append(config.AGENT_STATUS.value_set(status))
+        if (current.get(config.PENDING_INTERRUPTS) or []) != names:
+            updates.append(
+                config.PENDING_INTERRUPTS.value_set(names)
+                if names
+                else config.PENDING_INTERRUPTS.value_unset()
+            )
+        if current.get(config.INTERRUPTED_SINCE) != since:
+            updates.append(
+                config.INTERRUPTED_SINCE.value_set(since)
+                if since
+                else config.INTERRUPTED_SINCE.value_unset()
+            )
+        if updates:
+            workflow.upsert_search_attributes(updates)
+
+    def _details(self, status: AgentStatus, pending: list[CallState]) -> str:
+        chat_id = workflow.info().workflow_id
+        lines = [f"**{self._s.agent}** · status **{status}** · turn {self._s.turns}"]
+        now = workflow.now()
+        for call in pending:
+            req = to_request(call)
+            answer = _suggested_answer(req)
+            cmd = (
+                f"temporal workflow signal --workflow-id {chat_id} --name resume "
+                f"--input '{json.dumps(answer, separators=(',', ':'))}'"
+            )
+            age = _age(now - call.since) if call.since else "?"
+            lines += [
+                "",
+                f"### Waiting on `{call.name}` (ref `{call.ref}`) for {age}",
+                f"- input: `{_truncate(json.dumps(call.args), config.MAX_TEXT_IN_DETAILS)}`",
+                f"- metadata: `{_truncate(json.dumps(call.metadata), config.MAX_TEXT_IN_DETAILS)}`",
+            ]
+            if call.deadline:
+                lines.append(f"- deadline: {call.deadline.isoformat()}")
+            lines += ["- answer it:", "", "```", cmd, "```"]
+        if self._s.last_turn and status != "interrupted":
+            lt = self._s.last_turn
+            lines += ["", f"Last turn {lt.turn}: **{lt.finish_reason.value}**"]
+            if lt.error:
+                lines.append(f"- error: {lt.error.status}: {_truncate(lt.error.message, 300)}")
+        if self._s.rejections:
+            lines += ["", f"### Recent rejected answers ({self._s.rejections_total} in all)"]
+            for r in self._s.rejections[-5:]:
+                lines.append(
+                    f"- {r.at.isoformat()} {r.handler} ({r.via}): {_truncate(r.reason, 200)}"
+                )
+        return "\n".join(lines)
+
+
+def _payload_json(payload: RawValue) -> object:
+    encoding = payload.payload.metadata.get("encoding", b"")
+    if encoding == b"binary/null":
+        raise ResumeError("the payload is empty; send a JSON object")
+    if encoding not in (b"json/plain", b""):
+        raise ResumeError(
+            f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
+        )
+    return decode_json(payload.payload.data)
+
+
+def _suggested_answer(req: InterruptRequest) -> dict[str, object]:
+    if req.source == "interrupt":
+        return {"respond": [{"name": req.name, "ref": req.ref, "output": {"approved": True}}]}
+    return {
+        "restart": [{"name": req.name, "ref": req.ref, "resumed_metadata": {APPROVED_KEY: True}}]
+    }
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _age(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+
+
+def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
+    """A classified error for the caller. Unclassified failures keep their text in history only."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type in (
+        "ToolError",
+        "ModelError",
+        "UnknownAgent",
+    ):
+        status = str(cause.details[0]) if cause.details else "INTERNAL"
+        return ErrorInfo(status=status, message=cause.message)
+    if isinstance(cause, TemporalTimeoutError):
+        return ErrorInfo(status="DEADLINE_EXCEEDED", message=f"{what} timed out")
+    return ErrorInfo(status="INTERNAL", message=f"{what} failed")

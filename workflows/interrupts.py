@@ -1,0 +1,323 @@
+"""Interrupt bookkeeping: the pending set, resume validation, answers and deadlines.
+
+Pure code with no Temporal imports, so it is unit-tested in milliseconds and behaves identically
+on replay. The workflow wires it to its handlers; the signal path and the update path both call
+:meth:`InterruptBook.validate`, so they always give the same verdict on the same input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, best_match
+from pydantic import ValidationError
+
+from workflows.types import (
+    AgentSpec,
+    CallState,
+    ErrorInfo,
+    InterruptRequest,
+    InterruptSource,
+    JsonObject,
+    ResumeInput,
+)
+
+MAX_RESUME_BYTES = 1 << 20
+"""The largest resume payload accepted, serialized (1 MiB)."""
+
+MAX_SEND_BYTES = 256 << 10
+"""The largest user message accepted, serialized (256 KiB)."""
+
+
+class ResumeError(Exception):
+    """A resume that cannot be applied; ``reason`` says why, in words for the sender."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def pydantic_reason(err: ValidationError, *, limit: int = 3) -> str:
+    """A one-line summary of a pydantic error, naming the offending fields."""
+    parts = []
+    for e in err.errors()[:limit]:
+        where = ".".join(str(x) for x in e["loc"]) or "payload"
+        parts.append(f"{where}: {e['msg']}")
+    more = len(err.errors()) - limit
+    if more > 0:
+        parts.append(f"(+{more} more)")
+    return "; ".join(parts)
+
+
+def schema_error(instance: Any, schema: JsonObject) -> str | None:
+    """The first way ``instance`` breaks ``schema``, or None when it fits."""
+    try:
+        validator = Draft202012Validator(schema)
+        error = best_match(validator.iter_errors(instance))
+    except SchemaError as e:
+        return f"the declared schema is invalid: {e.message}"
+    if error is None:
+        return None
+    where = ".".join(str(x) for x in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
+
+
+def digest(raw: bytes, *, excerpt: int = 120) -> str:
+    """A short fingerprint of a payload for rejection logs: hash prefix, size and excerpt."""
+    h = hashlib.sha256(raw).hexdigest()[:12]
+    text = raw[:excerpt].decode("utf-8", errors="replace")
+    suffix = "…" if len(raw) > excerpt else ""
+    return f"sha256:{h} {len(raw)}B {text}{suffix}"
+
+
+def _human_size(n: int) -> str:
+    return f"{n / (1 << 20):.2f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
+
+
+def check_size(size: int, *, limit: int, what: str) -> None:
+    if size > limit:
+        raise ResumeError(f"{what} is {_human_size(size)}; the limit is {_human_size(limit)}")
+
+
+class InterruptBook:
+    """The tool calls of one model message, seen as interrupts to answer.
+
+    Wraps the step's ``CallState`` list (which lives in workflow state and is mutated in place).
+    """
+
+    def __init__(
+        self,
+        calls: list[CallState],
+        *,
+        spec: AgentSpec | None,
+        known_refs: Collection[str] = (),
+    ) -> None:
+        self.calls = calls
+        self.spec = spec
+        self.known_refs = known_refs
+
+    # -- views ------------------------------------------------------------------------------
+
+    def pending(self) -> list[CallState]:
+        """Calls waiting for an answer, in call order."""
+        return [c for c in self.calls if c.status == "pending"]
+
+    def waiting(self) -> list[CallState]:
+        """Calls paused, answered or not (the turn continues when none is still pending)."""
+        return [c for c in self.calls if c.status in ("pending", "answered")]
+
+    def requests(self) -> list[InterruptRequest]:
+        return [to_request(c) for c in self.pending()]
+
+    def all_answered(self) -> bool:
+        return not self.pending()
+
+    def next_deadline(self) -> datetime | None:
+        deadlines = [c.deadline for c in self.pending() if c.deadline is not None]
+        return min(deadlines) if deadlines else None
+
+    # -- validation -------------------------------------------------------------------------
+
+    def validate(self, raw: Any, *, size: int | None = None) -> ResumeInput:
+        """Check a raw resume payload against the schema and the pending set.
+
+        Raises:
+            ResumeError: the payload is malformed, too large, or does not match what is
+                pending now. Nothing has been applied.
+        """
+        if size is not None:
+            check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+        if not isinstance(raw, dict):
+            raise ResumeError(
+                "resume must be a JSON object with 'respond' and/or 'restart' lists, "
+                f"got {_json_type(raw)}"
+            )
+        try:
+            resume = ResumeInput.model_validate(raw)
+        except ValidationError as e:
+            raise ResumeError(f"malformed resume: {pydantic_reason(e)}") from None
+        self.check(resume)
+        return resume
+
+    def check(self, resume: ResumeInput) -> None:
+        """Check a well-formed resume against what is pending now."""
+        entries: list[tuple[str, str, str]] = [
+            ("respond", r.name, r.ref) for r in resume.respond
+        ] + [("restart", r.name, r.ref) for r in resume.restart]
+        if not entries:
+            raise ResumeError("empty resume: give at least one 'respond' or 'restart' entry")
+        pending = {c.ref: c for c in self.pending()}
+        if not pending:
+            raise ResumeError("nothing is paused: this conversation has no pending interrupts")
+        seen: set[str] = set()
+        for kind, name, ref in entries:
+            if ref in seen:
+                raise ResumeError(f"ref {ref!r} is answered more than once in this resume")
+            seen.add(ref)
+            call = pending.get(ref)
+            if call is None:
+                raise ResumeError(self._not_pending(ref, pending))
+            if call.name != name:
+                raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
+        for r in resume.restart:
+            call = pending[r.ref]
+            if r.input is not None and r.input != call.args:
+                raise ResumeError(
+                    f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input; a restart "
+                    "re-runs the tool with its original input (omit 'input' or send it unchanged)"
+                )
+        for r in resume.respond:
+            call = pending[r.ref]
+            tool = self.spec.tool(call.name) if self.spec else None
+            if tool and tool.interrupt_only and tool.output_schema:
+                problem = schema_error(r.output, tool.output_schema)
+                if problem:
+                    raise ResumeError(
+                        f"respond output for {r.name!r} (ref {r.ref!r}) does not fit its "
+                        f"output schema: {problem}"
+                    )
+
+    def _not_pending(self, ref: str, pending: dict[str, CallState]) -> str:
+        answered = {c.ref for c in self.calls if c.status != "pending"}
+        listing = ", ".join(f"{c.name} (ref {c.ref})" for c in pending.values())
+        if ref in answered or ref in self.known_refs:
+            return f"ref {ref!r} is not pending: it was already answered. Pending: {listing}"
+        return f"unknown ref {ref!r}. Pending: {listing}"
+
+    # -- applying answers -------------------------------------------------------------------
+
+    def apply(self, resume: ResumeInput) -> list[CallState]:
+        """Record a validated resume's answers. Call :meth:`check` first, in the same step."""
+        by_ref = {c.ref: c for c in self.pending()}
+        answered = []
+        for r in resume.respond:
+            call = by_ref[r.ref]
+            call.status = "answered"
+            call.answer = "respond"
+            call.answer_output = r.output
+            answered.append(call)
+        for r in resume.restart:
+            call = by_ref[r.ref]
+            call.status = "answered"
+            call.answer = "restart"
+            call.answer_metadata = r.resumed_metadata
+            answered.append(call)
+        return answered
+
+    def expire(self, now: datetime) -> list[CallState]:
+        """Answer every pending call whose deadline has passed with its timeout default."""
+        expired = []
+        for call in self.pending():
+            if call.deadline is not None and call.deadline <= now:
+                call.status = "answered"
+                call.answer = "respond"
+                call.answer_output = self.timeout_output(call)
+                expired.append(call)
+        return expired
+
+    def timeout_output(self, call: CallState) -> JsonObject:
+        tool = self.spec.tool(call.name) if self.spec else None
+        if tool and tool.on_timeout is not None:
+            return dict(tool.on_timeout)
+        if self.spec and self.spec.on_interrupt_timeout is not None:
+            return dict(self.spec.on_interrupt_timeout)
+        return {"error": "timed out", "approved": False}
+
+    def cancel(self, reason: str) -> list[CallState]:
+        """Withdraw every waiting call: each gets a cancellation response for the model."""
+        withdrawn = []
+        for call in self.calls:
+            if call.status in ("pending", "answered", "ready"):
+                call.status = "done"
+                call.output = {"error": "cancelled", "reason": reason or "cancelled by the user"}
+                call.answer = None
+                withdrawn.append(call)
+        return withdrawn
+
+    def settle(self) -> None:
+        """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
+        for call in self.calls:
+            if call.status != "answered":
+                continue
+            if call.answer == "respond":
+                call.status = "done"
+                call.output = call.answer_output or {}
+            else:
+                call.status = "ready"
+                call.resumed = True
+                call.resumed_metadata = call.answer_metadata or {}
+            call.answer = None
+            call.answer_output = None
+            call.answer_metadata = None
+
+    def pause(
+        self,
+        call: CallState,
+        *,
+        source: InterruptSource,
+        metadata: JsonObject,
+        now: datetime,
+    ) -> None:
+        """Mark a call pending, with its deadline from the agent definition."""
+        call.status = "pending"
+        call.source = source
+        call.metadata = metadata
+        call.since = now
+        seconds = self.deadline_seconds(call.name)
+        call.deadline = now + timedelta(seconds=seconds) if seconds else None
+
+    def deadline_seconds(self, name: str) -> float | None:
+        if self.spec is None:
+            return None
+        tool = self.spec.tool(name)
+        if tool and tool.deadline_seconds:
+            return tool.deadline_seconds
+        return self.spec.interrupt_deadline_seconds
+
+    def failed(self) -> list[CallState]:
+        return [c for c in self.calls if c.status == "failed"]
+
+    def first_error(self) -> ErrorInfo | None:
+        for c in self.calls:
+            if c.status == "failed" and c.error is not None:
+                return c.error
+        return None
+
+
+def to_request(call: CallState) -> InterruptRequest:
+    return InterruptRequest(
+        name=call.name,
+        ref=call.ref,
+        input=call.args,
+        metadata=call.metadata,
+        source=call.source,
+        since=call.since,
+        deadline=call.deadline,
+    )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def decode_json(data: bytes) -> Any:
+    """Decode a JSON payload body; ``ResumeError`` when it is not JSON."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ResumeError(f"payload is not valid JSON: {e}") from None

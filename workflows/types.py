@@ -1,0 +1,387 @@
+"""Wire types: everything that crosses a Temporal boundary.
+
+Workflow input, signals, updates, queries and activity inputs/outputs are all pydantic models in
+this one module, which imports only pydantic and the standard library. They are durable schemas:
+histories recorded months ago are decoded with them, so evolve them by adding optional fields with
+defaults, never by renaming or removing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonObject = dict[str, Any]
+"""A JSON object, as Gemini's function-call arguments and function responses are."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Wire(BaseModel):
+    # Unknown fields from a newer writer are ignored rather than fatal, so a rollback of the
+    # worker can still decode what a newer one wrote.
+    model_config = ConfigDict(extra="ignore")
+
+
+# --------------------------------------------------------------------------------------------
+# Conversation content, in Gemini's shape.
+
+
+class FunctionCall(_Wire):
+    id: str | None = None
+    name: str
+    args: JsonObject = Field(default_factory=dict)
+
+
+class FunctionResponse(_Wire):
+    id: str | None = None
+    name: str
+    response: JsonObject = Field(default_factory=dict)
+
+
+class Part(BaseModel):
+    """One Gemini content part.
+
+    The fields the runtime reads are typed. Everything else Gemini sends (inline data, code
+    execution, future fields) is kept verbatim through ``extra="allow"``, because thinking models
+    require their parts, thought signatures included, to be sent back unchanged.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = None
+    thought: bool | None = None
+    # Base64, as google-genai serializes bytes in JSON mode.
+    thought_signature: str | None = None
+    function_call: FunctionCall | None = None
+    function_response: FunctionResponse | None = None
+
+
+class Message(_Wire):
+    role: Literal["user", "model"]
+    parts: list[Part] = Field(default_factory=list)
+
+    def text(self) -> str:
+        """The message's visible text: its non-thought text parts, joined."""
+        return "".join(p.text for p in self.parts if p.text and not p.thought)
+
+
+# --------------------------------------------------------------------------------------------
+# The agent definition, as data. The worker resolves it from code and records it in history
+# through the model activity's result, so replay never depends on the agent's current code.
+
+
+class RetrySpec(_Wire):
+    initial_interval_seconds: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval_seconds: float | None = None
+    maximum_attempts: int = 3
+
+
+class ToolSpec(_Wire):
+    name: str
+    description: str
+    input_schema: JsonObject
+    output_schema: JsonObject | None = None
+    interrupt_only: bool = False
+    timeout_seconds: float | None = None
+    retry: RetrySpec | None = None
+    # For interrupt-only tools: how long a human has, and the answer given when time runs out.
+    deadline_seconds: float | None = None
+    on_timeout: JsonObject | None = None
+
+
+class ApprovalSpec(_Wire):
+    allow: list[str] = Field(default_factory=list)
+
+
+class AgentSpec(_Wire):
+    name: str
+    model: str
+    system: str | None = None
+    tools: list[ToolSpec] = Field(default_factory=list)
+    approval: ApprovalSpec | None = None
+    max_turns: int = 10
+    # Agent-wide interrupt deadline; a tool's own deadline takes precedence.
+    interrupt_deadline_seconds: float | None = None
+    on_interrupt_timeout: JsonObject | None = None
+    digest: str = ""
+
+    def tool(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+# --------------------------------------------------------------------------------------------
+# Results a caller sees.
+
+
+class FinishReason(StrEnum):
+    STOP = "stop"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    MAX_TURNS = "max_turns"
+
+
+InterruptSource = Literal["interrupt", "approval", "tool"]
+"""Why a call paused: an interrupt-only tool, the ToolApproval gate, or a tool that raised."""
+
+
+class ToolResponse(_Wire):
+    """Answer an interrupt by supplying the tool's output (the tool does not run)."""
+
+    name: str
+    ref: str
+    output: JsonObject
+
+
+class ToolRestart(_Wire):
+    """Answer an interrupt by running the tool again with ``resumed_metadata``."""
+
+    name: str
+    ref: str
+    # Optional; when present it must equal the original input (a restart cannot edit it).
+    input: JsonObject | None = None
+    resumed_metadata: JsonObject = Field(default_factory=dict)
+
+
+class InterruptRequest(_Wire):
+    """A tool call the conversation is paused on."""
+
+    name: str
+    ref: str
+    input: JsonObject = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
+    source: InterruptSource = "interrupt"
+    since: datetime | None = None
+    deadline: datetime | None = None
+
+    def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
+        """Build the answer that supplies this tool's output."""
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
+        return ToolResponse(name=self.name, ref=self.ref, output=output)
+
+    def restart(self, resumed_metadata: JsonObject | BaseModel | None = None) -> ToolRestart:
+        """Build the answer that re-runs this tool with its original input."""
+        if isinstance(resumed_metadata, BaseModel):
+            resumed_metadata = resumed_metadata.model_dump(mode="json")
+        return ToolRestart(
+            name=self.name,
+            ref=self.ref,
+            input=dict(self.input),
+            resumed_metadata=resumed_metadata or {},
+        )
+
+    def input_as(self, model: type[M]) -> M:
+        return model.model_validate(self.input)
+
+    def metadata_as(self, model: type[M]) -> M:
+        return model.model_validate(self.metadata)
+
+
+class ErrorInfo(_Wire):
+    status: str
+    message: str
+
+
+class TurnResult(_Wire):
+    """How a turn ended (or where it is paused)."""
+
+    turn: int = 0
+    finish_reason: FinishReason
+    text: str = ""
+    interrupts: list[InterruptRequest] = Field(default_factory=list)
+    error: ErrorInfo | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Handler inputs and query results.
+
+
+class SendInput(_Wire):
+    text: str
+    # The agent the caller believes this chat belongs to; a mismatch is rejected.
+    agent: str | None = None
+
+
+class ResumeInput(BaseModel):
+    """The ``resume`` payload, by signal or update. Unknown keys are rejected (typo safety)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    respond: list[ToolResponse] = Field(default_factory=list)
+    restart: list[ToolRestart] = Field(default_factory=list)
+    identity: str | None = None
+    metadata: JsonObject | None = None
+
+
+class CancelInput(_Wire):
+    reason: str = ""
+    identity: str | None = None
+
+
+class AnswerRecord(_Wire):
+    """One applied answer, kept in the conversation's audit log."""
+
+    at: datetime
+    ref: str
+    name: str
+    kind: Literal["respond", "restart", "cancel", "deadline"]
+    via: Literal["update", "signal", "deadline", "cancel"]
+    identity: str | None = None
+    metadata: JsonObject | None = None
+
+
+class Rejection(_Wire):
+    """An answer or message the conversation refused, kept for operators."""
+
+    at: datetime
+    via: Literal["update", "signal"]
+    handler: str
+    reason: str
+    identity: str | None = None
+    digest: str = ""
+
+
+AgentStatus = Literal["running", "interrupted", "idle", "closed"]
+
+
+class StatusResult(_Wire):
+    chat_id: str
+    agent: str
+    status: AgentStatus
+    turns: int
+    model: str | None = None
+    pending: list[InterruptRequest] = Field(default_factory=list)
+    last_turn: TurnResult | None = None
+    rejections: int = 0
+
+
+class HistoryResult(_Wire):
+    messages: list[Message] = Field(default_factory=list)
+    answers: list[AnswerRecord] = Field(default_factory=list)
+
+
+class RejectionsResult(_Wire):
+    rejections: list[Rejection] = Field(default_factory=list)
+    total: int = 0
+
+
+class PendingResult(_Wire):
+    interrupts: list[InterruptRequest] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Workflow state, carried across continue-as-new.
+
+CallStatus = Literal["ready", "done", "pending", "answered", "failed"]
+
+
+class CallState(_Wire):
+    """One tool call of a model message, through its whole life."""
+
+    ref: str
+    call_id: str | None = None
+    name: str
+    args: JsonObject = Field(default_factory=dict)
+    status: CallStatus = "ready"
+    # ready: whether this run is a restart, and with what metadata.
+    resumed: bool = False
+    resumed_metadata: JsonObject = Field(default_factory=dict)
+    # done: the function response sent to the model.
+    output: JsonObject | None = None
+    # pending: why and since when.
+    source: InterruptSource = "interrupt"
+    metadata: JsonObject = Field(default_factory=dict)
+    since: datetime | None = None
+    deadline: datetime | None = None
+    # answered: the answer waiting for its siblings.
+    answer: Literal["respond", "restart"] | None = None
+    answer_output: JsonObject | None = None
+    answer_metadata: JsonObject | None = None
+    # failed
+    error: ErrorInfo | None = None
+    runs: int = 0
+
+
+class TurnState(_Wire):
+    turn: int
+    started_at: datetime
+    # Length of the message list before this turn, so a failed turn can be rolled back.
+    base_len: int
+    phase: Literal["model", "tools"] = "model"
+    model_calls: int = 0
+    calls: list[CallState] = Field(default_factory=list)
+
+
+class ConversationState(_Wire):
+    agent: str
+    spec: AgentSpec | None = None
+    messages: list[Message] = Field(default_factory=list)
+    refs: list[str] = Field(default_factory=list)
+    turn: TurnState | None = None
+    last_turn: TurnResult | None = None
+    turns: int = 0
+    answers: list[AnswerRecord] = Field(default_factory=list)
+    rejections: list[Rejection] = Field(default_factory=list)
+    rejections_total: int = 0
+    closed: bool = False
+
+
+class ConversationInput(_Wire):
+    agent: str
+    # Set only by continue-as-new.
+    state: ConversationState | None = None
+
+
+class ConversationResult(_Wire):
+    chat_id: str
+    turns: int
+    last_turn: TurnResult | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Activities.
+
+
+class ModelInput(_Wire):
+    agent: str
+    chat_id: str
+    messages: list[Message]
+    # The digest of the definition the workflow already holds; the activity sends the
+    # definition back only when the worker's differs, to keep history small.
+    spec_digest: str | None = None
+
+
+class ModelUsage(_Wire):
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class ModelResult(_Wire):
+    message: Message
+    finish_reason: str | None = None
+    usage: ModelUsage | None = None
+    spec: AgentSpec | None = None
+
+
+class ToolInput(_Wire):
+    agent: str
+    chat_id: str
+    tool: str
+    ref: str
+    args: JsonObject = Field(default_factory=dict)
+    resumed: bool = False
+    resumed_metadata: JsonObject = Field(default_factory=dict)
+
+
+class ToolResult(_Wire):
+    kind: Literal["output", "interrupt", "invalid_input"]
+    output: JsonObject | None = None
+    metadata: JsonObject | None = None
+    message: str | None = None
