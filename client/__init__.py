@@ -7,7 +7,9 @@ from client.api import (
     Chat,
     ResumeRejected,
     SendRejected,
+    approve,
     connect_config,
+    deny,
 )
 from workflows.types import (
     ErrorInfo,
@@ -33,5 +35,7 @@ __all__ = [
     "ToolResponse",
     "ToolRestart",
     "TurnResult",
+    "approve",
     "connect_config",
+    "deny",
 ]

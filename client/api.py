@@ -76,6 +76,24 @@ def _raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
     raise AgentError(str(cause or err)) from err
 
 
+def approve(interrupt: InterruptRequest) -> ToolResponse | ToolRestart:
+    """The approving answer for an interrupt, in the form its kind needs.
+
+    An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or conditional
+    tool gets ``restart`` with ``{"tool_approved": true}`` so it runs with its original input.
+    """
+    if interrupt.source == "interrupt":
+        return interrupt.respond({"approved": True})
+    return interrupt.restart({"tool_approved": True})
+
+
+def deny(interrupt: InterruptRequest, reason: str = "") -> ToolResponse:
+    """The denying answer: the tool does not run; the model is told it was declined."""
+    if interrupt.source == "interrupt":
+        return interrupt.respond({"approved": False, "feedback": reason})
+    return interrupt.respond({"error": "denied by the user", "reason": reason or "no reason given"})
+
+
 def connect_config(
     target_host: str | None = None,
     *,
@@ -195,6 +213,8 @@ class Chat:
             raise SendRejected(f"chat {self.id!r} is closed") from None
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
+        finally:
+            _retrieve_start_outcome(start)
 
     async def resume(
         self,
@@ -284,6 +304,20 @@ class Chat:
             raise _rpc_error(e, self.id) from e
 
 
+def _retrieve_start_outcome(start: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Mark the start operation's outcome as seen.
+
+    When update-with-start fails, the SDK leaves the start's future holding an exception nobody
+    awaits. Its "exception was never retrieved" finalizer then runs wherever the garbage
+    collector happens to interrupt; measured here, running inside a later import it corrupts
+    CPython 3.11's AST recursion check ("SystemError: AST constructor recursion depth
+    mismatch"). Retrieving it now keeps that out of callers' processes.
+    """
+    future = start._workflow_handle  # no public non-blocking accessor
+    if future.done() and not future.cancelled():
+        future.exception()
+
+
 def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
     if err.status == RPCStatusCode.NOT_FOUND:
         return AgentError(f"no conversation with id {chat_id!r}")
@@ -299,5 +333,7 @@ __all__ = [
     "Chat",
     "ResumeRejected",
     "SendRejected",
+    "approve",
     "connect_config",
+    "deny",
 ]

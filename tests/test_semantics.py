@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import logging
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -549,3 +551,21 @@ async def test_send_to_another_agents_chat_is_rejected(run_worker, model):
         await chat.close()
         with pytest.raises(SendRejected, match="closed"):
             await chat.send("after close")
+
+
+async def test_rejected_start_leaves_no_unretrieved_future(run_worker, model, caplog):
+    """A send to a closed chat must not leave an exception for the garbage collector to log.
+
+    That finalizer, run mid-import by the GC, was measured corrupting CPython 3.11's AST
+    recursion check (SystemError) and crashing pytest's terminal summary.
+    """
+    model.reply(text("hi"))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        await chat.send("hello")
+        await chat.close()
+        with pytest.raises(SendRejected):
+            await chat.send("after close")
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -39,6 +39,13 @@ PASSTHROUGH = (
 )
 
 
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """The workflow sandbox with this project's pass-through modules (workers and replayers)."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+    )
+
+
 def with_pydantic_converter(client: Client) -> Client:
     """The same connection with the pydantic data converter, which every boundary here needs."""
     if (
@@ -98,12 +105,7 @@ def build_worker(
     if not agents:
         raise ValueError("build_worker needs at least one agent")
     acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
-    worker_kwargs.setdefault(
-        "workflow_runner",
-        SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-        ),
-    )
+    worker_kwargs.setdefault("workflow_runner", sandbox_runner())
     return Worker(
         with_pydantic_converter(client),
         task_queue=task_queue,
@@ -113,4 +115,10 @@ def build_worker(
     )
 
 
-__all__ = ["build_worker", "default_gemini", "has_gemini_key", "with_pydantic_converter"]
+__all__ = [
+    "build_worker",
+    "default_gemini",
+    "has_gemini_key",
+    "sandbox_runner",
+    "with_pydantic_converter",
+]

@@ -102,4 +102,7 @@ def start_dev_server(
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115  # owned by the child
     cmd = dev_server_command(db_file=db_file, port=port, ui_port=ui_port)
     log.info("starting Temporal dev server: %s", " ".join(cmd))
-    return subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+    # `make stop` reads this to stop a server that outlived the command that started it.
+    (db_file.parent / "dev-server.pid").write_text(f"{proc.pid}\n")
+    return proc

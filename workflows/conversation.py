@@ -596,8 +596,9 @@ class AgentWorkflow:
     # Shared by the signal and update paths
 
     def _paused(self) -> bool:
+        """Whether the turn waits on a human: some interrupt has no answer yet."""
         turn = self._s.turn
-        return turn is not None and turn.phase == "tools" and bool(self._book(turn).waiting())
+        return turn is not None and turn.phase == "tools" and bool(self._book(turn).pending())
 
     def _book(self, turn: TurnState) -> InterruptBook:
         return InterruptBook(turn.calls, spec=self._s.spec, known_refs=self._refs)
@@ -718,7 +719,7 @@ class AgentWorkflow:
             return "closed"
         if self._s.turn is None:
             return "idle"
-        return "interrupted" if self._paused() and self._book(self._s.turn).pending() else "running"
+        return "interrupted" if self._paused() else "running"
 
     def _publish(self) -> None:
         turn = self._s.turn

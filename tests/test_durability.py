@@ -1,0 +1,119 @@
+"""A paused turn survives its worker, its server, and a new version of the code (replay)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from client import AgentClient, FinishReason
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed
+from tests.scenarios import banking_conversation, rich_conversation
+from worker import build_worker, sandbox_runner
+from worker.devserver import DISPATCH_FLAG, temporal_cli
+from worker.offline_model import respond as offline_rules
+from worker.standin import GeminiStandIn, calls, text
+from workflows import AgentWorkflow
+from workflows.config import SEARCH_ATTRIBUTES
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def replayer() -> Replayer:
+    return Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+
+
+async def test_paused_turn_is_answered_by_a_brand_new_worker(client, model):
+    model.reply(calls(("lookup", {"key": "k"}), ("approve", {"question": "q"})), text("done"))
+    queue = f"tq-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue=queue)
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        chat = await agents.chat("assistant")
+        (i,) = (await chat.send("go")).interrupts
+    # The first worker is gone; nothing of the conversation lives in this process any more.
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        assert [p.ref for p in await chat.pending()] == [i.ref]
+        res = await chat.resume(respond=[i.respond({"approved": True})])
+    assert res.finish_reason == FinishReason.STOP
+    assert t.RUNS == {"lookup": 1}  # the completed sibling was not re-run by the new worker
+    assert [r["name"] for r in model.requests[1].function_responses()] == ["lookup", "approve"]
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_paused_turn_survives_a_server_restart(tmp_path, model):
+    db = tmp_path / "temporal.db"
+
+    async def server() -> WorkflowEnvironment:
+        return await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_cli(),
+            dev_server_database_filename=str(db),
+            dev_server_extra_args=list(DISPATCH_FLAG),
+            dev_server_log_level="error",
+            search_attributes=SEARCH_ATTRIBUTES,
+            data_converter=pydantic_data_converter,
+        )
+
+    model.reply(calls(("approve", {"question": "survive?"})), text("survived"))
+    queue = f"tq-{uuid.uuid4()}"
+    async with await server() as env:
+        agents = AgentClient(env.client, task_queue=queue)
+        async with build_worker(
+            env.client, agents=t.ALL, task_queue=queue, gemini=model.server.client()
+        ):
+            chat = await agents.chat("assistant")
+            (i,) = (await chat.send("go")).interrupts
+    assert db.exists()
+    async with await server() as env:
+        agents = AgentClient(env.client, task_queue=queue)
+        chat = await agents.chat("assistant", chat_id=chat.id)
+        async with build_worker(
+            env.client, agents=t.ALL, task_queue=queue, gemini=model.server.client()
+        ):
+            assert [p.ref for p in await chat.pending()] == [i.ref]
+            res = await chat.resume(respond=[i.respond({"approved": True})])
+            assert res.text == "survived"
+            await assert_no_workflow_task_failed(env.client, chat.id)
+
+
+async def test_fresh_histories_replay_deterministically(run_worker, model, client):
+    chat_id = f"rich-{uuid.uuid4()}"
+    async with run_worker() as agents:
+        await rich_conversation(agents, model, chat_id=chat_id)
+    hist = await client.get_workflow_handle(chat_id).fetch_history()
+    result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
+    assert result.replay_failure is None
+    await assert_no_workflow_task_failed(client, chat_id)
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)
+async def test_recorded_histories_still_replay(path: Path):
+    """Conversations recorded by earlier code must replay on today's code (in-flight safety)."""
+    data = json.loads(path.read_text())
+    hist = WorkflowHistory.from_json(path.stem, data)
+    result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
+    assert result.replay_failure is None
+
+
+def test_there_are_recorded_histories():
+    assert len(sorted(HISTORIES.glob("*.json"))) >= 2
+
+
+async def test_offline_banking_conversation_replays(run_worker, client):
+    chat_id = f"bank-{uuid.uuid4()}"
+    with GeminiStandIn(offline_rules) as offline:
+        queue = f"tq-{uuid.uuid4()}"
+        async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=offline.client()):
+            await banking_conversation(AgentClient(client, task_queue=queue), chat_id=chat_id)
+    hist = await client.get_workflow_handle(chat_id).fetch_history()
+    await replayer().replay_workflow(hist, raise_on_replay_failure=True)
