@@ -1,0 +1,119 @@
+"""Long conversations stay bounded (semantics 11): continue-as-new carries everything over.
+
+A dedicated dev server suggests continue-as-new after 40 events instead of thousands, so a few
+turns are enough to cross the line, idle or paused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from client import AgentClient, FinishReason
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed, eventually, events_of
+from worker import build_worker
+from worker.devserver import DISPATCH_FLAG, temporal_cli
+from worker.standin import calls, text
+from workflows.config import SEARCH_ATTRIBUTES
+
+SUGGEST_AFTER_EVENTS = 40
+
+
+@pytest.fixture(scope="module")
+async def small_histories() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=[
+            *DISPATCH_FLAG,
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}",
+        ],
+        dev_server_log_level="error",
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+    )
+    async with env:
+        yield env
+
+
+async def _runs(client, chat_id: str) -> list[str]:
+    runs = []
+    async for wf in client.list_workflows(f'WorkflowId = "{chat_id}"'):
+        runs.append(wf.run_id)
+    return runs
+
+
+async def test_idle_conversation_continues_as_new_and_keeps_its_memory(small_histories, model):
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    for n in range(8):
+        model.reply(calls(("lookup", {"key": f"k{n}"}, f"id-{n}")), text(f"answer {n}"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("assistant")
+        first_run = None
+        for n in range(8):
+            res = await chat.send(f"question {n}")
+            assert res.text == f"answer {n}"
+            if first_run is None:
+                first_run = (await client.get_workflow_handle(chat.id).describe()).run_id
+        runs = await eventually(
+            lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15
+        )
+        current = await client.get_workflow_handle(chat.id).describe()
+        status = await chat.status()
+    assert current.run_id != first_run and len(runs) >= 2
+    assert status.turns == 8
+    # The model still saw the whole conversation: every question and answer so far.
+    texts = [
+        p.get("text") for c in model.requests[-1].contents for p in c["parts"] if "text" in p
+    ]
+    assert texts[:4] == ["question 0", "answer 0", "question 1", "answer 1"]
+    assert texts[-1] == "question 7"
+    # Refs stay unique across runs: a model call id reused in a later run is not reused as a ref.
+    assert len({ctx.ref for ctx in t.CONTEXTS}) == 8
+    hist = await client.get_workflow_handle(chat.id).fetch_history()
+    assert len(hist.events) <= SUGGEST_AFTER_EVENTS * 2
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_paused_conversation_continues_as_new_and_stays_paused(small_histories, model):
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    model.reply(calls(("approve", {"question": "q"}), ("lookup", {"key": "k"})), text("done"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("assistant")
+        (pending,) = (await chat.send("go")).interrupts
+        handle = client.get_workflow_handle(chat.id)
+        first_run = (await handle.describe()).run_id
+        # Rejected signals grow the history while the turn waits for a human.
+        for n in range(SUGGEST_AFTER_EVENTS):
+            await handle.signal("resume", {"respond": [{"name": "approve", "ref": f"x{n}", "output": {}}]})
+        await eventually(
+            lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15
+        )
+        assert (await handle.describe()).run_id != first_run
+        assert [p.ref for p in await chat.pending()] == [pending.ref]
+        assert (await chat.status()).rejections >= SUGGEST_AFTER_EVENTS
+        done = await chat.resume(respond=[pending.respond({"approved": True})])
+        current = (await handle.describe()).run_id
+        runs = await eventually(lambda: _runs(client, chat.id), lambda r: current in r)
+        scheduled: list[str] = []
+        for run_id in reversed(runs):
+            hist = await client.get_workflow_handle(chat.id, run_id=run_id).fetch_history()
+            scheduled += [
+                e.activity_task_scheduled_event_attributes.activity_type.name
+                for e in events_of(hist, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+            ]
+    assert done.finish_reason == FinishReason.STOP
+    assert t.RUNS == {"lookup": 1}  # the completed sibling was carried over, not re-run
+    responses = model.requests[-1].function_responses()
+    assert [r["name"] for r in responses] == ["approve", "lookup"]
+    # Across every run: one model call and the lookup before the pause, one model call after.
+    assert scheduled == ["model_call", "tool_call", "model_call"]
+    await assert_no_workflow_task_failed(client, chat.id)
