@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient, FinishReason
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually, events_of
+from tests.helpers import assert_no_workflow_task_failed, events_of, eventually
 from worker import build_worker
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.standin import calls, text
@@ -62,17 +62,13 @@ async def test_idle_conversation_continues_as_new_and_keeps_its_memory(small_his
             assert res.text == f"answer {n}"
             if first_run is None:
                 first_run = (await client.get_workflow_handle(chat.id).describe()).run_id
-        runs = await eventually(
-            lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15
-        )
+        runs = await eventually(lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15)
         current = await client.get_workflow_handle(chat.id).describe()
         status = await chat.status()
     assert current.run_id != first_run and len(runs) >= 2
     assert status.turns == 8
     # The model still saw the whole conversation: every question and answer so far.
-    texts = [
-        p.get("text") for c in model.requests[-1].contents for p in c["parts"] if "text" in p
-    ]
+    texts = [p.get("text") for c in model.requests[-1].contents for p in c["parts"] if "text" in p]
     assert texts[:4] == ["question 0", "answer 0", "question 1", "answer 1"]
     assert texts[-1] == "question 7"
     # Refs stay unique across runs: a model call id reused in a later run is not reused as a ref.
@@ -93,10 +89,10 @@ async def test_paused_conversation_continues_as_new_and_stays_paused(small_histo
         first_run = (await handle.describe()).run_id
         # Rejected signals grow the history while the turn waits for a human.
         for n in range(SUGGEST_AFTER_EVENTS):
-            await handle.signal("resume", {"respond": [{"name": "approve", "ref": f"x{n}", "output": {}}]})
-        await eventually(
-            lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15
-        )
+            await handle.signal(
+                "resume", {"respond": [{"name": "approve", "ref": f"x{n}", "output": {}}]}
+            )
+        await eventually(lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15)
         assert (await handle.describe()).run_id != first_run
         assert [p.ref for p in await chat.pending()] == [pending.ref]
         assert (await chat.status()).rejections >= SUGGEST_AFTER_EVENTS
