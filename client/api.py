@@ -193,10 +193,12 @@ class Chat:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             # A closed chat stays closed: its id is not reused for a new conversation.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # The send starts a turn at once, so the chat starts out "running"; setting it here
+            # spares the workflow an upsert in its first task.
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(AGENT_NAME, self.agent),
-                    SearchAttributePair(AGENT_STATUS, "idle"),
+                    SearchAttributePair(AGENT_STATUS, "running"),
                 ]
             ),
             static_summary=f"{self.agent} conversation",
