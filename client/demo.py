@@ -20,7 +20,7 @@ from urllib.parse import quote
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from client.api import AgentClient, approve, deny
+from client.api import AgentClient, approve, connect_config, deny
 from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
 from worker.devserver import port_open, start_dev_server, wait_for_port
@@ -41,14 +41,18 @@ def _ask(prompt: str) -> str:
 
 
 async def demo() -> int:
-    if port_open(7233):
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        print(f"Using the Temporal server at {os.environ['TEMPORAL_ADDRESS']} (TEMPORAL_ADDRESS).")
+    elif port_open(7233):
         print(f"Using the Temporal server already listening on {ADDRESS}.")
     else:
         state = Path(".temporal")
         proc = start_dev_server(db_file=state / "temporal.db", log_file=state / "dev-server.log")
         await wait_for_port(7233, proc=proc)
         print(f"Started the Temporal dev server (pid {proc.pid}); data in .temporal/, UI at {UI}")
-    temporal = await Client.connect(ADDRESS, data_converter=pydantic_data_converter)
+    config = connect_config()
+    config["data_converter"] = pydantic_data_converter
+    temporal = await Client.connect(**config)
     # A server we did not start may lack them; registering is idempotent.
     await register_search_attributes(temporal)
     if not has_gemini_key():
