@@ -298,3 +298,47 @@ async def test_send_signal_starts_a_turn_for_scripts(run_worker, model, client):
         res = await eventually(chat.status, lambda s: s.turns == 2 and s.status == "idle")
     assert res.last_turn is not None and res.last_turn.text == "hello from a script"
     assert model.requests[-1].contents[-1] == {"role": "user", "parts": [{"text": "ping"}]}
+
+
+async def test_cli_update_route_answers_or_says_why(run_worker, model, client):
+    """`temporal workflow update execute --name resume` is the synchronous route for scripts."""
+    async with run_worker() as agents:
+        chat, pending = await paused_chat(agents, model)
+        approve, charge = pending
+        bad = {"respond": [{"name": "approve", "ref": "nope", "output": {"approved": True}}]}
+        code, out = await temporal_cli(
+            client,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            chat.id,
+            "--name",
+            "resume",
+            "--input",
+            json.dumps(bad),
+        )
+        assert code != 0
+        assert "unknown ref 'nope'" in out
+        await _assert_untouched(client, chat, model, pending)
+        good = {
+            "respond": [{"name": "approve", "ref": approve.ref, "output": {"approved": True}}],
+            "restart": [
+                {"name": "charge", "ref": charge.ref, "resumed_metadata": {"tool_approved": True}}
+            ],
+        }
+        code, out = await temporal_cli(
+            client,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            chat.id,
+            "--name",
+            "resume",
+            "--input",
+            json.dumps(good),
+        )
+    assert code == 0, out
+    assert "finish_reason:stop" in out
+    assert "text:all answered" in out

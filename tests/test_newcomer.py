@@ -109,3 +109,30 @@ async def test_offline_model_drives_every_example_agent(client):
             }
             res = await sh.resume(respond=[deny(risky, "not on my watch")])
             assert "run_shell did not complete: denied by the user" in res.text
+
+
+def test_stand_in_speaks_both_gemini_methods():
+    """generateContent (JSON) and streamGenerateContent (SSE), through the real client."""
+    with GeminiStandIn(respond) as offline:
+        gemini = offline.client()
+        whole = gemini.models.generate_content(model="gemini-flash-latest", contents="hi")
+        assert whole.text is not None and whole.text.startswith(BANNER)
+        chunks = list(
+            gemini.models.generate_content_stream(model="gemini-flash-latest", contents="hi")
+        )
+        assert "".join(c.text or "" for c in chunks) == whole.text
+        assert [r.method for r in offline.requests] == ["generateContent", "streamGenerateContent"]
+
+
+def test_build_worker_refuses_sdk_retries(client):
+    import google.genai as genai
+    from google.genai import types as gt
+
+    from examples import ALL_AGENTS
+
+    gemini = genai.Client(
+        api_key="unused",
+        http_options=gt.HttpOptions(retry_options=gt.HttpRetryOptions(attempts=3)),
+    )
+    with pytest.raises(ValueError, match="Temporal retries"):
+        build_worker(client, agents=ALL_AGENTS, task_queue="never", gemini=gemini)

@@ -83,6 +83,17 @@ def default_gemini() -> genai.Client:
     return server.client()
 
 
+def _reject_sdk_retries(gemini: genai.Client) -> None:
+    """Temporal owns retries: an SDK retry loop would hide attempts inside one activity attempt
+    and multiply with the activity's retry policy."""
+    options = getattr(gemini._api_client, "_http_options", None)  # no public accessor
+    if options is not None and getattr(options, "retry_options", None):
+        raise ValueError(
+            "the genai.Client has http_options.retry_options set; remove them: Temporal retries "
+            "model calls (408, 429 and 5xx, honouring Retry-After) as activity attempts"
+        )
+
+
 def build_worker(
     client: Client,
     *,
@@ -104,6 +115,8 @@ def build_worker(
     """
     if not agents:
         raise ValueError("build_worker needs at least one agent")
+    if gemini is not None:
+        _reject_sdk_retries(gemini)
     acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
     worker_kwargs.setdefault("workflow_runner", sandbox_runner())
     return Worker(
