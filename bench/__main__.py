@@ -38,7 +38,7 @@ from activities import tool
 from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from client import AgentClient, FinishReason
-from worker import build_worker, sandbox_runner
+from worker import build_worker, ensure_bytecode, sandbox_runner
 from worker.devserver import dev_server_command, wait_for_port
 from worker.standin import GeminiStandIn, Request, calls, text
 from workflows import Agent, AgentWorkflow, ToolApproval
@@ -542,6 +542,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
         model = BenchModel()
         results: dict[str, Any] = {"machine": _machine(), "quick": args.quick}
+        # The floor gets cached bytecode too, as build_worker gives ours.
+        ensure_bytecode(["bench.floor_workflow"])
         with GeminiStandIn(model) as standin:
             gemini = standin.client()
             floor_queue = "bench-floor"
@@ -559,6 +561,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     workflows=[FloorWorkflow],
                     activities=[FloorActivities(gemini).model, FloorActivities(gemini).tool],
                     max_cached_workflows=args.cache,
+                    # The same sandbox configuration as ours, so the floor is not penalised.
+                    workflow_runner=sandbox_runner(),
                 ),
             ):
                 bench = Bench(

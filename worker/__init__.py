@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import os
+import py_compile
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 # class per wire type: a model built by a passed-through module must be the same class the
 # workflow validates against.
 PASSTHROUGH = (
+    "workflows.agent",
     "workflows.types",
     "workflows.interrupts",
     "workflows.config",
@@ -37,6 +40,30 @@ PASSTHROUGH = (
     "attrs",
     "annotated_types",
 )
+
+
+# The modules the sandbox re-executes for every new workflow instance (the rest pass through).
+SANDBOXED_MODULES = ("workflows", "workflows.conversation")
+
+
+def ensure_bytecode(modules: Sequence[str] = SANDBOXED_MODULES) -> None:
+    """Write the ``.pyc`` of the modules the sandbox re-imports for every conversation.
+
+    The sandbox runs the workflow module afresh for each workflow instance. With
+    ``PYTHONDONTWRITEBYTECODE=1`` (common in containers, and set on our CI machine) Python never
+    caches its bytecode, so every new or evicted conversation recompiled the module from source:
+    measured as the largest single cost of starting a conversation. Reading a ``.pyc`` is allowed
+    under that setting; only writing is suppressed, so we write it explicitly, once per start.
+    """
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec else None
+        if not origin or not origin.endswith(".py"):
+            continue
+        try:
+            py_compile.compile(origin, cfile=importlib.util.cache_from_source(origin), doraise=True)
+        except (OSError, py_compile.PyCompileError) as e:  # a read-only install still works
+            log.debug("could not cache bytecode for %s: %s", name, e)
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -119,6 +146,7 @@ def build_worker(
         _reject_sdk_retries(gemini)
     acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
     worker_kwargs.setdefault("workflow_runner", sandbox_runner())
+    ensure_bytecode()
     return Worker(
         with_pydantic_converter(client),
         task_queue=task_queue,
@@ -131,6 +159,7 @@ def build_worker(
 __all__ = [
     "build_worker",
     "default_gemini",
+    "ensure_bytecode",
     "has_gemini_key",
     "sandbox_runner",
     "with_pydantic_converter",
