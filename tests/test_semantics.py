@@ -569,3 +569,23 @@ async def test_rejected_start_leaves_no_unretrieved_future(run_worker, model, ca
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+async def test_cancelling_the_workflow_closes_the_conversation(run_worker, model, client):
+    """An operator's 'Cancel' in the UI ends the conversation as closed, not as a failure."""
+    from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+    from workflows.config import AGENT_STATUS
+
+    model.reply(calls(("approve", {"question": "q"})))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        await chat.send("go")
+        handle = client.get_workflow_handle(chat.id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        desc = await handle.describe()
+    assert desc.status == WorkflowExecutionStatus.CANCELED
+    assert desc.typed_search_attributes.get(AGENT_STATUS) == "closed"
+    await assert_no_workflow_task_failed(client, chat.id)
