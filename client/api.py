@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import BaseModel
@@ -63,6 +64,13 @@ class SendRejected(AgentError):
     """A message was refused: the chat is paused, busy, closed, or belongs to another agent."""
 
 
+class ConnectionConfigError(AgentError):
+    """The Temporal connection settings (profile file, ``TEMPORAL_*`` variables) are unusable.
+
+    The message names the setting at fault and how to fix it.
+    """
+
+
 _ERRORS: dict[str, type[AgentError]] = {
     "ResumeRejected": ResumeRejected,
     "SendRejected": SendRejected,
@@ -103,17 +111,86 @@ def connect_config(
 ) -> dict[str, Any]:
     """Connection settings the Temporal way: a profile file and ``TEMPORAL_*`` variables.
 
-    Explicit arguments win; without any address the local default ``localhost:7233`` is used.
+    This is the one place every entry point (``python -m worker``, ``agentctl``,
+    ``AgentClient.connect``) reads its connection from, so one set of variables serves them all:
+    ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*`` and
+    profiles (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``), all read by
+    ``temporalio.envconfig``. Explicit arguments win; without any address the local default
+    ``localhost:7233`` is used.
+
+    Args:
+        target_host: ``host:port``, overriding the configured address.
+        namespace: overrides the configured namespace.
+        profile: the profile to load (default: ``TEMPORAL_PROFILE``, else ``default``).
+        config_file: the TOML file (default: ``TEMPORAL_CONFIG_FILE``, else
+            ``~/.config/temporalio/temporal.toml`` when it exists).
+
+    Returns:
+        Keyword arguments for ``temporalio.client.Client.connect``.
+
+    Raises:
+        ConnectionConfigError: a named config file does not exist or does not parse, the
+            profile is not in it, or a certificate or key file it names cannot be read.
     """
-    config: dict[str, Any] = dict(
-        ClientConfig.load_client_connect_config(profile=profile, config_file=config_file)
-    )
+    # An empty variable means "not set" to whoever wrote `TEMPORAL_API_KEY=` in an env file, but
+    # envconfig takes it literally: an empty API key (or TEMPORAL_TLS) turns TLS on, an empty
+    # namespace is used as is. Drop empty values before envconfig sees them.
+    environ = {k: v for k, v in os.environ.items() if v}
+    named_file = config_file or environ.get("TEMPORAL_CONFIG_FILE")
+    # envconfig treats a named file that is not there like no file at all: a typo, or a secret
+    # that was not mounted into the container, would quietly connect to localhost instead.
+    if named_file and not Path(named_file).is_file():
+        raise ConnectionConfigError(
+            f"the Temporal config file {named_file!r} (config_file or TEMPORAL_CONFIG_FILE) "
+            "does not exist"
+        )
+    try:
+        loaded = ClientConfig.load_client_connect_config(
+            profile=profile, config_file=config_file, override_env_vars=environ
+        )
+    except OSError as e:
+        # The TLS settings name files; envconfig reads them while loading.
+        raise ConnectionConfigError(
+            f"cannot read {e.filename!r} named by the Temporal TLS settings "
+            f"(TEMPORAL_TLS_* or the profile's tls table): {e.strerror}"
+        ) from None
+    except RuntimeError as e:
+        # envconfig's own ConfigError (a RuntimeError): unknown profile or malformed TOML.
+        # Loading does no I/O besides reading files, so nothing else lands here.
+        raise ConnectionConfigError(
+            _explain_config_error(e, profile=profile, named_file=named_file, environ=environ)
+        ) from None
+    config: dict[str, Any] = dict(loaded)
     if target_host:
         config["target_host"] = target_host
     if namespace:
         config["namespace"] = namespace
     config.setdefault("target_host", DEFAULT_ADDRESS)
     return config
+
+
+def _explain_config_error(
+    err: RuntimeError, *, profile: str | None, named_file: str | None, environ: dict[str, str]
+) -> str:
+    wanted = profile or environ.get("TEMPORAL_PROFILE") or "default"
+    where = (
+        repr(named_file)
+        if named_file
+        else "the default config file (~/.config/temporalio/temporal.toml; none is named by "
+        "TEMPORAL_CONFIG_FILE)"
+    )
+    try:
+        source = Path(named_file) if named_file else None
+        known = sorted(ClientConfig.load(config_source=source, override_env_vars=environ).profiles)
+    except RuntimeError:
+        known = None  # the file itself does not parse: envconfig's message says where
+    if known is not None and wanted not in known:
+        has = f"profiles there: {', '.join(known)}" if known else "no profiles are defined there"
+        return (
+            f"the Temporal profile {wanted!r} (--profile or TEMPORAL_PROFILE) is not in "
+            f"{where}; {has}"
+        )
+    return f"cannot load the Temporal connection settings from {where}: {err}"
 
 
 class AgentClient:
@@ -333,6 +410,7 @@ __all__ = [
     "AgentClient",
     "AgentError",
     "Chat",
+    "ConnectionConfigError",
     "ResumeRejected",
     "SendRejected",
     "approve",

@@ -1,9 +1,14 @@
 """``python -m worker``: host agents on a task queue until SIGTERM or Ctrl-C.
 
-Connection settings come from ``temporalio.envconfig`` (``TEMPORAL_ADDRESS``,
-``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, TLS variables, ``TEMPORAL_PROFILE`` and
-``temporal.toml``). Without an address and with ``--dev-server``, the embedded Temporal dev
-server is started under ``.temporal/``.
+Connection settings come from ``temporalio.envconfig`` through ``client.api.connect_config``
+(``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
+``TEMPORAL_CONFIG_FILE`` and ``TEMPORAL_PROFILE``), the same path ``agentctl`` and
+``AgentClient.connect`` take. Without an address and with ``--dev-server``, the embedded Temporal
+dev server is started under ``.temporal/``.
+
+Exit codes: 0 after a graceful stop (or a done ``--setup-search-attributes``); 1 when Temporal
+cannot be reached; 2 when the configuration is unusable or the namespace lacks the search
+attributes (the log says what to fix).
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 
-from client.api import DEFAULT_TASK_QUEUE, connect_config
+from client.api import DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, ConnectionConfigError, connect_config
 from worker import build_worker, has_gemini_key
 from worker.devserver import port_open, start_dev_server, wait_for_port
 from worker.search_attributes import (
     MissingSearchAttributes,
+    SearchAttributesRefused,
     check_search_attributes,
     register_search_attributes,
 )
@@ -35,21 +44,67 @@ from workflows import Agent
 
 log = logging.getLogger("worker")
 
+T = TypeVar("T")
+
 STATE_DIR = Path(".temporal")
 
+# The addresses --dev-server may start a server for: anything else is someone else's cluster.
+LOCAL_ADDRESSES = frozenset({DEFAULT_ADDRESS, "127.0.0.1:7233"})
 
-def _env_int(name: str, default: int) -> int:
+# Capacity defaults, sized for a 2-core box and documented in the README. Model and tool calls
+# are async and wait on the network, so 50 at once costs little CPU. Workflow tasks are CPU work
+# under one GIL: 20 at once keeps the queue moving without starving activities, and a busy worker
+# shows up as schedule-to-start latency while other workers take the rest. A short paused
+# conversation measured about 0.3 MB in the cache here (longer ones hold more), so 1000 of them
+# fit a small box; an evicted one is replayed from history when it is next answered.
+DEFAULT_MAX_CONCURRENT_ACTIVITIES = 50
+DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS = 20
+DEFAULT_MAX_CACHED_WORKFLOWS = 1000
+DEFAULT_GRACEFUL_SHUTDOWN_SECONDS = 10.0
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+def _cache_size(value: str) -> int:
+    number = int(value)  # 0 is allowed: no sticky cache, every task replays (tests, debugging)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def _from_env(p: argparse.ArgumentParser, name: str, parse: Callable[[str], T], default: T) -> T:
     value = os.environ.get(name)
-    return int(value) if value else default
+    if not value:
+        return default
+    try:
+        return parse(value)
+    except ValueError:
+        p.error(f"environment variable {name}={value!r} is not a valid value")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m worker", description="Host agents on a task queue until SIGTERM or Ctrl-C."
+        prog="python -m worker",
+        description="Host agents on a task queue until SIGTERM or Ctrl-C. The Temporal "
+        "connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, "
+        "TEMPORAL_TLS_*, TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE (temporalio.envconfig); "
+        "without an address, localhost:7233.",
     )
     p.add_argument(
         "--task-queue",
-        default=os.environ.get("AGENT_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+        default=os.environ.get("AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
         help="task queue to poll (env AGENT_TASK_QUEUE; default %(default)s)",
     )
     p.add_argument(
@@ -61,6 +116,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--profile", default=None, help="envconfig profile (env TEMPORAL_PROFILE)")
     p.add_argument(
+        "--config-file",
+        default=None,
+        help="envconfig TOML file with the profiles (env TEMPORAL_CONFIG_FILE)",
+    )
+    p.add_argument(
         "--setup-search-attributes",
         action="store_true",
         help="register the project's search attributes on the namespace, then exit",
@@ -68,32 +128,55 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dev-server",
         action="store_true",
-        help="start the embedded dev server under .temporal/ unless TEMPORAL_ADDRESS is set "
-        "or one already listens on localhost:7233",
+        help="start the embedded dev server under .temporal/ when the configured address is "
+        "localhost:7233 and nothing listens there yet",
     )
     p.add_argument(
         "--max-concurrent-activities",
-        type=int,
-        default=_env_int("AGENT_MAX_CONCURRENT_ACTIVITIES", 50),
-        help="model and tool calls run at once (env AGENT_MAX_CONCURRENT_ACTIVITIES)",
+        type=_positive_int,
+        default=_from_env(
+            p, "AGENT_MAX_CONCURRENT_ACTIVITIES", _positive_int, DEFAULT_MAX_CONCURRENT_ACTIVITIES
+        ),
+        help="model and tool calls run at once (env AGENT_MAX_CONCURRENT_ACTIVITIES; "
+        "default %(default)s)",
     )
     p.add_argument(
         "--max-concurrent-workflow-tasks",
-        type=int,
-        default=_env_int("AGENT_MAX_CONCURRENT_WORKFLOW_TASKS", 20),
-        help="workflow tasks processed at once (env AGENT_MAX_CONCURRENT_WORKFLOW_TASKS)",
+        type=_positive_int,
+        default=_from_env(
+            p,
+            "AGENT_MAX_CONCURRENT_WORKFLOW_TASKS",
+            _positive_int,
+            DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
+        ),
+        help="workflow tasks processed at once (env AGENT_MAX_CONCURRENT_WORKFLOW_TASKS; "
+        "default %(default)s)",
     )
     p.add_argument(
         "--max-cached-workflows",
-        type=int,
-        default=_env_int("AGENT_MAX_CACHED_WORKFLOWS", 1000),
-        help="conversations kept in memory between tasks (env AGENT_MAX_CACHED_WORKFLOWS)",
+        type=_cache_size,
+        default=_from_env(
+            p, "AGENT_MAX_CACHED_WORKFLOWS", _cache_size, DEFAULT_MAX_CACHED_WORKFLOWS
+        ),
+        help="conversations kept in memory between tasks (env AGENT_MAX_CACHED_WORKFLOWS; "
+        "default %(default)s)",
     )
     p.add_argument(
         "--graceful-shutdown-seconds",
-        type=float,
-        default=float(os.environ.get("AGENT_GRACEFUL_SHUTDOWN_SECONDS", "10")),
-        help="how long running tool calls may finish after SIGTERM",
+        type=_seconds,
+        default=_from_env(
+            p, "AGENT_GRACEFUL_SHUTDOWN_SECONDS", _seconds, DEFAULT_GRACEFUL_SHUTDOWN_SECONDS
+        ),
+        help="how long running tool calls may finish after SIGTERM (env "
+        "AGENT_GRACEFUL_SHUTDOWN_SECONDS; default %(default)s); give the container a longer "
+        "stop grace period",
+    )
+    p.add_argument(
+        "--metrics-bind",
+        default=os.environ.get("AGENT_METRICS_BIND") or None,
+        metavar="HOST:PORT",
+        help="serve the SDK's Prometheus metrics on http://HOST:PORT/metrics (env "
+        "AGENT_METRICS_BIND; default off)",
     )
     return p.parse_args(argv)
 
@@ -111,8 +194,11 @@ def load_agents(specs: Sequence[str] | None) -> list[Agent]:
     return agents
 
 
-async def _maybe_start_dev_server(args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
-    if not args.dev_server or os.environ.get("TEMPORAL_ADDRESS"):
+async def _maybe_start_dev_server(
+    args: argparse.Namespace, target_host: str
+) -> subprocess.Popen[bytes] | None:
+    # The resolved address decides, not TEMPORAL_ADDRESS alone: a profile may point elsewhere.
+    if not args.dev_server or target_host not in LOCAL_ADDRESSES:
         return None
     if port_open(7233):
         log.info("a Temporal server already listens on localhost:7233; using it")
@@ -126,13 +212,34 @@ async def _maybe_start_dev_server(args: argparse.Namespace) -> subprocess.Popen[
 
 
 async def run(args: argparse.Namespace) -> int:
-    server = await _maybe_start_dev_server(args)
     try:
-        config = connect_config(profile=args.profile)
+        config = connect_config(profile=args.profile, config_file=args.config_file)
+    except ConnectionConfigError as e:
+        log.error("%s", e)
+        return 2
+    server = await _maybe_start_dev_server(args, config["target_host"])
+    try:
         config["data_converter"] = pydantic_data_converter
-        client = await Client.connect(**config)
+        if args.metrics_bind:
+            config["runtime"] = Runtime(
+                telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=args.metrics_bind))
+            )
+        try:
+            client = await Client.connect(**config)
+        except RuntimeError as e:
+            log.error(
+                "cannot connect to Temporal at %s (namespace %r): %s",
+                config["target_host"],
+                config.get("namespace", "default"),
+                e,
+            )
+            return 1
         if args.setup_search_attributes:
-            added = await register_search_attributes(client)
+            try:
+                added = await register_search_attributes(client)
+            except SearchAttributesRefused as e:
+                log.error("%s", e)
+                return 2
             print(
                 f"namespace {client.namespace}: "
                 + (
@@ -146,6 +253,15 @@ async def run(args: argparse.Namespace) -> int:
             await check_search_attributes(client)
         except MissingSearchAttributes as e:
             log.error("%s", e)
+            return 2
+        except RPCError as e:
+            # Typically a namespace that does not exist, or credentials it does not accept.
+            log.error(
+                "Temporal at %s answered with an error for namespace %r: %s",
+                config["target_host"],
+                client.namespace,
+                e.message,
+            )
             return 2
         agents = load_agents(args.agents)
         worker = build_worker(
@@ -163,11 +279,17 @@ async def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         async with worker:
             log.info(
-                "worker ready: task queue %r, namespace %r, agents %s, model %s",
-                args.task_queue,
+                "worker ready: Temporal %s, namespace %r, task queue %r, agents %s, model %s; "
+                "capacity: %d activities, %d workflow tasks, %d cached conversations%s",
+                config["target_host"],
                 client.namespace,
+                args.task_queue,
                 [a.name for a in agents],
                 "Gemini API" if has_gemini_key() else "offline stand-in",
+                args.max_concurrent_activities,
+                args.max_concurrent_workflow_tasks,
+                args.max_cached_workflows,
+                f"; metrics on http://{args.metrics_bind}/metrics" if args.metrics_bind else "",
             )
             await stop.wait()
             # Leaving the block shuts down gracefully: polls stop, running activities get
@@ -186,7 +308,7 @@ async def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
-        level=os.environ.get("AGENT_LOG_LEVEL", "INFO"),
+        level=(os.environ.get("AGENT_LOG_LEVEL") or "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("httpx", "httpx2", "google_genai.models"):

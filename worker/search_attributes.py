@@ -23,7 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class MissingSearchAttributes(Exception):
-    pass
+    """The namespace lacks attributes the workflow upserts; the message says how to add them."""
+
+
+class SearchAttributesRefused(Exception):
+    """The server would not register the attributes (Temporal Cloud manages them itself)."""
 
 
 def _wanted() -> dict[str, IndexedValueType.ValueType]:
@@ -57,8 +61,10 @@ async def check_search_attributes(client: Client) -> None:
             f"namespace {client.namespace!r} lacks the search attributes {missing}, which "
             "conversations upsert. Register them once with:\n"
             "    python -m worker --setup-search-attributes\n"
+            "    (with docker compose: docker compose run --rm worker python -m worker "
+            "--setup-search-attributes)\n"
             f"or, on a dev server, start it with: temporal server start-dev {cli}\n"
-            "On Temporal Cloud, add them in the namespace settings or with tcld."
+            f"On Temporal Cloud, add them ({_listing()}) in the namespace settings or with tcld."
         )
 
 
@@ -73,10 +79,26 @@ async def register_search_attributes(client: Client) -> list[str]:
             raise
         missing = list(wanted)
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={name: wanted[name] for name in missing},
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace=client.namespace,
+                    search_attributes={name: wanted[name] for name in missing},
+                )
             )
-        )
+        except RPCError as e:
+            if e.status not in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED):
+                raise
+            raise SearchAttributesRefused(
+                f"the server refused to register {missing} on namespace {client.namespace!r} "
+                f"({e.message}). On Temporal Cloud, add them ({_listing()}) in the namespace "
+                "settings or with tcld; elsewhere, use credentials allowed to call the operator "
+                "service."
+            ) from None
     return missing
+
+
+def _listing() -> str:
+    """``AgentName=Keyword, ...``: the attributes as the UI, tcld and the CLI name them."""
+    args = search_attribute_args()
+    return ", ".join(args[1::2])

@@ -1,0 +1,426 @@
+"""The deployment files, checked without Docker: compose, Dockerfile, env and ignore files.
+
+No Docker engine runs here, so these read the files the way Compose and BuildKit would and
+check the facts the README states about them: pinned images, the dev server's flags and search
+attributes, the healthcheck, the named volume, the worker's dependency on a healthy Temporal, its
+env file, a non-root user and the real entry point. The wheel test builds the project the way the
+Dockerfile's ``pip install .`` does and runs the entry point from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from worker.__main__ import DEFAULT_GRACEFUL_SHUTDOWN_SECONDS
+from workflows.config import SEARCH_ATTRIBUTES
+
+ROOT = Path(__file__).parent.parent
+DISPATCH_FLAG_VALUE = "history.transferProcessorMaxPollRPS=10000"
+
+
+# --- readers ----------------------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def image_is_pinned(image: str) -> bool:
+    """``name:tag`` (or ``@sha256:``) with a tag that names a release, never ``latest``."""
+    if "@sha256:" in image:
+        return True
+    name, _, tag = image.rpartition(":")
+    return bool(name) and "/" not in tag and tag not in ("", "latest")
+
+
+def expected_search_attribute_flags() -> set[str]:
+    # Spelled as the Temporal CLI spells types (KEYWORD_LIST -> KeywordList), derived here from
+    # the enum rather than from worker.devserver, so a wrong mapping there cannot hide.
+    return {
+        f"{key.name}={''.join(p.capitalize() for p in key.indexed_value_type.name.split('_'))}"
+        for key in SEARCH_ATTRIBUTES
+    }
+
+
+def flag_values(command: list[str], flag: str) -> list[str]:
+    return [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == flag]
+
+
+def as_command(value: str | list[str]) -> list[str]:
+    return shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` pairs, with continuations joined and comments dropped."""
+    lines: list[str] = []
+    pending = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        lines.append(pending + stripped)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a line continuation"
+    out = []
+    for line in lines:
+        keyword, _, rest = line.partition(" ")
+        out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instructions = dockerfile_instructions()
+    last_from = max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM")
+    return instructions[last_from:]
+
+
+def base_images() -> list[str]:
+    """Every FROM image, with ``${ARG}`` resolved from the ARG defaults declared before it."""
+    args: dict[str, str] = {}
+    stages: set[str] = set()
+    images = []
+    for kw, rest in dockerfile_instructions():
+        if kw == "ARG" and "=" in rest:
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip()
+        elif kw == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--platform")]
+            image = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m[1] or m[2]], words[0])
+            if image not in stages:  # FROM <earlier stage> is not an image to pull
+                images.append(image)
+            if len(words) == 3 and words[1].upper() == "AS":
+                stages.add(words[2])
+    return images
+
+
+def exec_form(kw: str) -> list[str]:
+    values = [rest for k, rest in final_stage() if k == kw]
+    assert values, f"the final stage has no {kw}"
+    parsed = json.loads(values[-1])  # exec form is a JSON array; shell form would not parse
+    assert isinstance(parsed, list)
+    return parsed
+
+
+def docker_glob(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as Docker reads it: ``*`` and ``?`` stay within one path
+    segment, ``**`` spans any number of them."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def dockerignored(path: str) -> bool:
+    """Whether .dockerignore keeps ``path`` out of the build context: the last matching line
+    wins, ``!`` re-includes, and an excluded directory takes everything under it along."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        glob = docker_glob(pattern.lstrip("!").strip("/"))
+        if any(glob.fullmatch(prefix) for prefix in prefixes):
+            ignored = not negate
+    return ignored
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("*.pem", "client.pem", True),
+        ("*.pem", "certs/client.pem", False),
+        ("**/*.pem", "certs/client.pem", True),
+        ("**/__pycache__", "worker/__pycache__", True),
+        ("**/__pycache__", "__pycache__", True),
+        (".env.*", ".env.local", True),
+        (".env", ".envrc", False),
+    ],
+)
+def test_the_dockerignore_reader_itself(pattern, path, matches):
+    assert bool(docker_glob(pattern).fullmatch(path)) is matches
+
+
+def env_example() -> dict[str, str]:
+    values = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f".env.example: not KEY=VALUE: {line!r}"
+            values[key.strip()] = value.strip()
+    return values
+
+
+def setuptools_packages() -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["setuptools"]["packages"]
+
+
+# --- compose ----------------------------------------------------------------------------------
+
+
+def test_compose_parses_and_every_image_is_pinned():
+    services = compose()["services"]
+    assert set(services) >= {"temporal", "worker"}
+    images = {name: s["image"] for name, s in services.items() if "image" in s}
+    assert images, "no service pulls an image"
+    unpinned = {name: image for name, image in images.items() if not image_is_pinned(image)}
+    assert not unpinned, f"images without a release tag: {unpinned}"
+    # A service either pulls a pinned image or is built here; nothing floats.
+    assert all("image" in s or "build" in s for s in services.values())
+
+
+@pytest.mark.parametrize(
+    ("image", "pinned"),
+    [
+        ("temporalio/temporal:1.9.1", True),
+        ("python:3.11.15-slim-bookworm", True),
+        ("temporalio/temporal", False),
+        ("temporalio/temporal:latest", False),
+        ("localhost:5000/temporal", False),
+        ("temporalio/temporal@sha256:" + "0" * 64, True),
+    ],
+)
+def test_the_pin_check_itself(image, pinned):
+    assert image_is_pinned(image) is pinned
+
+
+def test_temporal_runs_the_dev_server_with_our_flags_and_attributes():
+    temporal = compose()["services"]["temporal"]
+    assert temporal["image"].startswith("temporalio/temporal:")
+    command = as_command(temporal["command"])
+    assert command[:2] == ["server", "start-dev"]
+    # Reachable from the worker container, not only from inside its own.
+    assert flag_values(command, "--ip") == ["0.0.0.0"]
+    assert DISPATCH_FLAG_VALUE in flag_values(command, "--dynamic-config-value")
+    registered = flag_values(command, "--search-attribute")
+    assert len(registered) == len(set(registered))
+    assert set(registered) == expected_search_attribute_flags()
+
+
+def test_temporal_keeps_its_database_in_a_named_volume():
+    spec = compose()
+    temporal = spec["services"]["temporal"]
+    (db_file,) = flag_values(as_command(temporal["command"]), "--db-filename")
+    named = set(spec.get("volumes") or {})
+    mounts = {}
+    for volume in temporal["volumes"]:
+        source, _, target = volume.partition(":")
+        mounts[target.split(":")[0]] = source
+    holding = [t for t in mounts if db_file.startswith(t.rstrip("/") + "/")]
+    assert holding, f"{db_file} is not inside any mounted volume: {mounts}"
+    assert mounts[holding[0]] in named, "the database volume must be a named (declared) volume"
+
+
+def test_temporal_publishes_grpc_and_ui_and_has_a_healthcheck():
+    temporal = compose()["services"]["temporal"]
+    published = {str(p).rsplit(":", 1)[-1] for p in temporal["ports"]}
+    assert published >= {"7233", "8233"}
+    (ui_port,) = flag_values(as_command(temporal["command"]), "--ui-port")
+    assert ui_port == "8233"
+    health = temporal["healthcheck"]
+    test = health["test"]
+    assert test[0] in ("CMD", "CMD-SHELL")
+    assert "temporal operator cluster health" in " ".join(test[1:])
+    assert int(health["retries"]) > 0
+
+
+def test_worker_is_built_here_and_waits_for_a_healthy_temporal():
+    worker = compose()["services"]["worker"]
+    build = worker["build"]
+    context = build if isinstance(build, str) else build.get("context", ".")
+    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+    assert (ROOT / context / dockerfile).resolve() == (ROOT / "Dockerfile").resolve()
+    assert worker["depends_on"]["temporal"]["condition"] == "service_healthy"
+    # The image's CMD is the entry point; compose must not replace it with something else.
+    assert "command" not in worker and "entrypoint" not in worker
+
+
+def test_worker_reads_its_settings_from_the_env_file():
+    worker = compose()["services"]["worker"]
+    env_files = worker["env_file"]
+    env_files = [env_files] if isinstance(env_files, str) else env_files
+    paths = [e if isinstance(e, str) else e["path"] for e in env_files]
+    assert ".env" in paths
+    # Addresses come from the env file alone, so pointing at another cluster is an edit there.
+    assert "TEMPORAL_ADDRESS" not in (worker.get("environment") or {})
+
+
+def test_env_example_points_the_worker_at_the_temporal_service():
+    spec = compose()
+    values = env_example()
+    host, _, port = values["TEMPORAL_ADDRESS"].rpartition(":")
+    assert host in spec["services"], f"{host!r} is not a compose service"
+    assert spec["services"][host]["image"].startswith("temporalio/temporal:")
+    (grpc_port,) = flag_values(as_command(spec["services"][host]["command"]), "--port") or ["7233"]
+    assert port == grpc_port
+    for key in ("GEMINI_API_KEY", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_PROFILE"):
+        assert key in values
+
+
+def test_env_example_holds_no_secret_and_explains_every_variable():
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        if key.endswith(("_KEY", "_DATA", "_SECRET", "_TOKEN")):
+            assert value == "", f"{key} has a value in .env.example"
+        # Each variable sits under a comment (directly, or in a block of variables the
+        # comment right above the block explains).
+        j = i - 1
+        while j >= 0 and lines[j].strip() and not lines[j].lstrip().startswith("#"):
+            j -= 1
+        assert j >= 0 and lines[j].lstrip().startswith("#"), f"{key} has no comment above it"
+
+
+def test_env_file_stays_out_of_git_and_out_of_the_image():
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", ".env"], cwd=ROOT, capture_output=True, check=False
+    )
+    assert ignored.returncode == 0, ".env is not git-ignored"
+    for secret in (".env", ".env.local", "certs/client.pem", "client.key"):
+        assert dockerignored(secret), secret
+
+
+def test_grace_period_outlasts_the_workers_graceful_shutdown():
+    worker = compose()["services"]["worker"]
+    match = re.fullmatch(r"(\d+)s", str(worker["stop_grace_period"]))
+    assert match, worker["stop_grace_period"]
+    assert int(match[1]) >= DEFAULT_GRACEFUL_SHUTDOWN_SECONDS + 5
+
+
+# --- Dockerfile -------------------------------------------------------------------------------
+
+
+def test_base_image_is_a_pinned_slim_python_311_or_newer():
+    images = base_images()
+    assert images
+    for image in images:
+        assert image_is_pinned(image), image
+        match = re.fullmatch(r"python:(\d+)\.(\d+)\.(\d+)-slim(-\w+)?", image)
+        assert match, f"{image} is not an exact slim Python release"
+        assert (int(match[1]), int(match[2])) >= (3, 11)
+
+
+def test_image_runs_as_a_non_root_user():
+    users = [rest for kw, rest in final_stage() if kw == "USER"]
+    assert users, "the final stage sets no USER, so it runs as root"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+
+
+def test_image_starts_the_real_worker_entry_point_and_stops_on_sigterm():
+    assert exec_form("CMD") == ["python", "-m", "worker"]
+    entrypoint = exec_form("ENTRYPOINT")
+    # An init as PID 1 passes SIGTERM on even before python installs its handlers.
+    assert Path(entrypoint[0]).name == "tini" and entrypoint[-1] == "--"
+    assert [rest for kw, rest in final_stage() if kw == "STOPSIGNAL"] == ["SIGTERM"]
+    assert (ROOT / "worker" / "__main__.py").is_file()
+    help_run = subprocess.run(
+        [sys.executable, "-m", "worker", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert help_run.returncode == 0, help_run.stderr
+    assert "TEMPORAL_ADDRESS" in help_run.stdout
+
+
+def test_image_installs_the_project_without_test_extras():
+    runs = [rest for kw, rest in dockerfile_instructions() if kw == "RUN"]
+    installs = [r for r in runs if "pip install" in r]
+    assert installs, "the Dockerfile never installs the project"
+    assert any(re.search(r"pip install \.(\s|$)", r) for r in installs)
+    assert not any("[test" in r or "-e " in r or "--editable" in r for r in installs)
+    copies = [rest for kw, rest in dockerfile_instructions() if kw == "COPY"]
+    assert any(c.split()[0] == "." for c in copies), "the build stage does not copy the project"
+
+
+def test_dockerignore_keeps_what_the_install_needs():
+    needed = ["pyproject.toml", "README.md", *setuptools_packages()]
+    for path in needed:
+        assert (ROOT / path).exists(), path
+        assert not dockerignored(path), f".dockerignore drops {path}, which pip install needs"
+    for module in (ROOT / "worker").glob("*.py"):
+        assert not dockerignored(f"worker/{module.name}")
+    for junk in (".git", ".venv/bin/python", ".temporal/temporal.db", "worker/__pycache__/x.pyc"):
+        assert dockerignored(junk), junk
+
+
+def test_the_built_wheel_carries_every_module_and_runs_the_entry_point(tmp_path):
+    """What ``pip install .`` in the image gets: every module of the source, and a runnable worker.
+
+    ``[tool.setuptools] packages`` lists packages by hand, so a new subpackage or a package left
+    out of the list would be missing from the image while every test here still passed.
+    """
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {n for n in zf.namelist() if n.endswith(".py")}
+        zf.extractall(tmp_path / "site")
+    packages = setuptools_packages()
+    source = {
+        str(p.relative_to(ROOT))
+        for package in packages
+        for p in (ROOT / package).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert source, "no source modules found"
+    assert source <= shipped, f"missing from the wheel: {sorted(source - shipped)}"
+    # Run it from the unpacked wheel, not the source tree (-P: no cwd on sys.path).
+    site = tmp_path / "site"
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-c",
+            "import runpy, sys, worker, examples; print(worker.__file__); print(examples.__file__);"
+            "sys.argv = ['worker', '--help']; runpy.run_module('worker', run_name='__main__')",
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    first, second = probe.stdout.splitlines()[:2]
+    assert first.startswith(str(site)) and second.startswith(str(site))
+    assert "TEMPORAL_ADDRESS" in probe.stdout
