@@ -855,7 +855,7 @@ class _ChatSession:
                 return  # a new conversation: the first message creates it
             raise
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise _Fail(ExitCode.REFUSED, f"conversation {self.chat.id!r} is closed")
+            raise _Fail(ExitCode.USAGE, f"conversation {self.chat.id!r} is closed")
         # An existing conversation runs on the queue it was started on.
         self.task_queue = desc.task_queue
         status = await self.chat.status(worker_timeout=self.wait)
