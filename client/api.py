@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -16,6 +18,8 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import (
     RawValue,
@@ -69,6 +73,33 @@ class ConnectionConfigError(AgentError):
 
     The message names the setting at fault and how to fix it.
     """
+
+
+class NoWorkerAnswered(AgentError):
+    """No worker took the request within the ``worker_timeout`` the caller gave.
+
+    Queries and updates are served by a worker, never by the Temporal server alone.
+
+    Attributes:
+        waited: The ``worker_timeout`` that ran out.
+        queued: True for an update (send, resume, cancel): it reached Temporal, which keeps it,
+            and a worker that picks the conversation up later still applies it (measured on the
+            dev server). False for a query: nothing was left behind.
+    """
+
+    def __init__(self, message: str, *, waited: timedelta, queued: bool) -> None:
+        super().__init__(message)
+        self.waited = waited
+        self.queued = queued
+
+
+def _no_worker(waited: timedelta, *, queued: bool) -> NoWorkerAnswered:
+    what = "the request stays queued" if queued else "nothing was left behind"
+    return NoWorkerAnswered(
+        f"no worker answered within {waited.total_seconds():g}s ({what})",
+        waited=waited,
+        queued=queued,
+    )
 
 
 _ERRORS: dict[str, type[AgentError]] = {
@@ -253,11 +284,17 @@ class Chat:
     def handle(self) -> WorkflowHandle[AgentWorkflow, ConversationResult]:
         return self._client.temporal.get_workflow_handle_for(AgentWorkflow.run, self.id)
 
-    async def send(self, text: str) -> TurnResult:
+    async def send(self, text: str, *, worker_timeout: timedelta | None = None) -> TurnResult:
         """Send a user message and wait for the turn to end or pause.
+
+        Args:
+            text: The user's message.
+            worker_timeout: How long a worker may take to accept the message (not to finish the
+                turn, which may run long model and tool calls). ``None`` waits indefinitely.
 
         Raises:
             SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
+            NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
         size = len(text.encode())
         if size > MAX_SEND_BYTES:
@@ -281,11 +318,23 @@ class Chat:
             static_summary=f"{self.agent} conversation",
         )
         try:
-            return await self._client.temporal.execute_update_with_start_workflow(
-                AgentWorkflow.send,
-                SendInput(text=text, agent=self.agent),
-                start_workflow_operation=start,
-            )
+            if worker_timeout is None:
+                return await self._client.temporal.execute_update_with_start_workflow(
+                    AgentWorkflow.send,
+                    SendInput(text=text, agent=self.agent),
+                    start_workflow_operation=start,
+                )
+            try:
+                async with asyncio.timeout(worker_timeout.total_seconds()):
+                    accepted = await self._client.temporal.start_update_with_start_workflow(
+                        AgentWorkflow.send,
+                        SendInput(text=text, agent=self.agent),
+                        start_workflow_operation=start,
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    )
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                raise _no_worker(worker_timeout, queued=True) from None
+            return await accepted.result()
         except WorkflowUpdateFailedError as e:
             _raise_update_error(e)
         except WorkflowAlreadyStartedError:
@@ -302,12 +351,17 @@ class Chat:
         restart: Sequence[ToolRestart] = (),
         identity: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
+        worker_timeout: timedelta | None = None,
     ) -> TurnResult:
         """Answer pending interrupts; waits until the turn ends or pauses again.
+
+        ``worker_timeout`` bounds how long a worker may take to accept the answer (not how long
+        the rest of the turn takes); ``None`` waits indefinitely.
 
         Raises:
             ResumeRejected: an entry does not match a pending interrupt, an output does not fit,
                 the resume is empty, or it is larger than 1 MiB. Nothing was applied. Not retried.
+            NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
         """
         if isinstance(metadata, BaseModel):
             metadata = metadata.model_dump(mode="json")
@@ -319,28 +373,25 @@ class Chat:
             raise ResumeRejected(
                 f"resume is {raw.ByteSize()} bytes; the limit is {MAX_RESUME_BYTES} (1 MiB)"
             )
-        try:
-            return await self.handle.execute_update(AgentWorkflow.resume, RawValue(raw))
-        except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+        return await self._update(
+            AgentWorkflow.resume, RawValue(raw), worker_timeout=worker_timeout
+        )
 
-    async def pending(self) -> list[InterruptRequest]:
+    async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
         """The interrupts the conversation is paused on now (``[]`` if none)."""
-        result = await self._query(AgentWorkflow.pending)
+        result = await self._query(AgentWorkflow.pending, worker_timeout=worker_timeout)
         return result.interrupts
 
-    async def status(self) -> StatusResult:
-        return await self._query(AgentWorkflow.status)
+    async def status(self, *, worker_timeout: timedelta | None = None) -> StatusResult:
+        return await self._query(AgentWorkflow.status, worker_timeout=worker_timeout)
 
-    async def history(self) -> HistoryResult:
+    async def history(self, *, worker_timeout: timedelta | None = None) -> HistoryResult:
         """The conversation's messages and its audit log of answers."""
-        return await self._query(AgentWorkflow.history)
+        return await self._query(AgentWorkflow.history, worker_timeout=worker_timeout)
 
-    async def rejections(self) -> list[Rejection]:
+    async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:
         """Recently refused signals (the bounded log operators see in the UI)."""
-        result = await self._query(AgentWorkflow.rejections)
+        result = await self._query(AgentWorkflow.rejections, worker_timeout=worker_timeout)
         return result.rejections
 
     async def last_turn(self) -> TurnResult | None:
@@ -352,16 +403,22 @@ class Chat:
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
 
-    async def cancel(self, reason: str = "", *, identity: str | None = None) -> TurnResult:
-        """Withdraw the pending interrupts (or stop the running turn): a ``cancelled`` turn."""
-        try:
-            return await self.handle.execute_update(
-                AgentWorkflow.cancel, CancelInput(reason=reason, identity=identity)
-            )
-        except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+    async def cancel(
+        self,
+        reason: str = "",
+        *,
+        identity: str | None = None,
+        worker_timeout: timedelta | None = None,
+    ) -> TurnResult:
+        """Withdraw the pending interrupts (or stop the running turn): a ``cancelled`` turn.
+
+        ``worker_timeout`` bounds how long a worker may take to accept the cancellation.
+        """
+        return await self._update(
+            AgentWorkflow.cancel,
+            CancelInput(reason=reason, identity=identity),
+            worker_timeout=worker_timeout,
+        )
 
     async def close(self, reason: str = "", *, identity: str | None = None) -> ConversationResult:
         """End the conversation; anything pending is withdrawn first."""
@@ -374,9 +431,35 @@ class Chat:
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
 
-    async def _query(self, query: Any) -> Any:
+    async def _update(self, update: Any, arg: Any, *, worker_timeout: timedelta | None) -> Any:
         try:
-            return await self.handle.query(query)
+            if worker_timeout is None:
+                return await self.handle.execute_update(update, arg)
+            # Only acceptance is bounded: once a worker has taken the update, the turn it
+            # continues may legitimately run for minutes of model and tool calls.
+            try:
+                async with asyncio.timeout(worker_timeout.total_seconds()):
+                    accepted = await self.handle.start_update(
+                        update, arg, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+                    )
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                # The SDK turns the cancellation into its own error, hence both.
+                raise _no_worker(worker_timeout, queued=True) from None
+            return await accepted.result()
+        except WorkflowUpdateFailedError as e:
+            _raise_update_error(e)
+        except RPCError as e:
+            raise _rpc_error(e, self.id) from e
+
+    async def _query(self, query: Any, *, worker_timeout: timedelta | None = None) -> Any:
+        try:
+            if worker_timeout is None:
+                return await self.handle.query(query)
+            try:
+                async with asyncio.timeout(worker_timeout.total_seconds()):
+                    return await self.handle.query(query)
+            except TimeoutError:
+                raise _no_worker(worker_timeout, queued=False) from None
         except WorkflowQueryFailedError as e:
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
@@ -411,6 +494,7 @@ __all__ = [
     "AgentError",
     "Chat",
     "ConnectionConfigError",
+    "NoWorkerAnswered",
     "ResumeRejected",
     "SendRejected",
     "approve",

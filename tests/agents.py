@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from datetime import timedelta
 
@@ -93,3 +94,19 @@ gated = Agent(
 )
 
 ALL = [assistant, gated, banking_agent, deploy_agent, shell_agent]
+
+
+def ops_agent() -> Agent:
+    """A uniquely named agent with all three kinds of interrupt, for operator tests.
+
+    Visibility is shared by every test on the session's server (and paused chats stay paused),
+    so a test that lists conversations by ``AgentName`` needs a name no other test uses.
+    ``approve`` is interrupt-only, ``charge`` interrupts on its own (conditional), and
+    ``lookup`` is gated by ``ToolApproval``.
+    """
+    return Agent(
+        f"ops-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[approve, lookup, charge],
+        middleware=[ToolApproval(allow=["charge"])],
+    )

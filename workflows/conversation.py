@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
@@ -761,7 +761,6 @@ class AgentWorkflow:
     def _details(self, status: AgentStatus, pending: list[CallState]) -> str:
         chat_id = workflow.info().workflow_id
         lines = [f"**{self._s.agent}** · status **{status}** · turn {self._s.turns}"]
-        now = workflow.now()
         for call in pending:
             req = to_request(call)
             answer = _suggested_answer(req)
@@ -769,15 +768,17 @@ class AgentWorkflow:
                 f"temporal workflow signal --workflow-id {chat_id} --name resume "
                 f"--input '{json.dumps(answer, separators=(',', ':'))}'"
             )
-            age = _age(now - call.since) if call.since else "?"
+            # The panel is rewritten only when the conversation changes, so an age computed
+            # here would read "0s" for as long as the interrupt waits: give the instant instead.
+            since = f" since {_utc(call.since)}" if call.since else ""
             lines += [
                 "",
-                f"### Waiting on `{call.name}` (ref `{call.ref}`) for {age}",
+                f"### Waiting on `{call.name}` (ref `{call.ref}`){since}",
                 f"- input: `{_truncate(json.dumps(call.args), config.MAX_TEXT_IN_DETAILS)}`",
                 f"- metadata: `{_truncate(json.dumps(call.metadata), config.MAX_TEXT_IN_DETAILS)}`",
             ]
             if call.deadline:
-                lines.append(f"- deadline: {call.deadline.isoformat()}")
+                lines.append(f"- deadline: {_utc(call.deadline)}")
             lines += ["- answer it:", "", "```", cmd, "```"]
         if self._s.last_turn and status != "interrupted":
             lt = self._s.last_turn
@@ -787,9 +788,7 @@ class AgentWorkflow:
         if self._s.rejections:
             lines += ["", f"### Recent rejected answers ({self._s.rejections_total} in all)"]
             for r in self._s.rejections[-5:]:
-                lines.append(
-                    f"- {r.at.isoformat()} {r.handler} ({r.via}): {_truncate(r.reason, 200)}"
-                )
+                lines.append(f"- {_utc(r.at)} {r.handler} ({r.via}): {_truncate(r.reason, 200)}")
         return "\n".join(lines)
 
 
@@ -828,15 +827,8 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _age(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+def _utc(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
