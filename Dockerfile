@@ -23,7 +23,10 @@ WORKDIR /src
 COPY . .
 # A regular (not editable) install of the project with its runtime dependencies only: the test
 # and bench extras stay out of the image. The cache mount keeps rebuilds after a code change fast.
-RUN --mount=type=cache,target=/root/.cache/pip pip install .
+# pip also writes the bytecode here, where the final stage's read-only venv keeps it: the workflow
+# sandbox re-imports the workflow module for every new conversation, and with
+# PYTHONDONTWRITEBYTECODE below nothing else would ever cache it.
+RUN --mount=type=cache,target=/root/.cache/pip pip install --compile .
 
 FROM ${PYTHON_IMAGE}
 # tini runs as PID 1: it passes SIGTERM on to python, so a stop that arrives before the worker
