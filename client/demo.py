@@ -94,7 +94,7 @@ async def demo() -> int:
         f"  this conversation:  {link}\n"
         f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
         "  paused ones:        temporal workflow list --query "
-        "'AgentStatus=\"interrupted\"'\n"
+        '\'AgentStatus="interrupted" AND ExecutionStatus="Running"\'\n'
         "Stop the server with: make stop"
     )
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -764,9 +765,10 @@ class AgentWorkflow:
         for call in pending:
             req = to_request(call)
             answer = _suggested_answer(req)
+            # Quoted for a POSIX shell: chat ids are the caller's, and may hold anything.
             cmd = (
-                f"temporal workflow signal --workflow-id {chat_id} --name resume "
-                f"--input '{json.dumps(answer, separators=(',', ':'))}'"
+                f"temporal workflow signal --workflow-id {shlex.quote(chat_id)} --name resume "
+                f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
             )
             # The panel is rewritten only when the conversation changes, so an age computed
             # here would read "0s" for as long as the interrupt waits: give the instant instead.
