@@ -365,7 +365,7 @@ async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
         while done < target:
             res = await chat.send(f"turn {done}")
             res = await chat.resume(restart=[approved(i) for i in res.interrupts])
-            assert res.finish_reason == FinishReason.STOP
+            assert res.finish_reason == FinishReason.STOP, (done, res)
             done += 1
         handle = bench.client.get_workflow_handle(chat.id)
         hist = await handle.fetch_history()

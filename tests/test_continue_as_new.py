@@ -113,3 +113,25 @@ async def test_paused_conversation_continues_as_new_and_stays_paused(small_histo
     # Across every run: one model call and the lookup before the pause, one model call after.
     assert scheduled == ["model_call", "tool_call", "model_call"]
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_answers_racing_a_continue_as_new_at_the_pause_still_finish_the_turn(
+    small_histories, model
+):
+    """Every few turns the pause point is where continue-as-new happens; an answer that reaches
+    the new run together with its first task must still end the turn, not echo the pause."""
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    turns = 15
+    for n in range(turns):
+        model.reply(calls(("approve", {"question": f"q{n}"})), text(f"done {n}"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("assistant")
+        for n in range(turns):
+            (pending,) = (await chat.send(f"turn {n}")).interrupts
+            done = await chat.resume(respond=[pending.respond({"approved": True})])
+            assert done.finish_reason == FinishReason.STOP, (n, done)
+            assert done.text == f"done {n}"
+        runs = await _runs(client, chat.id)
+    assert len(runs) >= 3
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -137,7 +137,14 @@ class AgentWorkflow:
         )
 
     def _can_now(self) -> bool:
-        return workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished()
+        # The floor on this run's length keeps a state too large for the suggestion threshold
+        # from continuing-as-new in a tight loop: each run must do some work first.
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            and info.get_current_history_length() >= config.MIN_EVENTS_BEFORE_CONTINUE_AS_NEW
+            and workflow.all_handlers_finished()
+        )
 
     def _state_for_next_run(self) -> ConversationState:
         s = self._s.model_copy()
@@ -168,14 +175,19 @@ class AgentWorkflow:
                         for fc in calls
                     ]
                     turn.phase = "tools"
-                await self._run_ready(turn)
+                newly_paused = await self._run_ready(turn)
                 book = self._book(turn)
                 error = book.first_error()
                 if error is not None:
                     self._fail(error)
                     return "done"
                 if book.waiting():
-                    self._pause_point()
+                    # Report a pause once. A turn that resumes here after continue-as-new was
+                    # already reported paused, and an answer may have reached the new run
+                    # before this line: a second report would answer that resume with a stale
+                    # "interrupted".
+                    if newly_paused:
+                        self._pause_point()
                     outcome = await self._await_answers(turn)
                     if outcome == "cancel":
                         self._finish_cancelled()
@@ -229,12 +241,16 @@ class AgentWorkflow:
         self._s.messages.append(result.message)
         return result.message
 
-    async def _run_ready(self, turn: TurnState) -> None:
-        """Start every call that is ready; pause the ones that need a human first."""
+    async def _run_ready(self, turn: TurnState) -> bool:
+        """Start every call that is ready; pause the ones that need a human first.
+
+        Returns whether any call paused just now.
+        """
         spec = self._s.spec
         book = self._book(turn)
         now = workflow.now()
         runnable: list[CallState] = []
+        paused: list[CallState] = []
         for call in turn.calls:
             if call.status != "ready":
                 continue
@@ -251,6 +267,7 @@ class AgentWorkflow:
                 else:
                     metadata = call.resumed_metadata if call.resumed else {}
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
+                    paused.append(call)
             elif self._gated(call):
                 book.pause(
                     call,
@@ -258,11 +275,13 @@ class AgentWorkflow:
                     metadata={"message": f"Tool not in approved list: {call.name}"},
                     now=now,
                 )
+                paused.append(call)
             else:
                 runnable.append(call)
         if runnable:
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
+        return any(c.status == "pending" for c in [*paused, *runnable])
 
     def _gated(self, call: CallState) -> bool:
         approval = self._s.spec.approval if self._s.spec else None
