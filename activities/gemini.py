@@ -32,19 +32,29 @@ HTTP_STATUS = {
 
 
 def to_contents(messages: Sequence[Message]) -> list[gt.Content]:
-    """Wire messages as Gemini contents, merging consecutive messages of the same role.
+    """Wire messages as google-genai contents (the typed path, used for Vertex AI).
 
-    A turn that ended after a tool message (max turns, cancel) is followed by the next user
-    message; Gemini wants one user content holding both.
+    Consecutive messages of the same role are merged: a turn that ended after a tool message
+    (max turns, cancel) is followed by the next user message, and Gemini wants one user content
+    holding both.
     """
-    contents: list[gt.Content] = []
+    return [
+        gt.Content(
+            role=role,
+            parts=[gt.Part.model_validate(p.model_dump(exclude_none=True)) for p in parts],
+        )
+        for role, parts in _merged(messages)
+    ]
+
+
+def _merged(messages: Sequence[Message]) -> list[tuple[str, list[Part]]]:
+    out: list[tuple[str, list[Part]]] = []
     for m in messages:
-        parts = [gt.Part.model_validate(p.model_dump(exclude_none=True)) for p in m.parts]
-        if contents and contents[-1].role == m.role:
-            contents[-1].parts = [*(contents[-1].parts or []), *parts]
+        if out and out[-1][0] == m.role:
+            out[-1][1].extend(m.parts)
         else:
-            contents.append(gt.Content(role=m.role, parts=parts))
-    return contents
+            out.append((m.role, list(m.parts)))
+    return out
 
 
 def config_for(spec: AgentSpec) -> gt.GenerateContentConfig:
@@ -65,33 +75,112 @@ def config_for(spec: AgentSpec) -> gt.GenerateContentConfig:
     )
 
 
+# ------------------------------------------------------------------------------------------
+# The REST shape, built directly.
+#
+# google-genai turns typed contents into the request body part by part through pydantic, about
+# 50 µs a part: a 1,000-turn conversation (4,000 parts) spent 200 ms of CPU per model call on
+# it. For the Gemini Developer API the body is built here instead, from the wire messages, and
+# sent through the same client's transport (auth, base URL, API version, errors).
+# tests/test_gemini_wire.py holds it equal to what google-genai builds.
+
+
+def part_to_rest(part: Part) -> dict[str, Any]:
+    """One part as the REST API takes it. Fields the runtime does not type pass through as
+    received (the API accepts its JSON field names in either case)."""
+    out: dict[str, Any] = dict(part.model_extra or {})
+    if part.text is not None:
+        out["text"] = part.text
+    if part.thought is not None:
+        out["thought"] = part.thought
+    if part.thought_signature is not None:
+        out["thoughtSignature"] = part.thought_signature
+    if part.function_call is not None:
+        fc = part.function_call
+        call: dict[str, Any] = {"args": fc.args, "name": fc.name}
+        if fc.id is not None:
+            call["id"] = fc.id
+        out["functionCall"] = call
+    if part.function_response is not None:
+        fr = part.function_response
+        response: dict[str, Any] = {"name": fr.name, "response": fr.response}
+        if fr.id is not None:
+            response["id"] = fr.id
+        out["functionResponse"] = response
+    return out
+
+
+_TYPED = {
+    "text": "text",
+    "thought": "thought",
+    "thoughtSignature": "thought_signature",
+    "functionCall": "function_call",
+    "functionResponse": "function_response",
+}
+
+
+def part_from_rest(data: dict[str, Any]) -> Part:
+    """One part as the REST API returns it (camelCase); untyped fields are kept verbatim."""
+    return Part.model_validate({_TYPED.get(k, k): v for k, v in data.items()})
+
+
+def rest_request(spec: AgentSpec, messages: Sequence[Message]) -> dict[str, Any]:
+    """The ``generateContent`` body for the Gemini Developer API."""
+    body: dict[str, Any] = {
+        "contents": [
+            {"parts": [part_to_rest(p) for p in parts], "role": role}
+            for role, parts in _merged(messages)
+        ]
+    }
+    if spec.system:
+        body["systemInstruction"] = {"parts": [{"text": spec.system}], "role": "user"}
+    if spec.tools:
+        body["tools"] = [
+            {
+                "functionDeclarations": [
+                    {
+                        "description": t.description,
+                        "name": t.name,
+                        # google-genai sends this field under its proto name; so do we.
+                        "parameters_json_schema": t.input_schema,
+                    }
+                    for t in spec.tools
+                ]
+            }
+        ]
+    body["generationConfig"] = {}
+    return body
+
+
+def rest_model_path(model: str) -> str:
+    return model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
+
+
 def merge_chunks(
-    chunks: Iterable[gt.GenerateContentResponse],
+    chunks: Iterable[dict[str, Any]],
 ) -> tuple[Message, str | None, ModelUsage | None]:
-    """Fold a response stream into one model message, keeping every part Gemini sent."""
+    """Fold a response stream (REST-shaped chunks) into one model message, keeping every part."""
     parts: list[Part] = []
     finish: str | None = None
     usage: ModelUsage | None = None
     blocked: str | None = None
     saw_candidate = False
     for chunk in chunks:
-        if chunk.prompt_feedback and chunk.prompt_feedback.block_reason:
-            blocked = str(chunk.prompt_feedback.block_reason.value)
-        if chunk.usage_metadata:
-            u = chunk.usage_metadata
+        feedback = chunk.get("promptFeedback") or {}
+        if feedback.get("blockReason"):
+            blocked = str(feedback["blockReason"])
+        if u := chunk.get("usageMetadata"):
             usage = ModelUsage(
-                prompt_tokens=u.prompt_token_count,
-                output_tokens=u.candidates_token_count,
-                total_tokens=u.total_token_count,
+                prompt_tokens=u.get("promptTokenCount"),
+                output_tokens=u.get("candidatesTokenCount"),
+                total_tokens=u.get("totalTokenCount"),
             )
-        for cand in chunk.candidates or []:
+        for cand in chunk.get("candidates") or []:
             saw_candidate = True
-            if cand.finish_reason:
-                finish = str(cand.finish_reason.value)
-            for p in (cand.content.parts if cand.content else None) or []:
-                _append_part(
-                    parts, Part.model_validate(p.model_dump(mode="json", exclude_none=True))
-                )
+            if cand.get("finishReason"):
+                finish = str(cand["finishReason"])
+            for p in (cand.get("content") or {}).get("parts") or []:
+                _append_part(parts, part_from_rest(p))
             break  # one candidate: the agent loop does not use alternatives
     if not saw_candidate and blocked:
         raise ApplicationError(

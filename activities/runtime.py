@@ -8,6 +8,7 @@ into history without an extra activity per turn.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -19,12 +20,19 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.gemini import classify_api_error, config_for, merge_chunks, to_contents
+from activities.gemini import (
+    classify_api_error,
+    config_for,
+    merge_chunks,
+    rest_model_path,
+    rest_request,
+    to_contents,
+)
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
 from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
 from workflows.interrupts import pydantic_reason
-from workflows.types import AgentSpec, ModelInput, ModelResult, ToolInput, ToolResult
+from workflows.types import AgentSpec, Message, ModelInput, ModelResult, ToolInput, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +88,9 @@ class AgentActivities:
         """One Gemini call with the conversation so far; automatic function calling is off."""
         agent = self._agent(input.agent)
         spec: AgentSpec = agent.spec()
-        contents = to_contents(input.messages)
-        config = config_for(spec)
-        chunks = []
         try:
             async with _heartbeating(5.0):
-                stream = await self._gemini.aio.models.generate_content_stream(
-                    model=spec.model, contents=list(contents), config=config
-                )
-                async for chunk in stream:
-                    chunks.append(chunk)
-                    activity.heartbeat()
+                chunks = await stream_model(self._gemini, spec, input.messages)
         except genai_errors.APIError as err:
             raise classify_api_error(err) from err
         message, finish, usage = merge_chunks(chunks)
@@ -162,3 +162,52 @@ class AgentActivities:
                 non_retryable=True,
             ) from e
         return ToolResult(kind="output", output=output)
+
+
+async def stream_model(
+    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+) -> list[dict[str, Any]]:
+    """``streamGenerateContent`` through the google-genai client, as REST-shaped chunks."""
+    api = getattr(gemini.aio, "_api_client", None)
+    if api is not None and not api.vertexai and hasattr(api, "async_request_streamed"):
+        return await stream_rest(gemini, spec, messages)
+    # Vertex AI (and any client without that transport): google-genai's typed path.
+    return await stream_typed(gemini, spec, messages)
+
+
+async def stream_rest(
+    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+) -> list[dict[str, Any]]:
+    """The Developer API: our request body, the client's transport (see activities.gemini)."""
+    api = gemini.aio._api_client  # google-genai's transport; temporalio.google_genai uses it too
+    stream = await api.async_request_streamed(
+        "post",
+        f"{rest_model_path(spec.model)}:streamGenerateContent?alt=sse",
+        rest_request(spec, messages),
+    )
+    chunks: list[dict[str, Any]] = []
+    async for response in stream:
+        if response.body:
+            chunks.append(json.loads(response.body))
+        _beat()
+    return chunks
+
+
+async def stream_typed(
+    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+) -> list[dict[str, Any]]:
+    """google-genai's public, typed call; chunks dumped back to the REST shape."""
+    typed = await gemini.aio.models.generate_content_stream(
+        model=spec.model, contents=list(to_contents(messages)), config=config_for(spec)
+    )
+    chunks: list[dict[str, Any]] = []
+    async for chunk in typed:
+        chunks.append(chunk.model_dump(mode="json", by_alias=True, exclude_none=True))
+        _beat()
+    return chunks
+
+
+def _beat() -> None:
+    # Also callable outside an activity (the wire tests call the streaming helpers directly).
+    if activity.in_activity():
+        activity.heartbeat()

@@ -197,13 +197,16 @@ class Bench:
             phases.events.append(events)
             phases.workflow_tasks.append(tasks)
 
-    async def floor(self, tag: str, phases: Phases | None) -> None:
+    async def floor(self, tag: str, phases: Phases | None, *, bare: bool = False) -> None:
         cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
         t0 = time.perf_counter()
+        workflow_id = f"{'bare' if bare else 'floor'}-{tag}"
         start = WithStartWorkflowOperation(
             FloorWorkflow.run,
-            FloorInput(prompt=f"go {tag}"),
-            id=f"floor-{tag}",
+            FloorInput(
+                prompt=f"go {tag}", model_activity="floor_model_bare" if bare else "floor_model"
+            ),
+            id=workflow_id,
             task_queue=self.floor_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         )
@@ -222,7 +225,7 @@ class Bench:
             phases.cycle.append(t2 - t0)
             phases.cpu.append(cpu1 - cpu0)
             phases.server_cpu.append(srv1 - srv0)
-            events, tasks = await _history_counts(self.client, f"floor-{tag}")
+            events, tasks = await _history_counts(self.client, workflow_id)
             phases.events.append(events)
             phases.workflow_tasks.append(tasks)
 
@@ -232,29 +235,31 @@ async def b1(bench: Bench, *, cycles: int, warmup: int) -> dict[str, Any]:
     for i in range(warmup):
         await bench.ours(f"{run}-w{i}", None)
         await bench.floor(f"{run}-w{i}", None)
-    ours, floor = Phases(), Phases()
+        await bench.floor(f"{run}-w{i}", None, bare=True)
+    ours, floor, bare = Phases(), Phases(), Phases()
     for i in range(cycles):
-        # Interleaved, alternating who goes first, so drift hits both alike.
-        pair: list[Callable[[], Awaitable[None]]] = [
+        # Interleaved, rotating who goes first, so drift hits all three alike.
+        trio: list[Callable[[], Awaitable[None]]] = [
             lambda i=i: bench.ours(f"{run}-{i}", ours),
             lambda i=i: bench.floor(f"{run}-{i}", floor),
+            lambda i=i: bench.floor(f"{run}-{i}", bare, bare=True),
         ]
-        for fn in pair if i % 2 == 0 else reversed(pair):
+        for fn in trio[i % 3 :] + trio[: i % 3]:
             await fn()
-    o, f = ours.report(), floor.report()
-    ratio = {
-        k: o[k]["median_ms"] / f[k]["median_ms"]
-        for k in ("start_to_paused", "answer_to_final", "cycle")
-    }
+    o, f, b = ours.report(), floor.report(), bare.report()
+    phases = ("start_to_paused", "answer_to_final", "cycle")
     return {
         "cycles": cycles,
         "warmup": warmup,
         "ours": o,
         "floor": f,
-        "ratio_median": ratio,
+        "bare": b,
+        "ratio_median": {k: o[k]["median_ms"] / f[k]["median_ms"] for k in phases},
+        "ratio_to_bare_median": {k: o[k]["median_ms"] / b[k]["median_ms"] for k in phases},
         "samples_ms": {
             "ours_cycle": [x * 1000 for x in ours.cycle],
             "floor_cycle": [x * 1000 for x in floor.cycle],
+            "bare_cycle": [x * 1000 for x in bare.cycle],
         },
     }
 
@@ -434,7 +439,7 @@ def _markdown(results: dict[str, Any]) -> str:
             "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for name in ("floor", "ours"):
+        for name in ("bare", "floor", "ours"):
             r = b[name]
             lines.append(
                 f"| {name} | {r['start_to_paused']['median_ms']:.1f} / "
@@ -445,11 +450,16 @@ def _markdown(results: dict[str, Any]) -> str:
                 f"{r['workflow_tasks_per_cycle']:.0f} | {r['process_cpu_ms_per_cycle']:.1f} ms | "
                 f"{r['server_cpu_ms_per_cycle']:.1f} ms |"
             )
-        ratio = b["ratio_median"]
+        ratio, to_bare = b["ratio_median"], b["ratio_to_bare_median"]
         lines += [
             "",
+            "- *bare*: the floor workflow with model activities that answer from memory (no I/O).",
+            "- *floor*: the same workflow whose model activity makes the same google-genai call "
+            "to the same loopback model as ours.",
+            "",
             f"Ratio ours / floor (medians): cycle **{ratio['cycle']:.2f}×**, start → paused "
-            f"{ratio['start_to_paused']:.2f}×, answer → final {ratio['answer_to_final']:.2f}×.",
+            f"{ratio['start_to_paused']:.2f}×, answer → final {ratio['answer_to_final']:.2f}×. "
+            f"Ours / bare: cycle {to_bare['cycle']:.2f}×.",
             "",
         ]
     if "b4" in results:
@@ -509,14 +519,18 @@ def _plot(results: dict[str, Any], out: Path) -> Path | None:
         return None
     b = results["b1"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    samples = [b["samples_ms"]["floor_cycle"], b["samples_ms"]["ours_cycle"]]
-    axes[0].boxplot(samples, tick_labels=["floor", "ours"], showfliers=True)
+    samples = [
+        b["samples_ms"]["bare_cycle"],
+        b["samples_ms"]["floor_cycle"],
+        b["samples_ms"]["ours_cycle"],
+    ]
+    axes[0].boxplot(samples, tick_labels=["bare", "floor", "ours"], showfliers=True)
     axes[0].set_ylabel("ms per interrupt cycle")
     axes[0].set_title(f"B1 cycle: ours/floor = {b['ratio_median']['cycle']:.2f}× (median)")
     top = max(max(s) for s in samples)
     bins = [top * i / 40 for i in range(41)]
-    axes[1].hist(samples[0], bins=bins, alpha=0.6, label="floor")
-    axes[1].hist(samples[1], bins=bins, alpha=0.6, label="ours")
+    for label, values in zip(("bare", "floor", "ours"), samples, strict=True):
+        axes[1].hist(values, bins=bins, alpha=0.5, label=label)
     axes[1].set_xlabel("ms per interrupt cycle")
     axes[1].set_ylabel("cycles")
     axes[1].legend()
@@ -547,6 +561,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         with GeminiStandIn(model) as standin:
             gemini = standin.client()
             floor_queue = "bench-floor"
+            floor_acts = FloorActivities(gemini)
             async with (
                 build_worker(
                     client,
@@ -559,7 +574,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     client,
                     task_queue=floor_queue,
                     workflows=[FloorWorkflow],
-                    activities=[FloorActivities(gemini).model, FloorActivities(gemini).tool],
+                    activities=[floor_acts.model, floor_acts.model_bare, floor_acts.tool],
                     max_cached_workflows=args.cache,
                     # The same sandbox configuration as ours, so the floor is not penalised.
                     workflow_runner=sandbox_runner(),
@@ -605,7 +620,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="a few cycles: a smoke test, not a measurement"
     )
-    p.add_argument("--cycles", type=int, default=60)
+    p.add_argument("--cycles", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--resumes", type=int, default=20)
     p.add_argument(

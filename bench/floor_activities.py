@@ -56,3 +56,11 @@ class FloorActivities:
     @activity.defn(name="floor_tool")
     async def tool(self, input: FloorToolInput) -> FloorToolResult:
         return FloorToolResult(output={"done": True, **input.args})
+
+    @activity.defn(name="floor_model_bare")
+    async def model_bare(self, input: FloorModelInput) -> FloorModelResult:
+        """The scripted answer without any I/O: a call first, then the final text."""
+        if len(input.contents) == 1:
+            part = {"functionCall": {"name": "act", "args": {"n": 1}}}
+            return FloorModelResult(content={"role": "model", "parts": [part]}, call_args={"n": 1})
+        return FloorModelResult(content={"role": "model", "parts": [{"text": "done"}]}, text="done")

@@ -19,6 +19,9 @@ from temporalio import workflow
 
 class FloorInput(BaseModel):
     prompt: str
+    # "floor_model" makes the same google-genai call as ours; "floor_model_bare" answers from
+    # memory: the engine's absolute floor.
+    model_activity: str = "floor_model"
 
 
 class FloorResult(BaseModel):
@@ -54,7 +57,7 @@ class FloorWorkflow:
     async def run(self, input: FloorInput) -> FloorResult:
         contents: list[dict[str, object]] = [{"role": "user", "parts": [{"text": input.prompt}]}]
         first = await workflow.execute_activity(
-            "floor_model",
+            input.model_activity,
             FloorModelInput(contents=contents),
             result_type=FloorModelResult,
             start_to_close_timeout=timedelta(seconds=30),
@@ -75,7 +78,7 @@ class FloorWorkflow:
             }
         )
         final = await workflow.execute_activity(
-            "floor_model",
+            input.model_activity,
             FloorModelInput(contents=contents),
             result_type=FloorModelResult,
             start_to_close_timeout=timedelta(seconds=30),

@@ -23,7 +23,9 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["quick"] is True
     b1 = results["b1"]
-    assert len(b1["samples_ms"]["ours_cycle"]) == len(b1["samples_ms"]["floor_cycle"]) == 4
+    samples = b1["samples_ms"]
+    assert len(samples["ours_cycle"]) == len(samples["floor_cycle"]) == len(samples["bare_cycle"])
+    assert len(samples["ours_cycle"]) == 4
     assert b1["ours"]["workflow_tasks_per_cycle"] >= 5
     assert results["b2"]["finished_right"] == results["b2"]["conversations"] == 20
     assert results["b2"]["lost"] == 0
