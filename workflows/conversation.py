@@ -98,7 +98,10 @@ class AgentWorkflow:
         self._cancel: CancelInput | None = None
         self._turn_task: asyncio.Task[str] | None = None
         self._published: tuple[object, ...] | None = None
-        self._memo_pending: list[dict[str, str]] | None = None
+        # What the memo holds: set at start by our client (and carried over by
+        # continue-as-new), so only changes need an upsert. A run started without it (by
+        # another client, or recorded before the client set it) upserts on its first publish.
+        self._memo_pending: list[dict[str, str]] | None = workflow.memo_value("pending", None)
 
     # ------------------------------------------------------------------------------------------
     # Main loop
