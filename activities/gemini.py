@@ -124,14 +124,25 @@ def part_from_rest(data: dict[str, Any]) -> Part:
     return Part.model_validate({_TYPED.get(k, k): v for k, v in data.items()})
 
 
-def rest_request(spec: AgentSpec, messages: Sequence[Message]) -> dict[str, Any]:
-    """The ``generateContent`` body for the Gemini Developer API."""
-    body: dict[str, Any] = {
-        "contents": [
-            {"parts": [part_to_rest(p) for p in parts], "role": role}
-            for role, parts in _merged(messages)
-        ]
-    }
+def rest_request(
+    spec: AgentSpec,
+    messages: Sequence[Message],
+    *,
+    rest_parts: Sequence[list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """The ``generateContent`` body for the Gemini Developer API.
+
+    ``rest_parts``, when given, holds each message's parts already in the REST shape.
+    """
+    if rest_parts is None:
+        rest_parts = [[part_to_rest(p) for p in m.parts] for m in messages]
+    contents: list[dict[str, Any]] = []
+    for m, parts in zip(messages, rest_parts, strict=True):
+        if contents and contents[-1]["role"] == m.role:
+            contents[-1]["parts"] = [*contents[-1]["parts"], *parts]
+        else:
+            contents.append({"parts": list(parts), "role": m.role})
+    body: dict[str, Any] = {"contents": contents}
     if spec.system:
         body["systemInstruction"] = {"parts": [{"text": spec.system}], "role": "user"}
     if spec.tools:

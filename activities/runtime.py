@@ -28,6 +28,7 @@ from activities.gemini import (
     rest_request,
     to_contents,
 )
+from activities.history import ConversationCache
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
 from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
@@ -67,6 +68,7 @@ class AgentActivities:
             a.name: {t.name: t for t in a.tools} for a in agents
         }
         self._gemini = gemini
+        self._conversations = ConversationCache()
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
         return [self.model_call, self.tool_call]
@@ -88,12 +90,15 @@ class AgentActivities:
         """One Gemini call with the conversation so far; automatic function calling is off."""
         agent = self._agent(input.agent)
         spec: AgentSpec = agent.spec()
+        conv = await self._conversations.resolve(input)
         try:
             async with _heartbeating(5.0):
-                chunks = await stream_model(self._gemini, spec, input.messages)
+                chunks = await stream_model(self._gemini, spec, conv.messages, conv.rest)
         except genai_errors.APIError as err:
             raise classify_api_error(err) from err
         message, finish, usage = merge_chunks(chunks)
+        # The workflow appends exactly this message; the next call sends only what follows.
+        self._conversations.put(input.chat_id, conv.plus([message]))
         log.debug(
             "model %s answered chat %s: %d parts, finish %s",
             spec.model,
@@ -165,25 +170,31 @@ class AgentActivities:
 
 
 async def stream_model(
-    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+    gemini: genai.Client,
+    spec: AgentSpec,
+    messages: Sequence[Message],
+    rest_parts: Sequence[list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """``streamGenerateContent`` through the google-genai client, as REST-shaped chunks."""
     api = getattr(gemini.aio, "_api_client", None)
     if api is not None and not api.vertexai and hasattr(api, "async_request_streamed"):
-        return await stream_rest(gemini, spec, messages)
+        return await stream_rest(gemini, spec, messages, rest_parts)
     # Vertex AI (and any client without that transport): google-genai's typed path.
     return await stream_typed(gemini, spec, messages)
 
 
 async def stream_rest(
-    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+    gemini: genai.Client,
+    spec: AgentSpec,
+    messages: Sequence[Message],
+    rest_parts: Sequence[list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """The Developer API: our request body, the client's transport (see activities.gemini)."""
     api = gemini.aio._api_client  # google-genai's transport; temporalio.google_genai uses it too
     stream = await api.async_request_streamed(
         "post",
         f"{rest_model_path(spec.model)}:streamGenerateContent?alt=sse",
-        rest_request(spec, messages),
+        rest_request(spec, messages, rest_parts=rest_parts),
     )
     chunks: list[dict[str, Any]] = []
     async for response in stream:

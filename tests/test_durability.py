@@ -48,6 +48,10 @@ async def test_paused_turn_is_answered_by_a_brand_new_worker(client, model):
     assert res.finish_reason == FinishReason.STOP
     assert t.RUNS == {"lookup": 1}  # the completed sibling was not re-run by the new worker
     assert [r["name"] for r in model.requests[1].function_responses()] == ["lookup", "approve"]
+    # The new worker kept nothing of the chat: it asked the workflow for the conversation, and
+    # the model got all of it.
+    assert [c["role"] for c in model.requests[1].contents] == ["user", "model", "user"]
+    assert model.requests[1].contents[0] == {"role": "user", "parts": [{"text": "go"}]}
     await assert_no_workflow_task_failed(client, chat.id)
 
 

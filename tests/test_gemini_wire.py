@@ -146,3 +146,20 @@ def test_parts_round_trip_through_the_wire_shape():
     assert rest_request(Agent("a").spec(), [Message(role="model", parts=[part])])["contents"] == [
         {"parts": [{"inlineData": {"mimeType": "text/plain", "data": "aGk="}}], "role": "model"}
     ]
+
+
+def test_the_answer_digests_the_same_after_the_payload_round_trip():
+    """The activity digests the message it returns; the workflow digests what it decoded.
+
+    Equal digests are what lets the next model call carry only the new messages.
+    """
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from workflows.history import step
+    from workflows.types import ModelResult
+
+    message, finish, usage = merge_chunks(RESPONSE_CHUNKS)
+    converter = pydantic_data_converter.payload_converter
+    payload = converter.to_payload(ModelResult(message=message, finish_reason=finish, usage=usage))
+    decoded = converter.from_payload(payload, ModelResult).message
+    assert step("", decoded) == step("", message)

@@ -589,3 +589,31 @@ async def test_cancelling_the_workflow_closes_the_conversation(run_worker, model
     assert desc.status == WorkflowExecutionStatus.CANCELED
     assert desc.typed_search_attributes.get(AGENT_STATUS) == "closed"
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_model_calls_carry_only_new_messages_in_history(run_worker, model, client):
+    """History grows with each turn, not with the square of the conversation's length."""
+    turns = 6
+    for n in range(turns):
+        model.reply(calls(("lookup", {"key": f"k{n}"})), text(f"answer {n}"))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        for n in range(turns):
+            await chat.send(f"question {n} " + "x" * 2000)
+    hist = await history(client, chat.id)
+    inputs = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in events_of(hist, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "model_call"
+    ]
+    assert len(inputs) == 2 * turns
+    assert [i["new_from"] for i in inputs[:4]] == [0, 2, 4, 6]
+    assert all(len(i["new_messages"]) <= 2 and i["messages"] == [] for i in inputs)
+    assert inputs[-1]["history_size"] == 4 * turns - 1
+    # Yet the model saw the whole conversation every time.
+    assert len(model.requests[-1].contents) == 4 * turns - 1
+    sizes = [
+        len(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in events_of(hist, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    ]
+    assert max(sizes) < 6000

@@ -29,6 +29,7 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 # workflow validates against.
 PASSTHROUGH = (
     "workflows.agent",
+    "workflows.history",
     "workflows.types",
     "workflows.interrupts",
     "workflows.config",

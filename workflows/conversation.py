@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import config
+    from workflows.history import Digests
     from workflows.interrupts import (
         MAX_RESUME_BYTES,
         MAX_SEND_BYTES,
@@ -57,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
         HistoryResult,
         InterruptRequest,
         Message,
+        MessagesInput,
+        MessagesResult,
         ModelInput,
         ModelResult,
         Part,
@@ -92,6 +95,8 @@ class AgentWorkflow:
     def __init__(self, input: ConversationInput) -> None:
         self._s: ConversationState = input.state or ConversationState(agent=input.agent)
         self._refs: set[str] = set(self._s.refs)
+        # Derived from the messages (not state): recomputed after continue-as-new or replay.
+        self._digests = Digests()
         # Every time a turn reaches a stop point (paused or ended) this goes up by one; update
         # handlers wait on it to return the turn's result.
         self._stops = 0
@@ -221,14 +226,20 @@ class AgentWorkflow:
 
     async def _call_model(self, turn: TurnState) -> Message:
         spec = self._s.spec
+        messages = self._s.messages
+        # Only what the model side has not seen goes into history; see ModelInput.
+        seen = min(self._s.model_seen, len(messages))
         try:
             result = await workflow.execute_activity(
                 config.MODEL_ACTIVITY,
                 ModelInput(
                     agent=self._s.agent,
                     chat_id=workflow.info().workflow_id,
-                    messages=self._s.messages,
                     spec_digest=spec.digest if spec else None,
+                    new_from=seen,
+                    new_messages=messages[seen:],
+                    prefix_digest=self._digests.of(messages, seen),
+                    history_size=len(messages),
                 ),
                 result_type=ModelResult,
                 start_to_close_timeout=config.MODEL_START_TO_CLOSE,
@@ -242,6 +253,7 @@ class AgentWorkflow:
             self._s.spec = result.spec
         turn.model_calls += 1
         self._s.messages.append(result.message)
+        self._s.model_seen = len(self._s.messages)
         return result.message
 
     async def _run_ready(self, turn: TurnState) -> bool:
@@ -424,7 +436,7 @@ class AgentWorkflow:
         turn = self._s.turn
         assert turn is not None
         # A failed turn leaves the conversation as it was before the turn.
-        del self._s.messages[turn.base_len :]
+        self._cut_messages(turn.base_len)
         self._s.turn = None
         workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)
         self._stop(TurnResult(turn=turn.turn, finish_reason=FinishReason.FAILED, error=error))
@@ -442,12 +454,17 @@ class AgentWorkflow:
             self._s.messages.append(self._tool_message(turn))
         else:
             # Cancelled before the model answered: as if the message was never sent.
-            del self._s.messages[turn.base_len :]
+            self._cut_messages(turn.base_len)
         result = TurnResult(
             turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=self._turn_text(turn)
         )
         self._s.turn = None
         self._stop(result)
+
+    def _cut_messages(self, n: int) -> None:
+        del self._s.messages[n:]
+        self._digests.cut(n)
+        self._s.model_seen = min(self._s.model_seen, n)
 
     # ------------------------------------------------------------------------------------------
     # Updates
@@ -723,6 +740,11 @@ class AgentWorkflow:
     @workflow.query
     def history(self) -> HistoryResult:
         return HistoryResult(messages=self._s.messages, answers=self._s.answers)
+
+    @workflow.query
+    def messages(self, input: MessagesInput) -> MessagesResult:
+        """A slice of the conversation; the model activity asks when it lacks the start."""
+        return MessagesResult(messages=self._s.messages[input.start : input.end])
 
     @workflow.query
     def rejections(self) -> RejectionsResult:

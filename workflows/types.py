@@ -330,6 +330,8 @@ class ConversationState(_Wire):
     rejections: list[Rejection] = Field(default_factory=list)
     rejections_total: int = 0
     closed: bool = False
+    # How many messages the model side has seen: the last call's input and its answer.
+    model_seen: int = 0
 
 
 class ConversationInput(_Wire):
@@ -349,12 +351,34 @@ class ConversationResult(_Wire):
 
 
 class ModelInput(_Wire):
+    """One model call.
+
+    Only the messages the model side has not seen travel in history (``new_messages``, from
+    index ``new_from``); the activity keeps the earlier ones per chat and checks them against
+    ``prefix_digest``, asking the workflow for them when it does not have them. Sending the
+    whole conversation on every call made history grow with the square of its length.
+    """
+
     agent: str
     chat_id: str
-    messages: list[Message]
+    # The whole conversation: written by the first release, still understood.
+    messages: list[Message] = Field(default_factory=list)
     # The digest of the definition the workflow already holds; the activity sends the
     # definition back only when the worker's differs, to keep history small.
     spec_digest: str | None = None
+    new_from: int | None = None
+    new_messages: list[Message] = Field(default_factory=list)
+    prefix_digest: str | None = None
+    history_size: int | None = None
+
+
+class MessagesInput(_Wire):
+    start: int = 0
+    end: int | None = None
+
+
+class MessagesResult(_Wire):
+    messages: list[Message] = Field(default_factory=list)
 
 
 class ModelUsage(_Wire):
