@@ -314,6 +314,7 @@ async def b2(bench: Bench, *, n: int, concurrency: int) -> dict[str, Any]:
     sem = asyncio.Semaphore(concurrency)
     pending: dict[str, Any] = {}
     rss_before = _rss_mib()
+    cpu0, srv0 = time.process_time(), _proc_cpu(bench.server_pid)
 
     async def park(i: int) -> None:
         async with sem:
@@ -339,6 +340,7 @@ async def b2(bench: Bench, *, n: int, concurrency: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     await asyncio.gather(*(finish(cid) for cid in list(pending)))
     resume_s = time.perf_counter() - t0
+    cpu1, srv1 = time.process_time(), _proc_cpu(bench.server_pid)
     right = sum(1 for v in finished.values() if v == "done")
     return {
         "conversations": n,
@@ -353,6 +355,10 @@ async def b2(bench: Bench, *, n: int, concurrency: int) -> dict[str, Any]:
         "resume_rate_per_s": round(n / resume_s, 1),
         "finished_right": right,
         "lost": n - right,
+        # Park and resume, per conversation: this process (worker, client, model) and the
+        # dev server. On 2 cores their sum bounds the rates above.
+        "process_cpu_ms_per_conversation": round((cpu1 - cpu0) * 1000 / n, 1),
+        "server_cpu_ms_per_conversation": round((srv1 - srv0) * 1000 / n, 1),
     }
 
 
@@ -500,6 +506,8 @@ def _markdown(results: dict[str, Any]) -> str:
             f"- resume all: {b['resume_all_seconds']} s ({b['resume_rate_per_s']}/s)",
             f"- finished with the right answer: {b['finished_right']}/{b['conversations']}, "
             f"lost: {b['lost']}",
+            f"- CPU per conversation (park + resume): {b['process_cpu_ms_per_conversation']} ms "
+            f"in this process, {b['server_cpu_ms_per_conversation']} ms in the dev server",
             "",
         ]
     if "b3" in results:
