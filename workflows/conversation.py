@@ -578,11 +578,10 @@ class AgentWorkflow:
                     f"unknown signal {name!r}; this workflow accepts 'resume' and 'send'"
                 )
         except ResumeError as e:
-            self._reject(via="signal", handler=name, reason=e.reason, payload=args)
+            self._reject(handler=name, reason=e.reason, payload=args)
         except Exception as e:  # noqa: BLE001  # a signal must never fail the workflow task
             workflow.logger.exception("signal %r could not be handled", name)
             self._reject(
-                via="signal",
                 handler=name,
                 reason=f"internal error handling the signal ({type(e).__name__})",
                 payload=args,
@@ -599,20 +598,14 @@ class AgentWorkflow:
             raise ResumeError(problem)
         self._start_turn(input.text)
 
-    def _reject(
-        self,
-        *,
-        via: Literal["update", "signal"],
-        handler: str,
-        reason: str,
-        payload: Sequence[RawValue],
-    ) -> None:
+    def _reject(self, *, handler: str, reason: str, payload: Sequence[RawValue]) -> None:
+        """Record a refused signal (an update's refusal goes back to its caller instead)."""
         raw = b"".join(p.payload.data for p in payload)
         identity = _claimed_identity(payload)
         self._s.rejections.append(
             Rejection(
                 at=workflow.now(),
-                via=via,
+                via="signal",
                 handler=handler,
                 reason=reason[:500],
                 identity=identity,

@@ -279,9 +279,6 @@ class InterruptBook:
             return tool.deadline_seconds
         return self.spec.interrupt_deadline_seconds
 
-    def failed(self) -> list[CallState]:
-        return [c for c in self.calls if c.status == "failed"]
-
     def first_error(self) -> ErrorInfo | None:
         for c in self.calls:
             if c.status == "failed" and c.error is not None:
