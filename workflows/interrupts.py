@@ -64,7 +64,30 @@ def schema_error(instance: Any, schema: JsonObject) -> str | None:
     if error is None:
         return None
     where = ".".join(str(x) for x in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+    rule = _rule(error.validator, error.validator_value, error.message)
+    return f"{where}: {rule}" if where else rule
+
+
+def _rule(validator: object, want: object, message: str) -> str:
+    """Which rule a value broke, in words that never quote the value itself.
+
+    jsonschema's own messages repeat the offending value; a reason is logged, kept in the
+    rejections query and shown in the Temporal UI, and the value may be a secret (a token
+    typed into the wrong field).
+    """
+    if validator in ("required", "dependentRequired"):
+        return message  # names the missing property, which comes from the schema
+    if validator == "type":
+        return f"must be of type {json.dumps(want)}"
+    if validator in ("enum", "const"):
+        allowed = json.dumps(want, default=str)
+        allowed = allowed if len(allowed) <= 200 else allowed[:200] + "…"
+        return f"must be {'one of ' if validator == 'enum' else ''}{allowed}"
+    if validator == "additionalProperties":
+        return message  # names the unexpected keys, not their values
+    if isinstance(want, int | float | str) and not isinstance(want, bool):
+        return f"fails {validator}={json.dumps(want)}"
+    return f"fails the schema's {validator!s} rule"
 
 
 def digest(raw: bytes, *, excerpt: int = 120) -> str:
