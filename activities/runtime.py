@@ -31,7 +31,7 @@ from activities.gemini import (
 from activities.history import ConversationCache
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
-from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.config import MAX_TOOL_OUTPUT_BYTES, MODEL_ACTIVITY, TOOL_ACTIVITY
 from workflows.interrupts import pydantic_reason
 from workflows.types import AgentSpec, Message, ModelInput, ModelResult, ToolInput, ToolResult
 
@@ -151,6 +151,7 @@ class AgentActivities:
                     type="ToolError",
                     non_retryable=True,
                 ) from None
+            _check_size(metadata, tool=tool.name, what="interrupt metadata")
             return ToolResult(kind="interrupt", metadata=metadata)
         except ToolError as e:
             raise ApplicationError(
@@ -166,7 +167,21 @@ class AgentActivities:
                 type="ToolError",
                 non_retryable=True,
             ) from e
+        _check_size(output, tool=tool.name, what="output")
         return ToolResult(kind="output", output=output)
+
+
+def _check_size(obj: dict[str, Any], *, tool: str, what: str) -> None:
+    """Refuse what would bloat every later model call and the conversation's carried state."""
+    size = len(json.dumps(obj, separators=(",", ":"), default=str).encode())
+    if size > MAX_TOOL_OUTPUT_BYTES:
+        raise ApplicationError(
+            f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
+            f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB. Return less (a summary, a page, a reference).",
+            "RESOURCE_EXHAUSTED",
+            type="ToolError",
+            non_retryable=True,
+        )
 
 
 async def stream_model(

@@ -164,7 +164,25 @@ def _retry_spec(policy: RetryPolicy) -> RetrySpec:
             policy.maximum_interval.total_seconds() if policy.maximum_interval else None
         ),
         maximum_attempts=policy.maximum_attempts,
+        non_retryable_error_types=(
+            list(policy.non_retryable_error_types) if policy.non_retryable_error_types else None
+        ),
     )
+
+
+def _retry_problem(policy: RetryPolicy) -> str | None:
+    """What the SDK would refuse when the workflow schedules the tool (the same checks)."""
+    if policy.maximum_attempts == 1:
+        return None  # no retries: the SDK ignores the rest
+    if policy.initial_interval < timedelta(0):
+        return "initial_interval cannot be negative"
+    if policy.backoff_coefficient < 1:
+        return "backoff_coefficient cannot be less than 1"
+    if policy.maximum_interval is not None and policy.maximum_interval < policy.initial_interval:
+        return "maximum_interval cannot be less than initial_interval"
+    if policy.maximum_attempts < 0:
+        return "maximum_attempts cannot be negative"
+    return None
 
 
 def tool(
@@ -187,6 +205,13 @@ def tool(
         retry: Retry policy for unclassified exceptions (3 attempts by default). A
             ``ToolError`` is never retried.
     """
+
+    if retry is not None:
+        # Checked here, at import time: the workflow builds the policy when it schedules the
+        # tool, and an invalid one would fail every workflow task of every conversation using it.
+        problem = _retry_problem(retry)
+        if problem:
+            raise ValueError(f"tool {name!r}: invalid retry policy: {problem}")
 
     def decorate(fn: Callable[..., Any]) -> Tool[Any]:
         input_model, takes_ctx, output_model = _inspect(fn, name)

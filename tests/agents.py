@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -78,6 +79,44 @@ async def bad_interrupt(inp: Key) -> dict[str, str]:
     raise Interrupt(["not", "an", "object"])  # type: ignore[arg-type]  # the mistake under test
 
 
+class Nope(Exception):
+    """An error the ``picky`` tool's retry policy declares non-retryable."""
+
+
+@tool(
+    "picky",
+    "Fails with an error its policy says not to retry.",
+    retry=RetryPolicy(
+        initial_interval=timedelta(milliseconds=10),
+        maximum_attempts=4,
+        non_retryable_error_types=["Nope"],
+    ),
+)
+async def picky(inp: Key) -> dict[str, str]:
+    RUNS["picky"] += 1
+    raise Nope(f"not {inp.key}")
+
+
+@tool("slow", "Takes a while (until a test cancels it).")
+async def slow(inp: Key) -> dict[str, str]:
+    RUNS["slow"] += 1
+    await asyncio.sleep(20)
+    RUNS["slow_finished"] += 1
+    return {"key": inp.key}
+
+
+class Size(BaseModel):
+    kib: int
+
+
+@tool("big", "Returns about as many KiB as asked.")
+async def big(inp: Size) -> dict[str, str]:
+    RUNS["big"] += 1
+    return {"blob": "x" * (inp.kib * 1024 - len('{"blob":""}'))}
+
+
+careful = Agent("careful", model="gemini-test", tools=[approve, lookup, slow, picky, big])
+
 assistant = Agent(
     "assistant",
     model="googleai/gemini-test",
@@ -93,7 +132,7 @@ gated = Agent(
     middleware=[ToolApproval(allow=["lookup"])],
 )
 
-ALL = [assistant, gated, banking_agent, deploy_agent, shell_agent]
+ALL = [assistant, gated, careful, banking_agent, deploy_agent, shell_agent]
 
 
 def ops_agent() -> Agent:

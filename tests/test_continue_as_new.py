@@ -135,3 +135,36 @@ async def test_answers_racing_a_continue_as_new_at_the_pause_still_finish_the_tu
         runs = await _runs(client, chat.id)
     assert len(runs) >= 3
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_conversation_too_large_to_carry_whole_drops_its_oldest_turns(
+    small_histories, model
+):
+    """Continue-as-new carries the conversation in one payload, which Temporal refuses at about
+    2 MB; the oldest turns are dropped instead of leaving the run stuck retrying."""
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    turns = 10
+    for n in range(turns):
+        model.reply(calls(("big", {"kib": 200})), text(f"answer {n}"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("careful")
+        for n in range(turns):
+            res = await chat.send(f"question {n}")
+            assert res.text == f"answer {n}", (n, res)
+        hist = await chat.history()
+        runs = await _runs(client, chat.id)
+    assert len(runs) >= 3
+    assert hist.dropped_messages > 0 and hist.dropped_messages % 4 == 0
+    first = hist.dropped_messages // 4
+    # What is kept starts at a whole turn and runs to the end.
+    assert hist.messages[0].text() == f"question {first}"
+    assert hist.messages[-1].text() == f"answer {turns - 1}"
+    # The model's last call (before the last trim) also began at a whole turn, with no
+    # function response cut off from its call.
+    contents = model.requests[-1].contents
+    opening = contents[0]["parts"][0]["text"]
+    assert opening.startswith("question ") and int(opening.split()[1]) <= first
+    assert contents[-1]["parts"][0]["functionResponse"]["name"] == "big"
+    assert t.RUNS["big"] == turns
+    await assert_no_workflow_task_failed(client, chat.id)

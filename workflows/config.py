@@ -30,6 +30,12 @@ TOOL_RETRY_ATTEMPTS = 3
 
 MAX_REJECTIONS_KEPT = 20
 MIN_EVENTS_BEFORE_CONTINUE_AS_NEW = 20
+# What continue-as-new may carry, as JSON. Temporal refuses a payload of about 2 MB (the blob
+# size error limit), which would leave the run retrying its workflow task for good.
+# The largest function response (or interrupt metadata) a tool may return, as JSON: it is sent
+# to the model on every later call and carried by the conversation.
+MAX_TOOL_OUTPUT_BYTES = 256 * 1024
+MAX_CARRIED_STATE_BYTES = 1_536 * 1024
 MAX_ANSWERS_KEPT = 500
 MAX_TEXT_IN_DETAILS = 400
 

@@ -24,14 +24,14 @@ from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import config
-    from workflows.history import Digests
+    from workflows.history import Digests, fit_state
     from workflows.interrupts import (
         MAX_RESUME_BYTES,
         MAX_SEND_BYTES,
@@ -103,6 +103,8 @@ class AgentWorkflow:
         self._cancel: CancelInput | None = None
         self._turn_task: asyncio.Task[str] | None = None
         self._published: tuple[object, ...] | None = None
+        # Set when this run's state proved too large to carry over (see _state_for_next_run).
+        self._can_blocked = False
         # What the memo holds: set at start by our client (and carried over by
         # continue-as-new), so only changes need an upsert. A run started without it (by
         # another client, or recorded before the client set it) upserts on its first publish.
@@ -130,13 +132,31 @@ class AgentWorkflow:
                 # Long conversations stay bounded: carry the state into a fresh run. Nothing a
                 # client holds (chat id, refs) changes.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(
-                    ConversationInput(agent=self._s.agent, state=self._state_for_next_run())
-                )
+                state = self._state_for_next_run()
+                if state is None:
+                    # Even trimmed, the state would be refused as too large, and the run would
+                    # be stuck retrying. Going on in this run is the lesser evil.
+                    self._can_blocked = True
+                    workflow.logger.warning(
+                        "conversation state too large to continue-as-new even after trimming; "
+                        "staying in this run"
+                    )
+                    continue
+                if state.dropped_messages > self._s.dropped_messages:
+                    workflow.logger.warning(
+                        "dropped the %d oldest messages to carry the conversation into a new run",
+                        state.dropped_messages - self._s.dropped_messages,
+                    )
+                workflow.continue_as_new(ConversationInput(agent=self._s.agent, state=state))
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.
+            # A turn in progress ends cancelled, so a caller waiting on it gets that answer
+            # rather than "workflow execution already completed".
+            if self._s.turn is not None:
+                self._finish_cancelled()
             self._s.closed = True
             self._publish()
+            await workflow.wait_condition(workflow.all_handlers_finished)
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
@@ -149,15 +169,16 @@ class AgentWorkflow:
         # from continuing-as-new in a tight loop: each run must do some work first.
         info = workflow.info()
         return (
-            info.is_continue_as_new_suggested()
+            not self._can_blocked
+            and info.is_continue_as_new_suggested()
             and info.get_current_history_length() >= config.MIN_EVENTS_BEFORE_CONTINUE_AS_NEW
             and workflow.all_handlers_finished()
         )
 
-    def _state_for_next_run(self) -> ConversationState:
+    def _state_for_next_run(self) -> ConversationState | None:
         s = self._s.model_copy()
         s.refs = sorted(self._refs)
-        return s
+        return fit_state(s, budget=config.MAX_CARRIED_STATE_BYTES)
 
     # ------------------------------------------------------------------------------------------
     # The turn state machine
@@ -167,6 +188,11 @@ class AgentWorkflow:
         assert turn is not None
         try:
             while True:
+                if self._cancel is not None:
+                    # A cancel that arrived before this step could be interrupted (e.g. in the
+                    # same workflow task as the send that started the turn).
+                    self._finish_cancelled()
+                    return "done"
                 if turn.phase == "model":
                     if turn.model_calls >= self._max_turns():
                         self._finish(FinishReason.MAX_TURNS)
@@ -248,6 +274,10 @@ class AgentWorkflow:
                 summary=f"model {spec.model}" if spec else f"model for {self._s.agent}",
             )
         except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                # Our own cancellation of the turn (or of the workflow) reached the activity:
+                # it is a cancellation, not a model failure.
+                raise asyncio.CancelledError() from None
             raise _TurnFailed(_activity_error(e, what="model call")) from None
         if result.spec is not None:
             self._s.spec = result.spec
@@ -337,6 +367,7 @@ class AgentWorkflow:
                         else None
                     ),
                     maximum_attempts=retry.maximum_attempts,
+                    non_retryable_error_types=retry.non_retryable_error_types,
                 )
                 if retry
                 else RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS),
@@ -409,6 +440,11 @@ class AgentWorkflow:
 
     def _stop(self, result: TurnResult) -> None:
         self._s.last_turn = result
+        if self._s.turn is None:
+            # Whatever ended the turn, a cancellation asked for it is spent; and the state
+            # may be trimmable now that the turn is over.
+            self._cancel = None
+            self._can_blocked = False
         self._stops += 1
         self._publish()
 
@@ -452,9 +488,11 @@ class AgentWorkflow:
                 self._audit(call, kind="cancel", via="cancel", identity=identity)
             # Every call keeps a response, so the history stays valid for the model.
             self._s.messages.append(self._tool_message(turn))
-        else:
+        elif turn.model_calls == 0:
             # Cancelled before the model answered: as if the message was never sent.
             self._cut_messages(turn.base_len)
+        # Otherwise tools already ran this turn: their results stay in the conversation, so
+        # the model knows on the next turn what was done.
         result = TurnResult(
             turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=self._turn_text(turn)
         )
@@ -518,7 +556,7 @@ class AgentWorkflow:
         self.validate_cancel(input)
         seen = self._stops
         self._cancel = input
-        if self._turn_task is not None and not self._paused():
+        if self._turn_task is not None and not self._waiting_on_human():
             self._turn_task.cancel()
         await workflow.wait_condition(lambda: self._stops > seen)
         assert self._s.last_turn is not None
@@ -534,7 +572,7 @@ class AgentWorkflow:
     @workflow.update
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""
-        await workflow.wait_condition(lambda: self._s.turn is None or self._paused())
+        await workflow.wait_condition(lambda: self._s.turn is None or self._waiting_on_human())
         return self._s.last_turn
 
     @workflow.update
@@ -543,7 +581,7 @@ class AgentWorkflow:
         if self._s.turn is not None:
             seen = self._stops
             self._cancel = input
-            if self._turn_task is not None and not self._paused():
+            if self._turn_task is not None and not self._waiting_on_human():
                 self._turn_task.cancel()
             await workflow.wait_condition(lambda: self._stops > seen)
         self._s.closed = True
@@ -626,6 +664,17 @@ class AgentWorkflow:
         """Whether the turn waits on a human: some interrupt has no answer yet."""
         turn = self._s.turn
         return turn is not None and turn.phase == "tools" and bool(self._book(turn).pending())
+
+    def _waiting_on_human(self) -> bool:
+        """Paused, and nothing else to do: no sibling call is still running.
+
+        Interrupts are recorded before their siblings run, so a turn can have pending
+        interrupts while tools are still at work; its pause is only reported after them.
+        """
+        turn = self._s.turn
+        return (
+            turn is not None and self._paused() and not any(c.status == "ready" for c in turn.calls)
+        )
 
     def _book(self, turn: TurnState) -> InterruptBook:
         return InterruptBook(turn.calls, spec=self._s.spec, known_refs=self._refs)
@@ -732,7 +781,11 @@ class AgentWorkflow:
 
     @workflow.query
     def history(self) -> HistoryResult:
-        return HistoryResult(messages=self._s.messages, answers=self._s.answers)
+        return HistoryResult(
+            messages=self._s.messages,
+            answers=self._s.answers,
+            dropped_messages=self._s.dropped_messages,
+        )
 
     @workflow.query
     def messages(self, input: MessagesInput) -> MessagesResult:

@@ -1,4 +1,5 @@
-"""Rolling digests of a conversation's messages, shared by the workflow and the model activity.
+"""Rolling digests of a conversation's messages, shared by the workflow and the model activity,
+and the trimming of a conversation too large to carry into a new run.
 
 ``digest(n)`` identifies the first ``n`` messages. The workflow sends it with every model call so
 the activity can tell whether the messages it kept for a chat are exactly the ones the workflow
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from workflows.types import Message
+from workflows.types import ConversationState, Message
 
 EMPTY = ""
 
@@ -38,3 +39,55 @@ class Digests:
     def cut(self, n: int) -> None:
         """Forget digests of prefixes longer than ``n`` (the list was cut to ``n`` messages)."""
         del self._d[n + 1 :]
+
+
+def _turn_starts(messages: Sequence[Message]) -> list[int]:
+    """Indexes of the messages that open a turn: a user message carrying text, not tool results."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if m.role == "user" and not any(p.function_response for p in m.parts)
+    ]
+
+
+def fit_state(
+    state: ConversationState, *, budget: int, answers_kept: int = 50
+) -> ConversationState | None:
+    """The state to carry into the next run, within ``budget`` bytes of JSON; None if it can't fit.
+
+    Continue-as-new carries the whole conversation in one payload, and Temporal refuses one of
+    about 2 MB: the run would be stuck retrying the same workflow task. Over budget, the oldest
+    answer records go first (down to ``answers_kept``), then the oldest whole turns, never the
+    turn in progress. Dropped messages are counted in ``dropped_messages``. ``state`` is not
+    modified.
+    """
+    if _size(state) <= budget:
+        return state
+    s = state.model_copy()
+    s.answers = list(state.answers[-answers_kept:])
+    if _size(s) <= budget:
+        return s
+    # Cut only where a turn starts, so no call is separated from its response; the turn in
+    # progress, or else the last turn, always stays.
+    last = state.turn.base_len if state.turn is not None else len(state.messages)
+    starts = [i for i in _turn_starts(state.messages) if 0 < i <= last]
+    total = _size(s)
+    # Serializing once per message (not once per candidate cut) keeps this linear.
+    prefix = [0]
+    for m in state.messages:
+        prefix.append(prefix[-1] + len(m.model_dump_json()) + 1)  # and its comma
+    for cut in starts:
+        if total - prefix[cut] > budget:
+            continue
+        s.messages = list(state.messages[cut:])
+        s.dropped_messages = state.dropped_messages + cut
+        s.model_seen = max(0, state.model_seen - cut)
+        if state.turn is not None:
+            s.turn = state.turn.model_copy(update={"base_len": state.turn.base_len - cut})
+        if _size(s) <= budget:
+            return s
+    return None
+
+
+def _size(state: ConversationState) -> int:
+    return len(state.model_dump_json())

@@ -252,13 +252,18 @@ class InterruptBook:
         return {"error": "timed out", "approved": False}
 
     def cancel(self, reason: str) -> list[CallState]:
-        """Withdraw every waiting call: each gets a cancellation response for the model."""
+        """Withdraw every call without a result: each gets a cancellation response for the model.
+
+        That includes a call whose run was cut short by the cancellation (``failed``): the
+        model must not read it as a success.
+        """
         withdrawn = []
         for call in self.calls:
-            if call.status in ("pending", "answered", "ready"):
+            if call.status in ("pending", "answered", "ready", "failed"):
                 call.status = "done"
                 call.output = {"error": "cancelled", "reason": reason or "cancelled by the user"}
                 call.answer = None
+                call.error = None
                 withdrawn.append(call)
         return withdrawn
 

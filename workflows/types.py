@@ -79,6 +79,8 @@ class RetrySpec(_Wire):
     backoff_coefficient: float = 2.0
     maximum_interval_seconds: float | None = None
     maximum_attempts: int = 3
+    # Exception class names (or ApplicationError types) that end the tool's retries at once.
+    non_retryable_error_types: list[str] | None = None
 
 
 class ToolSpec(_Wire):
@@ -264,6 +266,9 @@ class StatusResult(_Wire):
 class HistoryResult(_Wire):
     messages: list[Message] = Field(default_factory=list)
     answers: list[AnswerRecord] = Field(default_factory=list)
+    # How many of the oldest messages were dropped before ``messages`` (a very long
+    # conversation keeps what fits in one continue-as-new payload).
+    dropped_messages: int = 0
 
 
 class RejectionsResult(_Wire):
@@ -332,6 +337,9 @@ class ConversationState(_Wire):
     closed: bool = False
     # How many messages the model side has seen: the last call's input and its answer.
     model_seen: int = 0
+    # How many of the oldest messages were dropped to keep the state small enough to carry
+    # into a new run (see workflows.history.fit_state).
+    dropped_messages: int = 0
 
 
 class ConversationInput(_Wire):

@@ -1,0 +1,158 @@
+"""Edges of a turn: cancellations that land mid-step, running siblings, tool retry policies and
+oversized tool results. Each against a real dev server and a scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+from client import FinishReason
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed, eventually
+from worker.standin import Request, calls, text
+from workflows.config import AGENT_STATUS
+
+
+def held(reply: dict[str, Any]) -> tuple[Callable[[Request], dict[str, Any]], threading.Event]:
+    """A model reply that waits until the test releases it (bounded), and the release."""
+    release = threading.Event()
+
+    def respond(_: Request) -> dict[str, Any]:
+        release.wait(timeout=15)
+        return reply
+
+    return respond, release
+
+
+async def test_cancel_during_a_model_call_ends_the_turn_cancelled(run_worker, model, client):
+    """Not ``failed``, and the spent cancellation does not linger to cancel the next pause."""
+    slow_model, release = held(text("too late"))
+    model.reply(slow_model, calls(("approve", {"question": "ok?"})))
+    try:
+        async with run_worker() as agents:
+            chat = await agents.chat("careful")
+            sending = asyncio.create_task(chat.send("hello"))
+            await eventually(lambda: asyncio.sleep(0, model.calls), lambda n: n == 1)
+            cancelled = await chat.cancel("stop it")
+            assert cancelled.finish_reason == FinishReason.CANCELLED
+            assert (await sending).finish_reason == FinishReason.CANCELLED
+            release.set()
+
+            again = await chat.send("again")
+            assert again.finish_reason == FinishReason.INTERRUPTED
+            # Still paused: nothing cancelled it behind the caller's back.
+            assert [i.name for i in await chat.pending()] == ["approve"]
+            assert (await chat.cancel()).finish_reason == FinishReason.CANCELLED
+            hist = await chat.history()
+    finally:
+        release.set()
+    # The cancelled message left no trace: the model's second call saw only "again".
+    assert model.requests[1].contents == [{"role": "user", "parts": [{"text": "again"}]}]
+    assert [a.kind for a in hist.answers] == ["cancel"]
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_cancelling_the_workflow_during_a_model_call_closes_it(run_worker, model, client):
+    slow_model, release = held(text("too late"))
+    model.reply(slow_model)
+    try:
+        async with run_worker() as agents:
+            chat = await agents.chat("careful")
+            sending = asyncio.create_task(chat.send("hello"))
+            await eventually(lambda: asyncio.sleep(0, model.calls), lambda n: n == 1)
+            handle = client.get_workflow_handle(chat.id)
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+            desc = await handle.describe()
+            # The caller waiting on the turn hears how it ended.
+            assert (await sending).finish_reason == FinishReason.CANCELLED
+    finally:
+        release.set()
+    assert desc.status == WorkflowExecutionStatus.CANCELED
+    assert desc.typed_search_attributes.get(AGENT_STATUS) == "closed"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_cancel_while_a_tool_runs_tells_the_model_it_was_cancelled(run_worker, model, client):
+    model.reply(calls(("lookup", {"key": "a"}), ("slow", {"key": "b"})), text("ok"))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        sending = asyncio.create_task(chat.send("go"))
+        await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1)
+        cancelled = await chat.cancel("taking too long")
+        assert cancelled.finish_reason == FinishReason.CANCELLED
+        await sending
+        res = await chat.send("next")
+    assert res.finish_reason == FinishReason.STOP
+    assert t.RUNS["slow_finished"] == 0
+    # The finished sibling keeps its result; the cut-short call is not passed off as a success.
+    responses = model.requests[1].function_responses()
+    assert [r["response"] for r in responses] == [
+        {"key": "a", "value": "A"},
+        {"error": "cancelled", "reason": "taking too long"},
+    ]
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_pause_is_reported_only_after_its_running_siblings(run_worker, model, client):
+    model.reply(calls(("approve", {"question": "ok?"}), ("slow", {"key": "b"})), text("done"))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        sending = asyncio.create_task(chat.send("go"))
+        await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1)
+        waiting = asyncio.create_task(chat.last_turn())
+        await asyncio.sleep(0.5)
+        # last_turn waits for the turn to stop: the slow sibling is still running.
+        assert not waiting.done()
+        assert not sending.done()
+        # The interrupt is already pending, for anyone who looks.
+        assert [i.name for i in await chat.pending()] == ["approve"]
+        await chat.cancel("enough")
+        assert (await waiting).finish_reason == FinishReason.CANCELLED
+        assert (await sending).finish_reason == FinishReason.CANCELLED
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_tools_non_retryable_error_types_are_honoured(run_worker, model, client):
+    model.reply(calls(("picky", {"key": "k"})))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        res = await chat.send("try it")
+    assert res.finish_reason == FinishReason.FAILED
+    assert t.RUNS["picky"] == 1  # its policy allows 4 attempts, but not for Nope
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_an_oversized_tool_result_fails_the_turn_clearly(run_worker, model, client):
+    model.reply(calls(("big", {"kib": 300})), text("fine"))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        res = await chat.send("fetch it all")
+        ok = await chat.send("something small")
+    assert res.finish_reason == FinishReason.FAILED
+    assert res.error is not None and res.error.status == "RESOURCE_EXHAUSTED"
+    assert "300 KiB of output; the limit is 256 KiB" in res.error.message
+    assert t.RUNS["big"] == 1  # not retried
+    assert ok.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+def test_an_invalid_retry_policy_is_refused_when_the_tool_is_declared():
+    """Not later, when the workflow schedules it: that would fail every workflow task."""
+    from datetime import timedelta
+
+    from temporalio.common import RetryPolicy
+
+    from activities import tool
+
+    bad = RetryPolicy(initial_interval=timedelta(seconds=10), maximum_interval=timedelta(seconds=1))
+    with pytest.raises(ValueError, match="'flaky': invalid retry policy: maximum_interval"):
+        tool("flaky", "Flaky.", retry=bad)
+    with pytest.raises(ValueError, match="backoff_coefficient"):
+        tool("flaky", "Flaky.", retry=RetryPolicy(backoff_coefficient=0.5))
