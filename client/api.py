@@ -93,11 +93,13 @@ class NoWorkerAnswered(AgentError):
         self.queued = queued
 
 
-def _no_worker(waited: timedelta, *, queued: bool) -> NoWorkerAnswered:
+def _no_worker(waited: timedelta | None, *, queued: bool) -> NoWorkerAnswered:
+    """``waited`` None: the server gave up waiting for a worker before the caller did."""
     what = "the request stays queued" if queued else "nothing was left behind"
+    within = f"within {waited.total_seconds():g}s" if waited else "before the server's timeout"
     return NoWorkerAnswered(
-        f"no worker answered within {waited.total_seconds():g}s ({what})",
-        waited=waited,
+        f"no worker answered {within} ({what}); is a worker running on this task queue?",
+        waited=waited or timedelta(0),
         queued=queued,
     )
 
@@ -296,6 +298,10 @@ class Chat:
             SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
+        # Checked here as well as in the workflow: the first send also starts the conversation,
+        # and a message refused there would leave a new, empty conversation behind.
+        if not text.strip():
+            raise SendRejected("the message is empty")
         size = len(text.encode())
         if size > MAX_SEND_BYTES:
             raise SendRejected(f"message is {size} bytes; the limit is {MAX_SEND_BYTES}")
@@ -337,6 +343,8 @@ class Chat:
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
                 raise _no_worker(worker_timeout, queued=True) from None
             return await accepted.result()
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise _no_worker(None, queued=True) from None
         except WorkflowUpdateFailedError as e:
             _raise_update_error(e)
         except WorkflowAlreadyStartedError:
@@ -396,14 +404,12 @@ class Chat:
         result = await self._query(AgentWorkflow.rejections, worker_timeout=worker_timeout)
         return result.rejections
 
-    async def last_turn(self) -> TurnResult | None:
-        """The latest turn's result, waiting while a turn is still running."""
-        try:
-            return await self.handle.execute_update(AgentWorkflow.await_turn)
-        except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+    async def last_turn(self, *, worker_timeout: timedelta | None = None) -> TurnResult | None:
+        """The latest turn's result, waiting while a turn is still running.
+
+        ``worker_timeout`` bounds how long a worker may take to accept the request.
+        """
+        return await self._update(AgentWorkflow.await_turn, None, worker_timeout=worker_timeout)
 
     async def cancel(
         self,
@@ -422,32 +428,41 @@ class Chat:
             worker_timeout=worker_timeout,
         )
 
-    async def close(self, reason: str = "", *, identity: str | None = None) -> ConversationResult:
-        """End the conversation; anything pending is withdrawn first."""
-        try:
-            return await self.handle.execute_update(
-                AgentWorkflow.close, CancelInput(reason=reason, identity=identity)
-            )
-        except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
-        except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+    async def close(
+        self,
+        reason: str = "",
+        *,
+        identity: str | None = None,
+        worker_timeout: timedelta | None = None,
+    ) -> ConversationResult:
+        """End the conversation; anything pending is withdrawn first.
+
+        ``worker_timeout`` bounds how long a worker may take to accept the request.
+        """
+        return await self._update(
+            AgentWorkflow.close,
+            CancelInput(reason=reason, identity=identity),
+            worker_timeout=worker_timeout,
+        )
 
     async def _update(self, update: Any, arg: Any, *, worker_timeout: timedelta | None) -> Any:
         try:
+            args = () if arg is None else (arg,)
             if worker_timeout is None:
-                return await self.handle.execute_update(update, arg)
+                return await self.handle.execute_update(update, *args)
             # Only acceptance is bounded: once a worker has taken the update, the turn it
             # continues may legitimately run for minutes of model and tool calls.
             try:
                 async with asyncio.timeout(worker_timeout.total_seconds()):
                     accepted = await self.handle.start_update(
-                        update, arg, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+                        update, *args, wait_for_stage=WorkflowUpdateStage.ACCEPTED
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
                 # The SDK turns the cancellation into its own error, hence both.
                 raise _no_worker(worker_timeout, queued=True) from None
             return await accepted.result()
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise _no_worker(None, queued=True) from None
         except WorkflowUpdateFailedError as e:
             _raise_update_error(e)
         except RPCError as e:
@@ -483,10 +498,20 @@ def _retrieve_start_outcome(start: WithStartWorkflowOperation[Any, Any]) -> None
 
 
 def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return AgentError(f"no conversation with id {chat_id!r}")
+    # The server reports an update to a finished workflow as NOT_FOUND too, so the message
+    # decides first: a closed chat is not a missing one.
     if "already completed" in err.message:
         return SendRejected(f"chat {chat_id!r} is closed")
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return AgentError(f"no conversation with id {chat_id!r}")
+    if (
+        "no poller seen" in err.message
+        or "Timeout expired" in err.message
+        or err.status == RPCStatusCode.DEADLINE_EXCEEDED
+    ):
+        # The server's own answers when no worker took a query: nothing polls the task queue,
+        # or nothing answered in time.
+        return _no_worker(None, queued=False)
     return AgentError(f"Temporal error: {err.message}")
 
 

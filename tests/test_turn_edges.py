@@ -156,3 +156,51 @@ def test_an_invalid_retry_policy_is_refused_when_the_tool_is_declared():
         tool("flaky", "Flaky.", retry=bad)
     with pytest.raises(ValueError, match="backoff_coefficient"):
         tool("flaky", "Flaky.", retry=RetryPolicy(backoff_coefficient=0.5))
+
+
+async def test_a_closed_chat_says_closed_to_every_call(run_worker, model):
+    from client import AgentError
+
+    model.reply(text("hi"))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        await chat.send("hello")
+        await chat.close()
+        for call in (
+            lambda: chat.resume(respond=[]),
+            chat.cancel,
+            chat.close,
+            chat.last_turn,
+        ):
+            with pytest.raises(AgentError, match=f"chat '{chat.id}' is closed"):
+                await call()
+
+
+async def test_an_empty_first_message_starts_no_conversation(run_worker, model, client):
+    from temporalio.service import RPCError
+
+    from client import SendRejected
+
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        with pytest.raises(SendRejected, match="the message is empty"):
+            await chat.send("   ")
+        with pytest.raises(RPCError, match="not found"):
+            await client.get_workflow_handle(chat.id).describe()
+    assert model.calls == 0
+
+
+async def test_last_turn_and_close_can_bound_the_wait_for_a_worker(run_worker, model):
+    from datetime import timedelta
+
+    from client import NoWorkerAnswered
+
+    model.reply(text("hi"))
+    async with run_worker() as agents:
+        chat = await agents.chat("careful")
+        await chat.send("hello")
+    # The worker is gone: both give up after the caller's bound, saying why.
+    for call in (chat.last_turn, chat.close):
+        with pytest.raises(NoWorkerAnswered, match="within 1s") as e:
+            await call(worker_timeout=timedelta(seconds=1))
+        assert e.value.queued
