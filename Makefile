@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Written by whoever starts the embedded dev server (worker/devserver.py); read by `make stop`.
+DEV_PID := .temporal/dev-server.pid
 
 .PHONY: setup demo run test bench lint stop clean
 
@@ -38,9 +40,24 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
 
-## stop: stop the dev server that `make demo` left running
+## stop: stop the dev server that `make demo` left running (`make run` stops its own on exit)
+# Only a pid that is still a Temporal dev server (`temporal ... server start-dev`) is killed: the
+# pid in a stale file may since have been given to any other process. (-ww: whole command lines,
+# whatever COLUMNS says.)
 stop:
-	@if [ -f .temporal/dev-server.pid ]; then kill $$(cat .temporal/dev-server.pid) 2>/dev/null || true; rm -f .temporal/dev-server.pid; echo "stopped"; else echo "no dev server pid file"; fi
+	@if [ ! -f $(DEV_PID) ]; then echo "no dev server running"; exit 0; fi; \
+	pid=$$(tr -cd '0-9' < $(DEV_PID)); \
+	is_server() { ps -ww -p "$$pid" -o args= 2>/dev/null | grep -q 'temporal.*start-dev'; }; \
+	if [ -n "$$pid" ] && is_server; then \
+		kill "$$pid" || { echo "could not stop the dev server (pid $$pid)"; exit 1; }; \
+		for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do \
+			is_server || break; sleep 0.5; \
+		done; \
+		echo "stopped the dev server (pid $$pid)"; \
+	else \
+		echo "no dev server running (removed the stale $(DEV_PID))"; \
+	fi; \
+	rm -f $(DEV_PID)
 
 clean: stop
-	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache
+	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache build *.egg-info

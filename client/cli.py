@@ -392,7 +392,9 @@ def _print_turn(res: TurnResult) -> None:
     out.print(f"turn {res.turn} ended: [bold {style}]{reason.value}[/]")
     if res.error:
         out.print(f"error: {escape(res.error.status)}: {escape(res.error.message)}")
-    if res.text:
+    # A cancelled turn's text is what the model said before the pause ("I need your
+    # approval..."): printed after "ended: cancelled" it would read as the agent's answer.
+    if res.text and reason != FinishReason.CANCELLED:
         out.print(Text.assemble(("agent> ", "bold cyan"), res.text))
 
 
@@ -639,7 +641,9 @@ def show(
             out.print(f"Last turn {lt.turn}: [bold]{lt.finish_reason.value}[/]")
             if lt.error:
                 out.print(f"  error: {escape(lt.error.status)}: {escape(lt.error.message)}")
-            if lt.text:
+            if lt.text and lt.finish_reason == FinishReason.CANCELLED:
+                out.print(Text.assemble("  the agent's last words before the cancel: ", lt.text))
+            elif lt.text:
                 out.print(Text.assemble("  agent> ", lt.text))
         elif lt is not None and lt.text:
             out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", lt.text))

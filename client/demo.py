@@ -4,6 +4,10 @@ Starts the embedded Temporal dev server (unless one already listens on localhost
 it running with its UI, runs a worker in this process, asks the bankingAgent to transfer $500,
 shows the interrupt, reads ``approve? [y/N]`` from stdin (a pipe works: ``echo y | make demo``),
 sends the answer as a resume and prints the final answer.
+
+The worker polls the project's task queue (``AGENT_TASK_QUEUE``, default ``agents``), the one
+``make run`` serves: once the demo's own worker has gone, ``make run`` answers ``agentctl show``
+and the Temporal UI's queries for the demo's conversation.
 """
 
 from __future__ import annotations
@@ -20,16 +24,29 @@ from urllib.parse import quote
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from client.api import AgentClient, approve, connect_config, deny
+from client.api import DEFAULT_TASK_QUEUE, AgentClient, approve, connect_config, deny
 from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
-from worker.devserver import port_open, start_dev_server, wait_for_port
+from worker.devserver import port_open, start_dev_server, temporal_cli, wait_for_port
 from worker.search_attributes import register_search_attributes
 from workflows.types import FinishReason, ToolResponse, ToolRestart
 
 ADDRESS = "localhost:7233"
 UI = "http://localhost:8233"
-TASK_QUEUE = "agents-demo"
+
+
+def task_queue() -> str:
+    """The queue ``python -m worker`` (``make run``) and ``agentctl`` use by default too."""
+    return os.environ.get("AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
+
+
+def _command(path: str) -> str:
+    """A program's path as a shell command: relative to here when under here (``.venv/bin/x``)."""
+    # Not resolve(): .venv/bin/python and friends may be symlinks, and their names are the point.
+    relative = os.path.relpath(os.path.abspath(path))
+    if relative.startswith(os.pardir + os.sep):
+        return path
+    return relative if os.sep in relative else os.path.join(os.curdir, relative)
 
 
 def _ask(prompt: str) -> str:
@@ -61,8 +78,9 @@ async def demo() -> int:
         )
 
     chat_id = f"demo-{uuid.uuid4().hex[:8]}"
-    async with build_worker(temporal, agents=ALL_AGENTS, task_queue=TASK_QUEUE):
-        agents = AgentClient(temporal, task_queue=TASK_QUEUE)
+    queue = task_queue()
+    async with build_worker(temporal, agents=ALL_AGENTS, task_queue=queue):
+        agents = AgentClient(temporal, task_queue=queue)
         chat = await agents.chat("bankingAgent", chat_id=chat_id)
         message = "Transfer $500 to savings."
         print(f"\nyou> {message}")
@@ -89,12 +107,16 @@ async def demo() -> int:
         print(f"\nagent> {res.text or res.error}")
         print(f"finish reason: {res.finish_reason.value}")
     link = f"{UI}/namespaces/{temporal.namespace}/workflows/{quote(chat_id)}"
+    beside = Path(sys.executable).parent / "agentctl"  # installed with the project
+    agentctl = _command(str(beside)) if beside.exists() else "agentctl"
     print(
         "\nThe dev server and its UI are still running:\n"
         f"  this conversation:  {link}\n"
         f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
-        "  paused ones:        temporal workflow list --query "
+        f"  paused ones:        {_command(temporal_cli())} workflow list --query "
         '\'AgentStatus="interrupted" AND ExecutionStatus="Running"\'\n'
+        f"  with a worker:      make run   (serves task queue {queue!r}), then\n"
+        f"                      {agentctl} show {chat_id}\n"
         "Stop the server with: make stop"
     )
     return 0

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from client import FinishReason
-from examples import banking, deploy, shell
+from client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason, demo
+from examples import ALL_AGENTS, banking, deploy, shell
 from tests.helpers import server_address
 from worker import build_worker
+from worker.devserver import temporal_cli
 from worker.offline_model import BANNER, respond
 from worker.standin import GeminiStandIn
 
@@ -27,10 +34,14 @@ ROOT = Path(__file__).parent.parent
         ("", "The transfer was not approved", False),  # no TTY, nothing piped: no
     ],
 )
-def test_demo_runs_the_banking_conversation(env, tmp_path, stdin, expected, approved):
+async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, expected, approved):
     environ = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
     environ["TEMPORAL_ADDRESS"] = server_address(env.client)
-    proc = subprocess.run(
+    # The queue `make run` would serve; a test's own, so no other test's worker takes its tasks.
+    queue = f"tq-demo-{uuid.uuid4()}"
+    environ["AGENT_TASK_QUEUE"] = queue
+    proc = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "client.demo"],
         input=stdin,
         cwd=tmp_path,
@@ -51,6 +62,136 @@ def test_demo_runs_the_banking_conversation(env, tmp_path, stdin, expected, appr
     assert "/namespaces/default/workflows/demo-" in out
     transferred = "transaction txn-" in out
     assert transferred is approved
+
+    # The closing hints name programs that exist: the temporal binary the project installed
+    # (not a `temporal` on PATH), and agentctl for this conversation.
+    found = re.search(r"/workflows/(demo-[0-9a-f]+)\n", out)
+    assert found is not None, out
+    chat_id = found[1]
+    assert f"paused ones:        {temporal_cli()} workflow list --query" in out
+    assert f"(serves task queue {queue!r})" in out
+    assert f"{Path(sys.executable).parent / 'agentctl'} show {chat_id}\n" in out
+
+    # The conversation lives on the queue `make run` serves: once the demo's own worker is
+    # gone, a worker there (`python -m worker`) answers for it.
+    assert (await client.get_workflow_handle(chat_id).describe()).task_queue == queue
+    async with build_worker(client, agents=ALL_AGENTS, task_queue=queue):
+        chat = await AgentClient(client, task_queue=queue).chat("bankingAgent", chat_id=chat_id)
+        status = await chat.status(worker_timeout=timedelta(seconds=30))
+    assert status.last_turn is not None
+    assert status.last_turn.finish_reason == FinishReason.STOP
+    assert ("transaction txn-" in status.last_turn.text) is approved
+
+
+def test_demo_uses_the_task_queue_make_run_serves(monkeypatch):
+    from worker.__main__ import parse_args
+
+    monkeypatch.delenv("AGENT_TASK_QUEUE", raising=False)
+    assert demo.task_queue() == DEFAULT_TASK_QUEUE == parse_args([]).task_queue == "agents"
+    monkeypatch.setenv("AGENT_TASK_QUEUE", "")  # an env file's empty value counts as unset
+    assert demo.task_queue() == DEFAULT_TASK_QUEUE
+    monkeypatch.setenv("AGENT_TASK_QUEUE", "mine")
+    assert demo.task_queue() == parse_args([]).task_queue == "mine"
+
+
+def test_demo_prints_programs_as_runnable_paths(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert demo._command(str(tmp_path / ".venv" / "bin" / "temporal")) == ".venv/bin/temporal"
+    assert demo._command(str(tmp_path / "temporal")) == "./temporal"  # never looked up on PATH
+    elsewhere = str(tmp_path.parent / "bin" / "temporal")
+    assert demo._command(elsewhere) == elsewhere
+
+
+# `make stop`: the Makefile's own recipe, run in a scratch directory with its own .temporal/.
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+
+
+def make(cwd: Path, target: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "-f", str(ROOT / "Makefile"), *flags, target],
+        cwd=cwd,
+        # A narrow COLUMNS makes a plain `ps` cut command lines short: stop must not rely on it.
+        env={**os.environ, "COLUMNS": "40"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def write_pid(cwd: Path, pid: int) -> Path:
+    pid_file = cwd / ".temporal" / "dev-server.pid"
+    pid_file.parent.mkdir(exist_ok=True)
+    pid_file.write_text(f"{pid}\n")  # as worker/devserver.py writes it
+    return pid_file
+
+
+@needs_make
+def test_make_stop_without_a_pid_file(tmp_path):
+    run = make(tmp_path, "stop")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "no dev server running"
+
+
+@needs_make
+def test_make_stop_leaves_a_reused_pid_alone(tmp_path):
+    # After `make run` ends the pid file stays behind; its pid may now be anybody's.
+    sleeper = "import time; print('up', flush=True); time.sleep(60)"
+    other = subprocess.Popen([sys.executable, "-c", sleeper], stdout=subprocess.PIPE, text=True)
+    assert other.stdout is not None and other.stdout.readline() == "up\n"
+    try:
+        pid_file = write_pid(tmp_path, other.pid)
+        run = make(tmp_path, "stop")
+        assert run.returncode == 0, run.stderr
+        assert "no dev server running" in run.stdout and "stopped" not in run.stdout
+        assert not pid_file.exists()  # the stale file is gone
+        assert other.poll() is None  # and the unrelated process still runs
+    finally:
+        other.kill()
+        other.wait()
+
+
+@needs_make
+def test_make_stop_with_a_dead_pid(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    pid_file = write_pid(tmp_path, gone.pid)
+    run = make(tmp_path, "stop")
+    assert run.returncode == 0, run.stderr
+    assert "no dev server running" in run.stdout
+    assert not pid_file.exists()
+
+
+@needs_make
+def test_make_stop_stops_a_dev_server(tmp_path):
+    # What `ps` shows for the server start_dev_server launches: `.../temporal server start-dev ...`
+    sleeper = "import time; print('up', flush=True); time.sleep(60)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "temporal", "server", "start-dev"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
+    try:
+        pid_file = write_pid(tmp_path, server.pid)
+        run = make(tmp_path, "stop")
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == f"stopped the dev server (pid {server.pid})"
+        assert server.wait(timeout=10) == -signal.SIGTERM
+        assert not pid_file.exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+@needs_make
+def test_make_clean_removes_build_leftovers(tmp_path):
+    run = make(tmp_path, "clean", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    removal = next(line for line in run.stdout.splitlines() if line.startswith("rm -rf"))
+    assert {".venv", ".temporal", "build", "*.egg-info"} <= set(removal.split())
 
 
 async def test_offline_model_drives_every_example_agent(client):

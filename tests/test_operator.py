@@ -24,7 +24,10 @@ from typing import Any
 
 import pexpect
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.query.v1 import WorkflowQuery
+from temporalio.api.workflowservice.v1 import QueryWorkflowRequest
 from temporalio.client import Client
 
 from client import AgentClient, FinishReason, NoWorkerAnswered
@@ -432,6 +435,49 @@ async def test_agentctl_deny_respond_and_cancel(run_worker, model, client):
         ("charge", "respond", default_identity()),
         ("approve", "cancel", default_identity()),
     ]
+
+
+async def test_agentctl_cancel_does_not_print_the_text_from_before_the_pause(
+    run_worker, model, client
+):
+    agent = t.ops_agent()
+    tq = queue()
+    said = "I need your approval before doing that."
+    model.reply(calls(("approve", {"question": "go?"}), say=said))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("do it")
+        assert (res.finish_reason, res.text) == (FinishReason.INTERRUPTED, said)
+
+        cancelled = await agentctl(client, "cancel", chat.id, task_queue=tq)
+        assert cancelled.code == 0, cancelled.err
+        assert "turn 1 ended: cancelled" in cancelled.out
+        # The model's words from before the pause are not the turn's answer: not shown here.
+        assert said not in cancelled.out and "agent>" not in cancelled.out
+
+        # show keeps them, labelled for what they are; --json has them as the turn's text.
+        shown = await agentctl(client, "show", chat.id, task_queue=tq)
+        assert shown.code == 0, shown.err
+        assert "Last turn 1: cancelled" in shown.out
+        assert f"the agent's last words before the cancel: {said}" in shown.out
+        assert "agent>" not in shown.out
+        view = (await agentctl(client, "show", chat.id, "--json", task_queue=tq)).json()
+        assert (view["last_turn"]["finish_reason"], view["last_turn"]["text"]) == (
+            "cancelled",
+            said,
+        )
+
+        # Nothing pending: the workflow's `pending` query answers an empty list, not null.
+        # (The `temporal` CLI prints an empty list as null: `{"interrupts":null}`.)
+        raw = await client.workflow_service.query_workflow(
+            QueryWorkflowRequest(
+                namespace=client.namespace,
+                execution=WorkflowExecution(workflow_id=chat.id),
+                query=WorkflowQuery(query_type="pending"),
+            )
+        )
+        assert [json.loads(p.data) for p in raw.query_result.payloads] == [{"interrupts": []}]
+    assert model.calls == 1
 
 
 async def test_agentctl_chat_in_a_terminal(run_worker, model, client):

@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 
 from client.api import DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, ConnectionConfigError, connect_config
 from worker import build_worker, has_gemini_key
-from worker.devserver import port_open, start_dev_server, wait_for_port
+from worker.devserver import pid_file, port_open, start_dev_server, wait_for_port
 from worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
@@ -304,6 +304,8 @@ async def run(args: argparse.Namespace) -> int:
                 server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 server.kill()
+            # Gone with the server: a stale pid could name an unrelated process later.
+            pid_file(STATE_DIR / "temporal.db").unlink(missing_ok=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

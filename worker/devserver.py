@@ -104,5 +104,10 @@ def start_dev_server(
     log.info("starting Temporal dev server: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
     # `make stop` reads this to stop a server that outlived the command that started it.
-    (db_file.parent / "dev-server.pid").write_text(f"{proc.pid}\n")
+    pid_file(db_file).write_text(f"{proc.pid}\n")
     return proc
+
+
+def pid_file(db_file: Path) -> Path:
+    """Where ``start_dev_server`` records the pid of the server using ``db_file``."""
+    return db_file.parent / "dev-server.pid"
