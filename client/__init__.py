@@ -12,6 +12,8 @@ from client.api import (
     approve,
     connect_config,
     deny,
+    exit_now,
+    run_script,
 )
 from workflows.types import (
     ErrorInfo,
@@ -42,4 +44,6 @@ __all__ = [
     "approve",
     "connect_config",
     "deny",
+    "exit_now",
+    "run_script",
 ]

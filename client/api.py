@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import sys
+import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -497,6 +500,38 @@ def _retrieve_start_outcome(start: WithStartWorkflowOperation[Any, Any]) -> None
         future.exception()
 
 
+def run_script(main: Coroutine[Any, Any, object]) -> NoReturn:
+    """``asyncio.run(main)`` for a script, then exit at once with its status.
+
+    The Temporal SDK's native threads can abort the interpreter while it shuts down
+    ("PyGILState_Release", exit code 134; sdk-python issue 300), after a script did everything
+    right. Ending through here skips that teardown: the status is 0, ``main``'s int result,
+    ``sys.exit``'s code, 130 on Ctrl-C, or 1 (with the traceback) on an exception.
+    """
+    code: int
+    try:
+        result = asyncio.run(main)
+        code = result if isinstance(result, int) and not isinstance(result, bool) else 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001  # reported, then turned into the exit status
+        traceback.print_exc()
+        code = 1
+    exit_now(code)
+
+
+def exit_now(code: int = 0) -> NoReturn:
+    """Flush and end the process without interpreter teardown (see :func:`run_script`)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
     # The server reports an update to a finished workflow as NOT_FOUND too, so the message
     # decides first: a closed chat is not a missing one.
@@ -527,4 +562,6 @@ __all__ = [
     "approve",
     "connect_config",
     "deny",
+    "exit_now",
+    "run_script",
 ]

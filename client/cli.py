@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -52,6 +51,7 @@ from client.api import (
     approve,
     connect_config,
     deny,
+    exit_now,
 )
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
 from workflows.types import (
@@ -967,11 +967,9 @@ def main() -> NoReturn:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         code = 130
-    sys.stdout.flush()
-    sys.stderr.flush()
     # Skip interpreter teardown, where the Temporal SDK can abort (sdk-python issue 300) and
     # turn a documented exit code into 134.
-    os._exit(code)
+    exit_now(code)
 
 
 __all__ = ["ExitCode", "app", "main"]

@@ -12,19 +12,26 @@ and the Temporal UI's queries for the demo's conversation.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import sys
 import uuid
 from pathlib import Path
+from typing import NoReturn
 from urllib.parse import quote
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from client.api import DEFAULT_TASK_QUEUE, AgentClient, approve, connect_config, deny
+from client.api import (
+    DEFAULT_TASK_QUEUE,
+    AgentClient,
+    approve,
+    connect_config,
+    deny,
+    run_script,
+)
 from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
 from worker.devserver import port_open, start_dev_server, temporal_cli, wait_for_port
@@ -122,13 +129,10 @@ async def demo() -> int:
     return 0
 
 
-def main() -> None:
+def main() -> NoReturn:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("worker").setLevel(logging.ERROR)  # the stand-in notice is printed above
-    code = asyncio.run(demo())
-    sys.stdout.flush()
-    # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
-    os._exit(code)
+    run_script(demo())
 
 
 if __name__ == "__main__":

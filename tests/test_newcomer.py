@@ -277,3 +277,68 @@ def test_build_worker_refuses_sdk_retries(client):
     )
     with pytest.raises(ValueError, match="Temporal retries"):
         build_worker(client, agents=ALL_AGENTS, task_queue="never", gemini=gemini)
+
+
+def readme_python_example() -> str:
+    """The README's client example (the first python block), as a newcomer would copy it."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"```python\n(# terminal 2.*?)```", readme, re.S)
+    assert found is not None, "the README lost its client example"
+    return found[1]
+
+
+async def test_the_readme_client_example_runs_as_written(env, tmp_path):
+    """Against a worker like `make run`'s, three times: its exit status must be its own, never
+    the SDK's abort at interpreter exit (sdk-python issue 300)."""
+    script = tmp_path / "this_file.py"
+    environ = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
+    environ["TEMPORAL_ADDRESS"] = server_address(env.client)
+    queue = f"tq-readme-{uuid.uuid4()}"
+    environ["AGENT_TASK_QUEUE"] = queue
+    with GeminiStandIn(respond) as offline:
+        async with build_worker(
+            env.client, agents=ALL_AGENTS, task_queue=queue, gemini=offline.client()
+        ):
+            for n in range(3):
+                # A fresh chat id each time; everything else is the README's text.
+                source = readme_python_example().replace('"order-42"', f'"readme-{uuid.uuid4()}"')
+                script.write_text(source)
+                proc = await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, str(script)],
+                    cwd=tmp_path,
+                    env={**environ, "PYTHONPATH": str(ROOT)},
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
+                assert proc.returncode == 0, (n, proc.stdout, proc.stderr)
+                assert proc.stdout.startswith("userApproval "), proc.stdout
+                assert "transferred $500.00 to savings" in proc.stdout
+
+
+def test_run_script_exits_with_the_scripts_status(tmp_path):
+    cases = {
+        "return None": (0, ""),
+        "return 3": (3, ""),
+        "raise SystemExit('bad input')": (1, "bad input"),
+        "raise RuntimeError('boom')": (1, "RuntimeError: boom"),
+    }
+    for body, (code, err) in cases.items():
+        script = tmp_path / "s.py"
+        script.write_text(
+            "from client import run_script\n\n"
+            f"async def main():\n    {body}\n\n"
+            "run_script(main())\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == code, (body, proc.stderr)
+        assert err in proc.stderr
