@@ -342,3 +342,13 @@ def test_run_script_exits_with_the_scripts_status(tmp_path):
         )
         assert proc.returncode == code, (body, proc.stderr)
         assert err in proc.stderr
+
+
+def test_the_offline_model_stands_in_only_when_no_gemini_is_configured():
+    from worker import has_gemini_key
+
+    assert not has_gemini_key({})
+    assert not has_gemini_key({"GOOGLE_GENAI_USE_VERTEXAI": "false"})
+    assert has_gemini_key({"GEMINI_API_KEY": "k"}) and has_gemini_key({"GOOGLE_API_KEY": "k"})
+    # Vertex AI authenticates with Google Cloud credentials, not a key.
+    assert has_gemini_key({"GOOGLE_GENAI_USE_VERTEXAI": "true", "GOOGLE_CLOUD_PROJECT": "p"})

@@ -90,12 +90,15 @@ def with_pydantic_converter(client: Client) -> Client:
 
 
 def has_gemini_key(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+    """Whether the real Gemini is configured: an API key, or Vertex AI (google-genai's own
+    ``GOOGLE_GENAI_USE_VERTEXAI``, with its project and location from the environment)."""
     env = os.environ if environ is None else environ
-    return any(env.get(k) for k in GEMINI_KEY_VARS)
+    vertex = env.get("GOOGLE_GENAI_USE_VERTEXAI", "").strip().lower() in ("1", "true", "yes")
+    return vertex or any(env.get(k) for k in GEMINI_KEY_VARS)
 
 
 def default_gemini() -> genai.Client:
-    """The real Gemini API when a key is set, else the offline stand-in on loopback."""
+    """The real Gemini (API key or Vertex AI) when configured, else the offline stand-in."""
     if has_gemini_key():
         # google-genai reads the key from the environment itself: it never passes through here.
         return genai.Client()
