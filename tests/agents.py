@@ -97,10 +97,15 @@ async def picky(inp: Key) -> dict[str, str]:
     raise Nope(f"not {inp.key}")
 
 
+class Nap(BaseModel):
+    key: str = ""
+    seconds: float = 20
+
+
 @tool("slow", "Takes a while (until a test cancels it).")
-async def slow(inp: Key) -> dict[str, str]:
+async def slow(inp: Nap) -> dict[str, str]:
     RUNS["slow"] += 1
-    await asyncio.sleep(20)
+    await asyncio.sleep(inp.seconds)
     RUNS["slow_finished"] += 1
     return {"key": inp.key}
 

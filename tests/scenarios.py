@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 from temporalio.client import Client
 
 from client import AgentClient, FinishReason
 from tests.conftest import ScriptedModel
+from tests.helpers import eventually
 from worker.standin import Reply, calls, text
 
 
@@ -63,3 +66,63 @@ async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:
 async def dump_history(client: Client, workflow_id: str) -> str:
     hist = await client.get_workflow_handle(workflow_id).fetch_history()
     return json.dumps(hist.to_json_dict(), indent=1)
+
+
+async def cancel_edges_conversation(
+    agents: AgentClient, model: ScriptedModel, *, chat_id: str
+) -> None:
+    """Cancellations that land mid-step, on the ``careful`` test agent: a cancel update during
+    a model call, the pause after it, a cancel and a wait while a sibling tool runs, and a
+    workflow cancellation during a model call.
+
+    Recorded as ``edges_v1`` with the workflow code from before the turn-edges patch (commit
+    f303de6), whose outcomes differ (the first cancel fails the turn, the workflow cancel is
+    absorbed): the replay test proves such runs still replay. Asserts nothing about outcomes
+    so it runs against either code.
+    """
+    gate = threading.Event()
+
+    def held(_: object) -> dict[str, object]:
+        gate.wait(timeout=15)
+        return text("too late")
+
+    model.reply(
+        held,
+        calls(("approve", {"question": "ok?"})),
+        calls(("approve", {"question": "and this?"}), ("slow", {"key": "s", "seconds": 2})),
+        text("after the siblings"),
+        held,
+        text("still here"),
+    )
+    chat = await agents.chat("careful", chat_id=chat_id)
+    handle = agents.temporal.get_workflow_handle(chat.id)
+
+    async def calls_made(n: int) -> None:
+        await eventually(lambda: asyncio.sleep(0, model.calls), lambda made: made >= n)
+
+    sending = asyncio.create_task(chat.send("hello"))
+    await calls_made(1)
+    await chat.cancel("stop it")  # during the model call
+    gate.set()
+    await sending
+    gate.clear()
+    res = await chat.send("again")  # pauses (and, before the patch, cancels itself)
+    if res.finish_reason == FinishReason.INTERRUPTED:
+        await chat.cancel("no")
+    sending = asyncio.create_task(chat.send("with a sibling"))
+    await calls_made(3)
+    await asyncio.sleep(0.3)  # the slow sibling is running
+    waiting = asyncio.create_task(chat.last_turn())
+    await chat.cancel("enough")
+    await waiting
+    await sending
+    model.script.index = max(model.script.index, 4)  # skip the reply a cancelled turn never used
+    sending = asyncio.create_task(chat.send("one more"))
+    await calls_made(4)
+    await handle.cancel()  # the workflow itself, during a model call
+    gate.set()
+    try:
+        await sending
+        await chat.send("after the cancel")  # before the patch, the conversation lived on
+    except Exception:  # noqa: BLE001  # the patched code closes it instead; either is recorded
+        pass

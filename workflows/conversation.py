@@ -84,6 +84,9 @@ class _TurnFailed(Exception):
         self.error = error
 
 
+TURN_EDGES_PATCH = "turn-edges-2026-11"
+
+
 def _rejected(kind: str, reason: str) -> ApplicationError:
     # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
     return ApplicationError(reason, type=kind, non_retryable=True)
@@ -115,6 +118,7 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationResult:
+        self._edges()  # decided once per run, first thing: see _edges
         self._publish()
         try:
             while True:
@@ -125,6 +129,11 @@ class AgentWorkflow:
                     self._turn_task = asyncio.create_task(self._drive())
                     outcome = await self._turn_task
                     self._turn_task = None
+                    task = asyncio.current_task()
+                    if self._edges() and task is not None and task.cancelling():
+                        # The workflow was cancelled while a cancel update was ending the turn:
+                        # the turn task absorbed the cancellation, which still stands.
+                        raise asyncio.CancelledError()
                     if outcome != "continue_as_new":
                         continue
                 if self._s.closed:
@@ -152,17 +161,29 @@ class AgentWorkflow:
             # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.
             # A turn in progress ends cancelled, so a caller waiting on it gets that answer
             # rather than "workflow execution already completed".
-            if self._s.turn is not None:
+            edges = self._edges()
+            if edges and self._s.turn is not None:
                 self._finish_cancelled()
             self._s.closed = True
             self._publish()
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            if edges:
+                await workflow.wait_condition(workflow.all_handlers_finished)
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
         return ConversationResult(
             chat_id=workflow.info().workflow_id, turns=self._s.turns, last_turn=self._s.last_turn
         )
+
+    def _edges(self) -> bool:
+        """Whether this run has the cancellation and pause fixes of 2026-11.
+
+        They change which commands a turn issues when a cancel lands mid-step or while sibling
+        tools run, so a run begun before them must replay as it ran: Temporal's patch marker
+        says which kind of run this is (the SDK remembers the answer for the run). Runs begun
+        by continue-as-new get them. Remove the old branches once no such run can be open.
+        """
+        return workflow.patched(TURN_EDGES_PATCH)
 
     def _can_now(self) -> bool:
         # The floor on this run's length keeps a state too large for the suggestion threshold
@@ -188,7 +209,7 @@ class AgentWorkflow:
         assert turn is not None
         try:
             while True:
-                if self._cancel is not None:
+                if self._cancel is not None and self._edges():
                     # A cancel that arrived before this step could be interrupted (e.g. in the
                     # same workflow task as the send that started the turn).
                     self._finish_cancelled()
@@ -274,7 +295,7 @@ class AgentWorkflow:
                 summary=f"model {spec.model}" if spec else f"model for {self._s.agent}",
             )
         except ActivityError as e:
-            if isinstance(e.cause, CancelledError):
+            if isinstance(e.cause, CancelledError) and self._edges():
                 # Our own cancellation of the turn (or of the workflow) reached the activity:
                 # it is a cancellation, not a model failure.
                 raise asyncio.CancelledError() from None
@@ -443,7 +464,8 @@ class AgentWorkflow:
         if self._s.turn is None:
             # Whatever ended the turn, a cancellation asked for it is spent; and the state
             # may be trimmable now that the turn is over.
-            self._cancel = None
+            if self._edges():
+                self._cancel = None
             self._can_blocked = False
         self._stops += 1
         self._publish()
@@ -672,9 +694,9 @@ class AgentWorkflow:
         interrupts while tools are still at work; its pause is only reported after them.
         """
         turn = self._s.turn
-        return (
-            turn is not None and self._paused() and not any(c.status == "ready" for c in turn.calls)
-        )
+        if turn is None or not self._edges():
+            return self._paused()
+        return self._paused() and not any(c.status == "ready" for c in turn.calls)
 
     def _book(self, turn: TurnState) -> InterruptBook:
         return InterruptBook(turn.calls, spec=self._s.spec, known_refs=self._refs)

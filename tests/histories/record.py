@@ -1,6 +1,10 @@
 """Record the histories under tests/histories/ (run after a deliberate, compatible change).
 
-    .venv/bin/python -m tests.histories.record
+    .venv/bin/python -m tests.histories.record [NAME ...]   # default: all of them
+
+``edges_v1.json`` is not made here: it was recorded from the same scenario as ``edges_v2`` with
+the workflow code from before the turn-edges patch (commit f303de6), to prove that runs begun
+under that code still replay.
 
 Each file is a real conversation recorded on a dev server. The replay tests run them against the
 current workflow code, so a change that would break conversations already in flight fails CI.
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -19,7 +24,12 @@ from temporalio.testing import WorkflowEnvironment
 from client import AgentClient
 from tests import agents as t
 from tests.conftest import ScriptedModel
-from tests.scenarios import banking_conversation, dump_history, rich_conversation
+from tests.scenarios import (
+    banking_conversation,
+    cancel_edges_conversation,
+    dump_history,
+    rich_conversation,
+)
 from worker import build_worker
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond
@@ -27,9 +37,10 @@ from worker.standin import GeminiStandIn
 from workflows.config import SEARCH_ATTRIBUTES
 
 HERE = Path(__file__).parent
+ALL = ("rich_v1", "banking_v1", "edges_v2")
 
 
-async def main() -> None:
+async def main(names: set[str]) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=list(DISPATCH_FLAG),
@@ -39,23 +50,25 @@ async def main() -> None:
     async with env:
         model = ScriptedModel()
         with model.server, GeminiStandIn(respond) as offline:
-            async with build_worker(
-                env.client, agents=t.ALL, task_queue="record", gemini=model.server.client()
-            ):
-                await rich_conversation(
-                    AgentClient(env.client, task_queue="record"), model, chat_id="rich"
-                )
+            scripted = model.server.client()
+            async with build_worker(env.client, agents=t.ALL, task_queue="record", gemini=scripted):
+                agents = AgentClient(env.client, task_queue="record")
+                if "rich_v1" in names:
+                    await rich_conversation(agents, model, chat_id="rich_v1")
+                if "edges_v2" in names:
+                    await cancel_edges_conversation(agents, model, chat_id="edges_v2")
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
-                await banking_conversation(
-                    AgentClient(env.client, task_queue="record-bank"), chat_id="banking"
-                )
-        for wid, name in (("rich", "rich_v1"), ("banking", "banking_v1")):
-            (HERE / f"{name}.json").write_text(await dump_history(env.client, wid))
+                if "banking_v1" in names:
+                    await banking_conversation(
+                        AgentClient(env.client, task_queue="record-bank"), chat_id="banking_v1"
+                    )
+        for name in sorted(names):
+            (HERE / f"{name}.json").write_text(await dump_history(env.client, name))
             print(f"wrote tests/histories/{name}.json")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(set(sys.argv[1:]) or set(ALL)))
     os._exit(0)  # skip interpreter teardown, where the SDK can abort (sdk-python issue 300)
