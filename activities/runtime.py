@@ -151,7 +151,11 @@ class AgentActivities:
                     type="ToolError",
                     non_retryable=True,
                 ) from None
-            _check_size(metadata, tool=tool.name, what="interrupt metadata")
+            too_big = _oversize(metadata, tool=tool.name, what="interrupt metadata")
+            if too_big:
+                raise ApplicationError(
+                    too_big, "RESOURCE_EXHAUSTED", type="ToolError", non_retryable=True
+                ) from None
             return ToolResult(kind="interrupt", metadata=metadata)
         except ToolError as e:
             raise ApplicationError(
@@ -167,21 +171,30 @@ class AgentActivities:
                 type="ToolError",
                 non_retryable=True,
             ) from e
-        _check_size(output, tool=tool.name, what="output")
+        too_big = _oversize(output, tool=tool.name, what="output")
+        if too_big:
+            # The tool has run (its side effects happened): the model must hear that, so the
+            # turn goes on with an error in place of the output rather than failing and
+            # rolling the call out of the conversation.
+            log.warning("%s; sent the model an error instead", too_big)
+            return ToolResult(
+                kind="output",
+                output={"error": "output too large", "detail": f"{too_big}; it was dropped"},
+            )
         return ToolResult(kind="output", output=output)
 
 
-def _check_size(obj: dict[str, Any], *, tool: str, what: str) -> None:
-    """Refuse what would bloat every later model call and the conversation's carried state."""
-    size = len(json.dumps(obj, separators=(",", ":"), default=str).encode())
-    if size > MAX_TOOL_OUTPUT_BYTES:
-        raise ApplicationError(
-            f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
-            f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB. Return less (a summary, a page, a reference).",
-            "RESOURCE_EXHAUSTED",
-            type="ToolError",
-            non_retryable=True,
-        )
+def _oversize(obj: dict[str, Any], *, tool: str, what: str) -> str | None:
+    """Why ``obj`` is too large to keep (it would bloat every later model call and the
+    conversation's carried state), or None."""
+    # As the payload will carry it: UTF-8, not \u escapes (which would double CJK text).
+    size = len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+    if size <= MAX_TOOL_OUTPUT_BYTES:
+        return None
+    return (
+        f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
+        f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB (return a summary, a page or a reference)"
+    )
 
 
 async def stream_model(

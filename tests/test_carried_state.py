@@ -42,7 +42,7 @@ def state(turns: int, *, blob: int, answers: list[AnswerRecord] | None = None) -
 
 
 def size(s: ConversationState) -> int:
-    return len(s.model_dump_json())
+    return len(s.model_dump_json().encode())
 
 
 def test_a_state_within_budget_is_carried_unchanged():
@@ -93,3 +93,16 @@ def test_a_state_that_cannot_fit_is_refused():
     s.messages = turn(0, blob=5000)
     s.turn = TurnState(turn=1, started_at=NOW, base_len=0)
     assert fit_state(s, budget=1000) is None
+
+
+def test_the_budget_is_in_bytes_not_characters():
+    # Three bytes a character in UTF-8: a budget counted in characters would let through a
+    # payload three times too large.
+    s = state(10, blob=0)
+    for m in s.messages:
+        if m.role == "model" and m.parts[0].text:
+            m.parts[0].text = "日本語" * 300
+    budget = len(s.model_dump_json()) + 100  # characters: it would "fit"
+    fitted = fit_state(s, budget=budget)
+    assert fitted is not None and fitted.dropped_messages > 0
+    assert size(fitted) <= budget

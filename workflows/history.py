@@ -75,7 +75,7 @@ def fit_state(
     # Serializing once per message (not once per candidate cut) keeps this linear.
     prefix = [0]
     for m in state.messages:
-        prefix.append(prefix[-1] + len(m.model_dump_json()) + 1)  # and its comma
+        prefix.append(prefix[-1] + len(m.model_dump_json().encode()) + 1)  # and its comma
     for cut in starts:
         if total - prefix[cut] > budget:
             continue
@@ -90,4 +90,5 @@ def fit_state(
 
 
 def _size(state: ConversationState) -> int:
-    return len(state.model_dump_json())
+    # Bytes, not characters: the payload is UTF-8, and CJK text takes three bytes a character.
+    return len(state.model_dump_json().encode())
