@@ -101,10 +101,20 @@ def _no_worker(waited: timedelta | None, *, queued: bool) -> NoWorkerAnswered:
     what = "the request stays queued" if queued else "nothing was left behind"
     within = f"within {waited.total_seconds():g}s" if waited else "before the server's timeout"
     return NoWorkerAnswered(
-        f"no worker answered {within} ({what}); is a worker running on this task queue?",
+        f"no worker answered {within} ({what}): none is polling this task queue, all are busy, "
+        "or the conversation's workflow task is failing (see its history)",
         waited=waited or timedelta(0),
         queued=queued,
     )
+
+
+def _gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> BaseException:
+    """What to raise when an update stopped waiting: ours to explain, or the caller's own."""
+    if not expired and isinstance(err.__cause__, asyncio.CancelledError):
+        # The caller was cancelled (its own timeout, a task group, shutdown): the SDK wrapped
+        # that in its update error, but it is the caller's cancellation, not a missing worker.
+        return asyncio.CancelledError()
+    return _no_worker(waited, queued=True)
 
 
 _ERRORS: dict[str, type[AgentError]] = {
@@ -335,19 +345,20 @@ class Chat:
                     SendInput(text=text, agent=self.agent),
                     start_workflow_operation=start,
                 )
+            deadline = asyncio.timeout(worker_timeout.total_seconds())
             try:
-                async with asyncio.timeout(worker_timeout.total_seconds()):
+                async with deadline:
                     accepted = await self._client.temporal.start_update_with_start_workflow(
                         AgentWorkflow.send,
                         SendInput(text=text, agent=self.agent),
                         start_workflow_operation=start,
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
                     )
-            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-                raise _no_worker(worker_timeout, queued=True) from None
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
+                raise _gave_up(e, worker_timeout, expired=deadline.expired()) from None
             return await accepted.result()
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise _no_worker(None, queued=True) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError as e:
+            raise _gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
             _raise_update_error(e)
         except WorkflowAlreadyStartedError:
@@ -455,17 +466,18 @@ class Chat:
                 return await self.handle.execute_update(update, *args)
             # Only acceptance is bounded: once a worker has taken the update, the turn it
             # continues may legitimately run for minutes of model and tool calls.
+            deadline = asyncio.timeout(worker_timeout.total_seconds())
             try:
-                async with asyncio.timeout(worker_timeout.total_seconds()):
+                async with deadline:
                     accepted = await self.handle.start_update(
                         update, *args, wait_for_stage=WorkflowUpdateStage.ACCEPTED
                     )
-            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 # The SDK turns the cancellation into its own error, hence both.
-                raise _no_worker(worker_timeout, queued=True) from None
+                raise _gave_up(e, worker_timeout, expired=deadline.expired()) from None
             return await accepted.result()
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise _no_worker(None, queued=True) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError as e:
+            raise _gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
             _raise_update_error(e)
         except RPCError as e:

@@ -129,17 +129,20 @@ async def test_a_tools_non_retryable_error_types_are_honoured(run_worker, model,
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-async def test_an_oversized_tool_result_fails_the_turn_clearly(run_worker, model, client):
-    model.reply(calls(("big", {"kib": 300})), text("fine"))
+async def test_an_oversized_tool_result_reaches_the_model_as_an_error(run_worker, model, client):
+    """The tool ran, so the turn goes on: the model hears its output was too large."""
+    model.reply(calls(("big", {"kib": 300})), text("that was too much"))
     async with run_worker() as agents:
         chat = await agents.chat("careful")
         res = await chat.send("fetch it all")
-        ok = await chat.send("something small")
-    assert res.finish_reason == FinishReason.FAILED
-    assert res.error is not None and res.error.status == "RESOURCE_EXHAUSTED"
-    assert "300 KiB of output; the limit is 256 KiB" in res.error.message
+    assert res.finish_reason == FinishReason.STOP
     assert t.RUNS["big"] == 1  # not retried
-    assert ok.finish_reason == FinishReason.STOP
+    (response,) = model.requests[1].function_responses()
+    assert response["response"] == {
+        "error": "output too large",
+        "detail": "tool 'big' returned 300 KiB of output; the limit is 256 KiB (return a "
+        "summary, a page or a reference); it was dropped",
+    }
     await assert_no_workflow_task_failed(client, chat.id)
 
 
@@ -204,3 +207,22 @@ async def test_last_turn_and_close_can_bound_the_wait_for_a_worker(run_worker, m
         with pytest.raises(NoWorkerAnswered, match="within 1s") as e:
             await call(worker_timeout=timedelta(seconds=1))
         assert e.value.queued
+
+
+async def test_a_callers_own_timeout_is_not_reported_as_a_missing_worker(run_worker, model):
+    from datetime import timedelta
+
+    slow_model, release = held(text("eventually"))
+    model.reply(slow_model)
+    try:
+        async with run_worker() as agents:
+            chat = await agents.chat("careful")
+            # The worker took the message at once; the caller just stopped waiting for the turn.
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1):
+                    await chat.send("hello", worker_timeout=timedelta(seconds=30))
+            release.set()
+            turn = await chat.last_turn()
+    finally:
+        release.set()
+    assert turn is not None and turn.text == "eventually"
