@@ -335,8 +335,6 @@ class Chat:
                 ]
             ),
             static_summary=f"{self.agent} conversation",
-            # The pending-interrupt memo starts empty, which spares the workflow an upsert.
-            memo={"pending": []},
         )
         try:
             if worker_timeout is None:

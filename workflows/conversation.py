@@ -108,9 +108,9 @@ class AgentWorkflow:
         self._published: tuple[object, ...] | None = None
         # Set when this run's state proved too large to carry over (see _state_for_next_run).
         self._can_blocked = False
-        # What the memo holds: set at start by our client (and carried over by
-        # continue-as-new), so only changes need an upsert. A run started without it (by
-        # another client, or recorded before the client set it) upserts on its first publish.
+        # What the memo holds (carried over by continue-as-new), so only changes need an
+        # upsert. None: no "pending" memo, which runs from before the turn-edges patch
+        # replace with [] on their first publish (see _publish).
         self._memo_pending: list[dict[str, str]] | None = workflow.memo_value("pending", None)
 
     # ------------------------------------------------------------------------------------------
@@ -842,6 +842,11 @@ class AgentWorkflow:
             {"name": c.name, "ref": c.ref, "input": _truncate(json.dumps(c.args), 200)}
             for c in pending
         ]
+        if self._memo_pending is None and self._edges():
+            # An empty list does not survive the trip into a memo (measured: a start with
+            # {"pending": []} records no memo at all), so absent means nothing pending, and
+            # a new run need not spend an event writing [].
+            self._memo_pending = []
         if memo != self._memo_pending:
             workflow.upsert_memo({"pending": memo})
             self._memo_pending = memo
