@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -104,8 +103,6 @@ def test_demo_prints_programs_as_runnable_paths(monkeypatch, tmp_path):
 
 # `make stop`: the Makefile's own recipe, run in a scratch directory with its own .temporal/.
 
-needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
-
 
 def make(cwd: Path, target: str, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -127,14 +124,12 @@ def write_pid(cwd: Path, pid: int) -> Path:
     return pid_file
 
 
-@needs_make
 def test_make_stop_without_a_pid_file(tmp_path):
     run = make(tmp_path, "stop")
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "no dev server running"
 
 
-@needs_make
 def test_make_stop_leaves_a_reused_pid_alone(tmp_path):
     # After `make run` ends the pid file stays behind; its pid may now be anybody's.
     sleeper = "import time; print('up', flush=True); time.sleep(60)"
@@ -152,7 +147,6 @@ def test_make_stop_leaves_a_reused_pid_alone(tmp_path):
         other.wait()
 
 
-@needs_make
 def test_make_stop_with_a_dead_pid(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -163,7 +157,6 @@ def test_make_stop_with_a_dead_pid(tmp_path):
     assert not pid_file.exists()
 
 
-@needs_make
 def test_make_stop_stops_a_dev_server(tmp_path):
     # What `ps` shows for the server start_dev_server launches: `.../temporal server start-dev ...`
     sleeper = "import time; print('up', flush=True); time.sleep(60)"
@@ -186,7 +179,6 @@ def test_make_stop_stops_a_dev_server(tmp_path):
             server.wait()
 
 
-@needs_make
 def test_make_clean_removes_build_leftovers(tmp_path):
     run = make(tmp_path, "clean", "--dry-run")
     assert run.returncode == 0, run.stderr
