@@ -260,8 +260,13 @@ class InterruptBook:
         withdrawn = []
         for call in self.calls:
             if call.status in ("pending", "answered", "ready", "failed"):
+                cut_short = call.status == "failed"
                 call.status = "done"
                 call.output = {"error": "cancelled", "reason": reason or "cancelled by the user"}
+                if cut_short:
+                    # Temporal asks a running activity to stop but does not wait for it: the
+                    # model must not assume the tool had no effect.
+                    call.output["note"] = "stopped while running; it may have taken effect"
                 call.answer = None
                 call.error = None
                 withdrawn.append(call)
