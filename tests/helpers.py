@@ -1,13 +1,16 @@
-"""Assertions that read a workflow's history: proof of what did and did not happen."""
+"""Test helpers: assertions that read a workflow's history, polling, and held model replies."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
+
+from worker.standin import Request
 
 T = TypeVar("T")
 
@@ -86,3 +89,14 @@ async def current_details(client: Client, workflow_id: str) -> str:
         "__temporal_workflow_metadata", result_type=WorkflowMetadata
     )
     return meta.current_details
+
+
+def held(reply: dict[str, Any]) -> tuple[Callable[[Request], dict[str, Any]], threading.Event]:
+    """A scripted model reply that waits until the test releases it (bounded), and the release."""
+    release = threading.Event()
+
+    def respond(_: Request) -> dict[str, Any]:
+        release.wait(timeout=15)
+        return reply
+
+    return respond, release

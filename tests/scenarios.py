@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 
 from temporalio.client import Client
 
 from client import AgentClient, FinishReason
 from tests.conftest import ScriptedModel
-from tests.helpers import eventually
+from tests.helpers import eventually, held
 from worker.standin import Reply, calls, text
 
 
@@ -80,18 +79,14 @@ async def cancel_edges_conversation(
     absorbed): the replay test proves such runs still replay. Asserts nothing about outcomes
     so it runs against either code.
     """
-    gate = threading.Event()
-
-    def held(_: object) -> dict[str, object]:
-        gate.wait(timeout=15)
-        return text("too late")
-
+    first_call, release_first = held(text("too late"))
+    later_call, release_later = held(text("too late"))
     model.reply(
-        held,
+        first_call,
         calls(("approve", {"question": "ok?"})),
         calls(("approve", {"question": "and this?"}), ("slow", {"key": "s", "seconds": 2})),
         text("after the siblings"),
-        held,
+        later_call,
         text("still here"),
     )
     chat = await agents.chat("careful", chat_id=chat_id)
@@ -103,9 +98,8 @@ async def cancel_edges_conversation(
     sending = asyncio.create_task(chat.send("hello"))
     await calls_made(1)
     await chat.cancel("stop it")  # during the model call
-    gate.set()
+    release_first.set()
     await sending
-    gate.clear()
     res = await chat.send("again")  # pauses (and, before the patch, cancels itself)
     if res.finish_reason == FinishReason.INTERRUPTED:
         await chat.cancel("no")
@@ -120,7 +114,7 @@ async def cancel_edges_conversation(
     sending = asyncio.create_task(chat.send("one more"))
     await calls_made(4)
     await handle.cancel()  # the workflow itself, during a model call
-    gate.set()
+    release_later.set()
     try:
         await sending
         await chat.send("after the cancel")  # before the patch, the conversation lived on

@@ -4,29 +4,15 @@ oversized tool results. Each against a real dev server and a scripted model."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from client import FinishReason
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually
-from worker.standin import Request, calls, text
+from tests.helpers import assert_no_workflow_task_failed, eventually, held
+from worker.standin import calls, text
 from workflows.config import AGENT_STATUS
-
-
-def held(reply: dict[str, Any]) -> tuple[Callable[[Request], dict[str, Any]], threading.Event]:
-    """A model reply that waits until the test releases it (bounded), and the release."""
-    release = threading.Event()
-
-    def respond(_: Request) -> dict[str, Any]:
-        release.wait(timeout=15)
-        return reply
-
-    return respond, release
 
 
 async def test_cancel_during_a_model_call_ends_the_turn_cancelled(run_worker, model, client):
