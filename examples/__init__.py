@@ -4,6 +4,8 @@ from examples.banking import banking_agent
 from examples.deploy import deploy_agent
 from examples.shell import shell_agent
 
-ALL_AGENTS = [banking_agent, deploy_agent, shell_agent]
+ALL_AGENTS = [banking_agent, deploy_agent]
+"""What ``python -m worker`` hosts by default. Not ``shell_agent``, which runs commands on the
+worker's machine: host it only on purpose (``--agents examples:shell_agent``)."""
 
 __all__ = ["ALL_AGENTS", "banking_agent", "deploy_agent", "shell_agent"]

@@ -1,13 +1,26 @@
-"""shellAgent: ``run_shell`` interrupts only for risky commands (a conditional interrupt).
+"""shellAgent: ``run_shell`` pauses for approval unless a command is on a short read-only list.
 
-Safe commands run at once. A command that can change files or processes pauses with the command
-and the reason; a restart with ``{"tool_approved": true}`` runs it. Commands run without a shell
-(no pipes, globs or redirection), in a scratch directory, with a timeout and an output cap.
+A conditional interrupt: a command runs at once only when its program is one of
+:data:`READ_ONLY` and none of its arguments leaves the scratch directory (no absolute path, no
+``~``, no ``..``). Everything else pauses with the command and the reason; a restart with
+``{"tool_approved": true}`` runs it. Commands run without a shell (no pipes, globs or
+redirection), in a scratch directory, with a cleared environment, a timeout and an output cap.
+
+Why an allow-list: a list of dangerous first words cannot be complete. Any interpreter runs
+anything (``python3 -c``, ``sh -c``, ``perl -e``), many programs run other programs (``env``,
+``timeout``, ``nice``, ``xargs``, ``find -exec``, ``busybox``), ordinary tools write files with a
+flag (``sort -o``, ``tee``), and a program can be named by any path. So the question asked is not
+"is this known to be dangerous" but "is this known to be harmless", and the answer for anything
+unknown is: ask a human.
+
+This agent runs commands on the worker's machine. ``python -m worker`` does not host it unless
+asked (``--agents examples:ALL_AGENTS --agents examples:shell_agent``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import tempfile
 from pathlib import Path
@@ -17,30 +30,13 @@ from pydantic import BaseModel, Field
 from activities import Interrupt, ToolContext, ToolError, tool
 from workflows import Agent
 
-RISKY = frozenset(
-    {
-        "rm",
-        "mv",
-        "cp",
-        "chmod",
-        "chown",
-        "dd",
-        "mkfs",
-        "kill",
-        "pkill",
-        "sudo",
-        "truncate",
-        "shutdown",
-        "reboot",
-        "touch",
-        "mkdir",
-        "rmdir",
-        "ln",
-        "tee",
-        "curl",
-        "wget",
-    }
+READ_ONLY = frozenset(
+    {"ls", "pwd", "echo", "cat", "head", "tail", "wc", "grep", "stat", "df", "du", "whoami", "id"}
 )
+"""Programs that only read, run without approval when their arguments stay in the scratch
+directory. Deliberately short: each one is known to have no flag that writes, deletes or runs
+another program."""
+
 TIMEOUT_SECONDS = 10
 OUTPUT_LIMIT = 4000
 
@@ -56,8 +52,28 @@ class RunShellOutput(BaseModel):
     stderr: str
 
 
-def is_risky(argv: list[str]) -> bool:
-    return not argv or Path(argv[0]).name in RISKY or any(a in (">", ">>", "|") for a in argv)
+def needs_approval(argv: list[str]) -> str | None:
+    """Why this command must be approved first, or None when it may run as it is."""
+    if not argv:
+        return "The command is empty."
+    program = argv[0]
+    if program not in READ_ONLY:
+        # Named by path, or not on the list: it could do anything.
+        return f"{program!r} is not on the read-only list; it could change files or run others."
+    for arg in argv[1:]:
+        if arg.startswith("-"):
+            # An option may carry a path of its own (--file=/etc/x, -f/etc/x).
+            outside = "/" in arg or ".." in arg
+        else:
+            outside = arg.startswith(("/", "~")) or ".." in Path(arg).parts
+        if outside:
+            return "An argument reaches outside the scratch directory."
+    return None
+
+
+def _environment() -> dict[str, str]:
+    # Not the worker's: it holds credentials (a Gemini key, Temporal's API key or TLS paths).
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": "/tmp"}
 
 
 @tool("run_shell", "Run a shell command after a safety check.")
@@ -66,14 +82,17 @@ async def run_shell(inp: RunShellInput, ctx: ToolContext) -> RunShellOutput:
         argv = shlex.split(inp.command)
     except ValueError as e:
         raise ToolError("INVALID_ARGUMENT", f"cannot parse command: {e}") from None
-    if is_risky(argv) and not ctx.resumed_metadata.get("tool_approved"):
-        raise Interrupt({"command": inp.command, "reason": "The command can modify files."})
+    reason = needs_approval(argv)
+    if reason and not ctx.resumed_metadata.get("tool_approved"):
+        raise Interrupt({"command": inp.command, "reason": reason})
     workdir = Path(tempfile.gettempdir()) / "shell-agent"
     workdir.mkdir(exist_ok=True)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=workdir,
+            env=_environment(),
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

@@ -238,7 +238,7 @@ async def test_offline_model_drives_every_example_agent(client):
             (risky,) = res.interrupts
             assert risky.metadata == {
                 "command": "rm precious.txt",
-                "reason": "The command can modify files.",
+                "reason": "'rm' is not on the read-only list; it could change files or run others.",
             }
             res = await sh.resume(respond=[deny(risky, "not on my watch")])
             assert "run_shell did not complete: denied by the user" in res.text
