@@ -54,6 +54,7 @@ from client.api import (
     exit_now,
 )
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
+from workflows.details import shell_word, visible
 from workflows.types import (
     AgentStatus,
     FinishReason,
@@ -234,7 +235,7 @@ def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any
     try:
         asyncio.run(main())
     except _Fail as f:
-        err.print(f"[bold red]agentctl:[/] {escape(f.message)}")
+        err.print(f"[bold red]agentctl:[/] {_show(f.message)}")
         raise typer.Exit(int(f.code)) from None
 
 
@@ -285,10 +286,16 @@ def _age(delta: timedelta) -> str:
 
 
 def _compact(value: object, limit: int | None = 120) -> str:
-    text = json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
+    # JSON escapes C0 controls but, with ensure_ascii off, not C1 controls or bidi overrides.
+    text = visible(json.dumps(value, separators=(", ", ": "), ensure_ascii=False))
     if limit is not None and len(text) > limit:
         return text[: limit - 1] + "…"
     return text
+
+
+def _show(text: str) -> str:
+    """One line of untrusted text for rich markup: controls visible, markup escaped."""
+    return escape(visible(text))
 
 
 _KIND = {
@@ -303,7 +310,7 @@ def _interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None)
     body = Table.grid(padding=(0, 2))
     body.add_column(style="dim", no_wrap=True)
     body.add_column(overflow="fold")
-    body.add_row("ref", Text(interrupt.ref))
+    body.add_row("ref", Text(visible(interrupt.ref)))
     body.add_row("kind", Text(_KIND.get(interrupt.source, interrupt.source)))
     body.add_row("input", Text(_compact(interrupt.input, None)))
     if interrupt.metadata:
@@ -315,16 +322,14 @@ def _interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None)
             "deadline", Text(f"{interrupt.deadline.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
         )
     if chat_id is not None:
+        chat, ref = shell_word(chat_id), shell_word(interrupt.ref)
         body.add_row(
             "answer",
-            Text(
-                f"agentctl approve {chat_id} {interrupt.ref}\n"
-                f"agentctl deny {chat_id} {interrupt.ref} --reason TEXT"
-            ),
+            Text(f"agentctl approve {chat} {ref}\nagentctl deny {chat} {ref} --reason TEXT"),
         )
     return Panel(
         body,
-        title=Text.assemble("paused on ", (interrupt.name, "bold")),
+        title=Text.assemble("paused on ", (visible(interrupt.name), "bold")),
         title_align="left",
         expand=False,
     )
@@ -336,9 +341,9 @@ def _paused_view(found: list[PausedConversation], *, title: str) -> RenderableTy
     # Chat ids and refs are what the operator copies into the next command, so they never wrap
     # (rich's table leaves no-wrap columns alone while it can shrink the others).
     keep = [
-        max(len(c.chat_id) for c in found),
-        max((len(i.name) for c in found for i in c.interrupts), default=1),
-        max((len(i.ref) for c in found for i in c.interrupts), default=1),
+        max(len(visible(c.chat_id)) for c in found),
+        max((len(visible(i.name)) for c in found for i in c.interrupts), default=1),
+        max((len(visible(i.ref)) for c in found for i in c.interrupts), default=1),
     ]
     # Padding and rule (3 a column) plus room for AGENT, WAITING SINCE and INPUT to wrap in.
     if sum(keep) + 3 * 6 + 8 + 12 + 18 <= out.width:
@@ -355,12 +360,12 @@ def _paused_view(found: list[PausedConversation], *, title: str) -> RenderableTy
                     at = c.waiting_since.astimezone(UTC)
                     since = f"{at:%Y-%m-%d}\n{at:%H:%M:%S} UTC\n({_age(now - at)} ago)"
                 table.add_row(
-                    Text(c.chat_id if first else ""),
-                    Text((c.agent or "?") if first else ""),
-                    Text(i.name, style="bold"),
-                    Text(i.ref),
+                    Text(visible(c.chat_id) if first else ""),
+                    Text(visible(c.agent or "?") if first else ""),
+                    Text(visible(i.name), style="bold"),
+                    Text(visible(i.ref)),
                     Text(since if first else ""),
-                    Text(i.input),
+                    Text(visible(i.input)),
                     end_section=n == len(rows) - 1,
                 )
         return table
@@ -368,13 +373,13 @@ def _paused_view(found: list[PausedConversation], *, title: str) -> RenderableTy
     for c in found:
         lines.append(
             Text.assemble(
-                (c.chat_id, "bold"),
-                f" · {c.agent or '?'} · waiting since {_when(c.waiting_since, now=now)}",
+                (visible(c.chat_id), "bold"),
+                f" · {visible(c.agent or '?')} · waiting since {_when(c.waiting_since, now=now)}",
             )
         )
         for i in c.interrupts:
-            lines.append(Text.assemble("  ", (i.name, "bold"), f"  ref {i.ref}"))
-            lines.append(Text(f"    input {i.input}"))
+            lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
+            lines.append(Text(f"    input {visible(i.input)}"))
         lines.append(Text())
     return Group(*lines)
 
@@ -391,11 +396,11 @@ def _print_turn(res: TurnResult) -> None:
     style = {FinishReason.STOP: "green", FinishReason.FAILED: "red"}.get(reason, "yellow")
     out.print(f"turn {res.turn} ended: [bold {style}]{reason.value}[/]")
     if res.error:
-        out.print(f"error: {escape(res.error.status)}: {escape(res.error.message)}")
+        out.print(f"error: {_show(res.error.status)}: {_show(res.error.message)}")
     # A cancelled turn's text is what the model said before the pause ("I need your
     # approval..."): printed after "ended: cancelled" it would read as the agent's answer.
     if res.text and reason != FinishReason.CANCELLED:
-        out.print(Text.assemble(("agent> ", "bold cyan"), res.text))
+        out.print(Text.assemble(("agent> ", "bold cyan"), visible(res.text, multiline=True)))
 
 
 def _answer_words(answer: ToolResponse | ToolRestart) -> str:
@@ -519,8 +524,8 @@ def _answer(
             )
             return
         out.print(
-            f"answered [bold]{escape(interrupt.name)}[/] (ref {escape(ref)}) with "
-            f"{escape(_answer_words(answer))} as {escape(who)}"
+            f"answered [bold]{_show(interrupt.name)}[/] (ref {_show(ref)}) with "
+            f"{escape(_answer_words(answer))} as {_show(who)}"
         )
         _print_turn(res)
 
@@ -586,9 +591,10 @@ def pending(
             return
         scope = f" for agent {agent}" if agent else ""
         if not found:
-            out.print(f"No paused conversations{escape(scope)}.")
+            out.print(f"No paused conversations{_show(scope)}.")
             return
-        out.print(_paused_view(found, title=f"Paused conversations{scope}: {len(found)}"))
+        title = visible(f"Paused conversations{scope}: {len(found)}")
+        out.print(_paused_view(found, title=title))
         out.print("Answer with: agentctl approve|deny CHAT_ID REF, or agentctl show CHAT_ID")
 
     _run(ctx, command)
@@ -624,29 +630,31 @@ def show(
             _print_json(view)
             return
         out.print(
-            f"[bold]{escape(view.chat_id)}[/] · agent [bold]{escape(view.agent)}[/] · "
+            f"[bold]{_show(view.chat_id)}[/] · agent [bold]{_show(view.agent)}[/] · "
             f"status [bold]{view.status}[/] · turns {view.turns}"
-            + (f" · model {escape(view.model)}" if view.model else "")
-            + f" · task queue {escape(desc.task_queue)}"
+            + (f" · model {_show(view.model)}" if view.model else "")
+            + f" · task queue {_show(desc.task_queue)}"
         )
         if view.pending:
             for interrupt in view.pending:
                 out.print(_interrupt_panel(interrupt, chat_id=view.chat_id))
             out.print(
                 "Or answer with respond/restart; withdraw every pending interrupt with "
-                f"agentctl cancel {escape(view.chat_id)}"
+                f"agentctl cancel {escape(shell_word(view.chat_id))}"
             )
         lt = view.last_turn
         if lt is not None and lt.finish_reason != FinishReason.INTERRUPTED:
             out.print(f"Last turn {lt.turn}: [bold]{lt.finish_reason.value}[/]")
             if lt.error:
-                out.print(f"  error: {escape(lt.error.status)}: {escape(lt.error.message)}")
+                out.print(f"  error: {_show(lt.error.status)}: {_show(lt.error.message)}")
+            said = visible(lt.text, multiline=True)
             if lt.text and lt.finish_reason == FinishReason.CANCELLED:
-                out.print(Text.assemble("  the agent's last words before the cancel: ", lt.text))
+                out.print(Text.assemble("  the agent's last words before the cancel: ", said))
             elif lt.text:
-                out.print(Text.assemble("  agent> ", lt.text))
+                out.print(Text.assemble("  agent> ", said))
         elif lt is not None and lt.text:
-            out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", lt.text))
+            said = visible(lt.text, multiline=True)
+            out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", said))
         if rejections:
             table = Table(
                 title=f"Recent rejected answers ({view.rejections_total} in all)",
@@ -659,9 +667,9 @@ def show(
                 table.add_row(
                     f"{r.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
                     r.via,
-                    Text(r.handler),
-                    Text(r.identity or "-"),
-                    Text(r.reason),
+                    Text(visible(r.handler)),
+                    Text(visible(r.identity or "-")),
+                    Text(visible(r.reason)),
                 )
             out.print(table)
 
@@ -781,7 +789,7 @@ def cancel(
         if as_json:
             _print_json(CancelOutput(chat_id=chat_id, identity=who, reason=reason, turn=res))
             return
-        out.print(f"cancelled turn {res.turn} of {escape(chat_id)} as {escape(who)}")
+        out.print(f"cancelled turn {res.turn} of {_show(chat_id)} as {_show(who)}")
         _print_turn(res)
 
     _run(ctx, command)
@@ -824,8 +832,8 @@ class _ChatSession:
 
     async def run(self) -> None:
         out.print(
-            f"Chat [bold]{escape(self.chat.id)}[/] with [bold]{escape(self.chat.agent)}[/] "
-            f"(task queue {escape(self.task_queue)}). Type a message; Ctrl-D leaves."
+            f"Chat [bold]{_show(self.chat.id)}[/] with [bold]{_show(self.chat.agent)}[/] "
+            f"(task queue {_show(self.task_queue)}). Type a message; Ctrl-D leaves."
         )
         try:
             await self._resume_paused()
@@ -840,7 +848,7 @@ class _ChatSession:
                 try:
                     res = await self.chat.send(line, worker_timeout=self.wait)
                 except SendRejected as e:
-                    out.print(f"[red]refused:[/] {escape(str(e))}")
+                    out.print(f"[red]refused:[/] {_show(str(e))}")
                     continue
                 await self._settle(res)
         except _Left:
@@ -881,13 +889,14 @@ class _ChatSession:
             # A turn's text is its latest model message: after a resume that pauses again it may
             # be the same message as before, already shown.
             if res.text and res.text != shown:
-                out.print(Text.assemble(("agent> ", "bold cyan"), res.text))
+                said = visible(res.text, multiline=True)
+                out.print(Text.assemble(("agent> ", "bold cyan"), said))
                 shown = res.text
             if res.finish_reason != FinishReason.INTERRUPTED:
                 if res.finish_reason != FinishReason.STOP:
                     out.print(f"(turn {res.turn} ended: {res.finish_reason.value})")
                 if res.error:
-                    out.print(f"[red]{escape(res.error.status)}:[/] {escape(res.error.message)}")
+                    out.print(f"[red]{_show(res.error.status)}:[/] {_show(res.error.message)}")
                 return
             answers: list[ToolResponse | ToolRestart] = []
             cancelled = False
@@ -912,7 +921,7 @@ class _ChatSession:
                         worker_timeout=self.wait,
                     )
             except ResumeRejected as e:
-                out.print(f"[red]rejected:[/] {escape(str(e))}")
+                out.print(f"[red]rejected:[/] {_show(str(e))}")
                 pending = await self.chat.pending(worker_timeout=self.wait)
                 if not pending:
                     return
@@ -942,14 +951,14 @@ class _ChatSession:
                 try:
                     value = _json_object(raw or "{}", what=what)
                 except typer.BadParameter as e:
-                    out.print(f"[red]{escape(str(e))}[/]")
+                    out.print(f"[red]{_show(str(e))}[/]")
                     continue
                 return interrupt.respond(value) if choice == "r" else interrupt.restart(value)
         except EOFError:
             out.print()
             out.print(
-                f"Left {escape(self.chat.id)} paused. Answer later with: agentctl approve|deny "
-                f"{escape(self.chat.id)} {escape(interrupt.ref)}"
+                f"Left {_show(self.chat.id)} paused. Answer later with: agentctl approve|deny "
+                f"{escape(shell_word(self.chat.id))} {escape(shell_word(interrupt.ref))}"
             )
             raise _Left from None
 

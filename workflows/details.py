@@ -1,0 +1,252 @@
+"""What an operator reads: the Markdown of the Temporal UI's details panel, and safe display text.
+
+Pure code. Almost everything shown comes from callers or the model (chat ids, tool input, signal
+names, identities, reasons), so every value is escaped before it reaches Markdown or a terminal:
+
+- :func:`visible` makes control characters, line breaks and bidirectional overrides visible as
+  escapes, so no value can move the cursor, recolour a terminal or reorder what is shown;
+- :func:`code` and :func:`fence` wrap a value in a code span or block whose backtick run is
+  longer than any inside the value, so no value can close it; code is never rendered as a link,
+  an image or HTML. Nothing taken from input is placed outside them.
+
+The command suggested for each interrupt is built from the tool's output schema: an approval
+where the schema is approval-shaped, else a template whose placeholders the operator fills in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from workflows.interrupts import schema_error
+from workflows.types import (
+    AgentSpec,
+    AgentStatus,
+    CallState,
+    JsonObject,
+    Rejection,
+    ToolSpec,
+    TurnResult,
+)
+
+APPROVED_KEY = "tool_approved"
+MAX_TEXT_IN_DETAILS = 400
+MAX_INTERRUPTS_IN_DETAILS = 20
+
+# Bidirectional controls and line separators: invisible, and able to reorder or break what an
+# operator reads.
+_INVISIBLE = frozenset(
+    "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def visible(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every control character (C0, DEL, C1), bidirectional override and line
+    separator shown as an escape (``\\x1b``, ``\\u202e``). With ``multiline``, line breaks and
+    tabs are kept (for a model's reply); otherwise they are escaped too."""
+    out = []
+    for c in text:
+        o = ord(c)
+        if multiline and c in "\n\t":
+            out.append(c)
+        elif o < 0x20 or 0x7F <= o < 0xA0 or c in _INVISIBLE or 0xD800 <= o < 0xE000:
+            out.append(_escape(c))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _longest_run(text: str, char: str = "`") -> int:
+    runs = re.findall(f"{re.escape(char)}+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def code(text: str) -> str:
+    """An inline code span holding exactly ``visible(text)``: nothing in it can end it."""
+    body = visible(text)
+    ticks = "`" * (_longest_run(body) + 1)
+    if not body:
+        return "` `"  # an empty span is not a code span at all
+    # CommonMark strips one space from each end when both are there (and the body is not all
+    # spaces): padding with one lets the body start or end with a backtick, or a space.
+    edge_spaces = body.startswith(" ") and body.endswith(" ") and body.strip(" ")
+    if body.startswith("`") or body.endswith("`") or edge_spaces:
+        return f"{ticks} {body} {ticks}"
+    return f"{ticks}{body}{ticks}"
+
+
+def fence(text: str) -> str:
+    """A fenced code block holding ``visible(text)`` on one line: no line in it can close it."""
+    body = visible(text)
+    ticks = "`" * max(3, _longest_run(body) + 1)
+    return f"{ticks}\n{body}\n{ticks}"
+
+
+def shell_word(value: str) -> str:
+    """``value`` quoted as one word for a POSIX shell, on one line.
+
+    Printable text gets ``shlex.quote``; text with control characters gets bash's ``$'...'``
+    with escapes, since a quoted line break would split the command across lines.
+    """
+    if value.isprintable():
+        return shlex.quote(value)
+    out = []
+    for c in value:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            # Its UTF-8 bytes: exact whatever the shell's locale (bash's \\u is not).
+            out.append("".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogatepass")))
+    return "$'" + "".join(out) + "'"
+
+
+def utc(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# --------------------------------------------------------------------------------------------
+# The answer to suggest
+
+
+def example_output(schema: JsonObject | None) -> tuple[JsonObject, bool]:
+    """An output for an interrupt-only tool, built from its output schema.
+
+    Returns the output and whether it is complete: an approval that fits the schema as it
+    stands. Otherwise it is a template: each field the schema requires, with its only allowed
+    value where it has one and a ``<name>`` placeholder where a human must choose.
+    """
+    if not schema:
+        return {"approved": True}, True
+    placeholders: list[str] = []
+    value = _example(schema, schema, name="output", depth=0, placeholders=placeholders)
+    if not isinstance(value, dict):
+        return {"approved": True}, False
+    complete = not placeholders and schema_error(value, schema) is None
+    return value, complete
+
+
+def _resolve(node: Any, root: JsonObject) -> Any:
+    for _ in range(8):  # a chain of $refs, bounded
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if not (isinstance(ref, str) and ref.startswith("#/$defs/")):
+            return node
+        node = (root.get("$defs") or {}).get(ref.removeprefix("#/$defs/"), {})
+    return node
+
+
+def _example(node: Any, root: JsonObject, *, name: str, depth: int, placeholders: list[str]) -> Any:
+    node = _resolve(node, root)
+    if not isinstance(node, dict) or depth > 4:
+        placeholders.append(name)
+        return f"<{name}>"
+    if "const" in node:
+        return node["const"]
+    if node.get("enum"):
+        if len(node["enum"]) > 1:
+            placeholders.append(name)
+            # No quotes inside: the template is edited inside a JSON string.
+            return f"<{name}: {' | '.join(str(v) for v in node['enum'][:5])}>"
+        return node["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        options = [o for o in node.get(key) or [] if _resolve(o, root).get("type") != "null"]
+        if options:
+            return _example(options[0], root, name=name, depth=depth + 1, placeholders=placeholders)
+    kind = node.get("type")
+    if kind == "object" or "properties" in node:
+        props: dict[str, Any] = node.get("properties") or {}
+        keys = list(node.get("required") or [])
+        if "approved" in props and "approved" not in keys:
+            keys.insert(0, "approved")
+        return {
+            k: _example(props.get(k, {}), root, name=k, depth=depth + 1, placeholders=placeholders)
+            for k in keys
+        }
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    placeholders.append(name)
+    return f"<{name}>"
+
+
+def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject, str]:
+    """The ``resume`` payload to suggest for a pending call, and how to introduce it."""
+    if call.source != "interrupt":
+        restart = {"name": call.name, "ref": call.ref, "resumed_metadata": {APPROVED_KEY: True}}
+        return {"restart": [restart]}, "approve it (the tool runs with its input as shown)"
+    output, complete = example_output(tool.output_schema if tool else None)
+    respond = {"name": call.name, "ref": call.ref, "output": output}
+    if complete:
+        return {"respond": [respond]}, "approve it"
+    return {"respond": [respond]}, "answer it (replace each <…> first)"
+
+
+# --------------------------------------------------------------------------------------------
+# The panel
+
+
+def render_details(
+    *,
+    chat_id: str,
+    agent: str,
+    status: AgentStatus,
+    turns: int,
+    spec: AgentSpec | None,
+    pending: Sequence[CallState],
+    last_turn: TurnResult | None,
+    rejections: Sequence[Rejection],
+    rejections_total: int,
+) -> str:
+    """The Markdown of the UI's current details: what the conversation waits on and how to
+    answer it, how the last turn ended, and what was refused lately."""
+    lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
+    for call in pending[:MAX_INTERRUPTS_IN_DETAILS]:
+        tool = spec.tool(call.name) if spec else None
+        answer, how = suggested_answer(call, tool)
+        cmd = (
+            f"temporal workflow signal --workflow-id {shell_word(chat_id)} --name resume "
+            f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
+        )
+        # The panel is rewritten only when the conversation changes, so an age computed here
+        # would read "0s" for as long as the interrupt waits: give the instant instead.
+        since = f" since {utc(call.since)}" if call.since else ""
+        lines += [
+            "",
+            f"### Waiting on {code(call.name)} (ref {code(call.ref)}){since}",
+            f"- input: {code(truncate(json.dumps(call.args), MAX_TEXT_IN_DETAILS))}",
+            f"- metadata: {code(truncate(json.dumps(call.metadata), MAX_TEXT_IN_DETAILS))}",
+        ]
+        if call.deadline:
+            lines.append(f"- deadline: {utc(call.deadline)}")
+        lines += [f"- {how}:", "", fence(cmd)]
+    if len(pending) > MAX_INTERRUPTS_IN_DETAILS:
+        more = len(pending) - MAX_INTERRUPTS_IN_DETAILS
+        lines += ["", f"… and {more} more pending (query `pending` for all of them)"]
+    if last_turn and status != "interrupted":
+        lines += ["", f"Last turn {last_turn.turn}: **{last_turn.finish_reason.value}**"]
+        if last_turn.error:
+            error = f"{last_turn.error.status}: {last_turn.error.message}"
+            lines.append(f"- error: {code(truncate(error, 300))}")
+    if rejections:
+        lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]
+        for r in rejections[-5:]:
+            lines.append(
+                f"- {utc(r.at)} {code(truncate(r.handler, 60))} ({r.via}): "
+                f"{code(truncate(r.reason, 200))}"
+            )
+    return "\n".join(lines)
