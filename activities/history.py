@@ -103,5 +103,13 @@ async def _ask_workflow(chat_id: str, n: int) -> Conversation:
     from workflows import AgentWorkflow
 
     handle = activity.client().get_workflow_handle(chat_id)
-    result = await handle.query(AgentWorkflow.messages, MessagesInput(start=0, end=n))
-    return Conversation().plus(result.messages)
+    messages = []
+    start = 0
+    # In pages: the whole conversation may be larger than one query result can be.
+    while start < n:
+        result = await handle.query(AgentWorkflow.messages, MessagesInput(start=start, end=n))
+        messages += result.messages
+        if result.next is None or result.next <= start:
+            break
+        start = result.next
+    return Conversation().plus(messages)

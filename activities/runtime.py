@@ -8,6 +8,7 @@ into history without an extra activity per turn.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,8 +32,17 @@ from activities.gemini import (
 from activities.history import ConversationCache
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
-from workflows.config import MAX_TOOL_OUTPUT_BYTES, MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
 from workflows.interrupts import pydantic_reason
+from workflows.limits import (
+    MAX_CALLS_PER_MESSAGE,
+    MAX_MODEL_MESSAGE_BYTES,
+    MAX_TOOL_OUTPUT_BYTES,
+    Refused,
+    check_json,
+    human_size,
+    json_size,
+)
 from workflows.types import AgentSpec, Message, ModelInput, ModelResult, ToolInput, ToolResult
 
 log = logging.getLogger(__name__)
@@ -97,6 +107,12 @@ class AgentActivities:
         except genai_errors.APIError as err:
             raise classify_api_error(err) from err
         message, finish, usage = merge_chunks(chunks)
+        problem = _reply_problem(message)
+        if problem is not None:
+            status, text = problem
+            # Not retried: each attempt costs a model call, and the conversation must not
+            # take in what it could not store.
+            raise ApplicationError(text, status, type="ModelError", non_retryable=True)
         # The workflow appends exactly this message; the next call sends only what follows.
         self._conversations.put(input.chat_id, conv.plus([message]))
         log.debug(
@@ -136,6 +152,9 @@ class AgentActivities:
             agent=agent.name,
             resumed=input.resumed,
             resumed_metadata=dict(input.resumed_metadata),
+            # Conversations scheduled before the key existed get one per call.
+            idempotency_key=input.idempotency_key
+            or hashlib.sha256(f"{input.chat_id}\0{input.ref}".encode()).hexdigest()[:32],
         )
         try:
             async with _heartbeating(5.0):
@@ -151,11 +170,10 @@ class AgentActivities:
                     type="ToolError",
                     non_retryable=True,
                 ) from None
-            too_big = _oversize(metadata, tool=tool.name, what="interrupt metadata")
-            if too_big:
-                raise ApplicationError(
-                    too_big, "RESOURCE_EXHAUSTED", type="ToolError", non_retryable=True
-                ) from None
+            problem = _unstorable(metadata, tool=tool.name, what="interrupt metadata")
+            if problem:
+                status, text = problem
+                raise ApplicationError(text, status, type="ToolError", non_retryable=True) from None
             return ToolResult(kind="interrupt", metadata=metadata)
         except ToolError as e:
             raise ApplicationError(
@@ -171,30 +189,58 @@ class AgentActivities:
                 type="ToolError",
                 non_retryable=True,
             ) from e
-        too_big = _oversize(output, tool=tool.name, what="output")
-        if too_big:
+        problem = _unstorable(output, tool=tool.name, what="output")
+        if problem:
             # The tool has run (its side effects happened): the model must hear that, so the
-            # turn goes on with an error in place of the output rather than failing and
-            # rolling the call out of the conversation.
-            log.warning("%s; sent the model an error instead", too_big)
+            # turn goes on with an error in place of the output rather than failing (and
+            # the activity must not fail either, or Temporal would run the tool again).
+            status, text = problem
+            log.warning("%s; sent the model an error instead", text)
+            error = "output too large" if status == "RESOURCE_EXHAUSTED" else "output not accepted"
             return ToolResult(
-                kind="output",
-                output={"error": "output too large", "detail": f"{too_big}; it was dropped"},
+                kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
             )
         return ToolResult(kind="output", output=output)
 
 
-def _oversize(obj: dict[str, Any], *, tool: str, what: str) -> str | None:
-    """Why ``obj`` is too large to keep (it would bloat every later model call and the
-    conversation's carried state), or None."""
-    # As the payload will carry it: UTF-8, not \u escapes (which would double CJK text).
-    size = len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[str, str] | None:
+    """Why a conversation cannot keep ``obj`` (status and message), or None.
+
+    Text that is not valid Unicode or nesting too deep could not be serialized later; more
+    than 256 KiB would bloat every later model call and the conversation's state.
+    """
+    try:
+        check_json(obj, what=f"tool {tool!r}'s {what}")
+    except Refused as e:
+        return "INVALID_ARGUMENT", e.reason
+    size = json_size(obj)
     if size <= MAX_TOOL_OUTPUT_BYTES:
         return None
-    return (
+    return "RESOURCE_EXHAUSTED", (
         f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
         f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB (return a summary, a page or a reference)"
     )
+
+
+def _reply_problem(message: Message) -> tuple[str, str] | None:
+    """Why the conversation cannot take in the model's reply (status and message), or None."""
+    calls = sum(1 for p in message.parts if p.function_call)
+    if calls > MAX_CALLS_PER_MESSAGE:
+        return "RESOURCE_EXHAUSTED", (
+            f"the model asked for {calls} tool calls in one reply; the limit is "
+            f"{MAX_CALLS_PER_MESSAGE}"
+        )
+    try:
+        check_json(message.model_dump(mode="json"), what="the model's reply")
+    except Refused as e:
+        return "INVALID_ARGUMENT", e.reason
+    size = json_size(message)
+    if size > MAX_MODEL_MESSAGE_BYTES:
+        return "RESOURCE_EXHAUSTED", (
+            f"the model's reply is {human_size(size)}; the limit is "
+            f"{human_size(MAX_MODEL_MESSAGE_BYTES)}"
+        )
+    return None
 
 
 async def stream_model(

@@ -78,13 +78,21 @@ class Interrupt(Exception):  # Genkit's name for it; it is control flow, not an 
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool knows about the call it is serving."""
+    """What a tool knows about the call it is serving.
+
+    Attributes:
+        idempotency_key: The same for every attempt of one run of this call, across retries,
+            replays and worker restarts, and different for its next run (another approval).
+            Pass it to payment or deploy APIs that deduplicate (an ``Idempotency-Key``
+            header), so a run cut short and tried again cannot take effect twice.
+    """
 
     chat_id: str
     ref: str
     agent: str
     resumed: bool = False
     resumed_metadata: JsonObject = field(default_factory=dict)
+    idempotency_key: str = ""
 
     def resumed_as(self, model: type[M]) -> M:
         """The resume metadata parsed into ``model`` (like Genkit Go's typed ``Resume``)."""
@@ -113,6 +121,7 @@ class Tool(Generic[M]):
     timeout: timedelta | None = None
     retry: RetryPolicy | None = None
     on_timeout: JsonObject | None = None
+    idempotent: bool = False
 
     @property
     def interrupt_only(self) -> bool:
@@ -135,6 +144,7 @@ class Tool(Generic[M]):
             ),
             on_timeout=self.on_timeout,
             retry=_retry_spec(self.retry) if self.retry else None,
+            idempotent=self.idempotent,
         )
 
     async def invoke(self, args: M, ctx: ToolContext) -> Any:
@@ -191,6 +201,7 @@ def tool(
     *,
     timeout: timedelta | None = None,
     retry: RetryPolicy | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any] | Any]], Tool[Any]]:
     """Declare a tool from a typed function.
 
@@ -204,6 +215,10 @@ def tool(
         timeout: The longest one run may take (the activity's start-to-close timeout).
         retry: Retry policy for unclassified exceptions (3 attempts by default). A
             ``ToolError`` is never retried.
+        idempotent: Running it twice does no more than running it once. A run a human
+            approved (a restart) gets a single attempt unless the tool says this or gives its
+            own ``retry``: one approval, one run. A run cut short is reported to the model as
+            "may have taken effect", never silently repeated.
     """
 
     if retry is not None:
@@ -224,6 +239,7 @@ def tool(
             takes_ctx=takes_ctx,
             timeout=timeout,
             retry=retry,
+            idempotent=idempotent,
         )
 
     return decorate

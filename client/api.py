@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 from temporalio.client import (
     Client,
     RPCError,
     WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
 from temporalio.common import (
+    QueryRejectCondition,
     RawValue,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -38,11 +41,22 @@ from temporalio.service import RPCStatusCode
 
 from workflows import AgentWorkflow
 from workflows.config import AGENT_NAME, AGENT_STATUS
-from workflows.interrupts import MAX_RESUME_BYTES, MAX_SEND_BYTES
+from workflows.interrupts import check_resume_fields
+from workflows.limits import (
+    MAX_IDENTITY_BYTES,
+    MAX_REASON_BYTES,
+    MAX_RESUME_BYTES,
+    MAX_SEND_BYTES,
+    Refused,
+    check_label,
+    check_text,
+    human_size,
+)
 from workflows.types import (
     CancelInput,
     ConversationInput,
     ConversationResult,
+    HistoryInput,
     HistoryResult,
     InterruptRequest,
     JsonObject,
@@ -69,6 +83,11 @@ class ResumeRejected(AgentError):
 
 class SendRejected(AgentError):
     """A message was refused: the chat is paused, busy, closed, or belongs to another agent."""
+
+
+class CancelRejected(AgentError):
+    """A cancel or close was refused: nothing to cancel, one already under way, or a reason or
+    identity that is too long or malformed."""
 
 
 class ConnectionConfigError(AgentError):
@@ -120,7 +139,12 @@ def _gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> 
 _ERRORS: dict[str, type[AgentError]] = {
     "ResumeRejected": ResumeRejected,
     "SendRejected": SendRejected,
+    "CancelRejected": CancelRejected,
 }
+
+
+class _Closed(Exception):
+    """The conversation's workflow is no longer running (a query with NOT_OPEN said so)."""
 
 
 def _raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
@@ -315,9 +339,10 @@ class Chat:
         # and a message refused there would leave a new, empty conversation behind.
         if not text.strip():
             raise SendRejected("the message is empty")
-        size = len(text.encode())
-        if size > MAX_SEND_BYTES:
-            raise SendRejected(f"message is {size} bytes; the limit is {MAX_SEND_BYTES}")
+        try:
+            check_text(text, what="the message", limit=MAX_SEND_BYTES)
+        except Refused as e:
+            raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
             AgentWorkflow.run,
             ConversationInput(agent=self.agent),
@@ -382,7 +407,9 @@ class Chat:
 
         Raises:
             ResumeRejected: an entry does not match a pending interrupt, an output does not fit,
-                the resume is empty, or it is larger than 1 MiB. Nothing was applied. Not retried.
+                the resume is empty, larger than 1 MiB or more than the turn can still hold,
+                or it carries what a conversation cannot store (text that is not valid
+                Unicode, nesting deeper than 64 levels, NaN). Nothing was applied. Not retried.
             NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
         """
         if isinstance(metadata, BaseModel):
@@ -390,26 +417,73 @@ class Chat:
         payload = ResumeInput(
             respond=list(respond), restart=list(restart), identity=identity, metadata=metadata
         )
-        raw = self._client.temporal.data_converter.payload_converter.to_payload(payload)
-        if raw.ByteSize() > MAX_RESUME_BYTES:
+        # Checked here as well as in the workflow: an update over about 2 MB breaks the
+        # workflow task before any validator sees it, and a bad one needs no round trip.
+        try:
+            check_resume_fields(payload)
+            raw = self._client.temporal.data_converter.payload_converter.to_payload(payload)
+        except Refused as e:
+            raise ResumeRejected(e.reason) from None
+        except PydanticSerializationError:
             raise ResumeRejected(
-                f"resume is {raw.ByteSize()} bytes; the limit is {MAX_RESUME_BYTES} (1 MiB)"
+                "the resume holds text that is not valid Unicode (a lone UTF-16 surrogate)"
+            ) from None
+        if len(raw.data) > MAX_RESUME_BYTES:
+            raise ResumeRejected(
+                f"resume is {human_size(len(raw.data))}; the limit is "
+                f"{human_size(MAX_RESUME_BYTES)}"
             )
         return await self._update(
             AgentWorkflow.resume, RawValue(raw), worker_timeout=worker_timeout
         )
 
     async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
-        """The interrupts the conversation is paused on now (``[]`` if none)."""
-        result = await self._query(AgentWorkflow.pending, worker_timeout=worker_timeout)
+        """The interrupts the conversation is paused on now (``[]`` if none, or if it is
+        closed: a conversation terminated while paused has nothing left to answer)."""
+        try:
+            result = await self._query(
+                AgentWorkflow.pending, worker_timeout=worker_timeout, open_only=True
+            )
+        except _Closed:
+            return []
         return result.interrupts
 
     async def status(self, *, worker_timeout: timedelta | None = None) -> StatusResult:
-        return await self._query(AgentWorkflow.status, worker_timeout=worker_timeout)
+        """Where the conversation stands: ``closed`` (nothing pending) once its workflow has
+        ended, however it ended."""
+        try:
+            return await self._query(
+                AgentWorkflow.status, worker_timeout=worker_timeout, open_only=True
+            )
+        except _Closed:
+            pass
+        # Terminated (or timed out), the workflow ran no code of its own to say it closed:
+        # its state is as it was, paused perhaps, but nothing in it can be answered now.
+        result: StatusResult = await self._query(
+            AgentWorkflow.status, worker_timeout=worker_timeout
+        )
+        return result.model_copy(update={"status": "closed", "pending": []})
 
     async def history(self, *, worker_timeout: timedelta | None = None) -> HistoryResult:
-        """The conversation's messages and its audit log of answers."""
-        return await self._query(AgentWorkflow.history, worker_timeout=worker_timeout)
+        """The conversation's messages and its audit log of answers.
+
+        The workflow answers in pages (one query result is limited to under 2 MiB); this
+        reads them all.
+        """
+        result: HistoryResult = await self._query(
+            AgentWorkflow.history, worker_timeout=worker_timeout
+        )
+        messages = list(result.messages)
+        start = result.start
+        while start > 0:
+            older: HistoryResult = await self._query(
+                AgentWorkflow.history, HistoryInput(end=start), worker_timeout=worker_timeout
+            )
+            if older.start >= start:
+                break  # no progress: the conversation changed under us
+            messages = [*older.messages, *messages]
+            start = older.start
+        return result.model_copy(update={"messages": messages, "start": start})
 
     async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:
         """Recently refused signals (the bounded log operators see in the UI)."""
@@ -433,7 +507,12 @@ class Chat:
         """Withdraw the pending interrupts (or stop the running turn): a ``cancelled`` turn.
 
         ``worker_timeout`` bounds how long a worker may take to accept the cancellation.
+
+        Raises:
+            CancelRejected: nothing to cancel, or the reason (1 KiB at most) or identity is
+                too long or malformed.
         """
+        _check_cancel(reason, identity)
         return await self._update(
             AgentWorkflow.cancel,
             CancelInput(reason=reason, identity=identity),
@@ -451,6 +530,7 @@ class Chat:
 
         ``worker_timeout`` bounds how long a worker may take to accept the request.
         """
+        _check_cancel(reason, identity)
         return await self._update(
             AgentWorkflow.close,
             CancelInput(reason=reason, identity=identity),
@@ -481,19 +561,37 @@ class Chat:
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
 
-    async def _query(self, query: Any, *, worker_timeout: timedelta | None = None) -> Any:
+    async def _query(
+        self,
+        query: Any,
+        *args: Any,
+        worker_timeout: timedelta | None = None,
+        open_only: bool = False,
+    ) -> Any:
+        condition = QueryRejectCondition.NOT_OPEN if open_only else None
         try:
             if worker_timeout is None:
-                return await self.handle.query(query)
+                return await self.handle.query(query, *args, reject_condition=condition)
             try:
                 async with asyncio.timeout(worker_timeout.total_seconds()):
-                    return await self.handle.query(query)
+                    return await self.handle.query(query, *args, reject_condition=condition)
             except TimeoutError:
                 raise _no_worker(worker_timeout, queued=False) from None
+        except WorkflowQueryRejectedError:
+            raise _Closed() from None
         except WorkflowQueryFailedError as e:
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
+
+
+def _check_cancel(reason: str, identity: str | None) -> None:
+    try:
+        check_text(reason, what="reason", limit=MAX_REASON_BYTES)
+        if identity is not None:
+            check_label(identity, what="identity", limit=MAX_IDENTITY_BYTES)
+    except Refused as e:
+        raise CancelRejected(e.reason) from None
 
 
 def _retrieve_start_outcome(start: WithStartWorkflowOperation[Any, Any]) -> None:
@@ -564,6 +662,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE",
     "AgentClient",
     "AgentError",
+    "CancelRejected",
     "Chat",
     "ConnectionConfigError",
     "NoWorkerAnswered",

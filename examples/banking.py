@@ -60,10 +60,12 @@ async def transfer_money(inp: TransferInput, ctx: ToolContext) -> TransferOutput
         )
     if inp.amount > LARGE_TRANSFER and not ctx.resumed_metadata.get("tool_approved"):
         raise Interrupt({"reason": "large transfer", "amount": f"{inp.amount:.2f}"})
-    # The ref is stable across retries and replays, so it makes a natural idempotency key.
+    # The key is the same for every attempt of this approved run, across retries, replays and
+    # worker restarts: a real bank API deduplicates on it (an Idempotency-Key header), so a
+    # transfer cut short and tried again cannot happen twice.
     out = TransferOutput(
         success=True,
-        transaction_id=f"txn-{ctx.ref[-8:]}",
+        transaction_id=f"txn-{ctx.idempotency_key[:8]}",
         amount=inp.amount,
         to_account=inp.to_account,
     )

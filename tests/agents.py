@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections import Counter
 from datetime import timedelta
+from typing import Literal
 
 from pydantic import BaseModel
 from temporalio.common import RetryPolicy
@@ -18,6 +19,7 @@ RUNS: Counter[str] = Counter()
 CONTEXTS: list[ToolContext] = []
 
 FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=10), maximum_attempts=3)
+ONE_SECOND = timedelta(seconds=1)
 
 
 def reset() -> None:
@@ -120,7 +122,85 @@ async def big(inp: Size) -> dict[str, str]:
     return {"blob": "x" * (inp.kib * 1024 - len('{"blob":""}'))}
 
 
+class Blob(BaseModel):
+    kib: int = 250
+
+
+@tool("ask_big", "Asks a human, with as many KiB of metadata as it is given.")
+async def ask_big(inp: Blob, ctx: ToolContext) -> dict[str, str]:
+    RUNS["ask_big"] += 1
+    if not ctx.resumed:
+        raise Interrupt({"blob": "m" * (inp.kib * 1024 - len('{"blob":""}'))})
+    return {"ok": "yes"}
+
+
+@tool("garbled", "Returns text that is not valid Unicode (half an emoji).")
+async def garbled(inp: Key) -> dict[str, str]:
+    RUNS["garbled"] += 1
+    return {"text": inp.key + "\ud83d"}
+
+
+class Priority(BaseModel):
+    priority: Literal["low", "normal", "urgent"]
+    note: str = ""
+
+
+pick_priority = interrupt(
+    "pickPriority", "Ask a human how urgent this is.", input=Ask, output=Priority
+)
+
+
+@tool("slow_charge", "Charges slowly: longer than its one-second timeout.", timeout=ONE_SECOND)
+async def slow_charge(inp: Charge, ctx: ToolContext) -> dict[str, object]:
+    RUNS["slow_charge"] += 1
+    CONTEXTS.append(ctx)
+    await asyncio.sleep(2.5)
+    RUNS["slow_charge_finished"] += 1
+    return {"charged": inp.amount}
+
+
+@tool(
+    "slow_refund",
+    "Refunds slowly, and says running twice is harmless.",
+    timeout=ONE_SECOND,
+    retry=FAST_RETRY,
+)
+async def slow_refund(inp: Charge) -> dict[str, object]:
+    RUNS["slow_refund"] += 1
+    await asyncio.sleep(2.5)
+    return {"refunded": inp.amount}
+
+
+@tool("flaky_pay", "Pays; the first attempt of each run fails.", idempotent=True)
+async def flaky_pay(inp: Charge, ctx: ToolContext) -> dict[str, object]:
+    RUNS["flaky_pay"] += 1
+    CONTEXTS.append(ctx)
+    if not ctx.resumed_metadata.get("tool_approved"):
+        raise Interrupt({"amount": inp.amount})
+    attempt = sum(1 for c in CONTEXTS if c.idempotency_key == ctx.idempotency_key)
+    if attempt == 1:
+        raise RuntimeError("connection reset")
+    return {"paid": inp.amount, "key": ctx.idempotency_key}
+
+
 careful = Agent("careful", model="gemini-test", tools=[approve, lookup, slow, picky, big])
+
+budget = Agent(
+    "budget",
+    model="gemini-test",
+    tools=[approve, lookup, charge, big, ask_big, garbled, pick_priority, denied, flaky_pay],
+    max_turns=4,
+)
+
+many = Agent("many", model="gemini-test", tools=[lookup], max_turns=40)
+"""Long steps: up to 40 model calls a turn (the tests script 128 calls a step)."""
+
+approvals = Agent(
+    "approvals",
+    model="gemini-test",
+    tools=[slow_charge, slow_refund, lookup],
+    middleware=[ToolApproval(allow=["lookup"])],
+)
 
 assistant = Agent(
     "assistant",
@@ -137,7 +217,17 @@ gated = Agent(
     middleware=[ToolApproval(allow=["lookup"])],
 )
 
-ALL = [assistant, gated, careful, banking_agent, deploy_agent, shell_agent]
+ALL = [
+    assistant,
+    gated,
+    careful,
+    budget,
+    approvals,
+    many,
+    banking_agent,
+    deploy_agent,
+    shell_agent,
+]
 
 
 def ops_agent() -> Agent:

@@ -15,6 +15,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from workflows.limits import MAX_SPEC_BYTES, human_size, json_size
 from workflows.types import AgentSpec, ApprovalSpec, JsonObject
 
 if TYPE_CHECKING:
@@ -76,7 +77,16 @@ class Agent:
             raise ValueError("max_turns must be at least 1")
         # Built once: the spec is what the worker hands the workflow, and its digest lets the
         # model activity skip re-sending an unchanged definition.
-        object.__setattr__(self, "_spec", self._build_spec())
+        spec = self._build_spec()
+        size = json_size(spec)
+        if size > MAX_SPEC_BYTES:
+            # Every conversation carries the definition in its state: refused here, at import,
+            # rather than in a conversation's workflow task.
+            raise ValueError(
+                f"agent {self.name!r}: its definition (system prompt and tool schemas) is "
+                f"{human_size(size)}; the limit is {human_size(MAX_SPEC_BYTES)}"
+            )
+        object.__setattr__(self, "_spec", spec)
 
     def spec(self) -> AgentSpec:
         """The agent's definition as data, as recorded in conversation histories."""

@@ -28,16 +28,10 @@ TOOL_START_TO_CLOSE = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=30)
 TOOL_RETRY_ATTEMPTS = 3
 
-MAX_REJECTIONS_KEPT = 20
+# A run continues as new on Temporal's suggestion only after this many events, so a carried
+# state large enough to trip the suggestion at once cannot loop. (Sizes and budgets, including
+# the history bounds that need no suggestion, are in workflows.limits.)
 MIN_EVENTS_BEFORE_CONTINUE_AS_NEW = 20
-# What continue-as-new may carry, as JSON. Temporal refuses a payload of about 2 MB (the blob
-# size error limit), which would leave the run retrying its workflow task for good.
-# The largest function response (or interrupt metadata) a tool may return, as JSON: it is sent
-# to the model on every later call and carried by the conversation.
-MAX_TOOL_OUTPUT_BYTES = 256 * 1024
-MAX_CARRIED_STATE_BYTES = 1_536 * 1024
-MAX_ANSWERS_KEPT = 500
-MAX_TEXT_IN_DETAILS = 400
 
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")

@@ -9,18 +9,23 @@ Determinism and replay contract:
 - Handlers never raise anything but ``ApplicationError`` (and only update handlers, where failing
   the update is meant). Signals take raw payloads and validate them here, so a malformed signal
   is recorded as a rejection instead of failing the workflow task.
-- A turn failure (model, tool, bad input) ends the turn ``failed`` and rolls the conversation back
-  to before the turn; the workflow itself never fails because of one.
+- Whatever enters the conversation passes the checks and budgets of :mod:`workflows.limits`, so
+  its state, every activity input, query result and update result stays serializable and under
+  Temporal's payload limit.
+- A failed turn (model, tool, bad input) ends ``failed`` and keeps what happened in the
+  conversation; the workflow itself never fails because of one.
+- Rules added while conversations were already running are decided per run by a patch marker
+  (:meth:`AgentWorkflow._version`), so every run replays with the rules it ran under.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-import shlex
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -28,21 +33,45 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
     from workflows import config
-    from workflows.history import Digests, fit_state
+    from workflows.details import APPROVED_KEY, render_details
+    from workflows.history import Digests, carry, page, page_back, trim_answers
     from workflows.interrupts import (
-        MAX_RESUME_BYTES,
-        MAX_SEND_BYTES,
         InterruptBook,
         ResumeError,
-        check_size,
-        decode_json,
-        digest,
         pydantic_reason,
         schema_error,
-        to_request,
+    )
+    from workflows.limits import (
+        CAN_HISTORY_BYTES,
+        CAN_HISTORY_EVENTS,
+        MAX_AUDIT_METADATA_BYTES,
+        MAX_ERROR_CHARS,
+        MAX_IDENTITY_BYTES,
+        MAX_REASON_BYTES,
+        MAX_REASON_CHARS,
+        MAX_REF_CHARS,
+        MAX_REJECTIONS_KEPT,
+        MAX_RESUME_BYTES,
+        MAX_SEND_BYTES,
+        QUERY_BUDGET,
+        STATE_BUDGET,
+        TURN_BUDGET,
+        UPDATE_RESULT_BUDGET,
+        Refused,
+        check_json,
+        check_label,
+        check_size,
+        check_text,
+        decode_json,
+        digest,
+        human_size,
+        json_size,
+        omitted,
+        safe_label,
+        shrink,
     )
     from workflows.types import (
         AgentStatus,
@@ -55,8 +84,8 @@ with workflow.unsafe.imports_passed_through():
         ErrorInfo,
         FinishReason,
         FunctionResponse,
+        HistoryInput,
         HistoryResult,
-        InterruptRequest,
         Message,
         MessagesInput,
         MessagesResult,
@@ -75,7 +104,10 @@ with workflow.unsafe.imports_passed_through():
         TurnState,
     )
 
-APPROVED_KEY = "tool_approved"
+R = TypeVar("R", bound="BaseModel")
+
+TURN_EDGES_PATCH = "turn-edges-2026-11"
+DURABLE_INPUT_PATCH = "durable-input-2026-12"
 
 
 class _TurnFailed(Exception):
@@ -84,12 +116,19 @@ class _TurnFailed(Exception):
         self.error = error
 
 
-TURN_EDGES_PATCH = "turn-edges-2026-11"
-
-
 def _rejected(kind: str, reason: str) -> ApplicationError:
     # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
     return ApplicationError(reason, type=kind, non_retryable=True)
+
+
+def _fit(result: R, budget: int) -> R:
+    """``result`` within ``budget`` bytes: the largest caller or tool objects in it replaced by
+    stated placeholders when it would not fit (Temporal refuses a payload over 2 MiB)."""
+    if json_size(result) <= budget:
+        return result
+    data = result.model_dump(mode="json")
+    shrink(data, budget)
+    return type(result).model_validate(data)
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -97,6 +136,8 @@ class AgentWorkflow:
     @workflow.init
     def __init__(self, input: ConversationInput) -> None:
         self._s: ConversationState = input.state or ConversationState(agent=input.agent)
+        # Refs in the order they were made (the newest are carried by continue-as-new).
+        self._ref_order: list[str] = list(self._s.refs)
         self._refs: set[str] = set(self._s.refs)
         # Derived from the messages (not state): recomputed after continue-as-new or replay.
         self._digests = Digests()
@@ -112,13 +153,40 @@ class AgentWorkflow:
         # upsert. None: no "pending" memo, which runs from before the turn-edges patch
         # replace with [] on their first publish (see _publish).
         self._memo_pending: list[dict[str, str]] | None = workflow.memo_value("pending", None)
+        # Which rules this run has (see _durable); decided before any handler runs, since
+        # validators read it and may not record a marker themselves.
+        self._durable_run: bool = workflow.patched(DURABLE_INPUT_PATCH)
+        self._edges_run: bool | None = True if self._durable_run else None
+
+    def _durable(self) -> bool:
+        """Whether this run has the durable-input rules of 2026-12 (the door, budgets, one
+        approval one run, failed turns that keep what happened, history bounds).
+
+        They change which input a handler accepts and which commands a turn issues, so a run
+        begun before them must replay as it ran: Temporal's patch marker says which kind of run
+        this is. A new run records it first thing; asking in a run begun earlier records
+        nothing (its history has no such marker). Runs begun by continue-as-new are new runs.
+        Remove the old branches once no run without the marker can be open.
+        """
+        return self._durable_run
+
+    def _edges(self) -> bool:
+        """Whether this run has the cancellation and pause fixes of 2026-11 (implied by the
+        durable-input rules).
+
+        Runs begun before the durable-input rules asked for this marker where they first needed
+        it, which may follow an update's acceptance: it is asked for lazily, in the same
+        places, so those runs replay exactly.
+        """
+        if self._edges_run is None:
+            self._edges_run = workflow.patched(TURN_EDGES_PATCH)
+        return self._edges_run
 
     # ------------------------------------------------------------------------------------------
     # Main loop
 
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationResult:
-        self._edges()  # decided once per run, first thing: see _edges
         self._publish()
         try:
             while True:
@@ -171,35 +239,35 @@ class AgentWorkflow:
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
-        return ConversationResult(
-            chat_id=workflow.info().workflow_id, turns=self._s.turns, last_turn=self._s.last_turn
+        return _fit(
+            ConversationResult(
+                chat_id=workflow.info().workflow_id,
+                turns=self._s.turns,
+                last_turn=self._s.last_turn,
+            ),
+            UPDATE_RESULT_BUDGET,
         )
 
-    def _edges(self) -> bool:
-        """Whether this run has the cancellation and pause fixes of 2026-11.
-
-        They change which commands a turn issues when a cancel lands mid-step or while sibling
-        tools run, so a run begun before them must replay as it ran: Temporal's patch marker
-        says which kind of run this is (the SDK remembers the answer for the run). Runs begun
-        by continue-as-new get them. Remove the old branches once no such run can be open.
-        """
-        return workflow.patched(TURN_EDGES_PATCH)
-
     def _can_now(self) -> bool:
+        if self._can_blocked or not workflow.all_handlers_finished():
+            return False
+        info = workflow.info()
+        length = info.get_current_history_length()
+        if self._durable() and (
+            info.get_current_history_size() >= CAN_HISTORY_BYTES or length >= CAN_HISTORY_EVENTS
+        ):
+            # Our own bound, far below the server's (which terminates a run at 50 MiB or
+            # 51,200 events), and kept even where the server does not suggest it.
+            return True
         # The floor on this run's length keeps a state too large for the suggestion threshold
         # from continuing-as-new in a tight loop: each run must do some work first.
-        info = workflow.info()
         return (
-            not self._can_blocked
-            and info.is_continue_as_new_suggested()
-            and info.get_current_history_length() >= config.MIN_EVENTS_BEFORE_CONTINUE_AS_NEW
-            and workflow.all_handlers_finished()
+            info.is_continue_as_new_suggested()
+            and length >= config.MIN_EVENTS_BEFORE_CONTINUE_AS_NEW
         )
 
     def _state_for_next_run(self) -> ConversationState | None:
-        s = self._s.model_copy()
-        s.refs = sorted(self._refs)
-        return fit_state(s, budget=config.MAX_CARRIED_STATE_BYTES)
+        return carry(self._s, self._ref_order, paused=self._paused(), budget=STATE_BUDGET)
 
     # ------------------------------------------------------------------------------------------
     # The turn state machine
@@ -251,7 +319,7 @@ class AgentWorkflow:
                         return outcome
                     book.settle()
                     continue
-                self._s.messages.append(self._tool_message(turn))
+                self._append(self._tool_message(turn))
                 turn.calls = []
                 turn.phase = "model"
         except _TurnFailed as f:
@@ -267,9 +335,30 @@ class AgentWorkflow:
         return self._s.spec.max_turns if self._s.spec else 10
 
     def _new_ref(self, call_id: str | None) -> str:
-        ref = call_id if call_id and call_id not in self._refs else str(workflow.uuid4())
+        usable = bool(call_id) and call_id not in self._refs
+        if usable and self._durable():
+            # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
+            usable = len(call_id or "") <= MAX_REF_CHARS and not self._s.refs_forgotten
+        ref = call_id if usable and call_id else str(workflow.uuid4())
         self._refs.add(ref)
+        self._ref_order.append(ref)
         return ref
+
+    def _append(self, message: Message) -> None:
+        """Add a message to the conversation, counting it against the turn's budget."""
+        self._s.messages.append(message)
+        turn = self._s.turn
+        if turn is not None and turn.held is not None:
+            turn.held += json_size(message)
+
+    def _turn_held(self, turn: TurnState) -> int:
+        """Bytes the turn holds in the conversation's state: its messages and its calls."""
+        if turn.held is None:
+            turn.held = sum(json_size(m) for m in self._s.messages[turn.base_len :])
+        return turn.held + self._book(turn).held_bytes()
+
+    def _room(self, turn: TurnState) -> int:
+        return TURN_BUDGET - self._turn_held(turn)
 
     async def _call_model(self, turn: TurnState) -> Message:
         spec = self._s.spec
@@ -302,8 +391,23 @@ class AgentWorkflow:
             raise _TurnFailed(_activity_error(e, what="model call")) from None
         if result.spec is not None:
             self._s.spec = result.spec
+        if self._durable():
+            # The message, and each of its calls' arguments again in the calls' state.
+            adds = json_size(result.message) + sum(
+                json_size(p.function_call) for p in result.message.parts if p.function_call
+            )
+            if adds > self._room(turn):
+                raise _TurnFailed(
+                    ErrorInfo(
+                        status="RESOURCE_EXHAUSTED",
+                        message=(
+                            f"the model's reply ({human_size(adds)}) does not fit in what this "
+                            f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
+                        ),
+                    )
+                )
         turn.model_calls += 1
-        self._s.messages.append(result.message)
+        self._append(result.message)
         self._s.model_seen = len(self._s.messages)
         return result.message
 
@@ -322,9 +426,11 @@ class AgentWorkflow:
                 continue
             tool = spec.tool(call.name) if spec else None
             if tool is None:
-                available = ", ".join(t.name for t in spec.tools) if spec else ""
+                # Cut short: the model may make 128 such calls in one message.
+                available = _truncate(", ".join(t.name for t in spec.tools) if spec else "", 300)
+                name = _truncate(call.name, 100)
                 call.status = "done"
-                call.output = {"error": f"unknown tool {call.name!r}; available: {available}"}
+                call.output = {"error": f"unknown tool {name!r}; available: {available}"}
             elif tool.interrupt_only:
                 problem = None if call.resumed else schema_error(call.args, tool.input_schema)
                 if problem:
@@ -355,22 +461,51 @@ class AgentWorkflow:
             return False
         return not (call.resumed and call.resumed_metadata.get(APPROVED_KEY) is True)
 
-    async def _run_tool(self, turn: TurnState, call: CallState) -> None:
+    def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
+        """The retry policy for this run of the call, and whether it is a single attempt.
+
+        One approval, one run: a run a human approved (a restart) gets one attempt unless the
+        tool is declared idempotent or brings its own policy. A second attempt would repeat a
+        side effect the human approved once.
+        """
         spec = self._s.spec
         tool = spec.tool(call.name) if spec else None
         retry = tool.retry if tool else None
+        if retry is not None:
+            policy = RetryPolicy(
+                initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                backoff_coefficient=retry.backoff_coefficient,
+                maximum_interval=(
+                    timedelta(seconds=retry.maximum_interval_seconds)
+                    if retry.maximum_interval_seconds
+                    else None
+                ),
+                maximum_attempts=retry.maximum_attempts,
+                non_retryable_error_types=retry.non_retryable_error_types,
+            )
+            return policy, retry.maximum_attempts == 1
+        if self._durable() and call.resumed and not (tool and tool.idempotent):
+            return RetryPolicy(maximum_attempts=1), True
+        return RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS), False
+
+    async def _run_tool(self, turn: TurnState, call: CallState) -> None:
+        spec = self._s.spec
+        tool = spec.tool(call.name) if spec else None
+        retry, single = self._tool_retry(call)
         call.runs += 1
+        chat_id = workflow.info().workflow_id
         try:
             result = await workflow.execute_activity(
                 config.TOOL_ACTIVITY,
                 ToolInput(
                     agent=self._s.agent,
-                    chat_id=workflow.info().workflow_id,
+                    chat_id=chat_id,
                     tool=call.name,
                     ref=call.ref,
                     args=call.args,
                     resumed=call.resumed,
                     resumed_metadata=call.resumed_metadata,
+                    idempotency_key=idempotency_key(chat_id, call.ref, call.runs),
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=(
@@ -379,35 +514,43 @@ class AgentWorkflow:
                     else config.TOOL_START_TO_CLOSE
                 ),
                 heartbeat_timeout=config.TOOL_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=retry.initial_interval_seconds),
-                    backoff_coefficient=retry.backoff_coefficient,
-                    maximum_interval=(
-                        timedelta(seconds=retry.maximum_interval_seconds)
-                        if retry.maximum_interval_seconds
-                        else None
-                    ),
-                    maximum_attempts=retry.maximum_attempts,
-                    non_retryable_error_types=retry.non_retryable_error_types,
-                )
-                if retry
-                else RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS),
+                retry_policy=retry,
                 summary=f"tool {call.name}",
             )
         except ActivityError as e:
+            timed_out = isinstance(e.cause, TemporalTimeoutError)
+            if self._durable() and single and call.resumed and timed_out:
+                # An approved run cut short (its timeout passed, or its worker was lost): it
+                # is not run again, and the model must not take it as not having happened.
+                call.status = "done"
+                call.output = {
+                    "error": f"tool {call.name!r} timed out and was not retried",
+                    "note": "it may have taken effect: check before trying again",
+                }
+                return
             call.status = "failed"
             call.error = _activity_error(e, what=f"tool {call.name!r}")
+            call.uncertain = not _classified(e)
             return
+        durable = self._durable()
         if result.kind == "interrupt":
-            self._book(turn).pause(
-                call, source="tool", metadata=result.metadata or {}, now=workflow.now()
-            )
+            metadata = result.metadata or {}
+            if durable and json_size(metadata) > self._room(turn):
+                metadata = omitted(metadata, why=_over_budget("this interrupt's metadata"))
+            self._book(turn).pause(call, source="tool", metadata=metadata, now=workflow.now())
         elif result.kind == "invalid_input":
             call.status = "done"
             call.output = {"error": f"invalid arguments: {result.message}"}
         else:
+            output = result.output or {}
+            if durable and json_size(output) > self._room(turn):
+                # The tool has run: the model must hear that, in a few bytes.
+                output = {
+                    "error": "output too large for this turn",
+                    "detail": f"{_over_budget('the output')}; it was dropped",
+                }
             call.status = "done"
-            call.output = result.output or {}
+            call.output = output
 
     async def _await_answers(
         self, turn: TurnState
@@ -434,6 +577,7 @@ class AgentWorkflow:
                 now = workflow.now()
                 for call in book.expire(now):
                     self._audit(call, kind="deadline", via="deadline", identity="system:deadline")
+                self._trim_answers()
                 self._publish()
 
     def _tool_message(self, turn: TurnState) -> Message:
@@ -483,6 +627,14 @@ class AgentWorkflow:
             interrupts=self._book(turn).requests(),
         )
 
+    def _last_result(self) -> TurnResult | None:
+        """The latest turn's result: while paused, the pause as it stands now (a new run does
+        not carry it, see workflows.history.carry)."""
+        turn = self._s.turn
+        if turn is not None and self._paused():
+            return self._paused_result(turn)
+        return self._s.last_turn
+
     def _finish(self, reason: FinishReason) -> None:
         turn = self._s.turn
         assert turn is not None
@@ -493,11 +645,26 @@ class AgentWorkflow:
     def _fail(self, error: ErrorInfo) -> None:
         turn = self._s.turn
         assert turn is not None
-        # A failed turn leaves the conversation as it was before the turn.
-        self._cut_messages(turn.base_len)
+        if self._durable() and turn.model_calls > 0:
+            # What happened stays in the conversation, so the next turn's model knows that
+            # an approved side effect took place: every call of the step keeps a response,
+            # its failure or that it never ran.
+            if turn.phase == "tools" and turn.calls:
+                self._book(turn).abandon(error)
+                self._append(self._tool_message(turn))
+        else:
+            # Nothing happened yet (the model never answered), or a run from before this
+            # rule: the conversation is left as it was before the turn.
+            self._cut_messages(turn.base_len)
         self._s.turn = None
         workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)
-        self._stop(TurnResult(turn=turn.turn, finish_reason=FinishReason.FAILED, error=error))
+        self._stop(
+            TurnResult(
+                turn=turn.turn,
+                finish_reason=FinishReason.FAILED,
+                error=error,
+            )
+        )
 
     def _finish_cancelled(self) -> None:
         turn = self._s.turn
@@ -508,8 +675,9 @@ class AgentWorkflow:
         if turn.phase == "tools" and turn.calls:
             for call in self._book(turn).cancel(reason):
                 self._audit(call, kind="cancel", via="cancel", identity=identity)
+            self._trim_answers()
             # Every call keeps a response, so the history stays valid for the model.
-            self._s.messages.append(self._tool_message(turn))
+            self._append(self._tool_message(turn))
         elif turn.model_calls == 0:
             # Cancelled before the model answered: as if the message was never sent.
             self._cut_messages(turn.base_len)
@@ -537,7 +705,7 @@ class AgentWorkflow:
         self._start_turn(input.text)
         await workflow.wait_condition(lambda: self._stops > seen)
         assert self._s.last_turn is not None
-        return self._s.last_turn
+        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
 
     @send.validator
     def validate_send(self, input: SendInput) -> None:
@@ -549,26 +717,28 @@ class AgentWorkflow:
     async def resume(self, payload: RawValue) -> TurnResult:
         """Answer pending interrupts; returns when the turn ends or pauses again.
 
+        ``payload`` is a :class:`~workflows.types.ResumeInput`, taken raw so that this
+        workflow, not the data converter, decides what is wrong with a bad one and says so.
         A resume that leaves interrupts unanswered returns at once, listing those still pending.
         """
         try:
             resume = self._check_resume(payload)
-        except ResumeError as e:
+        except Refused as e:
             # Only reachable when a duplicate passed validation in the same task.
             raise _rejected("ResumeRejected", e.reason) from None
         seen = self._stops
         turn = self._apply_resume(resume, via="update")
         if not self._book(turn).all_answered():
-            return self._paused_result(turn)
+            return _fit(self._paused_result(turn), UPDATE_RESULT_BUDGET)
         await workflow.wait_condition(lambda: self._stops > seen)
         assert self._s.last_turn is not None
-        return self._s.last_turn
+        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
 
     @resume.validator
     def validate_resume(self, payload: RawValue) -> None:
         try:
             self._check_resume(payload)
-        except ResumeError as e:
+        except Refused as e:
             workflow.logger.info("resume rejected (update): %s", e.reason)
             raise _rejected("ResumeRejected", e.reason) from None
 
@@ -582,7 +752,7 @@ class AgentWorkflow:
             self._turn_task.cancel()
         await workflow.wait_condition(lambda: self._stops > seen)
         assert self._s.last_turn is not None
-        return self._s.last_turn
+        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
 
     @cancel.validator
     def validate_cancel(self, input: CancelInput) -> None:
@@ -590,16 +760,30 @@ class AgentWorkflow:
             raise _rejected("CancelRejected", "nothing to cancel: no turn is running or paused")
         if self._cancel is not None:
             raise _rejected("CancelRejected", "a cancellation is already under way")
+        self._check_cancel_input(input)
+
+    def _check_cancel_input(self, input: CancelInput) -> None:
+        if not self._durable():
+            return
+        try:
+            # The reason is copied into every withdrawn call's response, so it stays short.
+            check_text(input.reason, what="reason", limit=MAX_REASON_BYTES)
+            if input.identity is not None:
+                check_label(input.identity, what="identity", limit=MAX_IDENTITY_BYTES)
+        except Refused as e:
+            raise _rejected("CancelRejected", e.reason) from None
 
     @workflow.update
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""
         await workflow.wait_condition(lambda: self._s.turn is None or self._waiting_on_human())
-        return self._s.last_turn
+        result = self._last_result()
+        return _fit(result, UPDATE_RESULT_BUDGET) if result is not None else None
 
     @workflow.update
     async def close(self, input: CancelInput) -> ConversationResult:
         """End the conversation: withdraw anything pending and complete the workflow."""
+        self._check_cancel_input(input)
         if self._s.turn is not None:
             seen = self._stops
             self._cancel = input
@@ -607,14 +791,20 @@ class AgentWorkflow:
                 self._turn_task.cancel()
             await workflow.wait_condition(lambda: self._stops > seen)
         self._s.closed = True
-        return ConversationResult(
-            chat_id=workflow.info().workflow_id, turns=self._s.turns, last_turn=self._s.last_turn
+        return _fit(
+            ConversationResult(
+                chat_id=workflow.info().workflow_id,
+                turns=self._s.turns,
+                last_turn=self._s.last_turn,
+            ),
+            UPDATE_RESULT_BUDGET,
         )
 
     @close.validator
     def validate_close(self, input: CancelInput) -> None:
         if self._s.closed:
             raise _rejected("SendRejected", "this conversation is already closed")
+        self._check_cancel_input(input)
 
     # ------------------------------------------------------------------------------------------
     # Signals: every signal name lands here with raw payloads, so a malformed one (bad JSON,
@@ -637,7 +827,7 @@ class AgentWorkflow:
                 raise ResumeError(
                     f"unknown signal {name!r}; this workflow accepts 'resume' and 'send'"
                 )
-        except ResumeError as e:
+        except Refused as e:
             self._reject(handler=name, reason=e.reason, payload=args)
         except Exception as e:  # noqa: BLE001  # a signal must never fail the workflow task
             workflow.logger.exception("signal %r could not be handled", name)
@@ -648,36 +838,56 @@ class AgentWorkflow:
             )
 
     def _send_signal(self, payload: RawValue) -> None:
-        body = _payload_json(payload)
+        size = len(payload.payload.data)
+        # Size first: an oversized payload is refused before it is even parsed.
+        check_size(size, limit=MAX_SEND_BYTES, what="message")
+        body = self._payload_json(payload)
+        check_json(body, what="send", finite=self._durable())
         try:
             input = SendInput.model_validate(body)
         except ValidationError as e:
             raise ResumeError(f"malformed send: {pydantic_reason(e)}") from None
-        problem = self._send_problem(input.text, agent=input.agent, size=len(payload.payload.data))
+        problem = self._send_problem(input.text, agent=input.agent, size=size)
         if problem:
             raise ResumeError(problem)
         self._start_turn(input.text)
 
     def _reject(self, *, handler: str, reason: str, payload: Sequence[RawValue]) -> None:
-        """Record a refused signal (an update's refusal goes back to its caller instead)."""
+        """Record a refused signal (an update's refusal goes back to its caller instead).
+
+        The record keeps the payload's digest, never its bytes, and only storable text: the
+        log itself must never become what cannot be serialized.
+        """
         raw = b"".join(p.payload.data for p in payload)
         identity = _claimed_identity(payload)
+        handler = safe_label(handler)
         self._s.rejections.append(
             Rejection(
                 at=workflow.now(),
                 via="signal",
                 handler=handler,
-                reason=reason[:500],
+                reason=safe_label(reason, limit=MAX_REASON_CHARS),
                 identity=identity,
                 digest=digest(raw),
             )
         )
         self._s.rejections_total += 1
-        del self._s.rejections[: -config.MAX_REJECTIONS_KEPT]
+        del self._s.rejections[:-MAX_REJECTIONS_KEPT]
         workflow.logger.warning(
-            "rejected %s signal from %s: %s", handler, identity or "unknown sender", reason
+            "rejected %r signal from %r: %s", handler, identity or "unknown sender", reason
         )
         self._publish()
+
+    def _payload_json(self, payload: RawValue) -> object:
+        encoding = payload.payload.metadata.get("encoding", b"")
+        if encoding == b"binary/null":
+            raise ResumeError("the payload is empty; send a JSON object")
+        if encoding not in (b"json/plain", b""):
+            raise ResumeError(
+                "the payload must be JSON, got encoding "
+                f"{safe_label(encoding.decode(errors='replace'), limit=40)!r}"
+            )
+        return decode_json(payload.payload.data, strict=self._durable())
 
     # ------------------------------------------------------------------------------------------
     # Shared by the signal and update paths
@@ -713,7 +923,8 @@ class AgentWorkflow:
             return "the message is empty"
         try:
             check_size(size, limit=MAX_SEND_BYTES, what="message")
-        except ResumeError as e:
+            check_text(text, what="the message", limit=MAX_SEND_BYTES)
+        except Refused as e:
             return e.reason
         if self._s.turn is not None:
             if self._paused():
@@ -730,18 +941,30 @@ class AgentWorkflow:
     def _start_turn(self, text: str) -> None:
         self._s.turns += 1
         self._s.turn = TurnState(
-            turn=self._s.turns, started_at=workflow.now(), base_len=len(self._s.messages)
+            turn=self._s.turns,
+            started_at=workflow.now(),
+            base_len=len(self._s.messages),
+            held=0 if self._durable() else None,
         )
-        self._s.messages.append(Message(role="user", parts=[Part(text=text)]))
+        self._append(Message(role="user", parts=[Part(text=text)]))
         self._publish()
 
     def _check_resume(self, payload: RawValue) -> ResumeInput:
         turn = self._s.turn
         if turn is None or not self._paused():
             raise ResumeError("nothing is paused: this conversation has no pending interrupts")
-        # Size first: an oversized payload is refused before it is even parsed.
-        check_size(len(payload.payload.data), limit=MAX_RESUME_BYTES, what="resume")
-        return self._book(turn).validate(_payload_json(payload))
+        size = len(payload.payload.data)
+        try:
+            # Size first: an oversized payload is refused before it is even parsed.
+            check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+        except Refused as e:
+            raise ResumeError(e.reason) from None
+        durable = self._durable()
+        return self._book(turn).validate(
+            self._payload_json(payload),
+            strict=durable,
+            room=self._room(turn) if durable else None,
+        )
 
     def _apply_resume(self, resume: ResumeInput, *, via: Literal["update", "signal"]) -> TurnState:
         turn = self._s.turn
@@ -754,6 +977,7 @@ class AgentWorkflow:
                 identity=resume.identity,
                 metadata=resume.metadata,
             )
+        self._trim_answers()
         self._publish()
         return turn
 
@@ -766,6 +990,9 @@ class AgentWorkflow:
         identity: str | None = None,
         metadata: dict[str, object] | None = None,
     ) -> None:
+        if metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
+            # Kept as what identifies it: the record is copied for every answer of a resume.
+            metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
         self._s.answers.append(
             AnswerRecord(
                 at=workflow.now(),
@@ -777,46 +1004,74 @@ class AgentWorkflow:
                 metadata=metadata,
             )
         )
-        del self._s.answers[: -config.MAX_ANSWERS_KEPT]
+
+    def _trim_answers(self) -> None:
+        self._s.answers_dropped += trim_answers(self._s.answers)
 
     # ------------------------------------------------------------------------------------------
-    # Queries
+    # Queries: each result is cut to fit Temporal's payload limit, with stated placeholders.
 
     @workflow.query
     def pending(self) -> PendingResult:
         turn = self._s.turn
-        return PendingResult(interrupts=self._book(turn).requests() if turn else [])
+        result = PendingResult(interrupts=self._book(turn).requests() if turn else [])
+        return _fit(result, QUERY_BUDGET)
 
     @workflow.query
     def status(self) -> StatusResult:
         turn = self._s.turn
-        return StatusResult(
+        carried = self._state_for_next_run()
+        result = StatusResult(
             chat_id=workflow.info().workflow_id,
             agent=self._s.agent,
             status=self._status(),
             turns=self._s.turns,
             model=self._s.spec.model if self._s.spec else None,
             pending=self._book(turn).requests() if turn else [],
-            last_turn=self._s.last_turn,
+            last_turn=self._last_result(),
             rejections=self._s.rejections_total,
+            carried_bytes=json_size(carried) if carried is not None else None,
         )
+        return _fit(result, QUERY_BUDGET)
 
     @workflow.query
-    def history(self) -> HistoryResult:
-        return HistoryResult(
-            messages=self._s.messages,
-            answers=self._s.answers,
+    def history(self, input: HistoryInput | None = None) -> HistoryResult:
+        """The conversation's messages, newest last, and its audit log of answers.
+
+        One result holds the newest messages that fit; ``start`` above 0 says older ones
+        remain, read with ``HistoryInput(end=start)`` (``Chat.history()`` reads them all).
+        """
+        messages = self._s.messages
+        end = len(messages) if input is None or input.end is None else input.end
+        end = max(0, min(end, len(messages)))
+        answers = self._s.answers
+        room = QUERY_BUDGET - json_size(answers) - 1024
+        start = page_back(messages, end=end, budget=room)
+        result = HistoryResult(
+            messages=messages[start:end],
+            answers=answers,
             dropped_messages=self._s.dropped_messages,
+            start=start,
+            answers_dropped=self._s.answers_dropped,
         )
+        return _fit(result, QUERY_BUDGET)
 
     @workflow.query
     def messages(self, input: MessagesInput) -> MessagesResult:
-        """A slice of the conversation; the model activity asks when it lacks the start."""
-        return MessagesResult(messages=self._s.messages[input.start : input.end])
+        """A slice of the conversation; the model activity asks when it lacks the start.
+
+        A slice too large for one result stops early, with ``next`` where to go on.
+        """
+        messages = self._s.messages
+        end = len(messages) if input.end is None else max(0, min(input.end, len(messages)))
+        start = max(0, min(input.start, end))
+        stop = page(messages, start=start, end=end, budget=QUERY_BUDGET - 1024)
+        return MessagesResult(messages=messages[start:stop], next=stop if stop < end else None)
 
     @workflow.query
     def rejections(self) -> RejectionsResult:
-        return RejectionsResult(rejections=self._s.rejections, total=self._s.rejections_total)
+        result = RejectionsResult(rejections=self._s.rejections, total=self._s.rejections_total)
+        return _fit(result, QUERY_BUDGET)
 
     # ------------------------------------------------------------------------------------------
     # What operators see: search attributes, memo and the UI's current details.
@@ -832,7 +1087,7 @@ class AgentWorkflow:
         turn = self._s.turn
         pending = self._book(turn).pending() if turn else []
         status = self._status()
-        since: datetime | None = min((c.since for c in pending if c.since), default=None)
+        since = min((c.since for c in pending if c.since), default=None)
         names = sorted({c.name for c in pending})
         state = (status, tuple(names), since)
         if state != self._published:
@@ -850,7 +1105,19 @@ class AgentWorkflow:
         if memo != self._memo_pending:
             workflow.upsert_memo({"pending": memo})
             self._memo_pending = memo
-        workflow.set_current_details(self._details(status, pending))
+        workflow.set_current_details(
+            render_details(
+                chat_id=workflow.info().workflow_id,
+                agent=self._s.agent,
+                status=status,
+                turns=self._s.turns,
+                spec=self._s.spec,
+                pending=pending,
+                last_turn=self._s.last_turn,
+                rejections=self._s.rejections,
+                rejections_total=self._s.rejections_total,
+            )
+        )
 
     def _upsert_search_attributes(
         self, status: AgentStatus, names: list[str], since: datetime | None
@@ -876,50 +1143,15 @@ class AgentWorkflow:
         if updates:
             workflow.upsert_search_attributes(updates)
 
-    def _details(self, status: AgentStatus, pending: list[CallState]) -> str:
-        chat_id = workflow.info().workflow_id
-        lines = [f"**{self._s.agent}** · status **{status}** · turn {self._s.turns}"]
-        for call in pending:
-            req = to_request(call)
-            answer = _suggested_answer(req)
-            # Quoted for a POSIX shell: chat ids are the caller's, and may hold anything.
-            cmd = (
-                f"temporal workflow signal --workflow-id {shlex.quote(chat_id)} --name resume "
-                f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
-            )
-            # The panel is rewritten only when the conversation changes, so an age computed
-            # here would read "0s" for as long as the interrupt waits: give the instant instead.
-            since = f" since {_utc(call.since)}" if call.since else ""
-            lines += [
-                "",
-                f"### Waiting on `{call.name}` (ref `{call.ref}`){since}",
-                f"- input: `{_truncate(json.dumps(call.args), config.MAX_TEXT_IN_DETAILS)}`",
-                f"- metadata: `{_truncate(json.dumps(call.metadata), config.MAX_TEXT_IN_DETAILS)}`",
-            ]
-            if call.deadline:
-                lines.append(f"- deadline: {_utc(call.deadline)}")
-            lines += ["- answer it:", "", "```", cmd, "```"]
-        if self._s.last_turn and status != "interrupted":
-            lt = self._s.last_turn
-            lines += ["", f"Last turn {lt.turn}: **{lt.finish_reason.value}**"]
-            if lt.error:
-                lines.append(f"- error: {lt.error.status}: {_truncate(lt.error.message, 300)}")
-        if self._s.rejections:
-            lines += ["", f"### Recent rejected answers ({self._s.rejections_total} in all)"]
-            for r in self._s.rejections[-5:]:
-                lines.append(f"- {_utc(r.at)} {r.handler} ({r.via}): {_truncate(r.reason, 200)}")
-        return "\n".join(lines)
+
+def idempotency_key(chat_id: str, ref: str, run: int) -> str:
+    """``ToolContext.idempotency_key``: the same for every attempt and replay of one run of a
+    call (one approval), different for the next run; fixed-length for any far-side API."""
+    return hashlib.sha256(f"{chat_id}\0{ref}\0{run}".encode()).hexdigest()[:32]
 
 
-def _payload_json(payload: RawValue) -> object:
-    encoding = payload.payload.metadata.get("encoding", b"")
-    if encoding == b"binary/null":
-        raise ResumeError("the payload is empty; send a JSON object")
-    if encoding not in (b"json/plain", b""):
-        raise ResumeError(
-            f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
-        )
-    return decode_json(payload.payload.data)
+def _over_budget(what: str) -> str:
+    return f"{what} did not fit in what this turn can still hold ({human_size(TURN_BUDGET)} in all)"
 
 
 def _claimed_identity(payload: Sequence[RawValue]) -> str | None:
@@ -931,27 +1163,25 @@ def _claimed_identity(payload: Sequence[RawValue]) -> str | None:
     except Exception:  # noqa: BLE001  # any malformed payload simply has no identity
         return None
     identity = body.get("identity") if isinstance(body, dict) else None
-    return identity[:200] if isinstance(identity, str) else None
-
-
-def _suggested_answer(req: InterruptRequest) -> dict[str, object]:
-    if req.source == "interrupt":
-        return {"respond": [{"name": req.name, "ref": req.ref, "output": {"approved": True}}]}
-    return {
-        "restart": [{"name": req.name, "ref": req.ref, "resumed_metadata": {APPROVED_KEY: True}}]
-    }
+    return safe_label(identity) if isinstance(identity, str) else None
 
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _utc(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _classified(err: ActivityError) -> bool:
+    """Whether the tool itself said how it failed (a ``ToolError``)."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type in ("ToolError", "UnknownAgent")
 
 
 def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
-    """A classified error for the caller. Unclassified failures keep their text in history only."""
+    """A classified error for the caller. Unclassified failures keep their text in history only.
+
+    Cut to a few hundred characters: the error is kept in the conversation and shown in results,
+    and a tool decides how long its message is.
+    """
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type in (
         "ToolError",
@@ -959,7 +1189,10 @@ def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
         "UnknownAgent",
     ):
         status = str(cause.details[0]) if cause.details else "INTERNAL"
-        return ErrorInfo(status=status, message=cause.message)
+        return ErrorInfo(
+            status=safe_label(status, limit=40),
+            message=safe_label(cause.message, limit=MAX_ERROR_CHARS),
+        )
     if isinstance(cause, TemporalTimeoutError):
         return ErrorInfo(status="DEADLINE_EXCEEDED", message=f"{what} timed out")
     return ErrorInfo(status="INTERNAL", message=f"{what} failed")

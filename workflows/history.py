@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from workflows.types import ConversationState, Message
+from workflows.limits import ANSWERS_BUDGET, MAX_ANSWERS_KEPT, REFS_KEPT, json_size
+from workflows.types import AnswerRecord, ConversationState, Message
 
 EMPTY = ""
 
@@ -50,6 +51,41 @@ def _turn_starts(messages: Sequence[Message]) -> list[int]:
     ]
 
 
+def trim_answers(answers: list[AnswerRecord]) -> int:
+    """Shed the oldest answer records beyond :data:`MAX_ANSWERS_KEPT` and
+    :data:`ANSWERS_BUDGET` bytes, in place. Returns how many went."""
+    drop = max(0, len(answers) - MAX_ANSWERS_KEPT)
+    sizes = [json_size(a) for a in answers[drop:]]
+    total = sum(sizes)
+    for size in sizes:
+        if total <= ANSWERS_BUDGET:
+            break
+        total -= size
+        drop += 1
+    del answers[:drop]
+    return drop
+
+
+def carry(
+    state: ConversationState, refs: Sequence[str], *, paused: bool, budget: int
+) -> ConversationState | None:
+    """The state continue-as-new carries, within ``budget`` bytes; None if it cannot fit.
+
+    ``refs`` are every ref of the conversation, oldest first: the newest :data:`REFS_KEPT`
+    travel (the turn in progress is among them), the rest are counted as forgotten. A paused
+    turn's result is left out, since the new run recomputes it from the turn (it would carry
+    the pending interrupts twice). Then :func:`fit_state` drops the oldest turns if need be.
+    ``state`` is not modified.
+    """
+    s = state.model_copy()
+    kept = list(refs[-REFS_KEPT:])
+    s.refs = kept
+    s.refs_forgotten = state.refs_forgotten + len(refs) - len(kept)
+    if paused:
+        s.last_turn = None
+    return fit_state(s, budget=budget)
+
+
 def fit_state(
     state: ConversationState, *, budget: int, answers_kept: int = 50
 ) -> ConversationState | None:
@@ -58,24 +94,29 @@ def fit_state(
     Continue-as-new carries the whole conversation in one payload, and Temporal refuses one of
     about 2 MB: the run would be stuck retrying the same workflow task. Over budget, the oldest
     answer records go first (down to ``answers_kept``), then the oldest whole turns, never the
-    turn in progress. Dropped messages are counted in ``dropped_messages``. ``state`` is not
-    modified.
+    turn in progress; between turns, as a last resort, the last turn too (the model then starts
+    afresh, which beats a conversation that cannot go on). Dropped messages are counted in
+    ``dropped_messages``. ``state`` is not modified.
     """
     if _size(state) <= budget:
         return state
     s = state.model_copy()
-    s.answers = list(state.answers[-answers_kept:])
+    if len(state.answers) > answers_kept:
+        s.answers = list(state.answers[-answers_kept:])
+        s.answers_dropped = state.answers_dropped + len(state.answers) - answers_kept
     if _size(s) <= budget:
         return s
     # Cut only where a turn starts, so no call is separated from its response; the turn in
-    # progress, or else the last turn, always stays.
-    last = state.turn.base_len if state.turn is not None else len(state.messages)
-    starts = [i for i in _turn_starts(state.messages) if 0 < i <= last]
+    # progress always stays.
+    if state.turn is not None:
+        starts = [i for i in _turn_starts(state.messages) if 0 < i <= state.turn.base_len]
+    else:
+        starts = [i for i in _turn_starts(state.messages) if i > 0] + [len(state.messages)]
     total = _size(s)
     # Serializing once per message (not once per candidate cut) keeps this linear.
     prefix = [0]
     for m in state.messages:
-        prefix.append(prefix[-1] + len(m.model_dump_json().encode()) + 1)  # and its comma
+        prefix.append(prefix[-1] + json_size(m) + 1)  # and its comma
     for cut in starts:
         if total - prefix[cut] > budget:
             continue
@@ -89,6 +130,32 @@ def fit_state(
     return None
 
 
+def page(messages: Sequence[Message], *, start: int, end: int, budget: int) -> int:
+    """How far from ``start`` (at most ``end``) the messages fit in ``budget`` bytes; at
+    least one message, so every page makes progress."""
+    total = 0
+    stop = start
+    while stop < end:
+        total += json_size(messages[stop]) + 1
+        if total > budget and stop > start:
+            break
+        stop += 1
+    return stop
+
+
+def page_back(messages: Sequence[Message], *, end: int, budget: int) -> int:
+    """Where a page of the newest messages before ``end`` starts, within ``budget`` bytes
+    (at least one message)."""
+    total = 0
+    start = end
+    while start > 0:
+        total += json_size(messages[start - 1]) + 1
+        if total > budget and start < end:
+            break
+        start -= 1
+    return start
+
+
 def _size(state: ConversationState) -> int:
     # Bytes, not characters: the payload is UTF-8, and CJK text takes three bytes a character.
-    return len(state.model_dump_json().encode())
+    return json_size(state)

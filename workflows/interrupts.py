@@ -7,7 +7,6 @@ on replay. The workflow wires it to its handlers; the signal path and the update
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Collection
 from datetime import datetime, timedelta
@@ -17,6 +16,18 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 from pydantic import ValidationError
 
+from workflows.limits import (
+    MAX_IDENTITY_BYTES,
+    MAX_RESUME_BYTES,
+    TURN_BUDGET,
+    Refused,
+    check_json,
+    check_label,
+    check_size,
+    check_text,
+    human_size,
+    json_size,
+)
 from workflows.types import (
     AgentSpec,
     CallState,
@@ -27,19 +38,15 @@ from workflows.types import (
     ResumeInput,
 )
 
-MAX_RESUME_BYTES = 1 << 20
-"""The largest resume payload accepted, serialized (1 MiB)."""
+ENTRY_KEYS = {
+    "respond": ("name", "ref", "output"),
+    "restart": ("name", "ref", "input", "resumed_metadata"),
+}
+"""The keys a resume entry may have; any other is most likely a typo, and rejects the resume."""
 
-MAX_SEND_BYTES = 256 << 10
-"""The largest user message accepted, serialized (256 KiB)."""
 
-
-class ResumeError(Exception):
+class ResumeError(Refused):
     """A resume that cannot be applied; ``reason`` says why, in words for the sender."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def pydantic_reason(err: ValidationError, *, limit: int = 3) -> str:
@@ -90,21 +97,55 @@ def _rule(validator: object, want: object, message: str) -> str:
     return f"fails the schema's {validator!s} rule"
 
 
-def digest(raw: bytes, *, excerpt: int = 120) -> str:
-    """A short fingerprint of a payload for rejection logs: hash prefix, size and excerpt."""
-    h = hashlib.sha256(raw).hexdigest()[:12]
-    text = raw[:excerpt].decode("utf-8", errors="replace")
-    suffix = "…" if len(raw) > excerpt else ""
-    return f"sha256:{h} {len(raw)}B {text}{suffix}"
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: ``500`` and ``500.0``, or ``true`` and ``1``, are not."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _human_size(n: int) -> str:
-    return f"{n / (1 << 20):.2f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"
+def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
+    """What a resume carries, each part on its own (the client checks this before sending).
+
+    Without ``strict`` (conversations begun before these rules) only what could never be
+    stored is refused: invalid Unicode and excessive nesting.
+
+    Raises:
+        ResumeError: naming the part and the rule it breaks.
+    """
+    try:
+        if resume.identity is not None:
+            if strict:
+                check_label(resume.identity, what="identity", limit=MAX_IDENTITY_BYTES)
+            else:
+                check_text(resume.identity, what="identity", limit=MAX_RESUME_BYTES)
+        for r in resume.respond:
+            check_json(r.output, what=f"the respond output for {r.name!r}", finite=strict)
+        for r in resume.restart:
+            what = f"the resumed_metadata for {r.name!r}"
+            check_json(r.resumed_metadata, what=what, finite=strict)
+            if r.input is not None:
+                check_json(r.input, what=f"the restart input for {r.name!r}", finite=strict)
+        if resume.metadata is not None:
+            check_json(resume.metadata, what="metadata", finite=strict)
+    except ResumeError:
+        raise
+    except Refused as e:
+        raise ResumeError(e.reason) from None
 
 
-def check_size(size: int, *, limit: int, what: str) -> None:
-    if size > limit:
-        raise ResumeError(f"{what} is {_human_size(size)}; the limit is {_human_size(limit)}")
+def _check_entry_keys(raw: dict[str, Any]) -> None:
+    for kind, allowed in ENTRY_KEYS.items():
+        entries = raw.get(kind)
+        if not isinstance(entries, list):
+            continue  # the model validation says what is wrong with it
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                continue
+            unknown = [k for k in entry if k not in allowed]
+            if unknown:
+                names = ", ".join(repr(k[:40]) for k in unknown[:3])
+                raise ResumeError(
+                    f"{kind}[{i}] has unknown keys {names}; a {kind} entry has {', '.join(allowed)}"
+                )
 
 
 class InterruptBook:
@@ -140,35 +181,59 @@ class InterruptBook:
     def all_answered(self) -> bool:
         return not self.pending()
 
+    def held_bytes(self) -> int:
+        """Bytes the calls hold in the conversation's state (what counts against the turn)."""
+        return sum(json_size(c) for c in self.calls)
+
     def next_deadline(self) -> datetime | None:
         deadlines = [c.deadline for c in self.pending() if c.deadline is not None]
         return min(deadlines) if deadlines else None
 
     # -- validation -------------------------------------------------------------------------
 
-    def validate(self, raw: Any, *, size: int | None = None) -> ResumeInput:
-        """Check a raw resume payload against the schema and the pending set.
+    def validate(
+        self,
+        raw: Any,
+        *,
+        size: int | None = None,
+        strict: bool = True,
+        room: int | None = None,
+    ) -> ResumeInput:
+        """Check a raw resume payload (decoded JSON) against the rules and the pending set.
+
+        Args:
+            raw: The decoded payload.
+            size: Its size in bytes, when known: over :data:`MAX_RESUME_BYTES` is refused.
+            strict: Apply every rule. Conversations begun before some of them were added pass
+                False, so that what they accepted then replays the same way.
+            room: Bytes the turn can still take (see :data:`TURN_BUDGET`); None: unchecked.
 
         Raises:
             ResumeError: the payload is malformed, too large, or does not match what is
                 pending now. Nothing has been applied.
         """
         if size is not None:
-            check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+            try:
+                check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+            except Refused as e:
+                raise ResumeError(e.reason) from None
         if not isinstance(raw, dict):
             raise ResumeError(
                 "resume must be a JSON object with 'respond' and/or 'restart' lists, "
                 f"got {_json_type(raw)}"
             )
+        if strict:
+            _check_entry_keys(raw)
         try:
             resume = ResumeInput.model_validate(raw)
         except ValidationError as e:
             raise ResumeError(f"malformed resume: {pydantic_reason(e)}") from None
-        self.check(resume)
+        check_resume_fields(resume, strict=strict)
+        self.check(resume, strict=strict, room=room)
         return resume
 
-    def check(self, resume: ResumeInput) -> None:
-        """Check a well-formed resume against what is pending now."""
+    def check(self, resume: ResumeInput, *, strict: bool = True, room: int | None = None) -> None:
+        """Check a well-formed resume against what is pending now (and the turn's room)."""
         entries: list[tuple[str, str, str]] = [
             ("respond", r.name, r.ref) for r in resume.respond
         ] + [("restart", r.name, r.ref) for r in resume.restart]
@@ -189,7 +254,10 @@ class InterruptBook:
                 raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
         for r in resume.restart:
             call = pending[r.ref]
-            if r.input is not None and r.input != call.args:
+            changed = r.input is not None and (
+                not same_json(r.input, call.args) if strict else r.input != call.args
+            )
+            if changed:
                 raise ResumeError(
                     f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input; a restart "
                     "re-runs the tool with its original input (omit 'input' or send it unchanged)"
@@ -204,6 +272,19 @@ class InterruptBook:
                         f"respond output for {r.name!r} (ref {r.ref!r}) does not fit its "
                         f"output schema: {problem}"
                     )
+        if room is not None:
+            adds = sum(json_size(r.output) for r in resume.respond)
+            for r in resume.restart:
+                tool = self.spec.tool(r.name) if self.spec else None
+                # An interrupt-only tool pauses again showing the metadata: held twice.
+                twice = tool is not None and tool.interrupt_only
+                adds += json_size(r.resumed_metadata) * (2 if twice else 1)
+            if adds > room:
+                raise ResumeError(
+                    f"this answer adds {human_size(adds)} to a turn that has room for "
+                    f"{human_size(max(room, 0))} more (a turn holds at most "
+                    f"{human_size(TURN_BUDGET)}): answer with less, or cancel the turn"
+                )
 
     def _not_pending(self, ref: str, pending: dict[str, CallState]) -> str:
         answered = {c.ref for c in self.calls if c.status != "pending"}
@@ -271,6 +352,33 @@ class InterruptBook:
                 call.error = None
                 withdrawn.append(call)
         return withdrawn
+
+    def abandon(self, error: ErrorInfo) -> None:
+        """Give every call of a failed step a response, so the conversation keeps what happened.
+
+        A finished call keeps its output; a failed one says how it failed (and, when the
+        failure does not tell, that it may have taken effect); a human's respond stands; a call
+        that never ran says so.
+        """
+        for call in self.calls:
+            if call.status == "done":
+                continue
+            if call.status == "failed" and call.error is not None:
+                output: JsonObject = {"error": f"{call.error.status}: {call.error.message}"}
+                if call.uncertain:
+                    output["note"] = "it may have taken effect"
+            elif call.status == "answered" and call.answer == "respond":
+                output = call.answer_output or {}
+            else:
+                output = {
+                    "error": "not run: the turn failed first",
+                    "reason": f"{error.status}: {error.message}",
+                }
+            call.status = "done"
+            call.output = output
+            call.answer = None
+            call.answer_output = None
+            call.answer_metadata = None
 
     def settle(self) -> None:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
@@ -343,13 +451,3 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     return type(value).__name__
-
-
-def decode_json(data: bytes) -> Any:
-    """Decode a JSON payload body; ``ResumeError`` when it is not JSON."""
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ResumeError(f"payload is not valid JSON: {e}") from None
-    except RecursionError:
-        raise ResumeError("payload is nested too deeply") from None

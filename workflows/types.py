@@ -94,6 +94,8 @@ class ToolSpec(_Wire):
     # For interrupt-only tools: how long a human has, and the answer given when time runs out.
     deadline_seconds: float | None = None
     on_timeout: JsonObject | None = None
+    # Safe to run twice: an approved run may then be retried like any other.
+    idempotent: bool = False
 
 
 class ApprovalSpec(_Wire):
@@ -261,6 +263,14 @@ class StatusResult(_Wire):
     pending: list[InterruptRequest] = Field(default_factory=list)
     last_turn: TurnResult | None = None
     rejections: int = 0
+    # The bytes continue-as-new would carry now (always under the state budget).
+    carried_bytes: int | None = None
+
+
+class HistoryInput(_Wire):
+    """Which page of the history: the newest messages before index ``end`` (None: the end)."""
+
+    end: int | None = None
 
 
 class HistoryResult(_Wire):
@@ -269,6 +279,11 @@ class HistoryResult(_Wire):
     # How many of the oldest messages were dropped before ``messages`` (a very long
     # conversation keeps what fits in one continue-as-new payload).
     dropped_messages: int = 0
+    # Where ``messages`` starts among the messages the conversation holds: above 0, the older
+    # ones did not fit in one query result; ask again with ``HistoryInput(end=start)``.
+    start: int = 0
+    # How many of the oldest answer records were shed to keep the log within its budget.
+    answers_dropped: int = 0
 
 
 class RejectionsResult(_Wire):
@@ -310,6 +325,9 @@ class CallState(_Wire):
     answer_metadata: JsonObject | None = None
     # failed
     error: ErrorInfo | None = None
+    # The failure does not say whether the tool took effect (it timed out, its worker was lost,
+    # or it raised an unclassified exception).
+    uncertain: bool = False
     runs: int = 0
 
 
@@ -321,6 +339,8 @@ class TurnState(_Wire):
     phase: Literal["model", "tools"] = "model"
     model_calls: int = 0
     calls: list[CallState] = Field(default_factory=list)
+    # Bytes of the messages this turn added (None: not counted yet; see limits.TURN_BUDGET).
+    held: int | None = None
 
 
 class ConversationState(_Wire):
@@ -340,6 +360,11 @@ class ConversationState(_Wire):
     # How many of the oldest messages were dropped to keep the state small enough to carry
     # into a new run (see workflows.history.fit_state).
     dropped_messages: int = 0
+    # Refs older than the ones in ``refs`` that were forgotten; once any are, a model's call id
+    # is never taken as a ref again (it could repeat one), so refs stay unique.
+    refs_forgotten: int = 0
+    # Answer records shed to keep the log within its budget.
+    answers_dropped: int = 0
 
 
 class ConversationInput(_Wire):
@@ -387,6 +412,8 @@ class MessagesInput(_Wire):
 
 class MessagesResult(_Wire):
     messages: list[Message] = Field(default_factory=list)
+    # Where to ask from next when the slice did not fit in one result (None: it is complete).
+    next: int | None = None
 
 
 class ModelUsage(_Wire):
@@ -410,6 +437,8 @@ class ToolInput(_Wire):
     args: JsonObject = Field(default_factory=dict)
     resumed: bool = False
     resumed_metadata: JsonObject = Field(default_factory=dict)
+    # Stable for one run of the call, across retries and replays (ToolContext.idempotency_key).
+    idempotency_key: str | None = None
 
 
 class ToolResult(_Wire):

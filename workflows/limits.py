@@ -1,0 +1,338 @@
+"""What may enter a conversation, and how much of it: decided once, at the door.
+
+Pure code with no Temporal imports: the workflow, the activities and the client apply the same
+rules, and the tests run them without a server.
+
+Why it matters. Temporal refuses a payload over 2 MiB (``limit.blobSize.error``), and a
+conversation that produces one (an activity input, an update result, the state carried by
+continue-as-new) retries that workflow task for good: every query fails, every caller hangs, the
+paused turn is out of reach. pydantic-core cannot serialize text holding a lone UTF-16 surrogate
+(``"\\ud83d"``, half an emoji) or JSON nested about 255 levels deep, both of which Python's
+``json`` accepts, and that wedges a conversation the same way. So everything that enters is
+checked for both (:func:`check_json`, :func:`check_label`), and measured in bytes against the
+budgets below, which are sized so that what they add up to stays under Temporal's limits.
+
+The arithmetic, with Temporal's defaults:
+
+- One turn holds at most :data:`TURN_BUDGET` (1.25 MiB): its messages plus what its tool calls
+  carry (arguments, outputs, answers, metadata). A tool output or interrupt metadata that would
+  pass it is replaced by a stated placeholder; an answer that would pass it is refused.
+- Continue-as-new carries the turn in progress (at most 1.25 MiB), the answer log (at most
+  :data:`ANSWERS_BUDGET`, 128 KiB), the rejection log (20 records of at most 2.5 KiB), the last
+  :data:`REFS_KEPT` refs (at most 140 KiB), the agent definition (at most :data:`MAX_SPEC_BYTES`,
+  128 KiB) and whatever older turns fit: at most :data:`STATE_BUDGET` (1.75 MiB), older turns
+  dropped first.
+- A model call's input is the messages the model has not seen: at most one tool message (a
+  turn's worth, plus 128 cancellation notes of 1 KiB) and one user message (256 KiB).
+- Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB) and update results to
+  :data:`UPDATE_RESULT_BUDGET` (256 KiB, so that ten updates finishing in one workflow task stay
+  under Temporal's 4 MiB a task), with a stated placeholder where something was left out; the
+  message history is read in pages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic_core
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# --------------------------------------------------------------------------------------------
+# Temporal's limits (server defaults) that the budgets are sized against.
+
+TEMPORAL_PAYLOAD_LIMIT = 2 * MiB
+"""``limit.blobSize.error``: the largest payload (input, result, signal, memo) the server takes."""
+
+TEMPORAL_HISTORY_BYTES_LIMIT = 50 * MiB
+"""``limit.historySize.error``: the server terminates a run whose history passes this."""
+
+TEMPORAL_HISTORY_EVENTS_LIMIT = 51_200
+"""``limit.historyCount.error``: the same, counted in events."""
+
+# --------------------------------------------------------------------------------------------
+# The door: each thing that enters a conversation, on its own.
+
+MAX_JSON_DEPTH = 64
+"""The deepest nesting accepted in any JSON value (pydantic-core stops serializing near 255,
+and the conversation's own state wraps a value in about ten more levels)."""
+
+MAX_SEND_BYTES = 256 * KiB
+"""The largest user message, serialized."""
+
+MAX_RESUME_BYTES = 1 * MiB
+"""The largest resume payload, serialized."""
+
+MAX_IDENTITY_BYTES = 256
+"""The longest identity a resume or cancel may carry, in UTF-8 bytes."""
+
+MAX_REASON_BYTES = 1 * KiB
+"""The longest cancel or close reason (it is copied into every withdrawn call's response)."""
+
+MAX_TOOL_OUTPUT_BYTES = 256 * KiB
+"""The largest tool output or interrupt metadata a tool may return, as JSON."""
+
+MAX_MODEL_MESSAGE_BYTES = 512 * KiB
+"""The largest model message accepted from the model."""
+
+MAX_CALLS_PER_MESSAGE = 128
+"""The most tool calls one model message may make."""
+
+MAX_REF_CHARS = 128
+"""A model call id longer than this is not used as a ref (the workflow makes one instead)."""
+
+MAX_AUDIT_METADATA_BYTES = 4 * KiB
+"""Resume metadata larger than this is kept in the audit log as its size and digest."""
+
+MAX_SPEC_BYTES = 128 * KiB
+"""The largest agent definition (system prompt and tool schemas), checked at declaration."""
+
+# --------------------------------------------------------------------------------------------
+# Budgets: what a conversation holds, in total.
+
+TURN_BUDGET = 1280 * KiB
+"""Everything one turn holds: its messages and its tool calls' arguments, outputs, answers and
+metadata."""
+
+ANSWERS_BUDGET = 128 * KiB
+"""The answer (audit) log; the oldest records are shed first."""
+
+MAX_ANSWERS_KEPT = 500
+"""The answer log also keeps at most this many records."""
+
+MAX_REJECTIONS_KEPT = 20
+"""The rejection log keeps this many records (each at most about 2.5 KiB); the total counts on."""
+
+MAX_REASON_CHARS = 500
+"""A rejection's reason is cut to this many characters."""
+
+MAX_ERROR_CHARS = 1000
+"""A tool's or the model's error message is cut to this many characters."""
+
+REFS_KEPT = 1000
+"""Refs carried into a new run; once older ones are forgotten, refs are always made fresh."""
+
+STATE_BUDGET = 1792 * KiB
+"""What continue-as-new may carry (Temporal refuses a payload of 2 MiB)."""
+
+QUERY_BUDGET = 1792 * KiB
+"""The largest query result."""
+
+UPDATE_RESULT_BUDGET = 256 * KiB
+"""The largest update result."""
+
+CAN_HISTORY_BYTES = 4 * MiB
+"""A run continues as new once its history passes this (Temporal's default suggestion), even
+where the server is configured not to suggest it."""
+
+CAN_HISTORY_EVENTS = 4096
+"""The same, counted in events."""
+
+
+class Refused(Exception):
+    """Input that may not enter a conversation; ``reason`` says why, without quoting it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def human_size(n: int) -> str:
+    """``1.25 MiB``, ``12.0 KiB`` or ``200 bytes``."""
+    if n >= MiB:
+        return f"{n / MiB:.2f} MiB"
+    if n >= KiB:
+        return f"{n / KiB:.1f} KiB"
+    return f"{n} bytes"
+
+
+def check_size(size: int, *, limit: int, what: str) -> None:
+    """Refuse ``size`` bytes of ``what`` over ``limit``."""
+    if size > limit:
+        raise Refused(f"{what} is {human_size(size)}; the limit is {human_size(limit)}")
+
+
+def _bad_text(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_BAD_TEXT = (
+    "holds text that is not valid Unicode (a lone UTF-16 surrogate, as when half of an emoji is "
+    "cut off)"
+)
+
+
+def check_json(value: Any, *, what: str, finite: bool = True) -> None:
+    """Refuse a decoded JSON value that could not be stored: text that is not valid Unicode,
+    nesting deeper than :data:`MAX_JSON_DEPTH`, and (with ``finite``) NaN or infinity, which
+    JSON cannot represent.
+
+    Iterative, so no nesting can exhaust Python's stack.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _bad_text(item):
+                raise Refused(f"{what} {_BAD_TEXT}")
+        elif isinstance(item, dict):
+            if depth >= MAX_JSON_DEPTH:
+                raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+            for key, child in item.items():
+                if isinstance(key, str) and _bad_text(key):
+                    raise Refused(f"{what} {_BAD_TEXT}")
+                stack.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+            stack.extend((child, depth + 1) for child in item)
+        elif finite and isinstance(item, float) and not math.isfinite(item):
+            raise Refused(f"{what} holds a number JSON cannot represent (NaN or infinity)")
+
+
+def check_label(text: str, *, what: str, limit: int) -> None:
+    """Refuse a one-line name (an identity): too long, not valid Unicode, or with control
+    characters, which would garble logs, terminals and the UI."""
+    if _bad_text(text):
+        raise Refused(f"{what} {_BAD_TEXT}")
+    check_size(len(text.encode()), limit=limit, what=what)
+    if any(_is_control(c) for c in text):
+        raise Refused(f"{what} holds control characters (line breaks, escapes); use one line")
+
+
+def check_text(text: str, *, what: str, limit: int) -> None:
+    """Refuse free text (a message, a reason) that is too long or not valid Unicode."""
+    if _bad_text(text):
+        raise Refused(f"{what} {_BAD_TEXT}")
+    check_size(len(text.encode()), limit=limit, what=what)
+
+
+def _is_control(c: str) -> bool:
+    o = ord(c)
+    return o < 0x20 or 0x7F <= o < 0xA0
+
+
+def safe_label(text: str, *, limit: int = 200) -> str:
+    """A label taken from input that was refused, made storable: invalid Unicode replaced and
+    cut to ``limit`` characters. For the rejection log, which must record even bad input."""
+    if _bad_text(text):
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as the pydantic data converter writes it (compact UTF-8 JSON).
+
+    Takes plain JSON values and pydantic models.
+    """
+    return len(pydantic_core.to_json(value))
+
+
+def digest(raw: bytes) -> str:
+    """A payload's fingerprint for logs: hash prefix and size, never its bytes (which may hold
+    the very secret a reason is careful not to quote)."""
+    return f"sha256:{hashlib.sha256(raw).hexdigest()[:16]} {len(raw)}B"
+
+
+def omitted(value: Any, *, why: str) -> dict[str, Any]:
+    """A stated placeholder for a JSON object left out of a result or a log."""
+    raw = pydantic_core.to_json(value)
+    return {"omitted": why, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()[:16]}
+
+
+# --------------------------------------------------------------------------------------------
+# Fitting a result into a budget.
+
+BULKY_KEYS = frozenset(
+    {
+        "input",
+        "metadata",
+        "output",
+        "args",
+        "response",
+        "answer_output",
+        "answer_metadata",
+        "resumed_metadata",
+    }
+)
+"""Fields of the wire types that hold caller or tool JSON, and may be replaced by a placeholder."""
+
+TEXT_KEYS = frozenset({"text", "message"})
+"""Fields that hold text, and may be cut short."""
+
+
+def _replaceable(key: str, value: Any) -> bool:
+    if key in BULKY_KEYS:
+        return isinstance(value, dict) and "omitted" not in value
+    return key in TEXT_KEYS and isinstance(value, str) and len(value) > 200
+
+
+def _candidates(node: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if _replaceable(key, child):
+                    yield item, key
+                else:
+                    stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def shrink(data: dict[str, Any], budget: int) -> int:
+    """Make ``data`` (a result, dumped in JSON mode) fit ``budget`` bytes, in place.
+
+    The largest caller or tool objects are replaced by :func:`omitted` placeholders and the
+    longest texts are cut, largest first, until it fits. Returns how many were replaced.
+    """
+    total = json_size(data)
+    if total <= budget:
+        return 0
+    found = [(json_size(parent[key]), parent, key) for parent, key in _candidates(data)]
+    found.sort(key=lambda f: f[0], reverse=True)
+    replaced = 0
+    why = f"too large for this result (the limit is {human_size(budget)})"
+    for size, parent, key in found:
+        if total <= budget:
+            break
+        value = parent[key]
+        if isinstance(value, str):
+            parent[key] = value[:200] + f"… [{human_size(size)} of text cut: {why}]"
+        else:
+            parent[key] = omitted(value, why=why)
+        total -= size - json_size(parent[key])
+        replaced += 1
+    return replaced
+
+
+def decode_json(data: bytes, *, strict: bool = True) -> Any:
+    """Decode a JSON payload body.
+
+    Raises:
+        Refused: it is not JSON, or (``strict``) it spells NaN or Infinity, which are not.
+    """
+
+    def refuse_constant(name: str) -> Any:
+        raise Refused(f"payload is not valid JSON: {name} is not a JSON value")
+
+    try:
+        if strict:
+            return json.loads(data, parse_constant=refuse_constant)
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(f"payload is not valid JSON: {e}") from None
+    except RecursionError:
+        raise Refused("payload is nested too deeply") from None
