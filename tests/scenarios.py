@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 from temporalio.client import Client
 
-from client import AgentClient, FinishReason
+from client import AgentClient, FinishReason, ResumeRejected
 from tests.conftest import ScriptedModel
 from tests.helpers import eventually, held
 from worker.standin import Reply, calls, text
@@ -120,3 +121,59 @@ async def cancel_edges_conversation(
         await chat.send("after the cancel")  # before the patch, the conversation lived on
     except Exception:  # noqa: BLE001  # the patched code closes it instead; either is recorded
         pass
+
+
+async def durable_conversation(
+    agents: AgentClient, model: ScriptedModel, *, chat_id: str, big: bool = False
+) -> None:
+    """The durable-input rules, on the ``budget`` test agent: a malformed signal recorded,
+    resume metadata kept as a digest, an idempotent tool retried within one approval, a turn
+    that fails after an approved charge and keeps it, and a cancel with a reason. With ``big``,
+    also an answer over the turn's budget (refused by update and by signal) and tool outputs
+    over it: megabytes of history, so replayed fresh rather than kept in the repository.
+
+    Recorded (without ``big``) as ``durable_v1``, the first history with the durable-input
+    patch marker.
+    """
+    note = "n" * (900_000 if big else 1000)
+    model.reply(
+        calls(("approve", {"question": "a"}), ("approve", {"question": "b"})),
+        text("both answered"),
+        calls(("flaky_pay", {"amount": 3})),
+        text("paid"),
+        calls(("charge", {"amount": 70}, "c1")),
+        Reply.error(400, "Request contains an invalid argument."),
+        text("already charged"),
+        calls(("approve", {"question": "cancel me"})),
+        calls(*[("big", {"kib": 250 if big else 1}) for _ in range(6)]),
+        text("summarised"),
+    )
+    chat = await agents.chat("budget", chat_id=chat_id)
+    handle = agents.temporal.get_workflow_handle(chat.id)
+    first, second = (await chat.send("start")).interrupts
+    await chat.resume(
+        respond=[first.respond({"approved": True, "note": note})],
+        metadata={"attachment": "a" * 10_000},
+        identity="alice",
+    )
+    if big:
+        too_much = second.respond({"approved": True, "note": note})
+        with contextlib.suppress(ResumeRejected):  # over the turn's budget
+            await chat.resume(respond=[too_much])
+        await handle.signal("resume", {"respond": [too_much.model_dump()]})
+    await handle.signal("resume", "not an object")
+    res = await chat.resume(respond=[second.respond({"approved": False})])
+    assert res.text == "both answered", res
+    (ask,) = (await chat.send("pay")).interrupts
+    res = await chat.resume(restart=[ask.restart({"tool_approved": True})])
+    assert res.text == "paid", res
+    (ask,) = (await chat.send("charge")).interrupts
+    res = await chat.resume(restart=[ask.restart({"tool_approved": True})])
+    assert res.finish_reason == FinishReason.FAILED, res
+    res = await chat.send("try again")
+    assert res.text == "already charged", res
+    await chat.send("ask me")
+    res = await chat.cancel("no longer needed", identity="bob")
+    assert res.finish_reason == FinishReason.CANCELLED, res
+    res = await chat.send("fetch it all")
+    assert res.text == "summarised", res

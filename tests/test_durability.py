@@ -15,7 +15,7 @@ from temporalio.worker import Replayer
 from client import AgentClient, FinishReason
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed
-from tests.scenarios import banking_conversation, rich_conversation
+from tests.scenarios import banking_conversation, durable_conversation, rich_conversation
 from worker import build_worker, sandbox_runner
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond as offline_rules
@@ -98,6 +98,20 @@ async def test_fresh_histories_replay_deterministically(run_worker, model, clien
     result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
     assert result.replay_failure is None
     await assert_no_workflow_task_failed(client, chat_id)
+
+
+async def test_fresh_durable_histories_replay_deterministically(run_worker, model, client):
+    """The durable-input paths at full size (budget refusals, outputs over the turn's budget,
+    continue-as-new on the run's own history size): every run replays."""
+    chat_id = f"durable-{uuid.uuid4()}"
+    async with run_worker() as agents:
+        await durable_conversation(agents, model, chat_id=chat_id, big=True)
+    runs = [wf.run_id async for wf in client.list_workflows(f'WorkflowId = "{chat_id}"')]
+    assert len(runs) >= 2  # megabytes of answers and outputs: it continued as new
+    for run_id in runs:
+        hist = await client.get_workflow_handle(chat_id, run_id=run_id).fetch_history()
+        result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
+        assert result.replay_failure is None
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)

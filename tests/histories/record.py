@@ -28,6 +28,7 @@ from tests.scenarios import (
     banking_conversation,
     cancel_edges_conversation,
     dump_history,
+    durable_conversation,
     rich_conversation,
 )
 from worker import build_worker
@@ -37,7 +38,7 @@ from worker.standin import GeminiStandIn
 from workflows.config import SEARCH_ATTRIBUTES
 
 HERE = Path(__file__).parent
-ALL = ("rich_v1", "banking_v1", "edges_v2")
+ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1")
 
 
 async def main(names: set[str]) -> None:
@@ -57,6 +58,8 @@ async def main(names: set[str]) -> None:
                     await rich_conversation(agents, model, chat_id="rich_v1")
                 if "edges_v2" in names:
                     await cancel_edges_conversation(agents, model, chat_id="edges_v2")
+                if "durable_v1" in names:
+                    await durable_conversation(agents, model, chat_id="durable_v1")
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
