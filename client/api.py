@@ -473,16 +473,20 @@ class Chat:
         result: HistoryResult = await self._query(
             AgentWorkflow.history, worker_timeout=worker_timeout
         )
-        messages = list(result.messages)
-        start = result.start
-        while start > 0:
-            older: HistoryResult = await self._query(
-                AgentWorkflow.history, HistoryInput(end=start), worker_timeout=worker_timeout
-            )
-            if older.start >= start:
-                break  # no progress: the conversation changed under us
-            messages = [*older.messages, *messages]
-            start = older.start
+        messages, start = list(result.messages), result.start
+        for _ in range(5):
+            while start > 0:
+                older: HistoryResult = await self._query(
+                    AgentWorkflow.history, HistoryInput(end=start), worker_timeout=worker_timeout
+                )
+                if older.dropped_messages != result.dropped_messages or older.start >= start:
+                    break  # it continued as new between pages, dropping old turns: again
+                messages = [*older.messages, *messages]
+                start = older.start
+            if start == 0:
+                break
+            result = await self._query(AgentWorkflow.history, worker_timeout=worker_timeout)
+            messages, start = list(result.messages), result.start
         return result.model_copy(update={"messages": messages, "start": start})
 
     async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:

@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from activities import Interrupt, ToolContext, ToolError, interrupt, tool
@@ -183,12 +183,31 @@ async def flaky_pay(inp: Charge, ctx: ToolContext) -> dict[str, object]:
     return {"paid": inp.amount, "key": ctx.idempotency_key}
 
 
+class Name(BaseModel):
+    # A pattern pydantic takes (Rust regex) and Python's re module cannot compile.
+    name: str = Field(pattern=r"^\p{L}+$")
+
+
+ask_name = interrupt("askName", "Ask a human to confirm a name.", input=Name)
+
+
 careful = Agent("careful", model="gemini-test", tools=[approve, lookup, slow, picky, big])
 
 budget = Agent(
     "budget",
     model="gemini-test",
-    tools=[approve, lookup, charge, big, ask_big, garbled, pick_priority, denied, flaky_pay],
+    tools=[
+        approve,
+        lookup,
+        charge,
+        big,
+        ask_big,
+        garbled,
+        pick_priority,
+        denied,
+        flaky_pay,
+        ask_name,
+    ],
     max_turns=4,
 )
 

@@ -34,7 +34,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from client import AgentClient, CancelRejected, Chat, FinishReason, ResumeRejected
+from client import (
+    AgentClient,
+    CancelRejected,
+    Chat,
+    FinishReason,
+    ResumeRejected,
+    SendRejected,
+)
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import (
@@ -52,6 +59,7 @@ from worker.devserver import temporal_cli as temporal_cli_path
 from worker.standin import Reply, calls, text
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.limits import (
+    MAX_SEND_BYTES,
     QUERY_BUDGET,
     STATE_BUDGET,
     TURN_BUDGET,
@@ -235,8 +243,52 @@ async def test_a_tool_returning_unserializable_text_runs_once_and_the_model_hear
     await assert_no_workflow_task_failed(client, chat.id)
 
 
+async def test_a_tool_schema_pythons_re_cannot_compile_does_not_stop_the_conversation(
+    run_worker, model, client
+):
+    """pydantic accepts patterns such as \\p{L}; the workflow checks interrupt-only tools'
+    input with jsonschema, on Python's re, which cannot compile them."""
+    model.reply(calls(("askName", {"name": "Zoë"})), text("I could not ask"))
+    async with run_worker() as agents:
+        chat = await agents.chat("budget")
+        res = await chat.send("ask")
+        details = await current_details(client, chat.id)
+    assert res.text == "I could not ask"
+    (response,) = model.requests[1].function_responses()
+    assert "the declared schema cannot be checked here" in response["response"]["error"]
+    assert "budget" in details
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
 # --------------------------------------------------------------------------------------------
 # 2. Totals
+
+
+async def test_sizes_are_counted_as_stored_not_as_typed(run_worker, model, client):
+    """256 KiB of control characters is 1.5 MiB of JSON, six bytes each. After a cancelled turn
+    that kept 750 KiB of tool outputs, such a message would take the model call's input past
+    2 MiB: it is refused, and the largest message that is accepted still reaches the model."""
+    model.reply(
+        calls(*[("big", {"kib": 250})] * 3, ("approve", {"question": "q"})),
+        text("read it all"),
+    )
+    async with run_worker() as agents:
+        chat = await agents.chat("budget")
+        await chat.send("fetch")
+        await chat.cancel("enough")
+        with pytest.raises(SendRejected, match=r"the message is 1\.50 MiB"):
+            await chat.send("\x01" * 262_144)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await client.get_workflow_handle(chat.id).execute_update(
+                "send", {"text": "\x01" * 262_144, "agent": "budget"}
+            )
+        largest = "\x01" * (MAX_SEND_BYTES // 6 - 1)
+        res = await chat.send(largest)
+    assert res.text == "read it all"
+    last = model.requests[-1].contents[-1]["parts"]
+    assert last[-1] == {"text": largest}
+    assert sum("functionResponse" in p for p in last) == 4
+    await assert_no_workflow_task_failed(client, chat.id)
 
 
 async def test_answers_that_fit_alone_but_not_together_are_refused_with_the_reason(

@@ -37,7 +37,14 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows import config
     from workflows.details import APPROVED_KEY, render_details
-    from workflows.history import Digests, carry, page, page_back, trim_answers
+    from workflows.history import (
+        Digests,
+        carry,
+        legacy_carry,
+        page,
+        page_back,
+        trim_answers,
+    )
     from workflows.interrupts import (
         InterruptBook,
         ResumeError,
@@ -47,16 +54,20 @@ with workflow.unsafe.imports_passed_through():
     from workflows.limits import (
         CAN_HISTORY_BYTES,
         CAN_HISTORY_EVENTS,
+        MAX_ANSWERS_KEPT,
         MAX_AUDIT_METADATA_BYTES,
         MAX_ERROR_CHARS,
         MAX_IDENTITY_BYTES,
+        MAX_JSON_DEPTH,
         MAX_REASON_BYTES,
         MAX_REASON_CHARS,
         MAX_REF_CHARS,
         MAX_REJECTIONS_KEPT,
         MAX_RESUME_BYTES,
         MAX_SEND_BYTES,
+        MODEL_INPUT_BUDGET,
         QUERY_BUDGET,
+        SERIALIZABLE_DEPTH,
         STATE_BUDGET,
         TURN_BUDGET,
         UPDATE_RESULT_BUDGET,
@@ -158,6 +169,10 @@ class AgentWorkflow:
         self._durable_run: bool = workflow.patched(DURABLE_INPUT_PATCH)
         self._edges_run: bool | None = True if self._durable_run else None
 
+    def _depth(self) -> int:
+        """The deepest nesting this run accepts (older runs: only what cannot be stored)."""
+        return MAX_JSON_DEPTH if self._durable() else SERIALIZABLE_DEPTH
+
     def _durable(self) -> bool:
         """Whether this run has the durable-input rules of 2026-12 (the door, budgets, one
         approval one run, failed turns that keep what happened, history bounds).
@@ -174,9 +189,9 @@ class AgentWorkflow:
         """Whether this run has the cancellation and pause fixes of 2026-11 (implied by the
         durable-input rules).
 
-        Runs begun before the durable-input rules asked for this marker where they first needed
-        it, which may follow an update's acceptance: it is asked for lazily, in the same
-        places, so those runs replay exactly.
+        Runs begun before the durable-input rules asked for this marker first thing in ``run``,
+        or earlier in a handler of the same first task (after an update's acceptance): it is
+        asked for in the same places, so those runs replay exactly.
         """
         if self._edges_run is None:
             self._edges_run = workflow.patched(TURN_EDGES_PATCH)
@@ -187,6 +202,8 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationResult:
+        if not self._durable_run:
+            self._edges()  # where runs before the durable-input rules asked: first thing
         self._publish()
         try:
             while True:
@@ -267,6 +284,10 @@ class AgentWorkflow:
         )
 
     def _state_for_next_run(self) -> ConversationState | None:
+        if not self._durable():
+            # Whether a run begun before these rules could continue as new is a decision its
+            # history records: it is made exactly as that code made it.
+            return legacy_carry(self._s, self._refs)
         return carry(self._s, self._ref_order, paused=self._paused(), budget=STATE_BUDGET)
 
     # ------------------------------------------------------------------------------------------
@@ -352,10 +373,15 @@ class AgentWorkflow:
             turn.held += json_size(message)
 
     def _turn_held(self, turn: TurnState) -> int:
-        """Bytes the turn holds in the conversation's state: its messages and its calls."""
-        if turn.held is None:
-            turn.held = sum(json_size(m) for m in self._s.messages[turn.base_len :])
-        return turn.held + self._book(turn).held_bytes()
+        """Bytes the turn holds in the conversation's state: its messages and its calls.
+
+        A turn carried over from a run begun before the count existed has none: it is counted
+        afresh (not stored, since validators ask too and must not change state).
+        """
+        held = turn.held
+        if held is None:
+            held = sum(json_size(m) for m in self._s.messages[turn.base_len :])
+        return held + self._book(turn).held_bytes()
 
     def _room(self, turn: TurnState) -> int:
         return TURN_BUDGET - self._turn_held(turn)
@@ -365,6 +391,8 @@ class AgentWorkflow:
         messages = self._s.messages
         # Only what the model side has not seen goes into history; see ModelInput.
         seen = min(self._s.model_seen, len(messages))
+        if self._durable():
+            self._fit_unseen(seen)
         try:
             result = await workflow.execute_activity(
                 config.MODEL_ACTIVITY,
@@ -388,7 +416,7 @@ class AgentWorkflow:
                 # Our own cancellation of the turn (or of the workflow) reached the activity:
                 # it is a cancellation, not a model failure.
                 raise asyncio.CancelledError() from None
-            raise _TurnFailed(_activity_error(e, what="model call")) from None
+            raise _TurnFailed(self._error(e, what="model call")) from None
         if result.spec is not None:
             self._s.spec = result.spec
         if self._durable():
@@ -411,6 +439,24 @@ class AgentWorkflow:
         self._s.model_seen = len(self._s.messages)
         return result.message
 
+    def _fit_unseen(self, seen: int) -> None:
+        """Keep the model call's input under Temporal's payload limit, come what may.
+
+        The budgets keep the unseen messages (a kept tool message and the new user message)
+        under 1.6 MiB; were they ever over :data:`MODEL_INPUT_BUDGET`, their largest responses
+        and texts become stated placeholders, in the conversation itself, rather than the call
+        failing its workflow task for good.
+        """
+        messages = self._s.messages
+        unseen = messages[seen:]
+        if json_size(unseen) <= MODEL_INPUT_BUDGET:
+            return
+        data = [m.model_dump(mode="json") for m in unseen]
+        shrink({"messages": data}, MODEL_INPUT_BUDGET - 4096)
+        messages[seen:] = [Message.model_validate(d) for d in data]
+        self._digests.cut(seen)
+        workflow.logger.warning("the model call's input was over its budget; cut to fit")
+
     async def _run_ready(self, turn: TurnState) -> bool:
         """Start every call that is ready; pause the ones that need a human first.
 
@@ -426,16 +472,18 @@ class AgentWorkflow:
                 continue
             tool = spec.tool(call.name) if spec else None
             if tool is None:
-                # Cut short: the model may make 128 such calls in one message.
-                available = _truncate(", ".join(t.name for t in spec.tools) if spec else "", 300)
-                name = _truncate(call.name, 100)
+                available = ", ".join(t.name for t in spec.tools) if spec else ""
+                name = call.name
+                if self._durable():
+                    # Cut short: the model may make 128 such calls in one message.
+                    available, name = _truncate(available, 300), _truncate(name, 100)
                 call.status = "done"
                 call.output = {"error": f"unknown tool {name!r}; available: {available}"}
             elif tool.interrupt_only:
                 problem = None if call.resumed else schema_error(call.args, tool.input_schema)
                 if problem:
                     call.status = "done"
-                    call.output = {"error": f"invalid arguments: {problem}"}
+                    call.output = {"error": f"invalid arguments: {self._cut(problem)}"}
                 else:
                     metadata = call.resumed_metadata if call.resumed else {}
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
@@ -454,6 +502,21 @@ class AgentWorkflow:
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
         return any(c.status == "pending" for c in [*paused, *runnable])
+
+    def _cut(self, text: str) -> str:
+        """Text from the model or a tool, cut to a bounded size (it names keys the model made
+        up, and may be copied into many calls' responses)."""
+        return safe_label(text, limit=300) if self._durable() else text
+
+    def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
+        error = _activity_error(err, what=what)
+        if not self._durable():
+            return error
+        # A tool decides how long its message is, and it is kept and shown.
+        return ErrorInfo(
+            status=safe_label(error.status, limit=40),
+            message=safe_label(error.message, limit=MAX_ERROR_CHARS),
+        )
 
     def _gated(self, call: CallState) -> bool:
         approval = self._s.spec.approval if self._s.spec else None
@@ -529,7 +592,7 @@ class AgentWorkflow:
                 }
                 return
             call.status = "failed"
-            call.error = _activity_error(e, what=f"tool {call.name!r}")
+            call.error = self._error(e, what=f"tool {call.name!r}")
             call.uncertain = not _classified(e)
             return
         durable = self._durable()
@@ -540,7 +603,7 @@ class AgentWorkflow:
             self._book(turn).pause(call, source="tool", metadata=metadata, now=workflow.now())
         elif result.kind == "invalid_input":
             call.status = "done"
-            call.output = {"error": f"invalid arguments: {result.message}"}
+            call.output = {"error": f"invalid arguments: {self._cut(result.message or '')}"}
         else:
             output = result.output or {}
             if durable and json_size(output) > self._room(turn):
@@ -839,10 +902,12 @@ class AgentWorkflow:
 
     def _send_signal(self, payload: RawValue) -> None:
         size = len(payload.payload.data)
-        # Size first: an oversized payload is refused before it is even parsed.
-        check_size(size, limit=MAX_SEND_BYTES, what="message")
+        durable = self._durable()
+        if durable:
+            # Size first: an oversized payload is refused before it is even parsed.
+            check_size(size, limit=MAX_SEND_BYTES, what="message")
         body = self._payload_json(payload)
-        check_json(body, what="send", finite=self._durable())
+        check_json(body, what="send", finite=durable, depth=self._depth())
         try:
             input = SendInput.model_validate(body)
         except ValidationError as e:
@@ -860,15 +925,24 @@ class AgentWorkflow:
         """
         raw = b"".join(p.payload.data for p in payload)
         identity = _claimed_identity(payload)
-        handler = safe_label(handler)
+        if self._durable():
+            identity = safe_label(identity) if identity is not None else None
+            handler = safe_label(handler)
+            reason = safe_label(reason, limit=MAX_REASON_CHARS)
+            fingerprint = digest(raw)
+        else:
+            # As the code these runs began under recorded it (see _state_for_next_run).
+            identity = identity[:200] if identity is not None else None
+            reason = reason[:MAX_REASON_CHARS]
+            fingerprint = _legacy_digest(raw)
         self._s.rejections.append(
             Rejection(
                 at=workflow.now(),
                 via="signal",
                 handler=handler,
-                reason=safe_label(reason, limit=MAX_REASON_CHARS),
+                reason=reason,
                 identity=identity,
-                digest=digest(raw),
+                digest=fingerprint,
             )
         )
         self._s.rejections_total += 1
@@ -884,8 +958,7 @@ class AgentWorkflow:
             raise ResumeError("the payload is empty; send a JSON object")
         if encoding not in (b"json/plain", b""):
             raise ResumeError(
-                "the payload must be JSON, got encoding "
-                f"{safe_label(encoding.decode(errors='replace'), limit=40)!r}"
+                f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
             )
         return decode_json(payload.payload.data, strict=self._durable())
 
@@ -923,7 +996,9 @@ class AgentWorkflow:
             return "the message is empty"
         try:
             check_size(size, limit=MAX_SEND_BYTES, what="message")
-            check_text(text, what="the message", limit=MAX_SEND_BYTES)
+            if self._durable():
+                # As stored: a control character takes six bytes of JSON.
+                check_text(text, what="the message", limit=MAX_SEND_BYTES)
         except Refused as e:
             return e.reason
         if self._s.turn is not None:
@@ -990,7 +1065,8 @@ class AgentWorkflow:
         identity: str | None = None,
         metadata: dict[str, object] | None = None,
     ) -> None:
-        if metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
+        big = metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES
+        if big and self._durable():
             # Kept as what identifies it: the record is copied for every answer of a resume.
             metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
         self._s.answers.append(
@@ -1006,7 +1082,10 @@ class AgentWorkflow:
         )
 
     def _trim_answers(self) -> None:
-        self._s.answers_dropped += trim_answers(self._s.answers)
+        if self._durable():
+            self._s.answers_dropped += trim_answers(self._s.answers)
+        else:
+            del self._s.answers[:-MAX_ANSWERS_KEPT]
 
     # ------------------------------------------------------------------------------------------
     # Queries: each result is cut to fit Temporal's payload limit, with stated placeholders.
@@ -1163,7 +1242,15 @@ def _claimed_identity(payload: Sequence[RawValue]) -> str | None:
     except Exception:  # noqa: BLE001  # any malformed payload simply has no identity
         return None
     identity = body.get("identity") if isinstance(body, dict) else None
-    return safe_label(identity) if isinstance(identity, str) else None
+    return identity if isinstance(identity, str) else None
+
+
+def _legacy_digest(raw: bytes) -> str:
+    """The rejection digest of runs begun before the durable-input rules (with an excerpt of
+    the payload, which new runs never keep)."""
+    h = hashlib.sha256(raw).hexdigest()[:12]
+    text = raw[:120].decode("utf-8", errors="replace")
+    return f"sha256:{h} {len(raw)}B {text}{'…' if len(raw) > 120 else ''}"
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -1177,11 +1264,7 @@ def _classified(err: ActivityError) -> bool:
 
 
 def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
-    """A classified error for the caller. Unclassified failures keep their text in history only.
-
-    Cut to a few hundred characters: the error is kept in the conversation and shown in results,
-    and a tool decides how long its message is.
-    """
+    """A classified error for the caller. Unclassified failures keep their text in history only."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type in (
         "ToolError",
@@ -1189,10 +1272,7 @@ def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
         "UnknownAgent",
     ):
         status = str(cause.details[0]) if cause.details else "INTERNAL"
-        return ErrorInfo(
-            status=safe_label(status, limit=40),
-            message=safe_label(cause.message, limit=MAX_ERROR_CHARS),
-        )
+        return ErrorInfo(status=status, message=cause.message)
     if isinstance(cause, TemporalTimeoutError):
         return ErrorInfo(status="DEADLINE_EXCEEDED", message=f"{what} timed out")
     return ErrorInfo(status="INTERNAL", message=f"{what} failed")

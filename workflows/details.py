@@ -37,11 +37,13 @@ APPROVED_KEY = "tool_approved"
 MAX_TEXT_IN_DETAILS = 400
 MAX_INTERRUPTS_IN_DETAILS = 20
 
-# Bidirectional controls and line separators: invisible, and able to reorder or break what an
-# operator reads.
+# Bidirectional controls, line separators and zero-width characters: invisible, and able to
+# reorder or break what an operator reads, or to make two ids look the same.
 _INVISIBLE = frozenset(
     "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    "\u200b\u200c\u2060\ufeff"
 )
+_JOINER = "\u200d"  # joins emoji in a model's text; in a one-line id it only hides
 
 
 def _escape(c: str) -> str:
@@ -50,15 +52,18 @@ def _escape(c: str) -> str:
 
 
 def visible(text: str, *, multiline: bool = False) -> str:
-    """``text`` with every control character (C0, DEL, C1), bidirectional override and line
-    separator shown as an escape (``\\x1b``, ``\\u202e``). With ``multiline``, line breaks and
-    tabs are kept (for a model's reply); otherwise they are escaped too."""
+    """``text`` with every control character (C0, DEL, C1), bidirectional override, line
+    separator and zero-width character shown as an escape (``\\x1b``, ``\\u202e``). With
+    ``multiline``, line breaks, tabs and the emoji joiner are kept (for a model's reply);
+    otherwise they are escaped too."""
     out = []
     for c in text:
         o = ord(c)
-        if multiline and c in "\n\t":
+        if multiline and c in "\n\t" + _JOINER:
             out.append(c)
-        elif o < 0x20 or 0x7F <= o < 0xA0 or c in _INVISIBLE or 0xD800 <= o < 0xE000:
+        elif (
+            o < 0x20 or 0x7F <= o < 0xA0 or c in _INVISIBLE or c == _JOINER or 0xD800 <= o < 0xE000
+        ):
             out.append(_escape(c))
         else:
             out.append(c)

@@ -9,7 +9,8 @@ holds (after a rollback, a restart or another worker they may not be). Pure code
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from workflows.limits import ANSWERS_BUDGET, MAX_ANSWERS_KEPT, REFS_KEPT, json_size
 from workflows.types import AnswerRecord, ConversationState, Message
@@ -86,8 +87,34 @@ def carry(
     return fit_state(s, budget=budget)
 
 
+LEGACY_BUDGET = 1536 * 1024
+"""What runs begun before the durable-input rules carry (their code's budget)."""
+
+# The fields added with the durable-input rules, left out when sizing a run begun before them:
+# its continue-as-new decisions must be exactly those its code made.
+_NEW_FIELDS: Any = {
+    "refs_forgotten": True,
+    "answers_dropped": True,
+    "turn": {"held": True, "calls": {"__all__": {"uncertain": True}}},
+    "spec": {"tools": {"__all__": {"idempotent": True}}},
+}
+
+
+def legacy_carry(state: ConversationState, refs: Collection[str]) -> ConversationState | None:
+    """What a run begun before the durable-input rules carries, decided as its code did: every
+    ref, sorted; the oldest answers and turns dropped to fit 1.5 MiB, never the last turn."""
+    s = state.model_copy()
+    s.refs = sorted(refs)
+    return fit_state(s, budget=LEGACY_BUDGET, last_turn_may_go=False, size=_legacy_size)
+
+
 def fit_state(
-    state: ConversationState, *, budget: int, answers_kept: int = 50
+    state: ConversationState,
+    *,
+    budget: int,
+    answers_kept: int = 50,
+    last_turn_may_go: bool = True,
+    size: Callable[[ConversationState], int] | None = None,
 ) -> ConversationState | None:
     """The state to carry into the next run, within ``budget`` bytes of JSON; None if it can't fit.
 
@@ -98,11 +125,12 @@ def fit_state(
     afresh, which beats a conversation that cannot go on). Dropped messages are counted in
     ``dropped_messages``. ``state`` is not modified.
     """
+    _size = size or _state_size
     if _size(state) <= budget:
         return state
     s = state.model_copy()
-    if len(state.answers) > answers_kept:
-        s.answers = list(state.answers[-answers_kept:])
+    s.answers = list(state.answers[-answers_kept:])
+    if size is None and len(state.answers) > answers_kept:
         s.answers_dropped = state.answers_dropped + len(state.answers) - answers_kept
     if _size(s) <= budget:
         return s
@@ -111,7 +139,9 @@ def fit_state(
     if state.turn is not None:
         starts = [i for i in _turn_starts(state.messages) if 0 < i <= state.turn.base_len]
     else:
-        starts = [i for i in _turn_starts(state.messages) if i > 0] + [len(state.messages)]
+        starts = [i for i in _turn_starts(state.messages) if i > 0]
+        if last_turn_may_go:
+            starts.append(len(state.messages))
     total = _size(s)
     # Serializing once per message (not once per candidate cut) keeps this linear.
     prefix = [0]
@@ -156,6 +186,10 @@ def page_back(messages: Sequence[Message], *, end: int, budget: int) -> int:
     return start
 
 
-def _size(state: ConversationState) -> int:
+def _state_size(state: ConversationState) -> int:
     # Bytes, not characters: the payload is UTF-8, and CJK text takes three bytes a character.
     return json_size(state)
+
+
+def _legacy_size(state: ConversationState) -> int:
+    return len(state.model_dump_json(exclude=_NEW_FIELDS).encode())

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
+    MAX_JSON_DEPTH,
     MAX_RESUME_BYTES,
+    SERIALIZABLE_DEPTH,
     TURN_BUDGET,
     Refused,
     check_json,
@@ -68,6 +70,9 @@ def schema_error(instance: Any, schema: JsonObject) -> str | None:
         error = best_match(validator.iter_errors(instance))
     except SchemaError as e:
         return f"the declared schema is invalid: {e.message}"
+    except Exception as e:  # noqa: BLE001  # a schema must never fail a workflow task
+        # pydantic accepts patterns Python's re cannot compile (\p{L}), among others.
+        return f"the declared schema cannot be checked here ({type(e).__name__})"
     if error is None:
         return None
     where = ".".join(str(x) for x in error.absolute_path)
@@ -106,11 +111,12 @@ def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
     """What a resume carries, each part on its own (the client checks this before sending).
 
     Without ``strict`` (conversations begun before these rules) only what could never be
-    stored is refused: invalid Unicode and excessive nesting.
+    stored is refused: invalid Unicode and nesting past :data:`SERIALIZABLE_DEPTH`.
 
     Raises:
         ResumeError: naming the part and the rule it breaks.
     """
+    depth = MAX_JSON_DEPTH if strict else SERIALIZABLE_DEPTH
     try:
         if resume.identity is not None:
             if strict:
@@ -118,14 +124,16 @@ def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
             else:
                 check_text(resume.identity, what="identity", limit=MAX_RESUME_BYTES)
         for r in resume.respond:
-            check_json(r.output, what=f"the respond output for {r.name!r}", finite=strict)
+            what = f"the respond output for {r.name!r}"
+            check_json(r.output, what=what, finite=strict, depth=depth)
         for r in resume.restart:
             what = f"the resumed_metadata for {r.name!r}"
-            check_json(r.resumed_metadata, what=what, finite=strict)
+            check_json(r.resumed_metadata, what=what, finite=strict, depth=depth)
             if r.input is not None:
-                check_json(r.input, what=f"the restart input for {r.name!r}", finite=strict)
+                what = f"the restart input for {r.name!r}"
+                check_json(r.input, what=what, finite=strict, depth=depth)
         if resume.metadata is not None:
-            check_json(resume.metadata, what="metadata", finite=strict)
+            check_json(resume.metadata, what="metadata", finite=strict, depth=depth)
     except ResumeError:
         raise
     except Refused as e:

@@ -14,6 +14,8 @@ budgets below, which are sized so that what they add up to stays under Temporal'
 
 The arithmetic, with Temporal's defaults:
 
+- Sizes are measured as stored: compact JSON in UTF-8, where a control character takes six
+  bytes (``\u0001``), not as the raw text.
 - One turn holds at most :data:`TURN_BUDGET` (1.25 MiB): its messages plus what its tool calls
   carry (arguments, outputs, answers, metadata). A tool output or interrupt metadata that would
   pass it is replaced by a stated placeholder; an answer that would pass it is refused.
@@ -23,11 +25,13 @@ The arithmetic, with Temporal's defaults:
   128 KiB) and whatever older turns fit: at most :data:`STATE_BUDGET` (1.75 MiB), older turns
   dropped first.
 - A model call's input is the messages the model has not seen: at most one tool message (a
-  turn's worth, plus 128 cancellation notes of 1 KiB) and one user message (256 KiB).
+  turn's worth, plus 128 cancellation notes of 1 KiB) and one user message (256 KiB), 1.6 MiB;
+  should it ever pass :data:`MODEL_INPUT_BUDGET`, the unseen responses are cut to placeholders.
 - Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB) and update results to
-  :data:`UPDATE_RESULT_BUDGET` (256 KiB, so that ten updates finishing in one workflow task stay
-  under Temporal's 4 MiB a task), with a stated placeholder where something was left out; the
-  message history is read in pages.
+  :data:`UPDATE_RESULT_BUDGET` (128 KiB), with a stated placeholder where something was left
+  out; the message history is read in pages. Temporal allows ten updates in flight, so a
+  workflow task that finishes all ten and continues as new writes at most 1.25 + 1.75 MiB,
+  under its 4 MiB for one task.
 """
 
 from __future__ import annotations
@@ -123,8 +127,16 @@ STATE_BUDGET = 1792 * KiB
 QUERY_BUDGET = 1792 * KiB
 """The largest query result."""
 
-UPDATE_RESULT_BUDGET = 256 * KiB
-"""The largest update result."""
+UPDATE_RESULT_BUDGET = 128 * KiB
+"""The largest update result (interrupts' input and metadata over it show as placeholders;
+``pending`` has them whole)."""
+
+MODEL_INPUT_BUDGET = 1792 * KiB
+"""The most a model call's input may carry; the budgets above keep it under 1.6 MiB."""
+
+SERIALIZABLE_DEPTH = 200
+"""The nesting refused even in conversations begun before :data:`MAX_JSON_DEPTH` applied: it
+could never have been stored (pydantic-core stops near 255)."""
 
 CAN_HISTORY_BYTES = 4 * MiB
 """A run continues as new once its history passes this (Temporal's default suggestion), even
@@ -173,30 +185,31 @@ _BAD_TEXT = (
 )
 
 
-def check_json(value: Any, *, what: str, finite: bool = True) -> None:
+def check_json(value: Any, *, what: str, finite: bool = True, depth: int = MAX_JSON_DEPTH) -> None:
     """Refuse a decoded JSON value that could not be stored: text that is not valid Unicode,
-    nesting deeper than :data:`MAX_JSON_DEPTH`, and (with ``finite``) NaN or infinity, which
-    JSON cannot represent.
+    nesting deeper than ``depth`` levels, and (with ``finite``) NaN or infinity, which JSON
+    cannot represent.
 
     Iterative, so no nesting can exhaust Python's stack.
     """
+    limit = depth
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
-        item, depth = stack.pop()
+        item, level = stack.pop()
         if isinstance(item, str):
             if _bad_text(item):
                 raise Refused(f"{what} {_BAD_TEXT}")
         elif isinstance(item, dict):
-            if depth >= MAX_JSON_DEPTH:
-                raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+            if level >= limit:
+                raise Refused(f"{what} is nested deeper than {limit} levels")
             for key, child in item.items():
                 if isinstance(key, str) and _bad_text(key):
                     raise Refused(f"{what} {_BAD_TEXT}")
-                stack.append((child, depth + 1))
+                stack.append((child, level + 1))
         elif isinstance(item, list | tuple):
-            if depth >= MAX_JSON_DEPTH:
-                raise Refused(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
-            stack.extend((child, depth + 1) for child in item)
+            if level >= limit:
+                raise Refused(f"{what} is nested deeper than {limit} levels")
+            stack.extend((child, level + 1) for child in item)
         elif finite and isinstance(item, float) and not math.isfinite(item):
             raise Refused(f"{what} holds a number JSON cannot represent (NaN or infinity)")
 
@@ -206,16 +219,17 @@ def check_label(text: str, *, what: str, limit: int) -> None:
     characters, which would garble logs, terminals and the UI."""
     if _bad_text(text):
         raise Refused(f"{what} {_BAD_TEXT}")
-    check_size(len(text.encode()), limit=limit, what=what)
     if any(_is_control(c) for c in text):
         raise Refused(f"{what} holds control characters (line breaks, escapes); use one line")
+    check_size(stored_size(text), limit=limit, what=what)
 
 
 def check_text(text: str, *, what: str, limit: int) -> None:
-    """Refuse free text (a message, a reason) that is too long or not valid Unicode."""
+    """Refuse free text (a message, a reason) that is not valid Unicode, or longer than
+    ``limit`` bytes as stored (JSON: a control character takes six)."""
     if _bad_text(text):
         raise Refused(f"{what} {_BAD_TEXT}")
-    check_size(len(text.encode()), limit=limit, what=what)
+    check_size(stored_size(text), limit=limit, what=what)
 
 
 def _is_control(c: str) -> bool:
@@ -224,11 +238,22 @@ def _is_control(c: str) -> bool:
 
 
 def safe_label(text: str, *, limit: int = 200) -> str:
-    """A label taken from input that was refused, made storable: invalid Unicode replaced and
-    cut to ``limit`` characters. For the rejection log, which must record even bad input."""
+    """Text taken from input, made storable: invalid Unicode replaced, and cut so that it takes
+    at most ``limit`` characters and ``4 * limit`` bytes as stored. For logs and errors, which
+    must record even bad input."""
     if _bad_text(text):
         text = text.encode("utf-8", "replace").decode("utf-8")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    while json_size(text) > 4 * limit:
+        text = text[: len(text) * 3 // 4] + "…"  # mostly escapes: each takes six bytes
+    return text
+
+
+def stored_size(text: str) -> int:
+    """Bytes of ``text`` inside a JSON string, as stored: UTF-8, with escapes (a control
+    character takes six), without the quotes."""
+    return len(pydantic_core.to_json(text)) - 2
 
 
 def json_size(value: Any) -> int:

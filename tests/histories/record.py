@@ -4,7 +4,12 @@
 
 ``edges_v1.json`` is not made here: it was recorded from the same scenario as ``edges_v2`` with
 the workflow code from before the turn-edges patch (commit f303de6), to prove that runs begun
-under that code still replay.
+under that code still replay. Nor are the three recorded with the code from before the
+durable-input patch (commit cbdff4e), each a case that code accepted and the durable-input
+rules would refuse or do differently, so they must replay as they ran: ``nested_resume_v2``
+(an answer nested 70 levels deep), ``nested_send_v2`` (a workflow started without a message,
+then a ``send`` signal with a 70-level junk key) and ``bare_start_v2`` (started without a
+message: the turn-edges marker is the run's first command).
 
 Each file is a real conversation recorded on a dev server. The replay tests run them against the
 current workflow code, so a change that would break conversations already in flight fails CI.
