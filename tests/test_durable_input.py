@@ -541,6 +541,14 @@ async def _runs(client: Client, chat_id: str) -> list[str]:
     return [wf.run_id async for wf in client.list_workflows(f'WorkflowId = "{chat_id}"')]
 
 
+async def no_task_failed_in_any_run(client: Client, chat_id: str) -> None:
+    """Across every run of the conversation (it continued as new), no workflow task failed."""
+    for run_id in await _runs(client, chat_id):
+        hist = await client.get_workflow_handle(chat_id, run_id=run_id).fetch_history()
+        failed = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+        assert not failed, (chat_id, run_id, failed[0].workflow_task_failed_event_attributes)
+
+
 async def test_a_flood_of_large_junk_signals_never_gets_the_conversation_terminated(
     strict_server, model
 ):
@@ -571,9 +579,7 @@ async def test_a_flood_of_large_junk_signals_never_gets_the_conversation_termina
     assert len(runs) >= 3  # it continued as new on its own, the server never suggested it
     assert desc.raw_description.workflow_execution_info.history_size_bytes < HISTORY_LIMIT // 2
     assert done.text == "survived"
-    for run_id in runs:
-        hist = await client.get_workflow_handle(chat.id, run_id=run_id).fetch_history()
-        assert not events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    await no_task_failed_in_any_run(client, chat.id)
 
 
 async def test_a_terminated_conversation_is_closed_with_nothing_pending(run_worker, model, client):
@@ -690,9 +696,7 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(early_serve
     (ctx,) = t.CONTEXTS
     assert ctx.ref != "fresh-id"
     uuid.UUID(ctx.ref)
-    for run_id in runs:
-        hist = await client.get_workflow_handle(chat.id, run_id=run_id).fetch_history()
-        assert not events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    await no_task_failed_in_any_run(client, chat.id)
 
 
 async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server, model):
@@ -959,6 +963,4 @@ async def test_random_maximum_size_inputs_never_break_a_conversation(early_serve
         r.finish_reason for r in results
     }
     for chat in chats:
-        for run_id in await _runs(client, chat.id):
-            hist = await client.get_workflow_handle(chat.id, run_id=run_id).fetch_history()
-            assert not events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), chat.id
+        await no_task_failed_in_any_run(client, chat.id)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.test_carried_state import turn as turn_messages
 from workflows.history import carry, page, page_back, trim_answers
 from workflows.limits import (
     ANSWERS_BUDGET,
@@ -37,7 +38,6 @@ from workflows.types import (
     ConversationState,
     FinishReason,
     FunctionCall,
-    FunctionResponse,
     InterruptRequest,
     Message,
     Part,
@@ -157,18 +157,6 @@ def test_any_turn_result_fits_any_budget_above_its_skeleton(sizes, text_kib, bud
 # What continue-as-new carries
 
 
-def turn_messages(n: int, blob: int = 0) -> list[Message]:
-    return [
-        Message(role="user", parts=[Part(text=f"question {n}")]),
-        Message(role="model", parts=[Part(function_call=FunctionCall(name="f", args={}))]),
-        Message(
-            role="user",
-            parts=[Part(function_response=FunctionResponse(name="f", response={"b": "x" * blob}))],
-        ),
-        Message(role="model", parts=[Part(text=f"answer {n}")]),
-    ]
-
-
 def max_spec() -> AgentSpec:
     tools = [
         ToolSpec(name=f"tool{n}", description="d" * 200, input_schema={"type": "object"})
@@ -263,7 +251,7 @@ def test_whatever_the_budgets_admit_continue_as_new_can_carry(
     old_turns, old_blob, calls, output_kib, metadata_kib, refs, paused
 ):
     """Every part at its maximum, in random combinations: the carried state always fits."""
-    messages = [m for n in range(old_turns) for m in turn_messages(n, old_blob)]
+    messages = [m for n in range(old_turns) for m in turn_messages(n, blob=old_blob)]
     turn = None
     if paused:
         current, turn = turn_in_progress(
@@ -306,7 +294,7 @@ def test_a_hundred_thousand_refs_are_carried_as_the_newest_thousand():
 
 
 def test_between_turns_even_the_last_turn_may_go_rather_than_block_continue_as_new():
-    state = ConversationState(agent="a", messages=turn_messages(0, 1_900_000))
+    state = ConversationState(agent="a", messages=turn_messages(0, blob=1_900_000))
     carried = carry(state, [], paused=False, budget=STATE_BUDGET)
     assert carried is not None and carried.messages == [] and carried.dropped_messages == 4
 

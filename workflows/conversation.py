@@ -256,6 +256,9 @@ class AgentWorkflow:
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
+        return self._result()
+
+    def _result(self) -> ConversationResult:
         return _fit(
             ConversationResult(
                 chat_id=workflow.info().workflow_id,
@@ -854,14 +857,7 @@ class AgentWorkflow:
                 self._turn_task.cancel()
             await workflow.wait_condition(lambda: self._stops > seen)
         self._s.closed = True
-        return _fit(
-            ConversationResult(
-                chat_id=workflow.info().workflow_id,
-                turns=self._s.turns,
-                last_turn=self._s.last_turn,
-            ),
-            UPDATE_RESULT_BUDGET,
-        )
+        return self._result()
 
     @close.validator
     def validate_close(self, input: CancelInput) -> None:
