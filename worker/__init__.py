@@ -29,7 +29,9 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 # workflow validates against.
 PASSTHROUGH = (
     "workflows.agent",
+    "workflows.details",
     "workflows.history",
+    "workflows.limits",
     "workflows.types",
     "workflows.interrupts",
     "workflows.config",
