@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
+from workflows.limits import MAX_ON_TIMEOUT_BYTES, json_size
 from workflows.types import JsonObject, RetrySpec, ToolSpec
 
 M = TypeVar("M", bound=BaseModel)
@@ -271,6 +272,11 @@ def interrupt(
     if on_timeout is not None and output is not None:
         # Fail at declaration, not weeks later when the deadline passes.
         output.model_validate(on_timeout)
+    if on_timeout is not None and json_size(on_timeout) > MAX_ON_TIMEOUT_BYTES:
+        raise ValueError(
+            f"interrupt {name!r}: on_timeout is {json_size(on_timeout)} bytes of JSON; the "
+            f"limit is {MAX_ON_TIMEOUT_BYTES} (it answers every interrupt that times out)"
+        )
     return Tool(
         name=name,
         description=description,

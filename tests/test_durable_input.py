@@ -58,6 +58,7 @@ from worker.devserver import DISPATCH_FLAG
 from worker.devserver import temporal_cli as temporal_cli_path
 from worker.standin import Reply, calls, text
 from workflows.config import SEARCH_ATTRIBUTES
+from workflows.conversation import DURABLE_INPUT_PATCH
 from workflows.limits import (
     MAX_SEND_BYTES,
     QUERY_BUDGET,
@@ -65,6 +66,7 @@ from workflows.limits import (
     TURN_BUDGET,
     UPDATE_RESULT_BUDGET,
     KiB,
+    human_size,
     json_size,
 )
 from workflows.types import InterruptRequest, ResumeInput, TurnResult
@@ -311,7 +313,7 @@ async def test_answers_that_fit_alone_but_not_together_are_refused_with_the_reas
         assert [i.ref for i in mid.interrupts] == [second.ref, third.ref]
         with pytest.raises(ResumeRejected, match="room for") as e:
             await chat.resume(respond=[second.respond({"approved": True, "note": note})])
-        assert "a turn holds at most 1.25 MiB" in str(e.value)
+        assert f"a turn holds at most {human_size(TURN_BUDGET)}" in str(e.value)
         # By signal too: recorded, not applied.
         await client.get_workflow_handle(chat.id).signal(
             "resume", {"respond": [third.respond({"approved": True, "note": note}).model_dump()]}
@@ -706,6 +708,8 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(early_serve
 
 
 async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server, model):
+    """The audit log kept at least 50 records whatever their metadata: 600 KB each made the
+    state too large to carry. Metadata is now at most 16 KiB, and kept as a digest over 4 KiB."""
     client = early_server.client
     queue = f"tq-{uuid.uuid4()}"
     turns = 6
@@ -715,9 +719,12 @@ async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server
         chat = await AgentClient(client, task_queue=queue).chat("budget")
         for n in range(turns):
             (ask,) = (await chat.send(f"turn {n}")).interrupts
+            answer = ask.respond({"approved": True})
+            too_much = r"metadata is 586\.0 KiB; the limit is 16\.0 KiB"
+            with pytest.raises(ResumeRejected, match=too_much):
+                await chat.resume(respond=[answer], metadata={"attachment": "a" * 600_000})
             done = await chat.resume(
-                respond=[ask.respond({"approved": True})],
-                metadata={"ticket": f"T-{n}", "attachment": "a" * 600_000},
+                respond=[answer], metadata={"ticket": f"T-{n}", "attachment": "a" * 12_000}
             )
             assert done.text == f"done {n}"
         hist = await chat.history()
@@ -727,7 +734,7 @@ async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server
     assert status.carried_bytes is not None and status.carried_bytes <= STATE_BUDGET
     assert len(hist.answers) == turns
     kept = hist.answers[-1].metadata
-    assert kept is not None and kept["bytes"] > 600_000 and len(kept["sha256"]) == 16
+    assert kept is not None and kept["bytes"] > 12_000 and len(kept["sha256"]) == 16
     assert "over 4 KiB" in kept["omitted"]
 
 
@@ -925,7 +932,7 @@ async def random_operation(
             respond.append(i.respond({"approved": rng.random() < 0.5, "note": "n" * size}))
         else:
             restart.append(i.restart({"tool_approved": True, "pad": "p" * size}))
-    metadata = {"ticket": "t" * rng.choice([0, 5_000, 200_000])}
+    metadata = {"ticket": "t" * rng.choice([0, 5_000, 16_000])}
     if kind == "answer-signal":
         body = ResumeInput(respond=respond, restart=restart, identity=identity, metadata=metadata)
         await handle.signal("resume", body.model_dump(mode="json"))
@@ -940,7 +947,7 @@ async def random_operation(
         results.append(res)
         return kind
     # Over the turn's budget, or over the resume cap: said so, nothing applied.
-    assert "room for" in refused or "limit is 1.00 MiB" in refused, refused
+    assert "room for" in refused or "the limit is" in refused, refused
     return "answer-refused"
 
 
@@ -970,3 +977,71 @@ async def test_random_maximum_size_inputs_never_break_a_conversation(early_serve
     }
     for chat in chats:
         await no_task_failed_in_any_run(client, chat.id)
+
+
+# --------------------------------------------------------------------------------------------
+# Conversations begun before these rules
+
+
+def _before_the_rules(patch: Any) -> bool:
+    """The SDK's patch activation callback: a new run behaves as runs begun before the
+    durable-input marker existed (it asks for, and records, only the turn-edges marker)."""
+    return patch.patch_id != DURABLE_INPUT_PATCH
+
+
+async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(client, model):
+    """Such runs keep their old rules, so that they replay, but a lone surrogate could never be
+    stored by any of them: not even the rejection log takes one in."""
+    queue = f"tq-{uuid.uuid4()}"
+    async with build_worker(
+        client,
+        agents=t.ALL,
+        task_queue=queue,
+        gemini=model.server.client(),
+        patch_activation_callback=_before_the_rules,
+    ):
+        chat, _ = await paused_on_approve(AgentClient(client, task_queue=queue), model)
+        bad = b'{"respond": [], "identity": "mallory' + LONE_SURROGATE[1:] + b"}"
+        await client.get_workflow_handle(chat.id).signal("resume", args=[raw(bad)])
+        (rejection,) = await rejections_reach(chat, 1)
+        status = await chat.status()
+        markers = [
+            e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
+            for e in events_of(await history(client, chat.id), EventType.EVENT_TYPE_MARKER_RECORDED)
+        ]
+    assert [json.loads(m)["id"] for m in markers] == ["turn-edges-2026-11"]
+    assert rejection.identity is not None and rejection.identity.startswith("mallory")
+    assert status.carried_bytes is not None
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_reply_pausing_on_128_interrupts_is_listed_within_the_result_budget(
+    run_worker, model, client
+):
+    # Call ids of 128 characters become the refs: the results list 128 long refs.
+    model.reply(
+        calls(*[("approve", {"question": "q" * 300}, f"{n:0>128}") for n in range(128)]),
+        text("all answered"),
+    )
+    async with run_worker() as agents:
+        chat = await agents.chat("budget")
+        res = await chat.send("ask everything")
+        pending = await chat.pending()
+        done = await chat.resume(respond=[i.respond({"approved": True}) for i in pending])
+    assert len(res.model_dump_json().encode()) <= UPDATE_RESULT_BUDGET
+    assert len(res.interrupts) + res.interrupts_omitted == len(pending) == 128
+    assert done.text == "all answered"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_model_call_id_too_long_to_keep_is_not_taken_as_a_ref(run_worker, model):
+    long_id = "\x01" * 100  # 100 characters, 600 bytes as stored
+    model.reply(calls(("lookup", {"key": "k"}, long_id), ("lookup", {"key": "j"}, "short")))
+    model.reply(text("done"))
+    async with run_worker() as agents:
+        await (await agents.chat("budget")).send("look")
+    refs = [c.ref for c in t.CONTEXTS]
+    assert "short" in refs and long_id not in refs
+    uuid.UUID(next(r for r in refs if r != "short"))
+    # The model still gets its own id back.
+    assert [r["id"] for r in model.requests[1].function_responses()] == [long_id, "short"]

@@ -5,7 +5,7 @@ operator sees. The end-to-end cases are in test_durable_input.py."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pydantic_core
 import pytest
@@ -18,9 +18,10 @@ from workflows.limits import (
     ANSWERS_BUDGET,
     MAX_ANSWERS_KEPT,
     MAX_JSON_DEPTH,
-    MAX_REF_CHARS,
+    MAX_REF_BYTES,
     MAX_REJECTIONS_KEPT,
     MAX_SPEC_BYTES,
+    NOTES_BUDGET,
     REFS_KEPT,
     STATE_BUDGET,
     TURN_BUDGET,
@@ -95,6 +96,24 @@ def test_numbers_json_cannot_hold_are_refused_when_strict():
     with pytest.raises(Refused, match="NaN is not a JSON value"):
         decode_json(b'{"a": NaN}')
     assert decode_json(b'{"a": NaN}', strict=False)["a"] != 0
+
+
+def test_a_deadline_answer_too_large_is_refused_at_declaration():
+    from activities import interrupt
+    from tests.agents import Answer, Ask
+    from workflows import Agent
+
+    with pytest.raises(ValueError, match=r"on_timeout is \d+ bytes of JSON; the limit is 4096"):
+        interrupt(
+            "ask",
+            "d",
+            input=Ask,
+            output=Answer,
+            timeout=timedelta(hours=1),
+            on_timeout={"approved": False, "note": "n" * 5000},
+        )
+    with pytest.raises(ValueError, match="on_interrupt_timeout is more than 4096"):
+        Agent("a", on_interrupt_timeout={"note": "n" * 5000})
 
 
 @pytest.mark.parametrize("identity", ["a\nb", "a\x1b[31m", "tab\there", "c1\x9b", "x" * 257])
@@ -211,14 +230,14 @@ def turn_in_progress(
         role="model",
         parts=[
             Part(
-                function_call=FunctionCall(id="c" * MAX_REF_CHARS, name="t", args={"a": "a" * 500})
+                function_call=FunctionCall(id="c" * MAX_REF_BYTES, name="t", args={"a": "a" * 500})
             )
             for _ in range(calls)
         ],
     )
     states = [
         CallState(
-            ref=f"{n:0>{MAX_REF_CHARS}}",
+            ref=f"{n:0>{MAX_REF_BYTES}}",
             name="t",
             args={"a": "a" * 500},
             status="pending" if n % 2 else "done",
@@ -235,6 +254,21 @@ def turn_in_progress(
 def held(messages: list[Message], turn: TurnState) -> int:
     """As the workflow counts it (AgentWorkflow._turn_held)."""
     return sum(json_size(m) for m in messages) + sum(json_size(c) for c in turn.calls)
+
+
+def test_an_update_result_lists_the_interrupts_that_fit_and_counts_the_rest():
+    from workflows.conversation import _fit
+
+    result = TurnResult(
+        turn=1,
+        finish_reason=FinishReason.INTERRUPTED,
+        interrupts=[big_request(n, 1) for n in range(128)],
+    )
+    fitted = _fit(result, 20 * 1024)
+    assert json_size(fitted) <= 20 * 1024
+    assert fitted.interrupts_omitted > 0
+    assert len(fitted.interrupts) + fitted.interrupts_omitted == 128
+    assert [i.ref for i in fitted.interrupts] == [f"r{n}" for n in range(len(fitted.interrupts))]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -257,7 +291,7 @@ def test_whatever_the_budgets_admit_continue_as_new_can_carry(
         current, turn = turn_in_progress(
             len(messages), calls=calls, output_kib=output_kib, metadata_kib=metadata_kib
         )
-        if held(current, turn) > TURN_BUDGET:
+        if held(current, turn) > TURN_BUDGET + NOTES_BUDGET:
             return  # the workflow would have kept this turn within its budget
         messages += current
     last = TurnResult(turn=8, finish_reason=FinishReason.STOP, text="t" * 500_000)

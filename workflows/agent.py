@@ -15,7 +15,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from workflows.limits import MAX_SPEC_BYTES, human_size, json_size
+from workflows.limits import MAX_ON_TIMEOUT_BYTES, MAX_SPEC_BYTES, human_size, json_size
 from workflows.types import AgentSpec, ApprovalSpec, JsonObject
 
 if TYPE_CHECKING:
@@ -75,6 +75,12 @@ class Agent:
             raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        timeout_answer = self.on_interrupt_timeout
+        if timeout_answer is not None and json_size(timeout_answer) > MAX_ON_TIMEOUT_BYTES:
+            raise ValueError(
+                f"agent {self.name!r}: on_interrupt_timeout is more than "
+                f"{MAX_ON_TIMEOUT_BYTES} bytes of JSON (it answers every interrupt that times out)"
+            )
         # Built once: the spec is what the worker hands the workflow, and its digest lets the
         # model activity skip re-sending an unchanged definition.
         spec = self._build_spec()

@@ -56,12 +56,12 @@ with workflow.unsafe.imports_passed_through():
         CAN_HISTORY_EVENTS,
         MAX_ANSWERS_KEPT,
         MAX_AUDIT_METADATA_BYTES,
-        MAX_ERROR_CHARS,
         MAX_IDENTITY_BYTES,
         MAX_JSON_DEPTH,
+        MAX_NOTE_BYTES,
         MAX_REASON_BYTES,
         MAX_REASON_CHARS,
-        MAX_REF_CHARS,
+        MAX_REF_BYTES,
         MAX_REJECTIONS_KEPT,
         MAX_RESUME_BYTES,
         MAX_SEND_BYTES,
@@ -76,13 +76,14 @@ with workflow.unsafe.imports_passed_through():
         check_label,
         check_size,
         check_text,
+        cut_stored,
         decode_json,
         digest,
         human_size,
         json_size,
         omitted,
-        safe_label,
         shrink,
+        stored_size,
     )
     from workflows.types import (
         AgentStatus,
@@ -139,6 +140,14 @@ def _fit(result: R, budget: int) -> R:
         return result
     data = result.model_dump(mode="json")
     shrink(data, budget)
+    # A turn paused on many interrupts: even as placeholders they may not fit an update's
+    # result. The last ones go, counted; ``pending`` lists them all.
+    turn = data if "interrupts" in data else data.get("last_turn")
+    if isinstance(turn, dict):
+        interrupts = turn.get("interrupts") or []
+        while interrupts and json_size(data) > budget:
+            interrupts.pop()
+            turn["interrupts_omitted"] = turn.get("interrupts_omitted", 0) + 1
     return type(result).model_validate(data)
 
 
@@ -362,7 +371,8 @@ class AgentWorkflow:
         usable = bool(call_id) and call_id not in self._refs
         if usable and self._durable():
             # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
-            usable = len(call_id or "") <= MAX_REF_CHARS and not self._s.refs_forgotten
+            small = stored_size(call_id or "") <= MAX_REF_BYTES
+            usable = small and not self._s.refs_forgotten
         ref = call_id if usable and call_id else str(workflow.uuid4())
         self._refs.add(ref)
         self._ref_order.append(ref)
@@ -479,7 +489,7 @@ class AgentWorkflow:
                 name = call.name
                 if self._durable():
                     # Cut short: the model may make 128 such calls in one message.
-                    available, name = _truncate(available, 300), _truncate(name, 100)
+                    available, name = cut_stored(available, 400), cut_stored(name, 200)
                 call.status = "done"
                 call.output = {"error": f"unknown tool {name!r}; available: {available}"}
             elif tool.interrupt_only:
@@ -509,7 +519,7 @@ class AgentWorkflow:
     def _cut(self, text: str) -> str:
         """Text from the model or a tool, cut to a bounded size (it names keys the model made
         up, and may be copied into many calls' responses)."""
-        return safe_label(text, limit=300) if self._durable() else text
+        return cut_stored(text, MAX_NOTE_BYTES) if self._durable() else text
 
     def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
         error = _activity_error(err, what=what)
@@ -517,8 +527,8 @@ class AgentWorkflow:
             return error
         # A tool decides how long its message is, and it is kept and shown.
         return ErrorInfo(
-            status=safe_label(error.status, limit=40),
-            message=safe_label(error.message, limit=MAX_ERROR_CHARS),
+            status=cut_stored(error.status, 40),
+            message=cut_stored(error.message, MAX_NOTE_BYTES),
         )
 
     def _gated(self, call: CallState) -> bool:
@@ -642,6 +652,9 @@ class AgentWorkflow:
             except TimeoutError:
                 now = workflow.now()
                 for call in book.expire(now):
+                    if self._durable() and json_size(call.answer_output) > self._room(turn):
+                        # The declared default does not fit what the turn can still hold.
+                        call.answer_output = {"error": "timed out", "approved": False}
                     self._audit(call, kind="deadline", via="deadline", identity="system:deadline")
                 self._trim_answers()
                 self._publish()
@@ -922,13 +935,16 @@ class AgentWorkflow:
         raw = b"".join(p.payload.data for p in payload)
         identity = _claimed_identity(payload)
         if self._durable():
-            identity = safe_label(identity) if identity is not None else None
-            handler = safe_label(handler)
-            reason = safe_label(reason, limit=MAX_REASON_CHARS)
+            identity = cut_stored(identity, 200) if identity is not None else None
+            handler = cut_stored(handler, 200)
+            reason = cut_stored(reason[:MAX_REASON_CHARS], 600)
             fingerprint = digest(raw)
         else:
-            # As the code these runs began under recorded it (see _state_for_next_run).
-            identity = identity[:200] if identity is not None else None
+            # As the code these runs began under recorded it (see _state_for_next_run), except
+            # that a lone surrogate, which no state holding it could ever be stored with, is
+            # replaced.
+            if identity is not None:
+                identity = identity.encode("utf-8", "replace").decode("utf-8")[:200]
             reason = reason[:MAX_REASON_CHARS]
             fingerprint = _legacy_digest(raw)
         self._s.rejections.append(
@@ -1164,6 +1180,8 @@ class AgentWorkflow:
         status = self._status()
         since = min((c.since for c in pending if c.since), default=None)
         names = sorted({c.name for c in pending})
+        if self._durable():
+            names = _fit_names(names)
         state = (status, tuple(names), since)
         if state != self._published:
             self._upsert_search_attributes(status, names, since)
@@ -1223,6 +1241,19 @@ def idempotency_key(chat_id: str, ref: str, run: int) -> str:
     """``ToolContext.idempotency_key``: the same for every attempt and replay of one run of a
     call (one approval), different for the next run; fixed-length for any far-side API."""
     return hashlib.sha256(f"{chat_id}\0{ref}\0{run}".encode()).hexdigest()[:32]
+
+
+def _fit_names(names: list[str]) -> list[str]:
+    """The pending tool names that fit one search-attribute value (Temporal's default limit
+    is 2 KiB a value): a reply may pause on many tools, with long names."""
+    kept: list[str] = []
+    total = 2
+    for name in names:
+        total += stored_size(name) + 3
+        if total > 1536:
+            break
+        kept.append(name)
+    return kept
 
 
 def _over_budget(what: str) -> str:

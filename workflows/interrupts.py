@@ -20,6 +20,7 @@ from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_JSON_DEPTH,
     MAX_RESUME_BYTES,
+    MAX_RESUME_METADATA_BYTES,
     SERIALIZABLE_DEPTH,
     TURN_BUDGET,
     Refused,
@@ -134,6 +135,11 @@ def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
                 check_json(r.input, what=what, finite=strict, depth=depth)
         if resume.metadata is not None:
             check_json(resume.metadata, what="metadata", finite=strict, depth=depth)
+            if strict:
+                # Audit data, kept as its digest over 4 KiB; and each resume's metadata is
+                # written again with its acceptance, whatever the turn holds.
+                size = json_size(resume.metadata)
+                check_size(size, limit=MAX_RESUME_METADATA_BYTES, what="metadata")
     except ResumeError:
         raise
     except Refused as e:
@@ -378,10 +384,9 @@ class InterruptBook:
             elif call.status == "answered" and call.answer == "respond":
                 output = call.answer_output or {}
             else:
-                output = {
-                    "error": "not run: the turn failed first",
-                    "reason": f"{error.status}: {error.message}",
-                }
+                # The failure itself is in the failed call's own response: only its status here,
+                # since this is repeated for every call that did not run.
+                output = {"error": "not run: the turn failed first", "status": error.status}
             call.status = "done"
             call.output = output
             call.answer = None

@@ -12,26 +12,31 @@ paused turn is out of reach. pydantic-core cannot serialize text holding a lone 
 checked for both (:func:`check_json`, :func:`check_label`), and measured in bytes against the
 budgets below, which are sized so that what they add up to stays under Temporal's limits.
 
-The arithmetic, with Temporal's defaults:
+The arithmetic, with Temporal's defaults (sizes as stored: compact JSON in UTF-8, where a
+control character takes six bytes, ``\u0001``):
 
-- Sizes are measured as stored: compact JSON in UTF-8, where a control character takes six
-  bytes (``\u0001``), not as the raw text.
-- One turn holds at most :data:`TURN_BUDGET` (1.25 MiB): its messages plus what its tool calls
-  carry (arguments, outputs, answers, metadata). A tool output or interrupt metadata that would
-  pass it is replaced by a stated placeholder; an answer that would pass it is refused.
-- Continue-as-new carries the turn in progress (at most 1.25 MiB), the answer log (at most
-  :data:`ANSWERS_BUDGET`, 128 KiB), the rejection log (20 records of at most 2.5 KiB), the last
-  :data:`REFS_KEPT` refs (at most 140 KiB), the agent definition (at most :data:`MAX_SPEC_BYTES`,
-  128 KiB) and whatever older turns fit: at most :data:`STATE_BUDGET` (1.75 MiB), older turns
+- One turn takes in at most :data:`TURN_BUDGET` (1 MiB) of what callers, tools and the model
+  send: its messages and its calls' arguments, outputs, answers and metadata. A tool output,
+  interrupt metadata or a deadline's default answer that would pass it is replaced by a short
+  stated placeholder; an answer that would pass it is refused. The runtime's own notes in
+  calls' responses (an error, "unknown tool", "not run", a cancellation) are at most
+  :data:`MAX_NOTE_BYTES` plus a 1 KiB reason each, 160 KiB for 128 calls: a turn holds at most
+  1.16 MiB.
+- Continue-as-new carries that turn, the answer log (:data:`ANSWERS_BUDGET`, 128 KiB), the
+  rejection log (20 records of at most 1.2 KiB), the newest :data:`REFS_KEPT` refs (at most
+  130 bytes each, 127 KiB), the agent definition (:data:`MAX_SPEC_BYTES`, 64 KiB) and whatever
+  older turns fit: 1.49 MiB at most, under :data:`STATE_BUDGET` (1.625 MiB); older turns are
   dropped first.
 - A model call's input is the messages the model has not seen: at most one tool message (a
-  turn's worth, plus 128 cancellation notes of 1 KiB) and one user message (256 KiB), 1.6 MiB;
-  should it ever pass :data:`MODEL_INPUT_BUDGET`, the unseen responses are cut to placeholders.
-- Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB) and update results to
-  :data:`UPDATE_RESULT_BUDGET` (128 KiB), with a stated placeholder where something was left
-  out; the message history is read in pages. Temporal allows ten updates in flight, so a
-  workflow task that finishes all ten and continues as new writes at most 1.25 + 1.75 MiB,
-  under its 4 MiB for one task.
+  turn's worth) and one user message (256 KiB), 1.41 MiB; should it ever pass
+  :data:`MODEL_INPUT_BUDGET`, the unseen responses are cut to placeholders.
+- One workflow task writes what its updates were accepted with (each answer counts against the
+  turn: 1 MiB in all, plus 16 KiB of metadata each and restart inputs equal to the model's
+  arguments, 512 KiB in all), their results (:data:`UPDATE_RESULT_BUDGET`, 48 KiB; Temporal
+  allows ten in flight) and one model call, tool calls or continue-as-new (1.625 MiB at most):
+  3.75 MiB, under Temporal's 4 MiB for one task.
+- Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB), with stated placeholders; the
+  message history is read in pages.
 """
 
 from __future__ import annotations
@@ -87,21 +92,35 @@ MAX_MODEL_MESSAGE_BYTES = 512 * KiB
 MAX_CALLS_PER_MESSAGE = 128
 """The most tool calls one model message may make."""
 
-MAX_REF_CHARS = 128
-"""A model call id longer than this is not used as a ref (the workflow makes one instead)."""
+MAX_REF_BYTES = 128
+"""A model call id longer than this, as stored, is not used as a ref (a uuid is made instead)."""
+
+MAX_NOTE_BYTES = 600
+"""The runtime's own text in a call's response (an error message, invalid arguments), as
+stored."""
+
+MAX_RESUME_METADATA_BYTES = 16 * KiB
+"""A resume's ``metadata`` (audit data: kept as its digest over 4 KiB anyway)."""
+
+MAX_ON_TIMEOUT_BYTES = 4 * KiB
+"""A deadline's default answer, checked at declaration."""
 
 MAX_AUDIT_METADATA_BYTES = 4 * KiB
 """Resume metadata larger than this is kept in the audit log as its size and digest."""
 
-MAX_SPEC_BYTES = 128 * KiB
+MAX_SPEC_BYTES = 64 * KiB
 """The largest agent definition (system prompt and tool schemas), checked at declaration."""
 
 # --------------------------------------------------------------------------------------------
 # Budgets: what a conversation holds, in total.
 
-TURN_BUDGET = 1280 * KiB
-"""Everything one turn holds: its messages and its tool calls' arguments, outputs, answers and
-metadata."""
+TURN_BUDGET = 1 * MiB
+"""What one turn takes in from callers, tools and the model: its messages and its tool calls'
+arguments, outputs, answers and metadata."""
+
+NOTES_BUDGET = MAX_CALLS_PER_MESSAGE * 1280
+"""The most the runtime's own notes add to a turn: a 600-byte note and a 1 KiB cancel reason
+(at most; most notes are shorter) for each of 128 calls, 160 KiB."""
 
 ANSWERS_BUDGET = 128 * KiB
 """The answer (audit) log; the oldest records are shed first."""
@@ -113,21 +132,18 @@ MAX_REJECTIONS_KEPT = 20
 """The rejection log keeps this many records (each at most about 2.5 KiB); the total counts on."""
 
 MAX_REASON_CHARS = 500
-"""A rejection's reason is cut to this many characters."""
-
-MAX_ERROR_CHARS = 1000
-"""A tool's or the model's error message is cut to this many characters."""
+"""A rejection's reason is cut to this many characters (and 600 bytes as stored)."""
 
 REFS_KEPT = 1000
 """Refs carried into a new run; once older ones are forgotten, refs are always made fresh."""
 
-STATE_BUDGET = 1792 * KiB
+STATE_BUDGET = 1664 * KiB
 """What continue-as-new may carry (Temporal refuses a payload of 2 MiB)."""
 
 QUERY_BUDGET = 1792 * KiB
 """The largest query result."""
 
-UPDATE_RESULT_BUDGET = 128 * KiB
+UPDATE_RESULT_BUDGET = 48 * KiB
 """The largest update result (interrupts' input and metadata over it show as placeholders;
 ``pending`` has them whole)."""
 
@@ -237,17 +253,17 @@ def _is_control(c: str) -> bool:
     return o < 0x20 or 0x7F <= o < 0xA0
 
 
-def safe_label(text: str, *, limit: int = 200) -> str:
-    """Text taken from input, made storable: invalid Unicode replaced, and cut so that it takes
-    at most ``limit`` characters and ``4 * limit`` bytes as stored. For logs and errors, which
-    must record even bad input."""
+def cut_stored(text: str, limit: int) -> str:
+    """``text`` cut so that it takes at most ``limit`` bytes as stored (with a ``…`` where it
+    was cut), invalid Unicode replaced. For text the runtime keeps from input it does not
+    control: error messages, reasons, names."""
     if _bad_text(text):
         text = text.encode("utf-8", "replace").decode("utf-8")
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    while json_size(text) > 4 * limit:
-        text = text[: len(text) * 3 // 4] + "…"  # mostly escapes: each takes six bytes
-    return text
+    if stored_size(text) <= limit:
+        return text
+    while stored_size(text) > limit - 3:
+        text = text[: max(0, min(len(text) - 1, len(text) * limit // stored_size(text)))]
+    return text + "…"
 
 
 def stored_size(text: str) -> int:

@@ -200,6 +200,9 @@ class TurnResult(_Wire):
     text: str = ""
     interrupts: list[InterruptRequest] = Field(default_factory=list)
     error: ErrorInfo | None = None
+    # Pending interrupts left out of ``interrupts`` because the result would be too large
+    # (a reply that paused on very many); ``Chat.pending()`` lists every one.
+    interrupts_omitted: int = 0
 
 
 # --------------------------------------------------------------------------------------------
