@@ -16,15 +16,29 @@ from tests.test_carried_state import turn as turn_messages
 from workflows.history import carry, page, page_back, trim_answers
 from workflows.limits import (
     ANSWERS_BUDGET,
+    CAN_HISTORY_BYTES,
+    CAN_HISTORY_EVENTS,
     MAX_ANSWERS_KEPT,
+    MAX_IDENTITY_BYTES,
     MAX_JSON_DEPTH,
+    MAX_MODEL_MESSAGE_BYTES,
     MAX_REF_BYTES,
     MAX_REJECTIONS_KEPT,
+    MAX_RESUME_METADATA_BYTES,
+    MAX_SEND_BYTES,
     MAX_SPEC_BYTES,
+    MODEL_INPUT_BUDGET,
     NOTES_BUDGET,
+    QUERY_BUDGET,
     REFS_KEPT,
     STATE_BUDGET,
+    TEMPORAL_HISTORY_BYTES_LIMIT,
+    TEMPORAL_HISTORY_EVENTS_LIMIT,
+    TEMPORAL_PAYLOAD_LIMIT,
+    TEMPORAL_TASK_LIMIT,
+    TEMPORAL_UPDATES_IN_FLIGHT,
     TURN_BUDGET,
+    UPDATE_RESULT_BUDGET,
     Refused,
     check_json,
     check_label,
@@ -120,6 +134,29 @@ def test_a_deadline_answer_too_large_is_refused_at_declaration():
 def test_an_identity_is_one_short_line(identity):
     with pytest.raises(Refused):
         check_label(identity, what="identity", limit=256)
+
+
+def test_the_budgets_add_up_to_less_than_temporals_limits():
+    """The arithmetic in workflows.limits' docstring, so raising one budget cannot quietly
+    break another total."""
+    refs = REFS_KEPT * (MAX_REF_BYTES + 2)
+    rejections = MAX_REJECTIONS_KEPT * 1229  # reason 600, identity and handler 200 each, rest
+    turn = TURN_BUDGET + NOTES_BUDGET
+    carried = turn + ANSWERS_BUDGET + rejections + refs + MAX_SPEC_BYTES + 2 * 1024
+    assert carried <= STATE_BUDGET < TEMPORAL_PAYLOAD_LIMIT
+    model_input = turn + MAX_SEND_BYTES
+    assert model_input <= MODEL_INPUT_BUDGET < TEMPORAL_PAYLOAD_LIMIT
+    assert QUERY_BUDGET < TEMPORAL_PAYLOAD_LIMIT
+    accepted = (
+        TURN_BUDGET  # answers count against the turn, across every resume of a task
+        + TEMPORAL_UPDATES_IN_FLIGHT * (MAX_RESUME_METADATA_BYTES + MAX_IDENTITY_BYTES)
+        + MAX_MODEL_MESSAGE_BYTES  # restart inputs equal the model's arguments
+    )
+    results = TEMPORAL_UPDATES_IN_FLIGHT * UPDATE_RESULT_BUDGET
+    commands = max(STATE_BUDGET, MODEL_INPUT_BUDGET)
+    assert accepted + results + commands <= TEMPORAL_TASK_LIMIT - 200 * 1024
+    assert CAN_HISTORY_BYTES * 10 <= TEMPORAL_HISTORY_BYTES_LIMIT
+    assert CAN_HISTORY_EVENTS * 10 <= TEMPORAL_HISTORY_EVENTS_LIMIT
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from workflows import config
-    from workflows.details import APPROVED_KEY, render_details
+    from workflows.details import APPROVED_KEY, render_details, truncate
     from workflows.history import (
         Digests,
         carry,
@@ -1187,7 +1187,7 @@ class AgentWorkflow:
             self._upsert_search_attributes(status, names, since)
             self._published = state
         memo = [
-            {"name": c.name, "ref": c.ref, "input": _truncate(json.dumps(c.args), 200)}
+            {"name": c.name, "ref": c.ref, "input": truncate(json.dumps(c.args), 200)}
             for c in pending
         ]
         if self._memo_pending is None and self._edges():
@@ -1278,10 +1278,6 @@ def _legacy_digest(raw: bytes) -> str:
     h = hashlib.sha256(raw).hexdigest()[:12]
     text = raw[:120].decode("utf-8", errors="replace")
     return f"sha256:{h} {len(raw)}B {text}{'…' if len(raw) > 120 else ''}"
-
-
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _classified(err: ActivityError) -> bool:

@@ -64,6 +64,12 @@ TEMPORAL_HISTORY_BYTES_LIMIT = 50 * MiB
 TEMPORAL_HISTORY_EVENTS_LIMIT = 51_200
 """``limit.historyCount.error``: the same, counted in events."""
 
+TEMPORAL_TASK_LIMIT = 4 * MiB
+"""``system.transactionSizeLimit``: what one workflow task may write to history."""
+
+TEMPORAL_UPDATES_IN_FLIGHT = 10
+"""``history.maxInFlightUpdates``: updates one workflow may have accepted and unfinished."""
+
 # --------------------------------------------------------------------------------------------
 # The door: each thing that enters a conversation, on its own.
 
@@ -147,8 +153,9 @@ UPDATE_RESULT_BUDGET = 48 * KiB
 """The largest update result (interrupts' input and metadata over it show as placeholders;
 ``pending`` has them whole)."""
 
-MODEL_INPUT_BUDGET = 1792 * KiB
-"""The most a model call's input may carry; the budgets above keep it under 1.6 MiB."""
+MODEL_INPUT_BUDGET = STATE_BUDGET
+"""The most a model call's input may carry; the budgets above keep it under 1.41 MiB, and a
+workflow task's total counts on this bound."""
 
 SERIALIZABLE_DEPTH = 200
 """The nesting refused even in conversations begun before :data:`MAX_JSON_DEPTH` applied: it
