@@ -394,6 +394,7 @@ class Chat:
     async def resume(
         self,
         *,
+        answers: Sequence[ToolResponse | ToolRestart] = (),
         respond: Sequence[ToolResponse] = (),
         restart: Sequence[ToolRestart] = (),
         identity: str | None = None,
@@ -402,10 +403,21 @@ class Chat:
     ) -> TurnResult:
         """Answer pending interrupts; waits until the turn ends or pauses again.
 
-        ``worker_timeout`` bounds how long a worker may take to accept the answer (not how long
-        the rest of the turn takes); ``None`` waits indefinitely.
+        Args:
+            answers: Answers of either kind, in any mix: what ``approve()``, ``deny()``,
+                ``InterruptRequest.respond()`` and ``.restart()`` return. ``approve()`` gives a
+                restart for a gated or conditional tool and a respond for an interrupt-only
+                one, so a loop over ``res.interrupts`` can pass its answers here unsorted.
+            respond: Outputs for interrupts (the tool does not run); added to ``answers``.
+            restart: Re-runs with resume metadata; added to ``answers``.
+            identity: Who answers, kept in the audit log.
+            metadata: Kept with the answers in the audit log; the model never sees it.
+            worker_timeout: How long a worker may take to accept the answer (not how long the
+                rest of the turn takes); ``None`` waits indefinitely.
 
         Raises:
+            TypeError: an answer is not a ``ToolResponse`` or ``ToolRestart``, or a list holds
+                the other kind (a restart in ``respond``).
             ResumeRejected: an entry does not match a pending interrupt, an output does not fit,
                 the resume is empty, larger than 1 MiB or more than the turn can still hold,
                 or it carries what a conversation cannot store (text that is not valid
@@ -414,8 +426,9 @@ class Chat:
         """
         if isinstance(metadata, BaseModel):
             metadata = metadata.model_dump(mode="json")
+        responses, restarts = _sort_answers(answers, respond, restart)
         payload = ResumeInput(
-            respond=list(respond), restart=list(restart), identity=identity, metadata=metadata
+            respond=responses, restart=restarts, identity=identity, metadata=metadata
         )
         # Checked here as well as in the workflow: an update over about 2 MB breaks the
         # workflow task before any validator sees it, and a bad one needs no round trip.
@@ -587,6 +600,36 @@ class Chat:
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
             raise _rpc_error(e, self.id) from e
+
+
+def _sort_answers(
+    answers: Sequence[ToolResponse | ToolRestart],
+    respond: Sequence[ToolResponse],
+    restart: Sequence[ToolRestart],
+) -> tuple[list[ToolResponse], list[ToolRestart]]:
+    """Every answer in the list of its kind, or a ``TypeError`` that says what went where."""
+    responses: list[ToolResponse] = []
+    restarts: list[ToolRestart] = []
+    for where, items in (("answers", answers), ("respond", respond), ("restart", restart)):
+        if isinstance(items, ToolResponse | ToolRestart | str | dict):
+            raise TypeError(f"{where}= takes a list of answers, not one {type(items).__name__}")
+        for item in items:
+            if isinstance(item, ToolResponse) and where != "restart":
+                responses.append(item)
+            elif isinstance(item, ToolRestart) and where != "respond":
+                restarts.append(item)
+            elif isinstance(item, ToolResponse | ToolRestart):
+                raise TypeError(
+                    f"{where}= got a {type(item).__name__} for {item.name} (ref {item.ref}); "
+                    "approve() restarts gated and conditional tools, so pass answers of mixed "
+                    "kinds as answers=[...]"
+                )
+            else:
+                raise TypeError(
+                    f"{where}= takes ToolResponse and ToolRestart (from approve(), deny(), "
+                    f"InterruptRequest.respond() or .restart()), not {type(item).__name__}"
+                )
+    return responses, restarts
 
 
 def _check_cancel(reason: str, identity: str | None) -> None:

@@ -915,10 +915,7 @@ class _ChatSession:
                     )
                 else:
                     res = await self.chat.resume(
-                        respond=[a for a in answers if isinstance(a, ToolResponse)],
-                        restart=[a for a in answers if isinstance(a, ToolRestart)],
-                        identity=self.identity,
-                        worker_timeout=self.wait,
+                        answers=answers, identity=self.identity, worker_timeout=self.wait
                     )
             except ResumeRejected as e:
                 out.print(f"[red]rejected:[/] {_show(str(e))}")

@@ -36,7 +36,7 @@ from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
 from worker.devserver import port_open, start_dev_server, temporal_cli, wait_for_port
 from worker.search_attributes import register_search_attributes
-from workflows.types import FinishReason, ToolResponse, ToolRestart
+from workflows.types import FinishReason
 
 ADDRESS = "localhost:7233"
 UI = "http://localhost:8233"
@@ -106,11 +106,7 @@ async def demo() -> int:
             answers = [
                 approve(i) if approved else deny(i, "declined in the demo") for i in res.interrupts
             ]
-            res = await chat.resume(
-                respond=[a for a in answers if isinstance(a, ToolResponse)],
-                restart=[a for a in answers if isinstance(a, ToolRestart)],
-                identity="demo-user",
-            )
+            res = await chat.resume(answers=answers, identity="demo-user")
         print(f"\nagent> {res.text or res.error}")
         print(f"finish reason: {res.finish_reason.value}")
     link = f"{UI}/namespaces/{temporal.namespace}/workflows/{quote(chat_id)}"
