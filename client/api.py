@@ -178,6 +178,7 @@ def connect_config(
     namespace: str | None = None,
     profile: str | None = None,
     config_file: str | None = None,
+    default_address: str | None = DEFAULT_ADDRESS,
 ) -> dict[str, Any]:
     """Connection settings the Temporal way: a profile file and ``TEMPORAL_*`` variables.
 
@@ -194,6 +195,9 @@ def connect_config(
         profile: the profile to load (default: ``TEMPORAL_PROFILE``, else ``default``).
         config_file: the TOML file (default: ``TEMPORAL_CONFIG_FILE``, else
             ``~/.config/temporalio/temporal.toml`` when it exists).
+        default_address: the address when nothing configures one. ``None`` leaves
+            ``target_host`` out, so a caller can tell "configured" from "defaulted" (``python
+            -m worker --dev-server`` starts a server only for the default).
 
     Returns:
         Keyword arguments for ``temporalio.client.Client.connect``.
@@ -235,7 +239,8 @@ def connect_config(
         config["target_host"] = target_host
     if namespace:
         config["namespace"] = namespace
-    config.setdefault("target_host", DEFAULT_ADDRESS)
+    if default_address is not None:
+        config.setdefault("target_host", default_address)
     return config
 
 
