@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
+from temporalio.api.errordetails.v1 import NamespaceNotFoundFailure
 from temporalio.client import (
     Client,
     RPCError,
@@ -103,7 +104,9 @@ class NoWorkerAnswered(AgentError):
     Queries and updates are served by a worker, never by the Temporal server alone.
 
     Attributes:
-        waited: The ``worker_timeout`` that ran out.
+        waited: The ``worker_timeout`` that ran out. When the caller gave none, how long the
+            Temporal server waited before it gave up by itself (about 30 s for a query), or
+            zero where that is not known.
         queued: True for an update (send, resume, cancel): it reached Temporal, which keeps it,
             and a worker that picks the conversation up later still applies it (measured on the
             dev server). False for a query: nothing was left behind.
@@ -115,16 +118,56 @@ class NoWorkerAnswered(AgentError):
         self.queued = queued
 
 
-def _no_worker(waited: timedelta | None, *, queued: bool) -> NoWorkerAnswered:
-    """``waited`` None: the server gave up waiting for a worker before the caller did."""
+# How long a bounded query waits before asking again after the server answered "no worker"
+# early: at once when no worker has polled the task queue lately, or after its own ~30 s limit.
+# A worker that starts in the meantime answers the next attempt.
+_QUERY_RETRY_INTERVAL = 1.0
+
+
+def _seconds(span: timedelta) -> str:
+    return f"{round(span.total_seconds(), 1):g}s"
+
+
+def _no_worker(
+    waited: timedelta | None, *, queued: bool, server_waited: timedelta | None = None
+) -> NoWorkerAnswered:
+    """``waited``: the caller's ``worker_timeout``. None: the caller gave none and the Temporal
+    server gave up first, after ``server_waited`` where that was measured."""
     what = "the request stays queued" if queued else "nothing was left behind"
-    within = f"within {waited.total_seconds():g}s" if waited else "before the server's timeout"
+    if waited:
+        within = f"within {_seconds(waited)}"
+    elif server_waited:
+        within = f"before the Temporal server stopped waiting ({_seconds(server_waited)})"
+    else:
+        within = "before the Temporal server stopped waiting"
     return NoWorkerAnswered(
         f"no worker answered {within} ({what}): none is polling this task queue, all are busy, "
         "or the conversation's workflow task is failing (see its history)",
-        waited=waited or timedelta(0),
+        waited=waited or server_waited or timedelta(0),
         queued=queued,
     )
+
+
+def _worker_missing(err: RPCError) -> bool:
+    """The server's own answers when no worker took a query: nothing polls the task queue
+    ("no poller seen", at once or after its ~30 s limit), or nothing answered in time."""
+    return (
+        "no poller seen" in err.message
+        or "Timeout expired" in err.message
+        or err.status == RPCStatusCode.DEADLINE_EXCEEDED
+    )
+
+
+def _missing_namespace(err: RPCError) -> str | None:
+    """The namespace the server says does not exist, read from the error's details (a
+    workflow that is not found is NOT_FOUND too, and its message can name a namespace id)."""
+    if err.status != RPCStatusCode.NOT_FOUND:
+        return None
+    for detail in err.grpc_status.details:
+        failure = NamespaceNotFoundFailure()
+        if detail.Unpack(failure):
+            return failure.namespace
+    return None
 
 
 def _gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> BaseException:
@@ -591,20 +634,53 @@ class Chat:
         open_only: bool = False,
     ) -> Any:
         condition = QueryRejectCondition.NOT_OPEN if open_only else None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             if worker_timeout is None:
                 return await self.handle.query(query, *args, reject_condition=condition)
-            try:
-                async with asyncio.timeout(worker_timeout.total_seconds()):
-                    return await self.handle.query(query, *args, reject_condition=condition)
-            except TimeoutError:
-                raise _no_worker(worker_timeout, queued=False) from None
+            return await self._query_within(
+                query, *args, condition=condition, worker_timeout=worker_timeout
+            )
         except WorkflowQueryRejectedError:
             raise _Closed() from None
         except WorkflowQueryFailedError as e:
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
+            if worker_timeout is None and _worker_missing(e):
+                waited = timedelta(seconds=loop.time() - started)
+                raise _no_worker(None, queued=False, server_waited=waited) from e
             raise _rpc_error(e, self.id) from e
+
+    async def _query_within(
+        self,
+        query: Any,
+        *args: Any,
+        condition: QueryRejectCondition | None,
+        worker_timeout: timedelta,
+    ) -> Any:
+        """The query, asked again until a worker answers or ``worker_timeout`` runs out.
+
+        The server gives up on a query by itself, when no worker has polled the task queue
+        lately (at once) or after about 30 s (whatever ``rpc_timeout`` asks for): either is an
+        attempt that failed, not the caller's deadline.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + worker_timeout.total_seconds()
+        try:
+            async with asyncio.timeout_at(deadline):
+                while True:
+                    left = timedelta(seconds=max(deadline - loop.time(), 0.001))
+                    try:
+                        return await self.handle.query(
+                            query, *args, reject_condition=condition, rpc_timeout=left
+                        )
+                    except RPCError as e:
+                        if not _worker_missing(e):
+                            raise
+                    await asyncio.sleep(_QUERY_RETRY_INTERVAL)
+        except TimeoutError:
+            raise _no_worker(worker_timeout, queued=False) from None
 
 
 def _sort_answers(
@@ -697,15 +773,16 @@ def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
     # decides first: a closed chat is not a missing one.
     if "already completed" in err.message:
         return SendRejected(f"chat {chat_id!r} is closed")
+    namespace = _missing_namespace(err)
+    if namespace is not None:
+        # A setting at fault, not the chat: every chat id would fail the same way.
+        return ConnectionConfigError(
+            f"the Temporal namespace {namespace!r} (namespace or TEMPORAL_NAMESPACE) does not "
+            "exist on this server"
+        )
     if err.status == RPCStatusCode.NOT_FOUND:
         return AgentError(f"no conversation with id {chat_id!r}")
-    if (
-        "no poller seen" in err.message
-        or "Timeout expired" in err.message
-        or err.status == RPCStatusCode.DEADLINE_EXCEEDED
-    ):
-        # The server's own answers when no worker took a query: nothing polls the task queue,
-        # or nothing answered in time.
+    if _worker_missing(err):
         return _no_worker(None, queued=False)
     return AgentError(f"Temporal error: {err.message}")
 

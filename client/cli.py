@@ -10,9 +10,12 @@ Exit codes (stable; the README documents them):
 - 0: done;
 - 1: refused: the conversation rejected the answer, message or cancellation, or the ref is not
   pending; the reason is printed;
-- 2: usage error, or no such conversation;
+- 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace), no
+  such conversation, or it is closed;
 - 3: no worker answered within ``--wait``;
-- 4: Temporal could not be reached.
+- 4: Temporal could not be reached (or failed the request).
+
+Every error is one line on stderr, never a traceback; click's own usage errors included.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from rich.panel import Panel
 from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,6 +49,7 @@ from client.api import (
     AgentClient,
     AgentError,
     Chat,
+    ConnectionConfigError,
     NoWorkerAnswered,
     ResumeRejected,
     SendRejected,
@@ -61,6 +66,7 @@ from workflows.types import (
     InterruptRequest,
     JsonObject,
     Rejection,
+    StatusResult,
     ToolResponse,
     ToolRestart,
     TurnResult,
@@ -230,13 +236,22 @@ def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any
 
     async def main() -> None:
         agents = await _connect(settings)
-        await command(agents)
+        try:
+            await command(agents)
+        except RPCError as e:
+            # A Temporal error no command sorted for itself (the server went away mid-command,
+            # a permission it refused): not the conversation's verdict, so not "refused".
+            raise _Fail(ExitCode.UNREACHABLE, f"Temporal error: {e.message}") from None
 
     try:
         asyncio.run(main())
     except _Fail as f:
-        err.print(f"[bold red]agentctl:[/] {_show(f.message)}")
+        _error_line(f.message)
         raise typer.Exit(int(f.code)) from None
+
+
+def _error_line(message: str) -> None:
+    err.print(f"[bold red]agentctl:[/] {_show(message)}")
 
 
 async def _connect(settings: Settings) -> AgentClient:
@@ -246,17 +261,47 @@ async def _connect(settings: Settings) -> AgentClient:
         )
     except Exception as e:  # noqa: BLE001  # any bad profile or variable is reported the same way
         raise _Fail(ExitCode.USAGE, f"bad Temporal connection settings: {e}") from None
+    address = config["target_host"]
     try:
-        return await AgentClient.connect(
-            config["target_host"],
+        agents = await AgentClient.connect(
+            address,
             namespace=config.get("namespace"),
             profile=settings.profile,
             task_queue=settings.task_queue,
         )
+    except ValueError as e:
+        # The SDK refuses an address it cannot parse ("invalid port number") before any
+        # connection: a bad setting, unlike a host that does not answer.
+        raise _Fail(ExitCode.USAGE, f"bad Temporal address {address!r}: {e}") from None
     except RuntimeError as e:
-        raise _Fail(
-            ExitCode.UNREACHABLE, f"cannot reach Temporal at {config['target_host']}: {e}"
-        ) from None
+        raise _Fail(ExitCode.UNREACHABLE, f"cannot reach Temporal at {address}: {e}") from None
+    await _check_namespace(agents, address)
+    return agents
+
+
+async def _check_namespace(agents: AgentClient, address: str) -> None:
+    """An unknown namespace is a bad setting (exit 2) whatever the command.
+
+    Left to each command it surfaced as a visibility failure, a missing conversation, or (for
+    ``chat``) a new conversation that could not start. Only NOT_FOUND decides: a credential
+    that may not describe namespaces still gets to run the command it may run.
+    """
+    namespace = agents.temporal.namespace
+    try:
+        await agents.temporal.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace)
+        )
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise _unknown_namespace(namespace, address) from None
+
+
+def _unknown_namespace(namespace: str, address: str | None = None) -> _Fail:
+    where = f" on Temporal at {address}" if address else ""
+    return _Fail(
+        ExitCode.USAGE,
+        f"namespace {namespace!r} does not exist{where} (--namespace or TEMPORAL_NAMESPACE)",
+    )
 
 
 def _wait(seconds: float) -> timedelta:
@@ -418,7 +463,7 @@ async def _describe(agents: AgentClient, chat_id: str) -> WorkflowExecutionDescr
         return await agents.temporal.get_workflow_handle(chat_id).describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND and "namespace" in e.message.lower():
-            raise _Fail(ExitCode.USAGE, e.message) from None
+            raise _unknown_namespace(agents.temporal.namespace) from None
         if e.status == RPCStatusCode.NOT_FOUND:
             raise _Fail(
                 ExitCode.USAGE,
@@ -432,20 +477,42 @@ async def _open(
 ) -> tuple[Chat, WorkflowExecutionDescription]:
     """The conversation and what Temporal knows about it without asking a worker."""
     desc = await _describe(agents, chat_id)
-    if running and desc.status != WorkflowExecutionStatus.RUNNING:
-        state = desc.status.name.lower() if desc.status else "closed"
+    ended = _closed_as(desc)
+    if running and ended is not None:
         raise _Fail(
-            ExitCode.USAGE, f"conversation {chat_id!r} is {state}: there is nothing to answer"
+            ExitCode.USAGE,
+            f"conversation {chat_id!r} is closed ({ended}): there is nothing to answer",
         )
     agent = desc.typed_search_attributes.get(AGENT_NAME) or ""
     return await agents.chat(agent, chat_id=chat_id), desc
 
 
-def _no_worker(e: NoWorkerAnswered, task_queue: str, chat_id: str) -> _Fail:
-    message = (
-        f"no worker answered within {e.waited.total_seconds():g}s on task queue {task_queue!r}; "
-        "is `python -m worker` running?"
+def _closed_as(desc: WorkflowExecutionDescription) -> str | None:
+    """How the conversation's workflow ended ("terminated", "timed out"); None while it runs."""
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        return None
+    return desc.status.name.lower().replace("_", " ") if desc.status else "closed"
+
+
+def _no_worker(
+    e: NoWorkerAnswered, task_queue: str, chat_id: str, *, closed_as: str | None = None
+) -> _Fail:
+    # ``waited`` is the --wait given; zero only where Temporal gave up on a request agentctl
+    # did not bound (the result of an update a worker had already accepted).
+    within = (
+        f"within {round(e.waited.total_seconds(), 1):g}s"
+        if e.waited
+        else "before Temporal stopped waiting"
     )
+    message = (
+        f"no worker answered {within} on task queue {task_queue!r}; is `python -m worker` running?"
+    )
+    if closed_as is not None:
+        # Reading a closed conversation replays it on a worker; saying it is closed needs none.
+        message = (
+            f"conversation {chat_id!r} is closed ({closed_as}) and has nothing pending; its last "
+            f"state is read by replaying it on a worker, and {message}"
+        )
     if e.queued:
         message += (
             " Temporal keeps the request and a worker that picks the conversation up later will "
@@ -463,11 +530,24 @@ async def _ask(
     try:
         return await call()
     except NoWorkerAnswered as e:
-        raise _no_worker(e, desc.task_queue, chat.id) from None
-    except (ResumeRejected, SendRejected) as e:
-        raise _Fail(ExitCode.REFUSED, f"rejected: {e}") from None
+        raise _no_worker(e, desc.task_queue, chat.id, closed_as=_closed_as(desc)) from None
     except AgentError as e:
-        raise _Fail(ExitCode.REFUSED, str(e)) from None
+        raise _failure(e) from None
+
+
+def _failure(e: AgentError) -> _Fail:
+    """The exit code for what the API raised, as the README's table has it."""
+    if isinstance(e, ConnectionConfigError):
+        return _Fail(ExitCode.USAGE, str(e))
+    if isinstance(e.__cause__, RPCError):
+        # A Temporal error the API put in words: the conversation closed or went away since
+        # agentctl looked it up (what up front is a usage error), or Temporal failed us.
+        if isinstance(e, SendRejected) or e.__cause__.status == RPCStatusCode.NOT_FOUND:
+            return _Fail(ExitCode.USAGE, str(e))
+        return _Fail(ExitCode.UNREACHABLE, str(e))
+    if isinstance(e, ResumeRejected | SendRejected):
+        return _Fail(ExitCode.REFUSED, f"rejected: {e}")
+    return _Fail(ExitCode.REFUSED, str(e))
 
 
 def _not_pending(chat_id: str, ref: str, pending: list[InterruptRequest]) -> _Fail:
@@ -611,7 +691,9 @@ def show(
 
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=False)
-        status = await _ask(chat, desc, lambda: chat.status(worker_timeout=_wait(wait)))
+        status: StatusResult = await _ask(
+            chat, desc, lambda: chat.status(worker_timeout=_wait(wait))
+        )
         rejections: list[Rejection] = await _ask(
             chat, desc, lambda: chat.rejections(worker_timeout=_wait(wait))
         )
@@ -629,9 +711,14 @@ def show(
         if as_json:
             _print_json(view)
             return
+        closed = view.status == "closed"
+        # How it closed, when Temporal says (describe came first; it may have closed since).
+        ended = _closed_as(desc) if closed else None
         out.print(
             f"[bold]{_show(view.chat_id)}[/] · agent [bold]{_show(view.agent)}[/] · "
-            f"status [bold]{view.status}[/] · turns {view.turns}"
+            f"status [bold]{view.status}[/]"
+            + (f" ({ended})" if ended else "")
+            + f" · turns {view.turns}"
             + (f" · model {_show(view.model)}" if view.model else "")
             + f" · task queue {_show(desc.task_queue)}"
         )
@@ -652,6 +739,18 @@ def show(
                 out.print(Text.assemble("  the agent's last words before the cancel: ", said))
             elif lt.text:
                 out.print(Text.assemble("  agent> ", said))
+        elif lt is not None and closed:
+            # Terminated (or timed out) while paused: the turn keeps what it paused on, but
+            # none of it is pending any more, so no command to answer it is offered.
+            on = ", ".join(visible(i.name) for i in lt.interrupts)
+            out.print(
+                f"Last turn {lt.turn} was cut off while paused"
+                + (f" on {escape(on)}" if on else "")
+                + ": the conversation is closed, and nothing in it can be answered."
+            )
+            if lt.text:
+                said = visible(lt.text, multiline=True)
+                out.print(Text.assemble("  the agent's last words before the pause: ", said))
         elif lt is not None and lt.text:
             said = visible(lt.text, multiline=True)
             out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", said))
@@ -831,12 +930,16 @@ class _ChatSession:
         self.wait = wait
 
     async def run(self) -> None:
-        out.print(
-            f"Chat [bold]{_show(self.chat.id)}[/] with [bold]{_show(self.chat.agent)}[/] "
-            f"(task queue {_show(self.task_queue)}). Type a message; Ctrl-D leaves."
-        )
         try:
-            await self._resume_paused()
+            # Before the banner: a closed conversation or a missing worker is an error on its
+            # own, and an existing conversation's banner names the queue it really runs on.
+            paused = await self._attach()
+            out.print(
+                f"Chat [bold]{_show(self.chat.id)}[/] with [bold]{_show(self.chat.agent)}[/] "
+                f"(task queue {_show(self.task_queue)}). Type a message; Ctrl-D leaves."
+            )
+            if paused is not None:
+                await self._settle(paused)
             while True:
                 try:
                     line = out.input("[bold]you>[/] ")
@@ -856,31 +959,31 @@ class _ChatSession:
         except NoWorkerAnswered as e:
             raise _no_worker(e, self.task_queue, self.chat.id) from None
         except AgentError as e:
-            raise _Fail(ExitCode.REFUSED, str(e)) from None
+            raise _failure(e) from None
 
-    async def _resume_paused(self) -> None:
-        """Attaching to a paused conversation starts with its pending interrupts."""
+    async def _attach(self) -> TurnResult | None:
+        """The conversation's pause to answer first, if it exists and is paused."""
         try:
             desc = await self.chat.handle.describe()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
-                return  # a new conversation: the first message creates it
+                return None  # a new conversation: the first message creates it
             raise
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise _Fail(ExitCode.USAGE, f"conversation {self.chat.id!r} is closed")
+        ended = _closed_as(desc)
+        if ended is not None:
+            raise _Fail(ExitCode.USAGE, f"conversation {self.chat.id!r} is closed ({ended})")
         # An existing conversation runs on the queue it was started on.
         self.task_queue = desc.task_queue
         status = await self.chat.status(worker_timeout=self.wait)
-        if status.pending:
-            last = status.last_turn
-            await self._settle(
-                TurnResult(
-                    turn=last.turn if last else status.turns,
-                    finish_reason=FinishReason.INTERRUPTED,
-                    text=last.text if last else "",
-                    interrupts=status.pending,
-                )
-            )
+        if not status.pending:
+            return None
+        last = status.last_turn
+        return TurnResult(
+            turn=last.turn if last else status.turns,
+            finish_reason=FinishReason.INTERRUPTED,
+            text=last.text if last else "",
+            interrupts=status.pending,
+        )
 
     async def _settle(self, res: TurnResult) -> None:
         """Show the turn; while it is paused, ask the human about each interrupt."""
@@ -966,16 +1069,36 @@ class _Left(Exception):
 
 def main() -> NoReturn:
     """The ``agentctl`` console script."""
+    args = sys.argv[1:]
     code: int = 0
     try:
-        app()
+        # Not standalone: click's own usage errors come back here, to be one line like ours
+        # instead of a usage block and a boxed message.
+        result = app(args=args, prog_name="agentctl", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except typer.TyperException as e:
+        code = e.exit_code
+        # `agentctl` alone has already printed its help (typer tells this case by name too).
+        if type(e).__name__ != "NoArgsIsHelpError":
+            _error_line(e.format_message() + _help_hint(e))
+    except typer.Abort:
+        _error_line("aborted")
+        code = 1
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
         code = 130
+    except Exception as e:  # noqa: BLE001  # a bug: still one line, never a traceback
+        _error_line(f"internal error: {type(e).__name__}: {e}")
+        code = 1
     # Skip interpreter teardown, where the Temporal SDK can abort (sdk-python issue 300) and
     # turn a documented exit code into 134.
     exit_now(code)
+
+
+def _help_hint(e: typer.TyperException) -> str:
+    context: typer.Context | None = getattr(e, "ctx", None)  # click's usage errors carry one
+    return f" (see {context.command_path} --help)" if context is not None else ""
 
 
 __all__ = ["ExitCode", "app", "main"]

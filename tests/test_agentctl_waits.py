@@ -1,0 +1,288 @@
+"""``agentctl``'s waits and exit codes, against the session's dev server.
+
+``--wait`` is the caller's bound on how long a worker may take, not the Temporal server's: the
+server gives up on a query by itself after about 30 s (or at once, when no worker has polled the
+task queue lately), and agentctl asks again until its own deadline. Every command keeps the
+README's exit-code table, with one line on stderr for every error. ``agentctl`` runs as the
+installed console script in a subprocess; workers run in this process, on task queues of the
+test's own, and are stopped to leave a conversation with no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from temporalio.client import Client
+
+from client import Chat, NoWorkerAnswered
+from tests import agents as t
+from tests.test_operator import AGENTCTL, Run, agentctl_env
+from worker.standin import calls
+from workflows import Agent
+from workflows.types import TurnResult
+
+# The server's own limit on a query that no worker takes (measured: 29 s on the dev server).
+# A wait longer than this proves agentctl asked again instead of taking the server's word.
+LONG_WAIT = 45
+
+
+@dataclass(frozen=True)
+class Timed:
+    run: Run
+    seconds: float
+
+
+async def agentctl(client: Client, *args: str, task_queue: str, timeout: float = 120) -> Timed:
+    """The installed ``agentctl``, timed, with no terminal on stdin (``chat`` reads none)."""
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        str(AGENTCTL),
+        *args,
+        env=agentctl_env(client, task_queue),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    code = proc.returncode if proc.returncode is not None else -1
+    return Timed(Run(code, out.decode(), err.decode()), time.monotonic() - started)
+
+
+def one_line_error(run: Run) -> str:
+    """The error: exactly one line on stderr, nothing on stdout, no traceback."""
+    assert run.out == "", run
+    assert run.err.endswith("\n") and run.err.count("\n") == 1, run
+    assert run.err.startswith("agentctl: ") and "Traceback" not in run.err, run
+    return run.err
+
+
+async def paused(run_worker, model, *, task_queue: str) -> tuple[Agent, Chat, TurnResult]:
+    """A conversation paused on an interrupt-only tool, and no worker on its queue any more."""
+    agent = t.ops_agent()
+    model.reply(calls(("approve", {"question": "ship?"}), say="I must ask first."))
+    async with run_worker(agents=[agent], task_queue=task_queue) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("ship it")
+    assert [i.name for i in res.interrupts] == ["approve"]
+    return agent, chat, res
+
+
+def queue() -> str:
+    return f"tq-waits-{uuid.uuid4()}"
+
+
+async def test_wait_outlasts_the_servers_own_query_timeout(run_worker, model, client):
+    tq, late_tq = queue(), queue()
+    _, chat, res = await paused(run_worker, model, task_queue=tq)
+    late_agent, late, _ = await paused(run_worker, model, task_queue=late_tq)
+    ref = res.interrupts[0].ref
+
+    async def api_wait(call, seconds: float | None) -> tuple[NoWorkerAnswered, float]:
+        started = time.monotonic()
+        with pytest.raises(NoWorkerAnswered) as e:
+            await call(worker_timeout=None if seconds is None else timedelta(seconds=seconds))
+        return e.value, time.monotonic() - started
+
+    async def worker_comes_late() -> Timed:
+        # agentctl waits for a worker past the server's limit; one comes up after it.
+        shown = asyncio.create_task(
+            agentctl(client, "show", late.id, "--wait", "90", "--json", task_queue=late_tq)
+        )
+        await asyncio.sleep(35)  # not waiting for a state: letting the server's limit pass
+        assert not shown.done(), shown.result()
+        async with run_worker(agents=[late_agent], task_queue=late_tq):
+            return await shown
+
+    # Concurrently, so the test takes one long wait, not several.
+    runs, api = await asyncio.gather(
+        asyncio.gather(
+            agentctl(client, "approve", chat.id, ref, "--wait", str(LONG_WAIT), task_queue=tq),
+            agentctl(client, "approve", chat.id, ref, "--wait", "2", task_queue=tq),
+            agentctl(client, "show", chat.id, "--wait", "2", task_queue=tq),
+            worker_comes_late(),
+        ),
+        asyncio.gather(
+            api_wait(chat.pending, LONG_WAIT),
+            api_wait(chat.pending, None),
+            api_wait(chat.status, 2),
+            api_wait(chat.history, 2),
+            api_wait(chat.rejections, 2),
+        ),
+    )
+    long, short, show_short, came = runs
+    (api_long, api_long_s), (unbounded, _), *api_short = api
+
+    assert long.run.code == 3, long
+    assert long.seconds >= LONG_WAIT - 5, long
+    err = one_line_error(long.run)
+    assert f"no worker answered within {LONG_WAIT}s on task queue '{tq}'" in err
+    assert "Nothing was sent" in err
+    for quick in (short, show_short):
+        assert quick.run.code == 3, quick
+        assert quick.seconds < 40, quick  # generous: the server's own limit is about 30 s
+        assert "no worker answered within 2s" in one_line_error(quick.run)
+
+    # The API: the wait asked for, as asked, in the exception and its message.
+    assert api_long.waited == timedelta(seconds=LONG_WAIT) and not api_long.queued
+    assert api_long_s >= LONG_WAIT - 5
+    assert f"within {LONG_WAIT}s" in str(api_long)
+    for no_worker, seconds in api_short:
+        assert no_worker.waited == timedelta(seconds=2) and "within 2s" in str(no_worker)
+        assert seconds < 40
+
+    # No worker_timeout: the server's own limit ran out, and the exception says how long that
+    # was (never "0s").
+    assert unbounded.waited > timedelta(seconds=10) and not unbounded.queued
+    assert "before the Temporal server stopped waiting (" in str(unbounded)
+    assert "(0s)" not in str(unbounded)
+
+    assert came.run.code == 0, came
+    assert came.run.json()["status"] == "interrupted"
+    assert 35 <= came.seconds < 90, came
+
+
+async def test_a_terminated_conversation_is_closed_with_nothing_to_answer(
+    run_worker, model, client
+):
+    agent = t.ops_agent()
+    tq = queue()
+    model.reply(calls(("approve", {"question": "ship?"}), say="I must ask first."))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        chat = await agents.chat(agent.name)
+        ref = (await chat.send("ship it")).interrupts[0].ref
+        await client.get_workflow_handle(chat.id).terminate("x")
+
+        shown, as_json, answer = await asyncio.gather(
+            agentctl(client, "show", chat.id, task_queue=tq),
+            agentctl(client, "show", chat.id, "--json", task_queue=tq),
+            agentctl(client, "approve", chat.id, ref, task_queue=tq),
+        )
+    assert shown.run.code == 0, shown
+    assert "status closed (terminated)" in shown.run.out
+    assert "Last turn 1 was cut off while paused on approve" in shown.run.out
+    assert "the agent's last words before the pause: I must ask first." in shown.run.out
+    # Nothing is offered to answer: no panel, no ref, no command.
+    for offer in ("agentctl approve", "agentctl deny", "agentctl cancel", ref, "(paused) so far"):
+        assert offer not in shown.run.out, shown
+
+    assert as_json.run.code == 0, as_json
+    view = as_json.run.json()
+    assert (view["status"], view["pending"]) == ("closed", [])
+    # The last turn is kept as it stood when the workflow was terminated.
+    assert view["last_turn"]["finish_reason"] == "interrupted"
+
+    assert answer.run.code == 2, answer
+    assert f"conversation '{chat.id}' is closed (terminated)" in one_line_error(answer.run)
+
+    # Without a worker, saying it is closed needs none; reading its last turn does.
+    quick = await agentctl(client, "show", chat.id, "--wait", "2", task_queue=tq)
+    assert quick.run.code == 3, quick
+    assert quick.seconds < 40, quick
+    err = one_line_error(quick.run)
+    assert f"conversation '{chat.id}' is closed (terminated) and has nothing pending" in err
+    assert "no worker answered within 2s" in err
+
+
+COMMANDS: list[tuple[str, ...]] = [
+    ("pending",),
+    ("show", "CHAT"),
+    ("respond", "CHAT", "REF", "{}"),
+    ("restart", "CHAT", "REF"),
+    ("approve", "CHAT", "REF"),
+    ("deny", "CHAT", "REF"),
+    ("cancel", "CHAT"),
+    ("chat", "AGENT", "--id", "CHAT"),
+]
+
+
+def command(words: tuple[str, ...], *, chat_id: str, ref: str, agent: str) -> list[str]:
+    names = {"CHAT": chat_id, "REF": ref, "AGENT": agent}
+    return [names.get(w, w) for w in words]
+
+
+async def test_exit_codes_for_settings_every_command(run_worker, model, client):
+    tq = queue()
+    _, chat, res = await paused(run_worker, model, task_queue=tq)
+    ref = res.interrupts[0].ref
+    nope = f"nope-{uuid.uuid4().hex[:8]}"
+
+    async def each(*options: str) -> list[Timed]:
+        return await asyncio.gather(
+            *(
+                agentctl(
+                    client,
+                    *options,
+                    *command(words, chat_id=chat.id, ref=ref, agent=chat.agent),
+                    task_queue=tq,
+                )
+                for words in COMMANDS
+            )
+        )
+
+    # An unknown namespace is a bad setting, whatever the command: 2, naming the namespace.
+    for words, got in zip(COMMANDS, await each("--namespace", nope), strict=True):
+        assert got.run.code == 2, (words, got)
+        assert f"namespace '{nope}' does not exist" in one_line_error(got.run), words
+    # Temporal not there: 4.
+    for words, got in zip(COMMANDS, await each("--address", "127.0.0.1:1"), strict=True):
+        assert got.run.code == 4, (words, got)
+        assert "cannot reach Temporal at 127.0.0.1:1" in one_line_error(got.run), words
+    # An address that is no address: a bad setting, 2, not a traceback.
+    for words, got in zip(COMMANDS, await each("--address", "localhost:99999"), strict=True):
+        assert got.run.code == 2, (words, got)
+        assert "bad Temporal address 'localhost:99999'" in one_line_error(got.run), words
+
+
+async def test_exit_codes_for_arguments_and_conversations(run_worker, model, client):
+    tq = queue()
+    agent = t.ops_agent()
+    model.reply(calls(("approve", {"question": "a?"})), calls(("approve", {"question": "b?"})))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        chat = await agents.chat(agent.name)
+        ref = (await chat.send("go")).interrupts[0].ref
+        closed = await agents.chat(agent.name)
+        closed_ref = (await closed.send("go")).interrupts[0].ref
+        await closed.close("done")
+        missing = f"{chat.id}-nope"
+
+        runs = {
+            # Arguments agentctl checks, and click's own usage errors: 2, one line.
+            "not an object": (2, ("respond", chat.id, ref, "[1]"), "must be a JSON object"),
+            "not json": (2, ("respond", chat.id, ref, "{"), "the output is not valid JSON"),
+            "bad metadata": (2, ("restart", chat.id, ref, "--metadata", "x"), "--metadata is"),
+            "bad agent": (2, ("pending", "--agent", 'a"b'), "cannot contain quotes"),
+            "no chat id": (2, ("show",), "Missing argument 'CHAT_ID'"),
+            "bad wait": (2, ("approve", chat.id, ref, "--wait", "0"), "'--wait'"),
+            "no command": (2, ("bogus",), "No such command 'bogus'"),
+            # No such conversation: 2, whatever the command.
+            **{
+                f"missing {words[0]}": (
+                    2,
+                    tuple(command(words, chat_id=missing, ref=ref, agent=agent.name)),
+                    f"no conversation with id '{missing}'",
+                )
+                for words in COMMANDS[1:-1]
+            },
+            # Closed: 2 for everything that would answer it or talk to it.
+            **{
+                f"closed {words[0]}": (
+                    2,
+                    tuple(command(words, chat_id=closed.id, ref=closed_ref, agent=agent.name)),
+                    f"conversation '{closed.id}' is closed (completed)",
+                )
+                for words in COMMANDS[2:]
+            },
+            # Refused by the conversation: 1.
+            "not pending": (1, ("deny", chat.id, f"{ref}-x"), "is not pending"),
+        }
+        results = await asyncio.gather(
+            *(agentctl(client, *args, task_queue=tq) for _, args, _ in runs.values())
+        )
+    for (name, (code, _, says)), got in zip(runs.items(), results, strict=True):
+        assert got.run.code == code, (name, got)
+        assert says in one_line_error(got.run), (name, got)
