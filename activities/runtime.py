@@ -86,9 +86,13 @@ class AgentActivities:
     def _agent(self, name: str) -> Agent:
         agent = self._agents.get(name)
         if agent is None:
+            # Seen when a second worker with other agents polls the same queue: whichever
+            # worker takes the call decides, so say what fixes it.
             raise ApplicationError(
-                f"no agent named {name!r} is registered on this task queue "
-                f"(registered: {sorted(self._agents)})",
+                f"no agent named {name!r} on the worker that took this call from task queue "
+                f"{activity.info().task_queue!r} (it hosts {sorted(self._agents)}); every "
+                "worker on a task queue must host the same agents: run other agents on a "
+                "task queue of their own (AGENT_TASK_QUEUE)",
                 "NOT_FOUND",
                 type="UnknownAgent",
                 non_retryable=True,

@@ -109,8 +109,8 @@ def default_gemini() -> genai.Client:
 
     server = GeminiStandIn(respond).start()
     log.warning(
-        "No GEMINI_API_KEY/GOOGLE_API_KEY set: using the OFFLINE STAND-IN model at %s. It follows "
-        "fixed rules for the example agents and is not Gemini.",
+        "No GEMINI_API_KEY/GOOGLE_API_KEY set: using the OFFLINE STAND-IN model at %s. It is not "
+        "Gemini: it follows fixed rules (`call TOOL {json}` calls any tool of an agent).",
         server.base_url,
     )
     return server.client()

@@ -1,13 +1,17 @@
-"""The offline Gemini stand-in's rules: enough of a model to drive the example agents.
+"""The offline Gemini stand-in's rules: enough of a model to drive any agent without a key.
 
 This is not a language model. It reads the conversation it is sent and follows fixed rules:
 
-- a message asking to transfer/send/pay money (``Transfer $500 to savings``) calls
-  ``userApproval``; an approval then calls ``transferMoney``; a denial ends the turn;
-- ``deploy <service> [to <env>]`` calls ``deploy``;
-- ``run <command>`` (or a command in backticks) calls ``run_shell``;
-- a tool result is summarised in one sentence;
-- anything else gets a reply that says what the stand-in can do.
+- ``call TOOL {"field": "value"}`` calls any tool the agent declared with that input, and
+  ``call TOOL`` alone with an example input made from the tool's JSON schema
+  (:func:`workflows.details.example_value`); several ``call`` commands in one message call the
+  tools together;
+- for the example agents: a message asking to transfer/send/pay money
+  (``Transfer $500 to savings``) calls ``userApproval``, and an approval then calls
+  ``transferMoney``; ``deploy <service> [to <env>]`` calls ``deploy``; ``run <command>`` (or a
+  command in backticks) calls ``run_shell``;
+- after the tools answer, it names each tool and shows its output (or its error);
+- anything else gets a reply listing the agent's own tools and the ``call`` syntax.
 
 It only calls tools the agent declared. Set ``GEMINI_API_KEY`` to use the real model.
 """
@@ -19,6 +23,7 @@ import re
 from typing import Any
 
 from worker.standin import Request, calls, text
+from workflows.details import example_value
 
 BANNER = "[offline stand-in model]"
 
@@ -33,23 +38,109 @@ _DEPLOY = re.compile(
 _TICKS = re.compile(r"`(?P<cmd>[^`]+)`")
 _RUN = re.compile(r"\b(?:run|execute)\s+(?P<cmd>.+)$", re.IGNORECASE)
 _STATUS = re.compile(r"\bstatus\s+(?:of\s+)?(?P<service>[\w.-]+)", re.IGNORECASE)
+_CALL = re.compile(r"call\s+(?P<name>[A-Za-z_][\w.:-]*)\s*", re.IGNORECASE)
+_JSON = json.JSONDecoder()
+# How much of a tool's output the summary shows: enough to read, short enough for a terminal.
+SHOWN_OUTPUT_CHARS = 1000
+
+
+class CallSyntaxError(ValueError):
+    """A ``call`` message the stand-in cannot read; the message says how to fix it."""
+
+
+def parse_calls(message: str) -> list[tuple[str, dict[str, Any] | None]] | None:
+    """The ``call TOOL [{json}]`` commands in a message, in order; None if it holds none.
+
+    Raises:
+        CallSyntaxError: the message starts with ``call`` but does not follow the syntax.
+    """
+    rest = message.strip()
+    if not _CALL.match(rest):
+        return None
+    found: list[tuple[str, dict[str, Any] | None]] = []
+    while rest:
+        m = _CALL.match(rest)
+        if m is None:
+            raise CallSyntaxError(f"Expected `call TOOL` where the message says {rest[:40]!r}")
+        name, rest = m["name"].rstrip(".,;"), rest[m.end() :]
+        args: dict[str, Any] | None = None
+        if rest.startswith("{"):
+            try:
+                value, end = _JSON.raw_decode(rest)
+            except ValueError as e:
+                raise CallSyntaxError(f"The input for {name} is not valid JSON: {e}") from None
+            if not isinstance(value, dict):
+                raise CallSyntaxError(f"The input for {name} must be a JSON object")
+            args, rest = value, rest[end:]
+        rest = rest.lstrip().lstrip(".,;").lstrip()
+        if rest[:4].lower() == "and ":
+            rest = rest[4:].lstrip()
+        found.append((name, args))
+    return found
 
 
 def respond(request: Request) -> dict[str, Any]:
     """The stand-in's reply to one ``generateContent`` request."""
-    tools = set(request.tool_names())
     last = request.last_parts
     # After a cancelled or cut-short turn the next message shares a content with the tool
     # responses; new text from the user always starts a new step.
     if any("text" in p for p in last):
-        return _first_step(" ".join(p["text"] for p in last if "text" in p), tools)
+        return _first_step(" ".join(p["text"] for p in last if "text" in p), request)
     responses = request.function_responses()
     if responses:
-        return _after_tools(responses, tools, request)
-    return _first_step(_last_user_text(request), tools)
+        return _after_tools(responses, request)
+    return _first_step(request.user_text(), request)
 
 
-def _first_step(user: str, tools: set[str]) -> dict[str, Any]:
+def _first_step(user: str, request: Request) -> dict[str, Any]:
+    tools = request.tool_names()
+    try:
+        commands = parse_calls(user)
+    except CallSyntaxError as e:
+        return text(f"{BANNER} {e}. {_syntax(tools)}")
+    if commands is not None:
+        return _call(commands, request)
+    return _example_rules(user, set(tools)) or text(_introduction(tools))
+
+
+def _call(commands: list[tuple[str, dict[str, Any] | None]], request: Request) -> dict[str, Any]:
+    tools = request.tool_names()
+    unknown = [name for name, _ in commands if name not in tools]
+    if unknown:
+        return text(f"{BANNER} This agent has no tool named {unknown[0]!r}. {_syntax(tools)}")
+    chosen = [
+        (name, args if args is not None else example_value(request.tool_schema(name)))
+        for name, args in commands
+    ]
+    return calls(*chosen, say=f"{BANNER} Calling {', '.join(n for n, _ in chosen)}.")
+
+
+def _syntax(tools: list[str]) -> str:
+    if not tools:
+        return "This agent declares no tools."
+    return (
+        f'This agent\'s tools: {", ".join(tools)}. Call one with `call TOOL {{"field": '
+        f'"value"}}`, or `call TOOL` alone for an example input made from its schema '
+        f"(`call {tools[0]}`)."
+    )
+
+
+def _introduction(tools: list[str]) -> str:
+    examples = [
+        (("userApproval", "transferMoney"), "transfer money ('Transfer $500 to savings')"),
+        (("deploy",), "deploy a service ('Deploy web to production')"),
+        (("run_shell",), "run a command ('Run `ls`')"),
+    ]
+    can = [words for names, words in examples if set(names) & set(tools)]
+    rules = f" I also know how to {' or '.join(can)}." if can else ""
+    return (
+        f"{BANNER} I am not Gemini but a stand-in that follows fixed rules. {_syntax(tools)}"
+        f"{rules} Set GEMINI_API_KEY to talk to Gemini."
+    )
+
+
+def _example_rules(user: str, tools: set[str]) -> dict[str, Any] | None:
+    """The example agents' rules: a reply, or None when none applies."""
     if (m := _TRANSFER.search(user)) and {"userApproval", "transferMoney"} & tools:
         amount = float(m["amount"].replace(",", "."))
         to = m["to"] or "savings"
@@ -70,47 +161,75 @@ def _first_step(user: str, tools: set[str]) -> dict[str, Any]:
     if (m := _TICKS.search(user) or _RUN.search(user)) and "run_shell" in tools:
         command = m["cmd"].strip().rstrip(".")
         return calls(("run_shell", {"command": command}))
-    return text(
-        f"{BANNER} I follow fixed rules: I can transfer money ('Transfer $500 to savings'), "
-        "deploy a service ('Deploy web to production') or run a command ('Run `ls`'). "
-        "Set GEMINI_API_KEY to talk to Gemini."
-    )
+    return None
 
 
-def _after_tools(
-    responses: list[dict[str, Any]], tools: set[str], request: Request
-) -> dict[str, Any]:
+def _after_tools(responses: list[dict[str, Any]], request: Request) -> dict[str, Any]:
+    tools = set(request.tool_names())
+    # A turn the user started with `call` gets plain summaries: the example agents' follow-ups
+    # (an approved userApproval goes on to transferMoney) belong to their own rules.
+    if _quietly_parsed(request.user_text()) is not None:
+        return text(f"{BANNER} {summary(responses)}")
     summaries = []
     for r in responses:
         name, out = r.get("name", ""), r.get("response", {}) or {}
         if "error" in out:
-            summaries.append(f"{name} did not complete: {out['error']}")
+            summaries.append(_said(name, out))
             continue
-        if name == "userApproval":
+        if name == "userApproval" and "approved" in out:
             if out.get("approved") is True and "transferMoney" in tools:
                 args = _pending_transfer(request)
                 if args is not None:
                     return calls(("transferMoney", args))
             feedback = f" ({out['feedback']})" if out.get("feedback") else ""
             summaries.append(f"The transfer was not approved{feedback}, so nothing was moved.")
-        elif name == "transferMoney":
-            summaries.append(
-                f"Done: transferred ${out.get('amount', 0):.2f} to {out.get('to_account')} "
-                f"(transaction {out.get('transaction_id')})."
-            )
-        elif name == "deploy":
-            summaries.append(
-                f"Deployed {out.get('service')} {out.get('version')} to "
-                f"{out.get('environment')} (deployment {out.get('deployment_id')})."
-            )
-        elif name == "run_shell":
-            output = (out.get("stdout") or out.get("stderr") or "").strip()
-            summaries.append(
-                f"`{out.get('command')}` exited with {out.get('exit_code')}:\n{output[:500]}"
-            )
         else:
-            summaries.append(f"{name} returned {json.dumps(out)[:300]}")
+            summaries.append(_example_summary(name, out) or _said(name, out))
     return text(f"{BANNER} " + " ".join(summaries))
+
+
+def summary(responses: list[dict[str, Any]]) -> str:
+    """Each tool named with what it returned (its output, or its error), in call order."""
+    return " ".join(_said(r.get("name", ""), r.get("response") or {}) for r in responses)
+
+
+def _said(name: str, out: dict[str, Any]) -> str:
+    if "error" not in out:
+        return f"{name} returned {_shown(out)}."
+    rest = {k: v for k, v in out.items() if k != "error"}
+    return f"{name} did not complete: {out['error']}" + (f" {_shown(rest)}." if rest else ".")
+
+
+def _example_summary(name: str, out: dict[str, Any]) -> str | None:
+    """The example tools' outputs in a sentence, when they have the examples' shape."""
+    if name == "transferMoney" and {"amount", "to_account", "transaction_id"} <= out.keys():
+        return (
+            f"Done: transferred ${out['amount']:.2f} to {out['to_account']} "
+            f"(transaction {out['transaction_id']})."
+        )
+    if name == "deploy" and {"service", "version", "environment", "deployment_id"} <= out.keys():
+        return (
+            f"Deployed {out['service']} {out['version']} to {out['environment']} "
+            f"(deployment {out['deployment_id']})."
+        )
+    if name == "run_shell" and {"command", "exit_code"} <= out.keys():
+        output = (out.get("stdout") or out.get("stderr") or "").strip()
+        return f"`{out['command']}` exited with {out['exit_code']}:\n{output[:500]}"
+    return None
+
+
+def _shown(out: dict[str, Any]) -> str:
+    shown = json.dumps(out, ensure_ascii=False)
+    if len(shown) <= SHOWN_OUTPUT_CHARS:
+        return shown
+    return shown[:SHOWN_OUTPUT_CHARS] + f"… ({len(shown)} characters in all)"
+
+
+def _quietly_parsed(message: str) -> list[tuple[str, dict[str, Any] | None]] | None:
+    try:
+        return parse_calls(message)
+    except CallSyntaxError:
+        return None
 
 
 def _pending_transfer(request: Request) -> dict[str, Any] | None:
@@ -126,12 +245,3 @@ def _pending_transfer(request: Request) -> dict[str, Any] | None:
                         "to_account": m["to"] or "savings",
                     }
     return None
-
-
-def _last_user_text(request: Request) -> str:
-    for content in reversed(request.contents):
-        if content.get("role", "user") == "user":
-            texts = [p["text"] for p in content.get("parts", []) if "text" in p]
-            if texts:
-                return " ".join(texts)
-    return ""

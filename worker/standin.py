@@ -1,10 +1,11 @@
-"""A loopback HTTP server that speaks Gemini's REST protocol.
+"""Gemini's REST protocol, answered by a script: on loopback HTTP, or in process.
 
-The real ``google-genai`` client talks to it through ``HttpOptions(base_url=...)``, so the exact
-production code path runs: request building, SSE parsing, error mapping. Two users:
+The real ``google-genai`` client talks to it, so the exact production code path runs: request
+building, SSE parsing, error mapping. Two ways in:
 
-- the offline model (``worker.offline_model``), used when no Gemini key is set;
-- the tests, which script replies and assert on what the model was sent.
+- :class:`GeminiStandIn`, a loopback HTTP server (``HttpOptions(base_url=...)``): the offline
+  model (``worker.offline_model``) when no Gemini key is set, and tests that want a socket;
+- :func:`answer`, the same replies for an in-process transport (``worker.testing``).
 
 It implements ``models/{model}:generateContent`` and ``models/{model}:streamGenerateContent``
 (with ``alt=sse``), nothing else.
@@ -81,9 +82,30 @@ class Request:
         return [p["functionResponse"] for p in self.last_parts if "functionResponse" in p]
 
     def tool_names(self) -> list[str]:
-        return [
-            d["name"] for t in self.body.get("tools", []) for d in t.get("functionDeclarations", [])
-        ]
+        """The tools the agent declared, in order."""
+        return [d["name"] for d in self._declarations()]
+
+    def tool_schema(self, name: str) -> dict[str, Any] | None:
+        """The JSON schema of a declared tool's input (None if it declares none)."""
+        for d in self._declarations():
+            if d.get("name") == name:
+                # google-genai sends the proto name; the REST docs use camelCase or `parameters`.
+                for key in ("parameters_json_schema", "parametersJsonSchema", "parameters"):
+                    if isinstance(d.get(key), dict):
+                        return d[key]
+        return None
+
+    def _declarations(self) -> list[dict[str, Any]]:
+        return [d for t in self.body.get("tools", []) for d in t.get("functionDeclarations", [])]
+
+    def user_text(self) -> str:
+        """The text of the latest user message that has text (what the user last said)."""
+        for content in reversed(self.contents):
+            if content.get("role", "user") == "user":
+                texts = [p["text"] for p in content.get("parts", []) if "text" in p]
+                if texts:
+                    return " ".join(texts)
+        return ""
 
     def system(self) -> str:
         si = self.body.get("systemInstruction") or {}
@@ -91,6 +113,50 @@ class Request:
 
 
 Responder = Callable[[Request], "Reply | dict[str, Any]"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP response, ready to write."""
+
+    status: int
+    content_type: str
+    headers: dict[str, str]
+    payload: bytes
+
+
+def answer(responder: Responder, path: str, raw: bytes, requests: list[Request]) -> Answer:
+    """The stand-in's HTTP response to ``POST path`` with body ``raw``.
+
+    Each request it serves is appended to ``requests``. A responder that raises gets a 500
+    back, never a hang.
+    """
+    match = _PATH.match(path)
+    if not match:
+        return _encode(Reply.error(404, f"the stand-in does not serve {path}"), sse=False)
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return _encode(Reply.error(400, "request body is not JSON"), sse=False)
+    request = Request(model=match["model"], method=match["method"], body=body)
+    requests.append(request)
+    try:
+        reply = responder(request)
+    except Exception as e:  # a broken responder must answer, not hang the client
+        log.exception("stand-in responder failed")
+        reply = Reply.error(500, f"stand-in responder failed: {type(e).__name__}: {e}")
+    if isinstance(reply, dict):
+        reply = Reply(chunks=[reply])
+    stream = request.method == "streamGenerateContent"
+    return _encode(reply, sse=stream and reply.status == 200)
+
+
+def _encode(reply: Reply, *, sse: bool) -> Answer:
+    if sse:
+        payload = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in reply.chunks)
+        return Answer(reply.status, "text/event-stream", reply.headers, payload)
+    merged = reply.chunks[-1] if reply.chunks else {}
+    return Answer(reply.status, "application/json", reply.headers, json.dumps(merged).encode())
 
 
 def text(value: str, *, finish: str = "STOP") -> dict[str, Any]:
@@ -150,7 +216,6 @@ class GeminiStandIn:
     def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.responder = responder
         self.requests: list[Request] = []
-        self._lock = threading.Lock()
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -199,45 +264,14 @@ class GeminiStandIn:
         )
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
-        match = _PATH.match(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length) if length else b""
-        if not match:
-            self._write(h, Reply.error(404, f"the stand-in does not serve {h.path}"), sse=False)
-            return
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            self._write(h, Reply.error(400, "request body is not JSON"), sse=False)
-            return
-        request = Request(model=match["model"], method=match["method"], body=body)
-        with self._lock:
-            self.requests.append(request)
-        try:
-            reply = self.responder(request)
-        except Exception as e:  # a broken responder must answer, not hang the client
-            log.exception("stand-in responder failed")
-            reply = Reply.error(500, f"stand-in responder failed: {type(e).__name__}")
-        if isinstance(reply, dict):
-            reply = Reply(chunks=[reply])
-        stream = request.method == "streamGenerateContent"
-        self._write(h, reply, sse=stream and reply.status == 200)
-
-    @staticmethod
-    def _write(h: BaseHTTPRequestHandler, reply: Reply, *, sse: bool) -> None:
-        if sse:
-            payload = b"".join(
-                b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in reply.chunks
-            )
-            content_type = "text/event-stream"
-        else:
-            merged = reply.chunks[-1] if reply.chunks else {}
-            payload = json.dumps(merged).encode()
-            content_type = "application/json"
+        # list.append is atomic; the requests are read after the calls that made them.
+        reply = answer(self.responder, h.path, raw, self.requests)
         h.send_response(reply.status)
-        h.send_header("Content-Type", content_type)
-        h.send_header("Content-Length", str(len(payload)))
+        h.send_header("Content-Type", reply.content_type)
+        h.send_header("Content-Length", str(len(reply.payload)))
         for k, v in reply.headers.items():
             h.send_header(k, v)
         h.end_headers()
-        h.wfile.write(payload)
+        h.wfile.write(reply.payload)

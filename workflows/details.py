@@ -145,6 +145,18 @@ def example_output(schema: JsonObject | None) -> tuple[JsonObject, bool]:
     return value, complete
 
 
+def example_value(schema: JsonObject | None) -> Any:
+    """A made-up value that fits ``schema``: its defaults, first enum values and examples, and
+    plain stand-ins (``"example"``, the minimum, one array item) for the rest.
+
+    The offline model sends it for ``call TOOL`` without arguments. Only the required
+    properties of an object are filled in.
+    """
+    if not schema:
+        return {}
+    return _example(schema, schema, name="input", depth=0, placeholders=None)
+
+
 def _resolve(node: Any, root: JsonObject) -> Any:
     for _ in range(8):  # a chain of $refs, bounded
         ref = node.get("$ref") if isinstance(node, dict) else None
@@ -154,15 +166,26 @@ def _resolve(node: Any, root: JsonObject) -> Any:
     return node
 
 
-def _example(node: Any, root: JsonObject, *, name: str, depth: int, placeholders: list[str]) -> Any:
+def _example(
+    node: Any, root: JsonObject, *, name: str, depth: int, placeholders: list[str] | None
+) -> Any:
+    """``placeholders`` None: a concrete value (:func:`example_value`); else a template whose
+    undecided leaves are ``<name>`` placeholders, each also listed in ``placeholders``."""
     node = _resolve(node, root)
     if not isinstance(node, dict) or depth > 4:
+        if placeholders is None:
+            return {}
         placeholders.append(name)
         return f"<{name}>"
     if "const" in node:
         return node["const"]
+    if placeholders is None:
+        if "default" in node:
+            return node["default"]
+        if isinstance(node.get("examples"), list) and node["examples"]:
+            return node["examples"][0]
     if node.get("enum"):
-        if len(node["enum"]) > 1:
+        if placeholders is not None and len(node["enum"]) > 1:
             placeholders.append(name)
             # No quotes inside: the template is edited inside a JSON string.
             return f"<{name}: {' | '.join(str(v) for v in node['enum'][:5])}>"
@@ -175,7 +198,7 @@ def _example(node: Any, root: JsonObject, *, name: str, depth: int, placeholders
     if kind == "object" or "properties" in node:
         props: dict[str, Any] = node.get("properties") or {}
         keys = list(node.get("required") or [])
-        if "approved" in props and "approved" not in keys:
+        if placeholders is not None and "approved" in props and "approved" not in keys:
             keys.insert(0, "approved")
         return {
             k: _example(props.get(k, {}), root, name=k, depth=depth + 1, placeholders=placeholders)
@@ -184,9 +207,39 @@ def _example(node: Any, root: JsonObject, *, name: str, depth: int, placeholders
     if kind == "boolean":
         return True
     if kind == "array":
-        return []
+        if placeholders is not None:
+            return []
+        item = _example(node.get("items", {}), root, name=name, depth=depth + 1, placeholders=None)
+        return [item] * max(int(node.get("minItems") or 1), 1)
+    if placeholders is None:
+        return _concrete_leaf(node, kind)
     placeholders.append(name)
     return f"<{name}>"
+
+
+_FORMATS = {
+    "date-time": "2026-01-01T00:00:00Z",
+    "date": "2026-01-01",
+    "time": "12:00:00",
+    "email": "someone@example.com",
+    "uri": "https://example.com",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+}
+
+
+def _concrete_leaf(node: JsonObject, kind: Any) -> Any:
+    if kind in ("integer", "number"):
+        low = node.get("minimum", node.get("exclusiveMinimum"))
+        value = 1 if low is None else low + (1 if "exclusiveMinimum" in node else 0)
+        high = node.get("maximum")
+        if high is not None:
+            value = min(value, high)
+        return int(value) if kind == "integer" else float(value)
+    if kind == "null":
+        return None
+    text = _FORMATS.get(str(node.get("format")), "example")
+    text = text.ljust(int(node.get("minLength") or 0), "x")
+    return text[: int(node["maxLength"])] if "maxLength" in node else text
 
 
 def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject, str]:
