@@ -20,6 +20,7 @@ from temporalio.client import (
     Client,
     RPCError,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
@@ -368,7 +369,13 @@ class Chat:
         self.id = chat_id
 
     @property
+    def client(self) -> AgentClient:
+        """The ``AgentClient`` this chat talks through."""
+        return self._client
+
+    @property
     def handle(self) -> WorkflowHandle[AgentWorkflow, ConversationResult]:
+        """The conversation's workflow (its latest run)."""
         return self._client.temporal.get_workflow_handle_for(AgentWorkflow.run, self.id)
 
     async def send(self, text: str, *, worker_timeout: timedelta | None = None) -> TurnResult:
@@ -632,6 +639,7 @@ class Chat:
         *args: Any,
         worker_timeout: timedelta | None = None,
         open_only: bool = False,
+        continued: int = 0,
     ) -> Any:
         condition = QueryRejectCondition.NOT_OPEN if open_only else None
         loop = asyncio.get_running_loop()
@@ -642,7 +650,18 @@ class Chat:
             return await self._query_within(
                 query, *args, condition=condition, worker_timeout=worker_timeout
             )
-        except WorkflowQueryRejectedError:
+        except WorkflowQueryRejectedError as e:
+            # A query waits behind the workflow task in flight; when that task continued the
+            # conversation as new, the run it was sent to is closed but the chat is not: ask
+            # the new run (each continue-as-new at a pause is one task, so a few tries do).
+            if e.status == WorkflowExecutionStatus.CONTINUED_AS_NEW and continued < 5:
+                return await self._query(
+                    query,
+                    *args,
+                    worker_timeout=worker_timeout,
+                    open_only=open_only,
+                    continued=continued + 1,
+                )
             raise _Closed() from None
         except WorkflowQueryFailedError as e:
             raise AgentError(f"query failed: {e}") from e
