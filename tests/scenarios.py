@@ -111,7 +111,7 @@ async def cancel_edges_conversation(
     await chat.cancel("enough")
     await waiting
     await sending
-    model.script.index = max(model.script.index, 4)  # skip the reply a cancelled turn never used
+    model.advance_to(4)  # skip the reply a cancelled turn never used
     sending = asyncio.create_task(chat.send("one more"))
     await calls_made(4)
     await handle.cancel()  # the workflow itself, during a model call

@@ -54,7 +54,7 @@ async def test_idle_conversation_continues_as_new_and_keeps_its_memory(small_his
     queue = f"tq-{uuid.uuid4()}"
     for n in range(8):
         model.reply(calls(("lookup", {"key": f"k{n}"}, f"id-{n}")), text(f"answer {n}"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("assistant")
         first_run = None
         for n in range(8):
@@ -82,7 +82,7 @@ async def test_paused_conversation_continues_as_new_and_stays_paused(small_histo
     client = small_histories.client
     queue = f"tq-{uuid.uuid4()}"
     model.reply(calls(("approve", {"question": "q"}), ("lookup", {"key": "k"})), text("done"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("assistant")
         (pending,) = (await chat.send("go")).interrupts
         handle = client.get_workflow_handle(chat.id)
@@ -125,7 +125,7 @@ async def test_answers_racing_a_continue_as_new_at_the_pause_still_finish_the_tu
     turns = 15
     for n in range(turns):
         model.reply(calls(("approve", {"question": f"q{n}"})), text(f"done {n}"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("assistant")
         for n in range(turns):
             (pending,) = (await chat.send(f"turn {n}")).interrupts
@@ -147,7 +147,7 @@ async def test_a_conversation_too_large_to_carry_whole_drops_its_oldest_turns(
     turns = 10
     for n in range(turns):
         model.reply(calls(("big", {"kib": 200})), text(f"answer {n}"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("careful")
         for n in range(turns):
             res = await chat.send(f"question {n}")

@@ -64,7 +64,7 @@ async def test_deadline_answers_with_the_default_and_audits_it(skipping, model):
     model.reply(calls(("approveByTomorrow", {"question": "ship it?"})), text("it timed out"))
     queue = f"tq-{uuid.uuid4()}"
     async with build_worker(
-        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.server.client()
+        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.client()
     ):
         chat = await AgentClient(skipping.client, task_queue=queue).chat("deadlineAgent")
         res = await chat.send("go")
@@ -93,7 +93,7 @@ async def test_agent_wide_deadline_applies_to_gated_calls(skipping, model):
     )
     queue = f"tq-{uuid.uuid4()}"
     async with build_worker(
-        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.server.client()
+        skipping.client, agents=[deadline_agent], task_queue=queue, gemini=model.client()
     ):
         chat = await AgentClient(skipping.client, task_queue=queue).chat("deadlineAgent")
         a, gated = (await chat.send("go")).interrupts

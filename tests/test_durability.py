@@ -38,11 +38,11 @@ async def test_paused_turn_is_answered_by_a_brand_new_worker(client, model):
     model.reply(calls(("lookup", {"key": "k"}), ("approve", {"question": "q"})), text("done"))
     queue = f"tq-{uuid.uuid4()}"
     agents = AgentClient(client, task_queue=queue)
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await agents.chat("assistant")
         (i,) = (await chat.send("go")).interrupts
     # The first worker is gone; nothing of the conversation lives in this process any more.
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         assert [p.ref for p in await chat.pending()] == [i.ref]
         res = await chat.resume(respond=[i.respond({"approved": True})])
     assert res.finish_reason == FinishReason.STOP
@@ -72,18 +72,14 @@ async def test_paused_turn_survives_a_server_restart(tmp_path, model):
     queue = f"tq-{uuid.uuid4()}"
     async with await server() as env:
         agents = AgentClient(env.client, task_queue=queue)
-        async with build_worker(
-            env.client, agents=t.ALL, task_queue=queue, gemini=model.server.client()
-        ):
+        async with build_worker(env.client, agents=t.ALL, task_queue=queue, gemini=model.client()):
             chat = await agents.chat("assistant")
             (i,) = (await chat.send("go")).interrupts
     assert db.exists()
     async with await server() as env:
         agents = AgentClient(env.client, task_queue=queue)
         chat = await agents.chat("assistant", chat_id=chat.id)
-        async with build_worker(
-            env.client, agents=t.ALL, task_queue=queue, gemini=model.server.client()
-        ):
+        async with build_worker(env.client, agents=t.ALL, task_queue=queue, gemini=model.client()):
             assert [p.ref for p in await chat.pending()] == [i.ref]
             res = await chat.resume(respond=[i.respond({"approved": True})])
             assert res.text == "survived"

@@ -566,7 +566,7 @@ async def test_a_flood_of_large_junk_signals_never_gets_the_conversation_termina
     model.reply(calls(("approve", {"question": "q"})), text("survived"))
     junk = {"respond": [{"name": "approve", "ref": "junk", "output": {"pad": "x" * 900_000}}]}
     floods = 20
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("budget")
         (pending,) = (await chat.send("go")).interrupts
         handle = client.get_workflow_handle(chat.id)
@@ -689,7 +689,7 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(early_serve
         model.reply(text(f"turn {turn} done. {answer}"))
     # Then the model gives a call id: with refs forgotten, it cannot be told apart from one.
     model.reply(calls(("lookup", {"key": "k"}, "fresh-id")), text("looked up"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("many")
         for turn in range(turns):
             res = await chat.send(f"turn {turn}")
@@ -715,7 +715,7 @@ async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server
     turns = 6
     for n in range(turns):
         model.reply(calls(("approve", {"question": f"q{n}"})), text(f"done {n}"))
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("budget")
         for n in range(turns):
             (ask,) = (await chat.send(f"turn {n}")).interrupts
@@ -951,16 +951,16 @@ async def random_operation(
     return "answer-refused"
 
 
-async def test_random_maximum_size_inputs_never_break_a_conversation(early_server, model):
+async def test_random_maximum_size_inputs_never_break_a_conversation(early_server):
     """Ten conversations of eight random operations each; after every one, every query and
     the state continue-as-new would carry stay within their limits; no workflow task fails."""
     client = early_server.client
     queue = f"tq-{uuid.uuid4()}"
     rng = random.Random(20261201)
-    model.server.responder = Plan(rng)
+    model = ScriptedModel(Plan(rng))
     done: Counter[str] = Counter()
     results: list[TurnResult] = []
-    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.server.client()):
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
         agents = AgentClient(client, task_queue=queue)
         chats = []
         for _ in range(10):
@@ -997,7 +997,7 @@ async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(c
         client,
         agents=t.ALL,
         task_queue=queue,
-        gemini=model.server.client(),
+        gemini=model.client(),
         patch_activation_callback=_before_the_rules,
     ):
         chat, _ = await paused_on_approve(AgentClient(client, task_queue=queue), model)

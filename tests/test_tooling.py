@@ -39,7 +39,7 @@ def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
         "pytest",
         "-q",
         "-p",
-        "tests.plugins.exit_guard",
+        "worker.pytest_plugin",
         "-p",
         "no:cacheprovider",
         "--rootdir",

