@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m client.demo
 
-## run: the worker hosting the example agents, plus the dev server unless TEMPORAL_ADDRESS is set
+## run: the worker hosting the example agents, plus the dev server unless an address is configured
+# (TEMPORAL_ADDRESS or a profile): a configured server that is down is reported, not replaced.
 run: setup
 	$(PY) -m worker --dev-server
 
@@ -43,12 +44,22 @@ lint: setup
 ## stop: stop the dev server that `make demo` left running (`make run` stops its own on exit)
 # Only a pid that is still a Temporal dev server (`temporal ... server start-dev`) is killed: the
 # pid in a stale file may since have been given to any other process. (-ww: whole command lines,
-# whatever COLUMNS says.)
+# whatever COLUMNS says.) The file's second line is the pid that started the server; while that
+# process is still the server's parent (`make run`'s worker), the server is its to stop, and
+# stopping it here would pull the server from under a running worker. Exits 1 then, so that
+# `make clean` does not delete the data of a server still in use.
 stop:
 	@if [ ! -f $(DEV_PID) ]; then echo "no dev server running"; exit 0; fi; \
-	pid=$$(tr -cd '0-9' < $(DEV_PID)); \
+	pid=$$(sed -n 1p $(DEV_PID) | tr -cd '0-9'); \
+	owner=$$(sed -n 2p $(DEV_PID) | tr -cd '0-9'); \
 	is_server() { ps -ww -p "$$pid" -o args= 2>/dev/null | grep -q 'temporal.*start-dev'; }; \
 	if [ -n "$$pid" ] && is_server; then \
+		parent=$$(ps -p "$$pid" -o ppid= 2>/dev/null | tr -cd '0-9'); \
+		if [ -n "$$owner" ] && [ "$$parent" = "$$owner" ]; then \
+			echo "left the dev server (pid $$pid) running: it belongs to pid $$owner" \
+				"($$(ps -ww -p "$$owner" -o args= 2>/dev/null)), which is still running; stop that instead"; \
+			exit 1; \
+		fi; \
 		kill "$$pid" || { echo "could not stop the dev server (pid $$pid)"; exit 1; }; \
 		for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do \
 			is_server || break; sleep 0.5; \

@@ -1,9 +1,11 @@
 """``make demo``: one banking conversation that pauses for your approval.
 
-Starts the embedded Temporal dev server (unless one already listens on localhost:7233) and leaves
-it running with its UI, runs a worker in this process, asks the bankingAgent to transfer $500,
-shows the interrupt, reads ``approve? [y/N]`` from stdin (a pipe works: ``echo y | make demo``),
-sends the answer as a resume and prints the final answer.
+Uses the configured Temporal server (``TEMPORAL_ADDRESS`` or a profile), else the one listening on
+localhost:7233, else starts the embedded dev server and leaves it running with its UI. Then it
+checks the server answers as Temporal, runs a worker in this process, asks the bankingAgent to
+transfer $500, shows the interrupt, reads ``approve? [y/N]`` from stdin (a pipe works:
+``echo y | make demo``), sends the answer as a resume and prints the final answer. Its closing
+text says ``make stop`` only for a server ``make stop`` would stop.
 
 The worker polls the project's task queue (``AGENT_TASK_QUEUE``, default ``agents``), the one
 ``make run`` serves: once the demo's own worker has gone, ``make run`` answers ``agentctl show``
@@ -21,12 +23,13 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import quote
 
-from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from client.api import (
+    DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
     AgentClient,
+    ConnectionConfigError,
     approve,
     connect_config,
     deny,
@@ -34,12 +37,24 @@ from client.api import (
 )
 from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
-from worker.devserver import port_open, start_dev_server, temporal_cli, wait_for_port
+from worker.devserver import (
+    RecordedServer,
+    ServerNotAnswering,
+    connect_answering,
+    pid_file,
+    port_open,
+    recorded_dev_server,
+    start_dev_server,
+    temporal_cli,
+    wait_for_port,
+)
 from worker.search_attributes import register_search_attributes
 from workflows.types import FinishReason
 
-ADDRESS = "localhost:7233"
+ADDRESS = DEFAULT_ADDRESS
+PORT = 7233
 UI = "http://localhost:8233"
+STATE_DIR = Path(".temporal")
 
 
 def task_queue() -> str:
@@ -64,19 +79,71 @@ def _ask(prompt: str) -> str:
     return line.strip().lower()
 
 
+def closing_lines(
+    *, address: str, started: bool, recorded: RecordedServer | None
+) -> tuple[str, str | None]:
+    """What the demo says about the server it used, before and after the links to it.
+
+    ``make stop`` is offered only for a server it would stop: the one this demo started, or an
+    orphaned dev server recorded under ``.temporal/`` (an earlier demo's). A server with a live
+    owner (``make run``), or one nothing here recorded, is somebody else's to stop.
+
+    Args:
+        address: where the demo connected.
+        started: this demo started the server.
+        recorded: the dev server ``.temporal/dev-server.pid`` names, when the demo used the
+            default address.
+    """
+    if started or (recorded is not None and recorded.owner is None):
+        return "The dev server and its UI are still running:", "Stop the server with: make stop"
+    if recorded is not None:
+        owner = f"pid {recorded.owner}" + (
+            f" ({recorded.owner_command})" if recorded.owner_command else ""
+        )
+        return (
+            f"The dev server at {address} belongs to {owner}, which is still running; "
+            "it is left alone:",
+            None,
+        )
+    return f"The Temporal server at {address} was already running and is left alone:", None
+
+
 async def demo() -> int:
-    if os.environ.get("TEMPORAL_ADDRESS"):
-        print(f"Using the Temporal server at {os.environ['TEMPORAL_ADDRESS']} (TEMPORAL_ADDRESS).")
-    elif port_open(7233):
+    try:
+        # Without a default, so that "nothing configured" (the dev server's case) shows.
+        config = connect_config(default_address=None)
+    except ConnectionConfigError as e:
+        print(f"Cannot run the demo: {e}", file=sys.stderr)
+        return 2
+    configured: str | None = config.get("target_host")
+    started = False
+    if configured:
+        source = "TEMPORAL_ADDRESS" if os.environ.get("TEMPORAL_ADDRESS") else "a Temporal profile"
+        print(f"Using the Temporal server at {configured} ({source}).")
+    elif port_open(PORT):
         print(f"Using the Temporal server already listening on {ADDRESS}.")
     else:
-        state = Path(".temporal")
-        proc = start_dev_server(db_file=state / "temporal.db", log_file=state / "dev-server.log")
-        await wait_for_port(7233, proc=proc)
+        db_file = STATE_DIR / "temporal.db"
+        proc = start_dev_server(db_file=db_file, log_file=STATE_DIR / "dev-server.log")
+        await wait_for_port(PORT, proc=proc)
+        started = True
         print(f"Started the Temporal dev server (pid {proc.pid}); data in .temporal/, UI at {UI}")
-    config = connect_config()
+    address = configured or ADDRESS
+    # Only a default server this demo did not start can be an earlier one .temporal/ records.
+    recorded = (
+        None if configured or started else recorded_dev_server(pid_file(STATE_DIR / "temporal.db"))
+    )
+    config["target_host"] = address
     config["data_converter"] = pydantic_data_converter
-    temporal = await Client.connect(**config)
+    try:
+        temporal = await connect_answering(config)
+    except ServerNotAnswering as e:
+        hint = "; `make stop` stops the dev server" if recorded and not recorded.owner else ""
+        print(f"Cannot run the demo: {e}{hint}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        print(f"Cannot run the demo: cannot connect to Temporal at {address}: {e}", file=sys.stderr)
+        return 1
     # A server we did not start may lack them; registering is idempotent.
     await register_search_attributes(temporal)
     if not has_gemini_key():
@@ -112,15 +179,15 @@ async def demo() -> int:
     link = f"{UI}/namespaces/{temporal.namespace}/workflows/{quote(chat_id)}"
     beside = Path(sys.executable).parent / "agentctl"  # installed with the project
     agentctl = _command(str(beside)) if beside.exists() else "agentctl"
+    heading, footer = closing_lines(address=address, started=started, recorded=recorded)
     print(
-        "\nThe dev server and its UI are still running:\n"
+        f"\n{heading}\n"
         f"  this conversation:  {link}\n"
         f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
         f"  paused ones:        {_command(temporal_cli())} workflow list --query "
         '\'AgentStatus="interrupted" AND ExecutionStatus="Running"\'\n'
         f"  with a worker:      make run   (serves task queue {queue!r}), then\n"
-        f"                      {agentctl} show {chat_id}\n"
-        "Stop the server with: make stop"
+        f"                      {agentctl} show {chat_id}" + (f"\n{footer}" if footer else "")
     )
     return 0
 

@@ -344,3 +344,76 @@ def test_the_offline_model_stands_in_only_when_no_gemini_is_configured():
     assert has_gemini_key({"GEMINI_API_KEY": "k"}) and has_gemini_key({"GOOGLE_API_KEY": "k"})
     # Vertex AI authenticates with Google Cloud credentials, not a key.
     assert has_gemini_key({"GOOGLE_GENAI_USE_VERTEXAI": "true", "GOOGLE_CLOUD_PROJECT": "p"})
+
+
+# Who stops the server: `make stop` and the demo's closing text agree on it.
+
+
+def fake_dev_server() -> subprocess.Popen[str]:
+    sleeper = "import time; print('up', flush=True); time.sleep(60)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "temporal", "server", "start-dev"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
+    return server
+
+
+def test_make_stop_leaves_a_server_whose_starter_still_runs_alone(tmp_path):
+    # As `make run` records its server: the server's pid, then its own (this test is the parent).
+    server = fake_dev_server()
+    try:
+        pid_file = write_pid(tmp_path, server.pid)
+        pid_file.write_text(f"{server.pid}\n{os.getpid()}\n")
+        run = make(tmp_path, "stop")
+        assert run.returncode != 0  # and so `make clean` keeps the data of a server in use
+        assert f"left the dev server (pid {server.pid}) running" in run.stdout
+        assert f"it belongs to pid {os.getpid()} (" in run.stdout
+        assert "stop that instead" in run.stdout
+        assert server.poll() is None
+        assert pid_file.exists()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_make_stop_stops_a_server_whose_starter_has_gone(tmp_path):
+    # `make demo` has exited: the recorded starter is no longer the server's parent.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    server = fake_dev_server()
+    try:
+        pid_file = write_pid(tmp_path, server.pid)
+        pid_file.write_text(f"{server.pid}\n{gone.pid}\n")
+        run = make(tmp_path, "stop")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.strip() == f"stopped the dev server (pid {server.pid})"
+        assert server.wait(timeout=10) == -signal.SIGTERM
+        assert not pid_file.exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
+    environ = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
+    environ["TEMPORAL_ADDRESS"] = address = server_address(env.client)
+    environ["AGENT_TASK_QUEUE"] = f"tq-demo-{uuid.uuid4()}"
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "client.demo"],
+        input="n\n",
+        cwd=tmp_path,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Using the Temporal server at {address} (TEMPORAL_ADDRESS)." in proc.stdout
+    assert f"The Temporal server at {address} was already running and is left alone:" in proc.stdout
+    assert "make stop" not in proc.stdout
+    assert "/namespaces/default/workflows/demo-" in proc.stdout  # the links are still there

@@ -3,12 +3,14 @@
 Connection settings come from ``temporalio.envconfig`` through ``client.api.connect_config``
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
 ``TEMPORAL_CONFIG_FILE`` and ``TEMPORAL_PROFILE``), the same path ``agentctl`` and
-``AgentClient.connect`` take. Without an address and with ``--dev-server``, the embedded Temporal
-dev server is started under ``.temporal/``.
+``AgentClient.connect`` take. With ``--dev-server`` and no address configured anywhere, the
+embedded Temporal dev server is started under ``.temporal/`` (unless one already listens on
+``localhost:7233``); a configured address, even ``localhost:7233``, is never started for.
 
 Exit codes: 0 after a graceful stop (or a done ``--setup-search-attributes``); 1 when Temporal
-cannot be reached; 2 when the configuration is unusable or the namespace lacks the search
-attributes (the log says what to fix).
+cannot be reached or does not answer; 2 for a bad ``--agents`` (checked first, before anything
+connects), an unusable configuration, or a namespace without the search attributes (the message
+says what to fix).
 """
 
 from __future__ import annotations
@@ -21,19 +23,26 @@ import os
 import signal
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
 from client.api import DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, ConnectionConfigError, connect_config
 from worker import build_worker, has_gemini_key
-from worker.devserver import pid_file, port_open, start_dev_server, wait_for_port
+from worker.devserver import (
+    ServerNotAnswering,
+    connect_answering,
+    pid_file,
+    port_open,
+    start_dev_server,
+    wait_for_port,
+)
 from worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
@@ -47,9 +56,8 @@ log = logging.getLogger("worker")
 T = TypeVar("T")
 
 STATE_DIR = Path(".temporal")
-
-# The addresses --dev-server may start a server for: anything else is someone else's cluster.
-LOCAL_ADDRESSES = frozenset({DEFAULT_ADDRESS, "127.0.0.1:7233"})
+DEV_SERVER_PORT = 7233  # DEFAULT_ADDRESS's
+DEFAULT_AGENTS = "examples:ALL_AGENTS"
 
 # Capacity defaults, sized for a 2-core box and documented in the README. Model and tool calls
 # are async and wait on the network, so 50 at once costs little CPU. Workflow tasks are CPU work
@@ -111,8 +119,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--agents",
         action="append",
         default=None,
-        metavar="MODULE:ATTR",
-        help="agents to host: an Agent or a list of them (default: examples:ALL_AGENTS)",
+        metavar="MODULE[:NAME]",
+        help="agents to host: MODULE:NAME names an Agent or a list of Agents in an importable "
+        "module; MODULE alone means MODULE:ALL_AGENTS; repeat the flag to host more (default: "
+        f"{DEFAULT_AGENTS})",
     )
     p.add_argument("--profile", default=None, help="envconfig profile (env TEMPORAL_PROFILE)")
     p.add_argument(
@@ -128,8 +138,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dev-server",
         action="store_true",
-        help="start the embedded dev server under .temporal/ when the configured address is "
-        "localhost:7233 and nothing listens there yet",
+        help="start the embedded dev server under .temporal/ when no address is configured "
+        "(no TEMPORAL_ADDRESS, none in a profile) and nothing listens on localhost:7233 yet",
     )
     p.add_argument(
         "--max-concurrent-activities",
@@ -181,43 +191,133 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+class AgentSpecError(ValueError):
+    """An ``--agents`` value that names no agents; the one-line message says why."""
+
+
 def load_agents(specs: Sequence[str] | None) -> list[Agent]:
+    """The agents ``--agents`` values name, in order (default ``examples:ALL_AGENTS``).
+
+    Raises:
+        AgentSpecError: a module that cannot be imported or raises while importing, a missing
+            name, or a value that is not an Agent or a list of Agents.
+    """
     agents: list[Agent] = []
-    for spec in specs or ["examples:ALL_AGENTS"]:
-        module_name, _, attr = spec.partition(":")
-        value = getattr(importlib.import_module(module_name), attr or "ALL_AGENTS")
-        items = value if isinstance(value, list | tuple) else [value]
-        for item in items:
-            if not isinstance(item, Agent):
-                raise SystemExit(f"{spec}: {item!r} is not an Agent")
-            agents.append(item)
+    for spec in specs or [DEFAULT_AGENTS]:
+        try:
+            agents += _agents_of(spec)
+        except AgentSpecError as e:
+            raise AgentSpecError(f"--agents {spec}: {e}") from None
     return agents
 
 
+def _agents_of(spec: str) -> list[Agent]:
+    module_name, colon, attr = spec.partition(":")
+    module_name, attr = module_name.strip(), attr.strip()
+    if not module_name:
+        raise AgentSpecError("no module before the colon; expected MODULE:NAME")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        # Either the module is not on the path, or it is and one of its own imports is not.
+        raise AgentSpecError(f"cannot import module {module_name!r}: {_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001  # the author's code at import time: any error at all
+        raise AgentSpecError(
+            f"importing module {module_name!r} raised {type(e).__name__}: {_one_line(e)}"
+        ) from None
+    if not colon or not attr:
+        if not hasattr(module, "ALL_AGENTS"):
+            raise AgentSpecError(
+                f"module {module_name} has no ALL_AGENTS; name the agent: {module_name}:NAME"
+                + _offer(module)
+            )
+        attr = "ALL_AGENTS"
+    if not hasattr(module, attr):
+        raise AgentSpecError(f"module {module_name!r} has no attribute {attr!r}" + _offer(module))
+    value = getattr(module, attr)
+    if isinstance(value, types.ModuleType):
+        raise AgentSpecError(
+            f"{module_name}:{attr} is a module, not an Agent or a list of Agents; name one "
+            f"inside it: {value.__name__}:NAME"
+        )
+    if not isinstance(value, list | tuple):
+        if not isinstance(value, Agent):
+            raise AgentSpecError(
+                f"{module_name}:{attr} is {_a(value)}, not an Agent or a list of Agents"
+            )
+        return [value]
+    if not value:
+        raise AgentSpecError(f"{module_name}:{attr} is empty: no agents to host")
+    for n, item in enumerate(value):
+        if not isinstance(item, Agent):
+            raise AgentSpecError(f"item {n} of {module_name}:{attr} is {_a(item)}, not an Agent")
+    return list(value)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or "(no message)"
+
+
+def _a(value: object) -> str:
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def _offer(module: types.ModuleType) -> str:
+    """The names in ``module`` that ``--agents`` could take, for a typo's message."""
+    names = [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (
+            isinstance(value, Agent)
+            or (
+                isinstance(value, list | tuple)
+                and bool(value)
+                and all(isinstance(v, Agent) for v in value)
+            )
+        )
+    ]
+    return f" (agents there: {', '.join(sorted(names))})" if names else ""
+
+
+def wants_dev_server(*, requested: bool, configured_address: str | None) -> bool:
+    """Whether ``--dev-server`` may start the embedded server: only for the default address.
+
+    An address from ``TEMPORAL_ADDRESS`` or a profile, even ``localhost:7233``, is a server
+    someone else runs; nothing answering there is an error to report, not a gap to fill.
+    """
+    return requested and configured_address is None
+
+
 async def _maybe_start_dev_server(
-    args: argparse.Namespace, target_host: str
+    args: argparse.Namespace, configured_address: str | None
 ) -> subprocess.Popen[bytes] | None:
-    # The resolved address decides, not TEMPORAL_ADDRESS alone: a profile may point elsewhere.
-    if not args.dev_server or target_host not in LOCAL_ADDRESSES:
+    if not wants_dev_server(requested=args.dev_server, configured_address=configured_address):
         return None
-    if port_open(7233):
-        log.info("a Temporal server already listens on localhost:7233; using it")
+    if port_open(DEV_SERVER_PORT):
+        # Whether it answers as Temporal is checked by connecting, as for any other server.
+        log.info("a Temporal server already listens on %s; using it", DEFAULT_ADDRESS)
         return None
     proc = start_dev_server(
         db_file=STATE_DIR / "temporal.db", log_file=STATE_DIR / "dev-server.log"
     )
-    await wait_for_port(7233, proc=proc)
+    await wait_for_port(DEV_SERVER_PORT, proc=proc)
     log.info("Temporal dev server started (UI: http://localhost:8233, data: .temporal/)")
     return proc
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
     try:
-        config = connect_config(profile=args.profile, config_file=args.config_file)
+        # Without a default, so that "nothing configured" (the dev server's case) shows.
+        config = connect_config(
+            profile=args.profile, config_file=args.config_file, default_address=None
+        )
     except ConnectionConfigError as e:
         log.error("%s", e)
         return 2
-    server = await _maybe_start_dev_server(args, config["target_host"])
+    server = await _maybe_start_dev_server(args, config.get("target_host"))
+    config.setdefault("target_host", DEFAULT_ADDRESS)
     try:
         config["data_converter"] = pydantic_data_converter
         if args.metrics_bind:
@@ -225,7 +325,10 @@ async def run(args: argparse.Namespace) -> int:
                 telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=args.metrics_bind))
             )
         try:
-            client = await Client.connect(**config)
+            client = await connect_answering(config)
+        except ServerNotAnswering as e:
+            log.error("%s", e)
+            return 1
         except RuntimeError as e:
             log.error(
                 "cannot connect to Temporal at %s (namespace %r): %s",
@@ -263,7 +366,6 @@ async def run(args: argparse.Namespace) -> int:
                 e.message,
             )
             return 2
-        agents = load_agents(args.agents)
         worker = build_worker(
             client,
             agents=agents,
@@ -315,7 +417,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     for noisy in ("httpx", "httpx2", "google_genai.models"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    code = asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    try:
+        # Before anything connects or starts a server, so that a typo fails at once.
+        agents = load_agents(args.agents)
+    except AgentSpecError as e:
+        print(f"python -m worker: error: {e}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
+    code = asyncio.run(run(args, agents))
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).

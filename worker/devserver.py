@@ -3,24 +3,43 @@
 ``temporal server start-dev`` with SQLite on disk, the project's search attributes registered, the
 UI on port 8233, and the dispatch flag that matters: a stock dev server throttles workflow-task
 dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag).
+
+Also what ``python -m worker --dev-server`` and ``make demo`` need to tell the servers they may
+start, use or stop from the ones they must leave alone: who started a recorded dev server, and
+whether a port that accepts connections is really a Temporal server that answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 
 from workflows.config import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
+
+# How long connecting may take before the server counts as not answering. The SDK alone waits
+# 30 s on a port that accepts and never speaks gRPC (a hung server, or another program there), and
+# then reports it like a refused connection. A healthy server, even across an ocean, answers in
+# about a second.
+CONNECT_TIMEOUT = timedelta(seconds=10)
+
+# What `ps` shows for a server start_dev_server launched; the Makefile's `stop` matches the same.
+_DEV_SERVER_ARGS = re.compile(r"temporal.*start-dev")
 
 DISPATCH_FLAG = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 
@@ -103,11 +122,93 @@ def start_dev_server(
     cmd = dev_server_command(db_file=db_file, port=port, ui_port=ui_port)
     log.info("starting Temporal dev server: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
-    # `make stop` reads this to stop a server that outlived the command that started it.
-    pid_file(db_file).write_text(f"{proc.pid}\n")
+    # `make stop` reads this to stop a server that outlived the command that started it. The
+    # second line names that command: while it still runs, the server is its to stop.
+    pid_file(db_file).write_text(f"{proc.pid}\n{os.getpid()}\n")
     return proc
 
 
 def pid_file(db_file: Path) -> Path:
     """Where ``start_dev_server`` records the pid of the server using ``db_file``."""
     return db_file.parent / "dev-server.pid"
+
+
+@dataclass(frozen=True)
+class RecordedServer:
+    """A running dev server that ``start_dev_server`` recorded in a pid file."""
+
+    pid: int
+    owner: int | None
+    """The live process that started it and stops it when it ends (``make run``'s worker), or
+    ``None`` once that process is gone: then the server is an orphan and ``make stop`` stops it."""
+    owner_command: str = ""
+
+
+def recorded_dev_server(pid_path: Path) -> RecordedServer | None:
+    """The dev server ``pid_path`` names, if that pid still runs one (``make stop`` checks so).
+
+    A stale file's pid may since have been given to any other process, so the pid counts only
+    while its command line is a dev server's.
+    """
+    try:
+        lines = pid_path.read_text().split()
+    except OSError:
+        return None
+    if not lines or not lines[0].isdigit():
+        return None
+    found = _ps(int(lines[0]))
+    if found is None or not _DEV_SERVER_ARGS.search(found[1]):
+        return None
+    pid, (parent, _) = int(lines[0]), found
+    # The recorded starter owns the server only while it is still its parent: once it exits the
+    # server is re-parented, so a recycled pid on the second line never matches.
+    owner = int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else None
+    if owner is None or owner != parent:
+        return RecordedServer(pid=pid, owner=None)
+    starter = _ps(owner)
+    return RecordedServer(pid=pid, owner=owner, owner_command=starter[1] if starter else "")
+
+
+def _ps(pid: int) -> tuple[int, str] | None:
+    """A process's parent pid and whole command line (``-ww``: whatever ``COLUMNS`` says)."""
+    try:
+        out = subprocess.run(
+            ["ps", "-ww", "-p", str(pid), "-o", "ppid=", "-o", "args="],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    parent, _, args = out.partition(" ")
+    return (int(parent), args.strip()) if parent.isdigit() else None
+
+
+class ServerNotAnswering(Exception):
+    """Something accepts connections at the address but does not answer as Temporal in time."""
+
+
+async def connect_answering(
+    config: Mapping[str, Any], *, timeout: timedelta = CONNECT_TIMEOUT
+) -> Client:
+    """``Client.connect(**config)``, giving up after ``timeout`` instead of the SDK's 30 s.
+
+    Connecting already makes a real Temporal call (``GetSystemInfo``), so a client returned here
+    talked to a Temporal server.
+
+    Raises:
+        ServerNotAnswering: no answer within ``timeout``; the message names the address and how
+            to fix it.
+        RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
+    """
+    try:
+        async with asyncio.timeout(timeout.total_seconds()):
+            return await Client.connect(**config)
+    except TimeoutError:
+        address = config.get("target_host", "?")
+        raise ServerNotAnswering(
+            f"the server at {address} is not answering as Temporal (no reply within "
+            f"{timeout.total_seconds():g}s): stop whatever listens there, or point "
+            "TEMPORAL_ADDRESS at a Temporal server"
+        ) from None
