@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -100,3 +102,16 @@ def held(reply: dict[str, Any]) -> tuple[Callable[[Request], dict[str, Any]], th
         return reply
 
     return respond, release
+
+
+def fake_dev_server() -> subprocess.Popen[str]:
+    """A child whose command line reads like the dev server's (``temporal server start-dev``),
+    as ``ps`` shows the one ``start_dev_server`` launches; the caller kills it."""
+    sleeper = "import time; print('up', flush=True); time.sleep(60)"
+    server = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "temporal", "server", "start-dev"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
+    return server

@@ -16,7 +16,7 @@ import pytest
 
 from client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason, demo
 from examples import ALL_AGENTS, banking, deploy, shell
-from tests.helpers import server_address
+from tests.helpers import fake_dev_server, server_address
 from worker import build_worker
 from worker.devserver import temporal_cli
 from worker.offline_model import BANNER, respond
@@ -158,14 +158,7 @@ def test_make_stop_with_a_dead_pid(tmp_path):
 
 
 def test_make_stop_stops_a_dev_server(tmp_path):
-    # What `ps` shows for the server start_dev_server launches: `.../temporal server start-dev ...`
-    sleeper = "import time; print('up', flush=True); time.sleep(60)"
-    server = subprocess.Popen(
-        [sys.executable, "-c", sleeper, "temporal", "server", "start-dev"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
+    server = fake_dev_server()
     try:
         pid_file = write_pid(tmp_path, server.pid)
         run = make(tmp_path, "stop")
@@ -347,17 +340,6 @@ def test_the_offline_model_stands_in_only_when_no_gemini_is_configured():
 
 
 # Who stops the server: `make stop` and the demo's closing text agree on it.
-
-
-def fake_dev_server() -> subprocess.Popen[str]:
-    sleeper = "import time; print('up', flush=True); time.sleep(60)"
-    server = subprocess.Popen(
-        [sys.executable, "-c", sleeper, "temporal", "server", "start-dev"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
-    return server
 
 
 def test_make_stop_leaves_a_server_whose_starter_still_runs_alone(tmp_path):
