@@ -55,7 +55,8 @@ stop:
 	is_server() { ps -ww -p "$$pid" -o args= 2>/dev/null | grep -q 'temporal.*start-dev'; }; \
 	if [ -n "$$pid" ] && is_server; then \
 		parent=$$(ps -p "$$pid" -o ppid= 2>/dev/null | tr -cd '0-9'); \
-		if [ -n "$$owner" ] && [ "$$parent" = "$$owner" ]; then \
+		if [ -n "$$owner" ] && { [ "$$parent" = "$$owner" ] || \
+			ps -ww -p "$$owner" -o args= 2>/dev/null | grep -q -- '-m worker.*--dev-server'; }; then \
 			echo "left the dev server (pid $$pid) running: it belongs to pid $$owner" \
 				"($$(ps -ww -p "$$owner" -o args= 2>/dev/null)), which is still running; stop that instead"; \
 			exit 1; \

@@ -399,3 +399,39 @@ async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
     assert f"The Temporal server at {address} was already running and is left alone:" in proc.stdout
     assert "make stop" not in proc.stdout
     assert "/namespaces/default/workflows/demo-" in proc.stdout  # the links are still there
+
+
+def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path):
+    """`make demo` leaves its server running; `make run` then uses it. A second demo suggests
+    `make stop`, which must not stop the server under the running worker."""
+    from worker.devserver import adopt_dev_server, recorded_dev_server, release_dev_server
+
+    db_file = tmp_path / ".temporal" / "temporal.db"
+    server = fake_dev_server()
+    sleeper = "import time; time.sleep(60)"
+    # What `ps` shows for `make run`'s worker, which is not the server's parent here.
+    worker = subprocess.Popen([sys.executable, "-c", sleeper, "-m", "worker", "--dev-server"])
+    try:
+        pid_file = write_pid(tmp_path, server.pid)  # the demo's orphan
+        assert adopt_dev_server(db_file) == server.pid
+        assert pid_file.read_text().split() == [str(server.pid), str(os.getpid())]
+        assert adopt_dev_server(db_file) is None  # owned now: nobody else adopts it
+        release_dev_server(db_file, server.pid)
+        assert pid_file.read_text().split() == [str(server.pid)]  # an orphan again
+
+        pid_file.write_text(f"{server.pid}\n{worker.pid}\n")  # as the worker adopts it
+        found = recorded_dev_server(pid_file)
+        assert found is not None and found.owner == worker.pid
+        run = make(tmp_path, "stop")
+        assert run.returncode != 0
+        assert f"left the dev server (pid {server.pid}) running" in run.stdout
+        assert server.poll() is None
+        worker.kill()
+        worker.wait()
+        run = make(tmp_path, "stop")  # the worker is gone: the orphan may go
+        assert run.stdout.strip() == f"stopped the dev server (pid {server.pid})", run.stdout
+    finally:
+        for child in (server, worker):
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -349,3 +349,21 @@ def test_a_recorded_dev_server_knows_whether_its_starter_still_runs(tmp_path, de
     # A pid that is not a dev server (this test process) is not one.
     pid_file.write_text(f"{os.getpid()}\n")
     assert recorded_dev_server(pid_file) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "says"),
+    [
+        ((), {"AGENT_LOG_LEVEL": "LOUD"}, "AGENT_LOG_LEVEL='LOUD' is not one of"),
+        ((), {"AGENT_METRICS_BIND": "nope"}, "AGENT_METRICS_BIND='nope' is not a valid value"),
+        (("--metrics-bind", "nope"), {}, "expected HOST:PORT"),
+        (("--metrics-bind", "host:99999"), {}, "expected HOST:PORT"),
+        (("--bogus",), {}, "unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_setting_that_cannot_work_is_one_line_and_exit_2(tmp_path, argv, environ, says):
+    """Before: a bad log level or metrics address ended in a traceback and exit 1."""
+    done = run("-m", "worker", *argv, env=bare_environ(tmp_path, **environ), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("python -m worker: error: ") and says in line, line

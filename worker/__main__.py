@@ -27,7 +27,7 @@ import types
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -37,9 +37,11 @@ from client.api import DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, ConnectionConfigErro
 from worker import build_worker, has_gemini_key
 from worker.devserver import (
     ServerNotAnswering,
+    adopt_dev_server,
     connect_answering,
     pid_file,
     port_open,
+    release_dev_server,
     start_dev_server,
     wait_for_port,
 )
@@ -92,18 +94,36 @@ def _seconds(value: str) -> float:
     return number
 
 
+def _host_port(value: str) -> str:
+    host, colon, port = value.rpartition(":")
+    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, like 0.0.0.0:9464, not {value!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (the README's promise) instead of the whole
+    usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def _from_env(p: argparse.ArgumentParser, name: str, parse: Callable[[str], T], default: T) -> T:
     value = os.environ.get(name)
     if not value:
         return default
     try:
         return parse(value)
-    except ValueError:
+    except (ValueError, argparse.ArgumentTypeError):
         p.error(f"environment variable {name}={value!r} is not a valid value")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m worker",
         description="Host agents on a task queue until SIGTERM or Ctrl-C. The Temporal "
         "connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, "
@@ -183,7 +203,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--metrics-bind",
-        default=os.environ.get("AGENT_METRICS_BIND") or None,
+        type=_host_port,
+        default=_from_env(p, "AGENT_METRICS_BIND", _host_port, None),
         metavar="HOST:PORT",
         help="serve the SDK's Prometheus metrics on http://HOST:PORT/metrics (env "
         "AGENT_METRICS_BIND; default off)",
@@ -292,19 +313,27 @@ def wants_dev_server(*, requested: bool, configured_address: str | None) -> bool
 
 async def _maybe_start_dev_server(
     args: argparse.Namespace, configured_address: str | None
-) -> subprocess.Popen[bytes] | None:
+) -> tuple[subprocess.Popen[bytes] | None, int | None]:
+    """The dev server this worker started, or the pid of the one it adopted (else None)."""
     if not wants_dev_server(requested=args.dev_server, configured_address=configured_address):
-        return None
+        return None, None
+    db_file = STATE_DIR / "temporal.db"
     if port_open(DEV_SERVER_PORT):
         # Whether it answers as Temporal is checked by connecting, as for any other server.
-        log.info("a Temporal server already listens on %s; using it", DEFAULT_ADDRESS)
-        return None
-    proc = start_dev_server(
-        db_file=STATE_DIR / "temporal.db", log_file=STATE_DIR / "dev-server.log"
-    )
+        adopted = adopt_dev_server(db_file)
+        log.info(
+            "a Temporal server already listens on %s; using it%s",
+            DEFAULT_ADDRESS,
+            f" (the dev server pid {adopted} that an earlier make demo started: make stop "
+            "leaves it alone while this worker runs)"
+            if adopted
+            else "",
+        )
+        return None, adopted
+    proc = start_dev_server(db_file=db_file, log_file=STATE_DIR / "dev-server.log")
     await wait_for_port(DEV_SERVER_PORT, proc=proc)
     log.info("Temporal dev server started (UI: http://localhost:8233, data: .temporal/)")
-    return proc
+    return proc, None
 
 
 async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
@@ -316,7 +345,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
     except ConnectionConfigError as e:
         log.error("%s", e)
         return 2
-    server = await _maybe_start_dev_server(args, config.get("target_host"))
+    server, adopted = await _maybe_start_dev_server(args, config.get("target_host"))
     config.setdefault("target_host", DEFAULT_ADDRESS)
     try:
         config["data_converter"] = pydantic_data_converter
@@ -400,6 +429,8 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             log.info("shutting down gracefully")
         return 0
     finally:
+        if adopted is not None:
+            release_dev_server(STATE_DIR / "temporal.db", adopted)
         if server is not None:
             server.terminate()
             try:
@@ -411,8 +442,11 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    level = (os.environ.get("AGENT_LOG_LEVEL") or "INFO").strip().upper()
+    if level not in LOG_LEVELS:
+        _usage_error(f"AGENT_LOG_LEVEL={level!r} is not one of {', '.join(LOG_LEVELS)}")
     logging.basicConfig(
-        level=(os.environ.get("AGENT_LOG_LEVEL") or "INFO").upper(),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("httpx", "httpx2", "google_genai.models"):
@@ -422,14 +456,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Before anything connects or starts a server, so that a typo fails at once.
         agents = load_agents(args.agents)
     except AgentSpecError as e:
-        print(f"python -m worker: error: {e}", file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(2)
+        _usage_error(str(e))
     code = asyncio.run(run(args, agents))
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
     os._exit(code)
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"python -m worker: error: {message}", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(2)
 
 
 if __name__ == "__main__":

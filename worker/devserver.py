@@ -40,6 +40,8 @@ CONNECT_TIMEOUT = timedelta(seconds=10)
 
 # What `ps` shows for a server start_dev_server launched; the Makefile's `stop` matches the same.
 _DEV_SERVER_ARGS = re.compile(r"temporal.*start-dev")
+# `make run`'s worker: it owns the server it starts, and the orphan it adopts (adopt_dev_server).
+_DEV_WORKER_ARGS = re.compile(r"-m worker\b.*--dev-server")
 
 DISPATCH_FLAG = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 
@@ -160,13 +162,42 @@ def recorded_dev_server(pid_path: Path) -> RecordedServer | None:
     if found is None or not _DEV_SERVER_ARGS.search(found[1]):
         return None
     pid, (parent, _) = int(lines[0]), found
-    # The recorded starter owns the server only while it is still its parent: once it exits the
-    # server is re-parented, so a recycled pid on the second line never matches.
     owner = int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else None
-    if owner is None or owner != parent:
+    if owner is None:
         return RecordedServer(pid=pid, owner=None)
     starter = _ps(owner)
-    return RecordedServer(pid=pid, owner=owner, owner_command=starter[1] if starter else "")
+    # The recorded starter owns the server while it is still its parent (once it exits, the
+    # server is re-parented, so a recycled pid never matches), or while it is `make run`'s
+    # worker, which adopted an orphan (a recycled pid would have to be one of those too).
+    if starter is None or (owner != parent and not _DEV_WORKER_ARGS.search(starter[1])):
+        return RecordedServer(pid=pid, owner=None)
+    return RecordedServer(pid=pid, owner=owner, owner_command=starter[1])
+
+
+def adopt_dev_server(db_file: Path) -> int | None:
+    """Record this process as the user of the orphaned dev server on ``db_file``, if any.
+
+    ``make run`` on a server an earlier ``make demo`` left running uses it instead of starting
+    its own. Without this, ``make stop`` (which the demo suggests for its orphan) would stop the
+    server under the running worker. Returns the adopted server's pid, for
+    :func:`release_dev_server` at exit.
+    """
+    path = pid_file(db_file)
+    found = recorded_dev_server(path)
+    if found is None or found.owner is not None:
+        return None
+    path.write_text(f"{found.pid}\n{os.getpid()}\n")
+    return found.pid
+
+
+def release_dev_server(db_file: Path, pid: int) -> None:
+    """Give an adopted server back: an orphan again, for ``make stop`` (it keeps running)."""
+    path = pid_file(db_file)
+    try:
+        if path.read_text().split() == [str(pid), str(os.getpid())]:
+            path.write_text(f"{pid}\n")
+    except OSError:
+        pass
 
 
 def _ps(pid: int) -> tuple[int, str] | None:
