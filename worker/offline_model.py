@@ -150,7 +150,7 @@ def _example_rules(user: str, tools: set[str]) -> dict[str, Any] | None:
                     "userApproval",
                     {"action": "transferMoney", "details": f"Transfer ${amount:.2f} to {to}"},
                 ),
-                say="I need your approval before moving money.",
+                say=f"{BANNER} I need your approval before moving money.",
             )
         return calls(("transferMoney", {"amount": amount, "to_account": to}))
     if (m := _STATUS.search(user)) and "deployStatus" in tools:
