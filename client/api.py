@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -74,6 +74,12 @@ from workflows.types import (
 DEFAULT_TASK_QUEUE = "agents"
 DEFAULT_ADDRESS = "localhost:7233"
 
+# How long connecting may take before the server counts as not answering. The SDK alone waits
+# 30 s on a port that accepts and never speaks gRPC (a hung server, or another program there), and
+# then reports it like a refused connection. A healthy server, even across an ocean, answers in
+# about a second.
+CONNECT_TIMEOUT = timedelta(seconds=10)
+
 
 class AgentError(Exception):
     """Something the agent runtime refused or could not do; the message says why."""
@@ -97,6 +103,20 @@ class ConnectionConfigError(AgentError):
 
     The message names the setting at fault and how to fix it.
     """
+
+
+class ServerNotAnswering(AgentError):
+    """Something accepts connections at the address but does not answer as Temporal in time.
+
+    Attributes:
+        address: The ``host:port`` connected to.
+        waited: How long connecting was given.
+    """
+
+    def __init__(self, message: str, *, address: str, waited: timedelta) -> None:
+        super().__init__(message)
+        self.address = address
+        self.waited = waited
 
 
 class NoWorkerAnswered(AgentError):
@@ -248,7 +268,8 @@ def connect_config(
 
     Raises:
         ConnectionConfigError: a named config file does not exist or does not parse, the
-            profile is not in it, or a certificate or key file it names cannot be read.
+            profile is not in it, a certificate or key file it names cannot be read, or the
+            address is not ``HOST:PORT`` (no port, a port out of range, a URL scheme).
     """
     # An empty variable means "not set" to whoever wrote `TEMPORAL_API_KEY=` in an env file, but
     # envconfig takes it literally: an empty API key (or TEMPORAL_TLS) turns TLS on, an empty
@@ -283,9 +304,50 @@ def connect_config(
         config["target_host"] = target_host
     if namespace:
         config["namespace"] = namespace
+    if "target_host" in config:
+        if target_host:
+            source = "--address or target_host"
+        elif environ.get("TEMPORAL_ADDRESS"):
+            source = "TEMPORAL_ADDRESS"
+        else:
+            wanted = profile or environ.get("TEMPORAL_PROFILE") or "default"
+            source = f"the address of the Temporal profile {wanted!r}"
+        _check_address(config["target_host"], source=source)
     if default_address is not None:
         config.setdefault("target_host", default_address)
     return config
+
+
+def _check_address(address: str, *, source: str) -> None:
+    """Refuse an address the SDK would misread rather than reject.
+
+    Measured with temporalio 1.35: a host alone (``localhost``) connects to port 80, a word
+    alone fails later as a DNS error that reads like an outage, and ``http://host:port`` works
+    but prints a two-line deprecation warning. Each is a setting to fix, so it is told as one.
+    """
+    why: str | None = None
+    if "://" in address:
+        why = (
+            "give HOST:PORT without a scheme, like localhost:7233 (TLS is a setting of its own: "
+            "TEMPORAL_TLS, or TEMPORAL_API_KEY)"
+        )
+    else:
+        host, colon, port = address.rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        if not colon or not port:
+            why = "no port; give HOST:PORT, like localhost:7233"
+        elif not host:
+            why = "no host; give HOST:PORT, like localhost:7233"
+        elif not port.isdigit():
+            why = f"the port {port!r} is not a number; give HOST:PORT, like localhost:7233"
+        elif not 0 < int(port) < 65536:
+            why = f"the port {port} is not between 1 and 65535"
+        elif ":" in host and not bracketed:
+            why = "an IPv6 host goes in brackets, like [::1]:7233"
+        elif any(c.isspace() or c in "/@?#" for c in host):
+            why = "the host is not a host name or an IP address; give HOST:PORT"
+    if why is not None:
+        raise ConnectionConfigError(f"bad Temporal address {address!r} ({source}): {why}")
 
 
 def _explain_config_error(
@@ -312,6 +374,35 @@ def _explain_config_error(
     return f"cannot load the Temporal connection settings from {where}: {err}"
 
 
+async def connect_answering(
+    config: Mapping[str, Any], *, timeout: timedelta = CONNECT_TIMEOUT
+) -> Client:
+    """``Client.connect(**config)``, giving up after ``timeout`` instead of the SDK's 30 s.
+
+    Connecting already makes a real Temporal call (``GetSystemInfo``), so a client returned here
+    talked to a Temporal server. ``python -m worker`` and ``make demo`` connect through this with
+    what :func:`connect_config` returned; ``AgentClient.connect`` does too.
+
+    Raises:
+        ServerNotAnswering: no answer within ``timeout``; the message names the address and how
+            to fix it.
+        ValueError: the SDK refused the address before connecting (it cannot parse it).
+        RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
+    """
+    try:
+        async with asyncio.timeout(timeout.total_seconds()):
+            return await Client.connect(**config)
+    except TimeoutError:
+        address = str(config.get("target_host", "?"))
+        raise ServerNotAnswering(
+            f"the server at {address} is not answering as Temporal (no reply within "
+            f"{timeout.total_seconds():g}s): stop whatever listens there, or point "
+            "TEMPORAL_ADDRESS at a Temporal server",
+            address=address,
+            waited=timeout,
+        ) from None
+
+
 class AgentClient:
     """Entry point for callers: one per process, shared by every chat."""
 
@@ -328,6 +419,7 @@ class AgentClient:
         task_queue: str | None = None,
         profile: str | None = None,
         config_file: str | None = None,
+        connect_timeout: timedelta = CONNECT_TIMEOUT,
         **connect_kwargs: Any,
     ) -> AgentClient:
         """Connect to Temporal.
@@ -335,13 +427,29 @@ class AgentClient:
         Without arguments the connection comes from ``temporalio.envconfig``
         (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, TLS settings,
         profiles in ``temporal.toml``), the task queue from ``AGENT_TASK_QUEUE``.
+
+        Args:
+            target_host: ``host:port``, overriding the configured address.
+            namespace: overrides the configured namespace.
+            task_queue: the task queue new conversations start on.
+            profile: the envconfig profile to load.
+            config_file: the envconfig TOML file.
+            connect_timeout: how long the server may take to answer before it counts as not
+                answering (the SDK alone waits 30 s on a port that accepts and never answers).
+            **connect_kwargs: passed on to ``temporalio.client.Client.connect``.
+
+        Raises:
+            ConnectionConfigError: the settings are unusable (see :func:`connect_config`).
+            ServerNotAnswering: something accepts connections at the address but did not
+                answer within ``connect_timeout``.
+            RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
         """
         config = connect_config(
             target_host, namespace=namespace, profile=profile, config_file=config_file
         )
         config.update(connect_kwargs)
         config["data_converter"] = pydantic_data_converter
-        temporal = await Client.connect(**config)
+        temporal = await connect_answering(config, timeout=connect_timeout)
         return cls(
             temporal,
             task_queue=task_queue or os.environ.get("AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
@@ -807,6 +915,8 @@ def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
 
 
 __all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_ADDRESS",
     "DEFAULT_TASK_QUEUE",
     "AgentClient",
     "AgentError",
@@ -816,7 +926,9 @@ __all__ = [
     "NoWorkerAnswered",
     "ResumeRejected",
     "SendRejected",
+    "ServerNotAnswering",
     "approve",
+    "connect_answering",
     "connect_config",
     "deny",
     "exit_now",

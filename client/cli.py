@@ -10,10 +10,10 @@ Exit codes (stable; the README documents them):
 - 0: done;
 - 1: refused: the conversation rejected the answer, message or cancellation, or the ref is not
   pending; the reason is printed;
-- 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace), no
-  such conversation, or it is closed;
+- 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace or an
+  address that is not HOST:PORT), no such conversation, or it is closed;
 - 3: no worker answered within ``--wait``;
-- 4: Temporal could not be reached (or failed the request).
+- 4: Temporal could not be reached, did not answer within 10 s, or failed the request.
 
 Every error is one line on stderr, never a traceback; click's own usage errors included.
 """
@@ -53,6 +53,7 @@ from client.api import (
     NoWorkerAnswered,
     ResumeRejected,
     SendRejected,
+    ServerNotAnswering,
     approve,
     connect_config,
     deny,
@@ -259,6 +260,10 @@ async def _connect(settings: Settings) -> AgentClient:
         config = connect_config(
             settings.address, namespace=settings.namespace, profile=settings.profile
         )
+    except ConnectionConfigError as e:
+        # Its messages name the setting at fault ("bad Temporal address 'localhost'
+        # (--address ...): no port"), so they stand on their own.
+        raise _Fail(ExitCode.USAGE, str(e)) from None
     except Exception as e:  # noqa: BLE001  # any bad profile or variable is reported the same way
         raise _Fail(ExitCode.USAGE, f"bad Temporal connection settings: {e}") from None
     address = config["target_host"]
@@ -269,9 +274,18 @@ async def _connect(settings: Settings) -> AgentClient:
             profile=settings.profile,
             task_queue=settings.task_queue,
         )
+    except ServerNotAnswering as e:
+        # Something took the connection and never spoke: without a bound the SDK waits 30 s
+        # and then reports a raw "Timeout expired" from its first call.
+        raise _Fail(
+            ExitCode.UNREACHABLE,
+            f"cannot reach Temporal at {address}: something accepts connections there but did "
+            f"not answer as Temporal within {e.waited.total_seconds():g}s; check --address or "
+            "TEMPORAL_ADDRESS, or whether the server is hung",
+        ) from None
     except ValueError as e:
-        # The SDK refuses an address it cannot parse ("invalid port number") before any
-        # connection: a bad setting, unlike a host that does not answer.
+        # The SDK refuses an address it cannot parse before any connection: a bad setting,
+        # unlike a host that does not answer. connect_config catches the common ones first.
         raise _Fail(ExitCode.USAGE, f"bad Temporal address {address!r}: {e}") from None
     except RuntimeError as e:
         raise _Fail(ExitCode.UNREACHABLE, f"cannot reach Temporal at {address}: {e}") from None
@@ -495,8 +509,17 @@ def _closed_as(desc: WorkflowExecutionDescription) -> str | None:
 
 
 def _no_worker(
-    e: NoWorkerAnswered, task_queue: str, chat_id: str, *, closed_as: str | None = None
+    e: NoWorkerAnswered,
+    task_queue: str,
+    chat_id: str,
+    *,
+    answering: bool,
+    closed_as: str | None = None,
 ) -> _Fail:
+    """``answering``: an answering command (respond, restart, approve, deny, cancel), which
+    asks the conversation (a query) before it sends, so a query that no worker took means
+    nothing was sent. Others say nothing about sending: ``show`` sends nothing, and ``chat``
+    may have sent earlier messages of the session."""
     # ``waited`` is the --wait given; zero only where Temporal gave up on a request agentctl
     # did not bound (the result of an update a worker had already accepted).
     within = (
@@ -519,18 +542,30 @@ def _no_worker(
             f"still apply it: check with `agentctl show {chat_id}` before answering again."
         )
     else:
-        message += " Nothing was sent. (`agentctl pending` works without a worker.)"
+        # Answering commands look the ref up (a query) before they send: that is what failed.
+        message += (" Nothing was sent." if answering else "") + (
+            " (`agentctl pending` works without a worker.)"
+        )
     return _Fail(ExitCode.NO_WORKER, message)
 
 
 async def _ask(
-    chat: Chat, desc: WorkflowExecutionDescription, call: Callable[[], Awaitable[Any]]
+    chat: Chat,
+    desc: WorkflowExecutionDescription,
+    call: Callable[[], Awaitable[Any]],
+    *,
+    answering: bool,
 ) -> Any:
-    """Run one query or update, mapping its failures to exit codes."""
+    """Run one query or update, mapping its failures to exit codes.
+
+    ``answering``: the command answers or cancels (see :func:`_no_worker`).
+    """
     try:
         return await call()
     except NoWorkerAnswered as e:
-        raise _no_worker(e, desc.task_queue, chat.id, closed_as=_closed_as(desc)) from None
+        raise _no_worker(
+            e, desc.task_queue, chat.id, answering=answering, closed_as=_closed_as(desc)
+        ) from None
     except AgentError as e:
         raise _failure(e) from None
 
@@ -581,7 +616,7 @@ def _answer(
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=True)
         pending: list[InterruptRequest] = await _ask(
-            chat, desc, lambda: chat.pending(worker_timeout=_wait(wait))
+            chat, desc, lambda: chat.pending(worker_timeout=_wait(wait)), answering=True
         )
         interrupt = next((i for i in pending if i.ref == ref), None)
         if interrupt is None:
@@ -595,6 +630,7 @@ def _answer(
             lambda: chat.resume(
                 respond=respond, restart=restart, identity=who, worker_timeout=_wait(wait)
             ),
+            answering=True,
         )
         if as_json:
             _print_json(
@@ -608,8 +644,34 @@ def _answer(
             f"{escape(_answer_words(answer))} as {_show(who)}"
         )
         _print_turn(res)
+        again = next((i for i in res.interrupts if i.ref == ref), None)
+        if res.finish_reason == FinishReason.INTERRUPTED and again is not None:
+            # Printed as it is, "answered ... turn N is paused" reads as a success.
+            out.print(_paused_again(chat_id, again))
 
     _run(ctx, command)
+
+
+def _paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
+    """Why the call just answered is pending again, in the words its kind needs."""
+    approve_it = f"agentctl approve {shell_word(chat_id)} {shell_word(interrupt.ref)}"
+    if interrupt.source == "approval":
+        why = (
+            'a gated tool runs only when restarted with {"tool_approved": true} '
+            f"({approve_it} does that)"
+        )
+    elif interrupt.source == "tool":
+        why = (
+            "the tool raised Interrupt again, so its own condition for running still holds "
+            '(see its metadata above); a tool that checks {"tool_approved": true} runs with '
+            f"{approve_it}"
+        )
+    else:
+        why = (
+            "an interrupt-only tool has nothing to run, so a restart only asks again; answer "
+            f"it with {approve_it}, or with agentctl deny or respond"
+        )
+    return Text(f"the call paused again on the same ref: {why}", style="bold yellow")
 
 
 def _json_object(value: str, *, what: str) -> JsonObject:
@@ -692,10 +754,10 @@ def show(
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=False)
         status: StatusResult = await _ask(
-            chat, desc, lambda: chat.status(worker_timeout=_wait(wait))
+            chat, desc, lambda: chat.status(worker_timeout=_wait(wait)), answering=False
         )
         rejections: list[Rejection] = await _ask(
-            chat, desc, lambda: chat.rejections(worker_timeout=_wait(wait))
+            chat, desc, lambda: chat.rejections(worker_timeout=_wait(wait)), answering=False
         )
         view = ShowOutput(
             chat_id=status.chat_id,
@@ -806,13 +868,22 @@ def restart(
     chat_id: ChatIdArg,
     ref: RefArg,
     metadata: Annotated[
-        str, typer.Option(help="Resume metadata the tool sees, a JSON object.")
+        str,
+        typer.Option(
+            help="Resume metadata the tool sees, a JSON object; a gated tool needs "
+            "'{\"tool_approved\": true}'."
+        ),
     ] = "{}",
     identity: IdentityOption = None,
     wait: WaitOption = DEFAULT_WAIT,
     as_json: JsonFlag = False,
 ) -> None:
-    """Re-run the interrupted tool with its original input and resume metadata."""
+    """Re-run the interrupted tool with its original input and resume metadata.
+
+    A tool gated by ToolApproval (kind "approval gate") runs only with
+    --metadata '{"tool_approved": true}' (agentctl approve sends that); without it the call
+    pauses again on the same ref.
+    """
     value = _json_object(metadata, what="--metadata")
     _answer(
         ctx,
@@ -879,11 +950,12 @@ def cancel(
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=True)
         # A query first: when no worker runs it fails without leaving a queued update behind.
-        await _ask(chat, desc, lambda: chat.status(worker_timeout=_wait(wait)))
+        await _ask(chat, desc, lambda: chat.status(worker_timeout=_wait(wait)), answering=True)
         res: TurnResult = await _ask(
             chat,
             desc,
             lambda: chat.cancel(reason, identity=who, worker_timeout=_wait(wait)),
+            answering=True,
         )
         if as_json:
             _print_json(CancelOutput(chat_id=chat_id, identity=who, reason=reason, turn=res))
@@ -957,7 +1029,7 @@ class _ChatSession:
         except _Left:
             return
         except NoWorkerAnswered as e:
-            raise _no_worker(e, self.task_queue, self.chat.id) from None
+            raise _no_worker(e, self.task_queue, self.chat.id, answering=False) from None
         except AgentError as e:
             raise _failure(e) from None
 

@@ -30,7 +30,9 @@ from client.api import (
     DEFAULT_TASK_QUEUE,
     AgentClient,
     ConnectionConfigError,
+    ServerNotAnswering,
     approve,
+    connect_answering,
     connect_config,
     deny,
     run_script,
@@ -39,8 +41,6 @@ from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
 from worker.devserver import (
     RecordedServer,
-    ServerNotAnswering,
-    connect_answering,
     pid_file,
     port_open,
     recorded_dev_server,

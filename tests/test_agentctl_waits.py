@@ -11,6 +11,7 @@ test's own, and are stopped to leave a conversation with no worker.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -20,11 +21,17 @@ import pytest
 from temporalio.client import Client
 
 from client import Chat, NoWorkerAnswered
+from client.api import AgentClient, ConnectionConfigError, ServerNotAnswering
 from tests import agents as t
+from tests import test_worker_cli
 from tests.test_operator import AGENTCTL, Run, agentctl_env
-from worker.standin import calls
+from tests.test_worker_process import bare_environ
+from worker.standin import calls, text
 from workflows import Agent
 from workflows.types import TurnResult
+
+# A port that accepts connections and never answers (a pytest fixture, shared).
+silent_server = test_worker_cli.silent_server
 
 # The server's own limit on a query that no worker takes (measured: 29 s on the dev server).
 # A wait longer than this proves agentctl asked again instead of taking the server's word.
@@ -37,13 +44,23 @@ class Timed:
     seconds: float
 
 
-async def agentctl(client: Client, *args: str, task_queue: str, timeout: float = 120) -> Timed:
-    """The installed ``agentctl``, timed, with no terminal on stdin (``chat`` reads none)."""
+async def agentctl(
+    client: Client,
+    *args: str,
+    task_queue: str,
+    timeout: float = 120,
+    environ: dict[str, str] | None = None,
+) -> Timed:
+    """The installed ``agentctl``, timed, with no terminal on stdin (``chat`` reads none).
+
+    ``environ`` overrides variables of the environment every test gives it (the session's
+    server, the test's task queue).
+    """
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         str(AGENTCTL),
         *args,
-        env=agentctl_env(client, task_queue),
+        env={**agentctl_env(client, task_queue), **(environ or {})},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -126,6 +143,9 @@ async def test_wait_outlasts_the_servers_own_query_timeout(run_worker, model, cl
         assert quick.run.code == 3, quick
         assert quick.seconds < 40, quick  # generous: the server's own limit is about 30 s
         assert "no worker answered within 2s" in one_line_error(quick.run)
+    # Only a command that would have sent something says that nothing was.
+    assert "Nothing was sent" in short.run.err
+    assert "Nothing was sent" not in show_short.run.err
 
     # The API: the wait asked for, as asked, in the exception and its message.
     assert api_long.waited == timedelta(seconds=LONG_WAIT) and not api_long.queued
@@ -186,6 +206,9 @@ async def test_a_terminated_conversation_is_closed_with_nothing_to_answer(
     err = one_line_error(quick.run)
     assert f"conversation '{chat.id}' is closed (terminated) and has nothing pending" in err
     assert "no worker answered within 2s" in err
+    # show sends nothing, so it says nothing about sending.
+    assert "Nothing was sent" not in err, err
+    assert "(`agentctl pending` works without a worker.)" in err
 
 
 COMMANDS: list[tuple[str, ...]] = [
@@ -286,3 +309,150 @@ async def test_exit_codes_for_arguments_and_conversations(run_worker, model, cli
     for (name, (code, _, says)), got in zip(runs.items(), results, strict=True):
         assert got.run.code == code, (name, got)
         assert says in one_line_error(got.run), (name, got)
+
+
+# --- where agentctl connects -------------------------------------------------------------------
+
+
+async def test_a_server_that_accepts_and_never_answers_is_given_up_on(client, silent_server):
+    """A hung server (or another program on the port) is reported by address in about 10 s,
+    not after the SDK's own 30 s with a raw "Timeout expired"."""
+    tq = queue()
+    by_option, by_variable, api = await asyncio.gather(
+        agentctl(client, "--address", silent_server, "pending", task_queue=tq),
+        agentctl(
+            client,
+            "show",
+            "some-chat",
+            "--wait",
+            "3",
+            task_queue=tq,
+            environ={"TEMPORAL_ADDRESS": silent_server},
+        ),
+        _connect_time(silent_server),
+    )
+    for got in (by_option, by_variable):
+        assert got.run.code == 4, got
+        err = one_line_error(got.run)
+        assert f"cannot reach Temporal at {silent_server}: " in err, err
+        assert "did not answer as Temporal within 10s" in err, err
+        assert got.seconds < 25, got  # generous: the point is giving up before the SDK's 30 s
+
+    not_answering, seconds = api
+    assert not_answering.address == silent_server
+    assert not_answering.waited == timedelta(seconds=1)
+    assert f"the server at {silent_server} is not answering as Temporal" in str(not_answering)
+    assert seconds < 10, seconds
+
+
+async def _connect_time(address: str) -> tuple[ServerNotAnswering, float]:
+    started = time.monotonic()
+    with pytest.raises(ServerNotAnswering) as e:
+        await AgentClient.connect(address, connect_timeout=timedelta(seconds=1))
+    return e.value, time.monotonic() - started
+
+
+# What the SDK made of each, unchecked: port 80, a DNS error, a two-line warning then success,
+# and its own "invalid port number" for the last two.
+NOT_HOST_PORT = {
+    "localhost": "no port; give HOST:PORT",
+    "notanaddress": "no port; give HOST:PORT",
+    "http://localhost:7233": "give HOST:PORT without a scheme",
+    "localhost:abc": "the port 'abc' is not a number",
+    "localhost:99999": "the port 99999 is not between 1 and 65535",
+}
+
+
+async def test_an_address_that_is_not_host_port_is_a_usage_error(client, tmp_path):
+    """The README's exit 2 for "an address that is not HOST:PORT", whether it comes from
+    --address or TEMPORAL_ADDRESS; connect_config checks it, so every entry point does."""
+    tq = queue()
+    runs = await asyncio.gather(
+        *(
+            agentctl(client, "--address", address, "pending", task_queue=tq)
+            for address in NOT_HOST_PORT
+        ),
+        *(
+            agentctl(client, "pending", task_queue=tq, environ={"TEMPORAL_ADDRESS": address})
+            for address in NOT_HOST_PORT
+        ),
+    )
+    sources = ["(--address or target_host)"] * len(NOT_HOST_PORT) + ["(TEMPORAL_ADDRESS)"] * len(
+        NOT_HOST_PORT
+    )
+    addresses = [*NOT_HOST_PORT, *NOT_HOST_PORT]
+    for address, source, got in zip(addresses, sources, runs, strict=True):
+        assert got.run.code == 2, (address, got)
+        # One line: the SDK's UserWarning about URL schemes never gets to print.
+        err = one_line_error(got.run)
+        assert f"bad Temporal address {address!r} {source}: {NOT_HOST_PORT[address]}" in err, err
+
+    # The API raises the same, before connecting.
+    for address, why in NOT_HOST_PORT.items():
+        with pytest.raises(ConnectionConfigError, match="bad Temporal address") as e:
+            await AgentClient.connect(address)
+        assert why in str(e.value)
+
+    # python -m worker maps it to its exit 2 for an unusable configuration.
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "worker",
+        env=bare_environ(tmp_path, TEMPORAL_ADDRESS="localhost"),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(worker.communicate(), 60)
+    assert worker.returncode == 2, (out, err)
+    (line,) = err.decode().splitlines()
+    assert "ERROR worker: bad Temporal address 'localhost' (TEMPORAL_ADDRESS): no port" in line
+
+
+# --- a restart that pauses again --------------------------------------------------------------
+
+
+async def test_a_restart_that_pauses_again_on_the_same_ref_says_why(run_worker, model, client):
+    agent = t.ops_agent()  # lookup is gated by ToolApproval; charge interrupts on its own
+    tq = queue()
+    model.reply(calls(("lookup", {"key": "k"})), calls(("charge", {"amount": 7})), text("done"))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        gated, conditional = await agents.chat(agent.name), await agents.chat(agent.name)
+        (lookup,) = (await gated.send("look")).interrupts
+        (charge,) = (await conditional.send("pay")).interrupts
+        assert (lookup.source, charge.source) == ("approval", "tool")
+
+        again = await agentctl(client, "restart", gated.id, lookup.ref, task_queue=tq)
+        assert again.run.code == 0, again
+        assert "turn 1 is paused on 1 interrupt(s)" in again.run.out
+        *_, last = again.run.out.strip().splitlines()
+        assert last == (
+            "the call paused again on the same ref: a gated tool runs only when restarted with "
+            f'{{"tool_approved": true}} (agentctl approve {gated.id} {lookup.ref} does that)'
+        ), again.run.out
+
+        raised = await agentctl(client, "restart", conditional.id, charge.ref, task_queue=tq)
+        assert raised.run.code == 0, raised
+        *_, last = raised.run.out.strip().splitlines()
+        assert last == (
+            "the call paused again on the same ref: the tool raised Interrupt again, so its own "
+            "condition for running still holds (see its metadata above); a tool that checks "
+            f'{{"tool_approved": true}} runs with agentctl approve {conditional.id} {charge.ref}'
+        ), raised.run.out
+
+        # --json prints the answer and the turn, nothing else.
+        as_json = await agentctl(client, "restart", gated.id, lookup.ref, "--json", task_queue=tq)
+        assert as_json.run.code == 0, as_json
+        turn = as_json.run.json()["turn"]
+        assert [i["ref"] for i in turn["interrupts"]] == [lookup.ref]
+
+        # Approved, the gated call runs and the turn ends: nothing more is said.
+        approved = await agentctl(client, "approve", gated.id, lookup.ref, task_queue=tq)
+        assert approved.run.code == 0, approved
+        assert "turn 1 ended: stop" in approved.run.out, approved.run.out
+        assert "paused again" not in approved.run.out
+
+    help_run = await agentctl(client, "restart", "--help", task_queue=tq)
+    assert help_run.run.code == 0
+    said = " ".join(help_run.run.out.replace("│", " ").split())
+    assert """--metadata '{"tool_approved": true}'""" in said, said

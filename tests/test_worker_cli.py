@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from client.api import CONNECT_TIMEOUT
 from client.demo import closing_lines
 from examples import ALL_AGENTS, shell_agent
 from tests.helpers import fake_dev_server
 from tests.test_worker_process import bare_environ
 from worker.__main__ import load_agents, parse_args, wants_dev_server
-from worker.devserver import CONNECT_TIMEOUT, RecordedServer, port_open, recorded_dev_server
+from worker.devserver import RecordedServer, port_open, recorded_dev_server
 
 # Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s. The margin is
 # for a loaded machine: the point is giving up before the SDK would, not how fast.

@@ -33,12 +33,17 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
-from client.api import DEFAULT_ADDRESS, DEFAULT_TASK_QUEUE, ConnectionConfigError, connect_config
+from client.api import (
+    DEFAULT_ADDRESS,
+    DEFAULT_TASK_QUEUE,
+    ConnectionConfigError,
+    ServerNotAnswering,
+    connect_answering,
+    connect_config,
+)
 from worker import build_worker, has_gemini_key
 from worker.devserver import (
-    ServerNotAnswering,
     adopt_dev_server,
-    connect_answering,
     pid_file,
     port_open,
     release_dev_server,

@@ -5,8 +5,9 @@ UI on port 8233, and the dispatch flag that matters: a stock dev server throttle
 dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag).
 
 Also what ``python -m worker --dev-server`` and ``make demo`` need to tell the servers they may
-start, use or stop from the ones they must leave alone: who started a recorded dev server, and
-whether a port that accepts connections is really a Temporal server that answers.
+start, use or stop from the ones they must leave alone: who started a recorded dev server. Whether
+a port that accepts connections is really a Temporal server that answers is for connecting to
+tell: ``client.api.connect_answering``.
 """
 
 from __future__ import annotations
@@ -19,24 +20,15 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType
 
 from workflows.config import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
-
-# How long connecting may take before the server counts as not answering. The SDK alone waits
-# 30 s on a port that accepts and never speaks gRPC (a hung server, or another program there), and
-# then reports it like a refused connection. A healthy server, even across an ocean, answers in
-# about a second.
-CONNECT_TIMEOUT = timedelta(seconds=10)
 
 # What `ps` shows for a server start_dev_server launched; the Makefile's `stop` matches the same.
 _DEV_SERVER_ARGS = re.compile(r"temporal.*start-dev")
@@ -214,32 +206,3 @@ def _ps(pid: int) -> tuple[int, str] | None:
         return None
     parent, _, args = out.partition(" ")
     return (int(parent), args.strip()) if parent.isdigit() else None
-
-
-class ServerNotAnswering(Exception):
-    """Something accepts connections at the address but does not answer as Temporal in time."""
-
-
-async def connect_answering(
-    config: Mapping[str, Any], *, timeout: timedelta = CONNECT_TIMEOUT
-) -> Client:
-    """``Client.connect(**config)``, giving up after ``timeout`` instead of the SDK's 30 s.
-
-    Connecting already makes a real Temporal call (``GetSystemInfo``), so a client returned here
-    talked to a Temporal server.
-
-    Raises:
-        ServerNotAnswering: no answer within ``timeout``; the message names the address and how
-            to fix it.
-        RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
-    """
-    try:
-        async with asyncio.timeout(timeout.total_seconds()):
-            return await Client.connect(**config)
-    except TimeoutError:
-        address = config.get("target_host", "?")
-        raise ServerNotAnswering(
-            f"the server at {address} is not answering as Temporal (no reply within "
-            f"{timeout.total_seconds():g}s): stop whatever listens there, or point "
-            "TEMPORAL_ADDRESS at a Temporal server"
-        ) from None
