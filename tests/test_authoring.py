@@ -349,3 +349,43 @@ async def test_a_scripted_error_is_retried_like_geminis(client):
         chat = await agents.chat("kit")
         res = await chat.send("hi")
     assert (res.text, model.calls) == ("recovered", 2)
+
+
+async def test_a_worker_joining_a_queue_whose_workers_host_other_agents_warns(env, author_repo):
+    """The newcomer's trap: `python -m worker --agents mypackage.agents` on `make run`'s queue.
+    The README says to use a queue of one's own; the worker now also says so when it starts."""
+    from examples import ALL_AGENTS
+    from worker import build_worker
+    from worker.peers import unlike_peers
+
+    queue = f"shared-{uuid.uuid4()}"
+    examples_worker = build_worker(
+        env.client, agents=ALL_AGENTS, task_queue=queue, gemini=ScriptedModel().client()
+    )
+    async with examples_worker:
+        # Workers hosting the same agents are no concern.
+        assert await unlike_peers(env.client, task_queue=queue, agents=ALL_AGENTS) == []
+        environ = bare_environ(
+            author_repo,
+            TEMPORAL_ADDRESS=server_address(env.client),
+            AGENT_TASK_QUEUE=queue,
+            PYTHONPATH=str(ROOT),
+        )
+        worker = await Process.start(
+            sys.executable,
+            "-m",
+            "worker",
+            "--agents",
+            "mypackage.agents",
+            env=environ,
+            cwd=author_repo,
+        )
+        try:
+            await worker.wait_for("host other agents")
+        finally:
+            worker.proc.send_signal(signal.SIGTERM)
+            assert await worker.wait() == 0, worker.output
+    (line,) = [x for x in worker.output.splitlines() if "host other agents" in x]
+    assert f"other workers on task queue {queue!r} host other agents" in line
+    assert "agents=bankingAgent,deployAgent#" in line
+    assert "AGENT_TASK_QUEUE" in line

@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.runtime import AgentActivities
+from worker.peers import worker_identity
 from workflows import Agent, AgentWorkflow
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ def build_worker(
         _reject_sdk_retries(gemini)
     acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
     worker_kwargs.setdefault("workflow_runner", sandbox_runner())
+    # Names the agents, so a worker with other agents on the same queue can be spotted.
+    worker_kwargs.setdefault("identity", worker_identity(agents))
     ensure_bytecode()
     return Worker(
         with_pydantic_converter(client),

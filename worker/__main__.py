@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
@@ -50,6 +51,7 @@ from worker.devserver import (
     start_dev_server,
     wait_for_port,
 )
+from worker.peers import unlike_peers, worker_identity
 from worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
@@ -400,10 +402,12 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
                 e.message,
             )
             return 2
+        identity = worker_identity(agents)
         worker = build_worker(
             client,
             agents=agents,
             task_queue=args.task_queue,
+            identity=identity,
             max_concurrent_activities=args.max_concurrent_activities,
             max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
             max_cached_workflows=args.max_cached_workflows,
@@ -427,6 +431,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
                 args.max_cached_workflows,
                 f"; metrics on http://{args.metrics_bind}/metrics" if args.metrics_bind else "",
             )
+            await _warn_of_unlike_peers(client, args.task_queue, agents, identity)
             await stop.wait()
             # Leaving the block shuts down gracefully: polls stop, running activities get
             # time to finish, and the server hands cached conversations to other workers at
@@ -467,6 +472,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.stderr.flush()
     # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
     os._exit(code)
+
+
+async def _warn_of_unlike_peers(
+    client: Client, task_queue: str, agents: Sequence[Agent], identity: str
+) -> None:
+    try:
+        peers = await unlike_peers(client, task_queue=task_queue, agents=agents, identity=identity)
+    except RPCError as e:  # a namespace role without DescribeTaskQueue: nothing to warn about
+        log.debug("could not list the pollers of task queue %r: %s", task_queue, e.message)
+        return
+    if peers:
+        log.warning(
+            "other workers on task queue %r host other agents: %s. Whichever worker takes a "
+            "call serves it, so each fails the turns of agents it does not host: run different "
+            "agents on a task queue of their own (AGENT_TASK_QUEUE), or host the same ones on "
+            "every worker",
+            task_queue,
+            "; ".join(peers),
+        )
 
 
 def _usage_error(message: str) -> NoReturn:
