@@ -430,12 +430,10 @@ def _paused_view(found: list[PausedConversation], *, title: str) -> RenderableTy
         return table
     lines = [Text(title, style="italic"), Text()]
     for c in found:
-        lines.append(
-            Text.assemble(
-                (visible(c.chat_id), "bold"),
-                f" · {visible(c.agent or '?')} · waiting since {_when(c.waiting_since, now=now)}",
-            )
-        )
+        # Two lines: a generated chat id (`chat-<uuid>`, 41 characters) with the agent and the
+        # waiting time on one line overflowed an 80-column terminal.
+        lines.append(Text.assemble((visible(c.chat_id), "bold"), f" · {visible(c.agent or '?')}"))
+        lines.append(Text(f"  waiting since {_when(c.waiting_since, now=now)}"))
         for i in c.interrupts:
             lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
             lines.append(Text(f"    input {visible(i.input)}"))
@@ -1115,7 +1113,12 @@ class _ChatSession:
                 if choice == "a":
                     return approve(interrupt)
                 if choice == "d":
-                    return deny(interrupt, out.input("reason (optional): "))
+                    try:
+                        reason = out.input("reason (optional): ")
+                    except EOFError:  # input piped without a reason line: deny without one
+                        out.print()
+                        reason = ""
+                    return deny(interrupt, reason)
                 if choice == "c":
                     return None
                 what = "output" if choice == "r" else "resume metadata"

@@ -456,3 +456,42 @@ async def test_a_restart_that_pauses_again_on_the_same_ref_says_why(run_worker, 
     assert help_run.run.code == 0
     said = " ".join(help_run.run.out.replace("│", " ").split())
     assert """--metadata '{"tool_approved": true}'""" in said, said
+
+
+async def test_a_piped_chat_denies_without_a_reason_line_and_pending_fits_80_columns(
+    run_worker, model, client
+):
+    """Input piped into `agentctl chat` that ends at the reason prompt still denies (it used to
+    leave the chat paused without a word), and `pending` in 80 columns keeps every line within
+    them for a generated chat id (`chat-<uuid>`)."""
+    agent = Agent(f"pipe-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    model.reply(calls(("approve", {"question": "ok?"})), text("told no"))
+    model.reply(calls(("approve", {"question": "again?"})))
+    async with run_worker(agents=[agent]) as agents:
+        env = agentctl_env(client, agents.task_queue)
+        proc = await asyncio.create_subprocess_exec(
+            str(AGENTCTL), "chat", agent.name,
+            env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(b"go\nd\n"), 60)
+        assert proc.returncode == 0, err.decode()
+        assert "agent> told no" in out.decode()
+        assert "Left" not in out.decode()
+        assert model.requests[-1].function_responses()[0]["response"] == {
+            "approved": False,
+            "feedback": "",
+        }
+
+        paused = await agents.chat(agent.name)  # chat-<uuid>
+        assert (await paused.send("again")).interrupts
+        env["COLUMNS"] = "80"
+        proc = await asyncio.create_subprocess_exec(
+            str(AGENTCTL), "pending", "--agent", agent.name,
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    shown = out.decode()
+    assert proc.returncode == 0, err.decode()
+    assert f"{paused.id} · {agent.name}\n  waiting since " in shown
+    assert max(len(line) for line in shown.splitlines()) <= 80, shown
