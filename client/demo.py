@@ -108,6 +108,14 @@ def closing_lines(
     return f"The Temporal server at {address} was already running and is left alone:", None
 
 
+def worker_hint(queue: str, recorded: RecordedServer | None) -> str:
+    """How to get a worker for the demo's conversation: ``make run``, unless it already runs
+    (it owns or adopted the recorded dev server)."""
+    if recorded is not None and recorded.owner and "-m worker" in recorded.owner_command:
+        return f"make run is already running (pid {recorded.owner}); if it serves {queue!r},"
+    return f"make run   (serves task queue {queue!r}), then"
+
+
 async def demo() -> int:
     try:
         # Without a default, so that "nothing configured" (the dev server's case) shows.
@@ -186,7 +194,7 @@ async def demo() -> int:
         f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
         f"  paused ones:        {_command(temporal_cli())} workflow list --query "
         '\'AgentStatus="interrupted" AND ExecutionStatus="Running"\'\n'
-        f"  with a worker:      make run   (serves task queue {queue!r}), then\n"
+        f"  with a worker:      {worker_hint(queue, recorded)}\n"
         f"                      {agentctl} show {chat_id}" + (f"\n{footer}" if footer else "")
     )
     return 0

@@ -435,3 +435,14 @@ def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path)
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def test_the_demo_does_not_ask_for_make_run_while_it_runs():
+    from client.demo import worker_hint
+    from worker.devserver import RecordedServer
+
+    assert worker_hint("agents", None) == "make run   (serves task queue 'agents'), then"
+    make_run = RecordedServer(pid=10, owner=11, owner_command="python -m worker --dev-server")
+    assert worker_hint("agents", make_run).startswith("make run is already running (pid 11)")
+    orphan = RecordedServer(pid=10, owner=None)
+    assert worker_hint("agents", orphan).startswith("make run   (serves")
