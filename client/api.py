@@ -386,12 +386,17 @@ async def connect_answering(
     Raises:
         ServerNotAnswering: no answer within ``timeout``; the message names the address and how
             to fix it.
-        ValueError: the SDK refused the address before connecting (it cannot parse it).
+        ConnectionConfigError: the SDK refused the address before connecting (it cannot parse
+            it, e.g. ``[zz]:7233``): a setting to fix, like the ones ``connect_config`` refuses.
         RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
     """
     try:
         async with asyncio.timeout(timeout.total_seconds()):
             return await Client.connect(**config)
+    except ValueError as e:
+        raise ConnectionConfigError(
+            f"bad Temporal address {config.get('target_host')!r}: {e}"
+        ) from None
     except TimeoutError:
         address = str(config.get("target_host", "?"))
         raise ServerNotAnswering(

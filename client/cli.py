@@ -283,10 +283,10 @@ async def _connect(settings: Settings) -> AgentClient:
             f"not answer as Temporal within {e.waited.total_seconds():g}s; check --address or "
             "TEMPORAL_ADDRESS, or whether the server is hung",
         ) from None
-    except ValueError as e:
+    except ConnectionConfigError as e:
         # The SDK refuses an address it cannot parse before any connection: a bad setting,
         # unlike a host that does not answer. connect_config catches the common ones first.
-        raise _Fail(ExitCode.USAGE, f"bad Temporal address {address!r}: {e}") from None
+        raise _Fail(ExitCode.USAGE, str(e)) from None
     except RuntimeError as e:
         raise _Fail(ExitCode.UNREACHABLE, f"cannot reach Temporal at {address}: {e}") from None
     await _check_namespace(agents, address)

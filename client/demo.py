@@ -149,6 +149,9 @@ async def demo() -> int:
         hint = "; `make stop` stops the dev server" if recorded and not recorded.owner else ""
         print(f"Cannot run the demo: {e}{hint}", file=sys.stderr)
         return 1
+    except ConnectionConfigError as e:
+        print(f"Cannot run the demo: {e}", file=sys.stderr)
+        return 2
     except RuntimeError as e:
         print(f"Cannot run the demo: cannot connect to Temporal at {address}: {e}", file=sys.stderr)
         return 1

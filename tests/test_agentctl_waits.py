@@ -495,3 +495,27 @@ async def test_a_piped_chat_denies_without_a_reason_line_and_pending_fits_80_col
     assert proc.returncode == 0, err.decode()
     assert f"{paused.id} · {agent.name}\n  waiting since " in shown
     assert max(len(line) for line in shown.splitlines()) <= 80, shown
+
+
+@pytest.mark.parametrize("address", ["[zz]:7233", "ho%st:7233"])
+async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
+    client, tmp_path, address
+):
+    """HOST:PORT in shape, but not a host the SDK can parse: python -m worker and the demo
+    ended in a ValueError traceback (exit 1); every entry point now says so in one line, exit 2."""
+    run = await agentctl(
+        client, "pending", task_queue=queue(), environ={"TEMPORAL_ADDRESS": address}
+    )
+    assert run.run.code == 2, run
+    assert f"bad Temporal address {address!r}: invalid target URL" in one_line_error(run.run)
+    for module in ("worker", "client.demo"):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module,
+            env=bare_environ(tmp_path, TEMPORAL_ADDRESS=address), cwd=tmp_path,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 2, (module, out, err)
+        (line,) = err.decode().splitlines()
+        assert f"bad Temporal address {address!r}: invalid target URL" in line, line

@@ -365,6 +365,9 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         except ServerNotAnswering as e:
             log.error("%s", e)
             return 1
+        except ConnectionConfigError as e:
+            log.error("%s", e)
+            return 2
         except RuntimeError as e:
             log.error(
                 "cannot connect to Temporal at %s (namespace %r): %s",
