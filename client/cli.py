@@ -13,7 +13,10 @@ Exit codes (stable; the README documents them):
 - 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace or an
   address that is not HOST:PORT), no such conversation, or it is closed;
 - 3: no worker answered within ``--wait``;
-- 4: Temporal could not be reached, did not answer within 10 s, or failed the request.
+- 4: Temporal could not be reached, did not answer within 10 s, or failed the request;
+- 5: an internal error: a bug in agentctl, or a conversation that failed to answer a query (its
+  workflow task is failing: see its history);
+- 130: interrupted (Ctrl-C).
 
 Every error is one line on stderr, never a traceback; click's own usage errors included.
 """
@@ -41,7 +44,11 @@ from rich.prompt import Prompt
 from rich.table import Table
 from rich.text import Text
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.api import (
@@ -80,6 +87,9 @@ class ExitCode(IntEnum):
     USAGE = 2
     NO_WORKER = 3
     UNREACHABLE = 4
+    # Not a refusal: a bug here, or a conversation that cannot answer (its query failed).
+    INTERNAL = 5
+    INTERRUPTED = 130
 
 
 DEFAULT_WAIT = 30.0
@@ -580,6 +590,10 @@ def _failure(e: AgentError) -> _Fail:
         return _Fail(ExitCode.UNREACHABLE, str(e))
     if isinstance(e, ResumeRejected | SendRejected):
         return _Fail(ExitCode.REFUSED, f"rejected: {e}")
+    if isinstance(e.__cause__, WorkflowQueryFailedError):
+        # The conversation could not answer (its code raised, or its workflow task is failing):
+        # nothing was refused, and a script must not read it as a rejected answer.
+        return _Fail(ExitCode.INTERNAL, str(e))
     return _Fail(ExitCode.REFUSED, str(e))
 
 
@@ -1156,16 +1170,16 @@ def main() -> NoReturn:
         # `agentctl` alone has already printed its help (typer tells this case by name too).
         if type(e).__name__ != "NoArgsIsHelpError":
             _error_line(e.format_message() + _help_hint(e))
-    except typer.Abort:
+    except typer.Abort:  # Ctrl-C at one of click's prompts
         _error_line("aborted")
-        code = 1
+        code = ExitCode.INTERRUPTED
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except KeyboardInterrupt:
-        code = 130
+        code = ExitCode.INTERRUPTED
     except Exception as e:  # noqa: BLE001  # a bug: still one line, never a traceback
         _error_line(f"internal error: {type(e).__name__}: {e}")
-        code = 1
+        code = ExitCode.INTERNAL
     # Skip interpreter teardown, where the Temporal SDK can abort (sdk-python issue 300) and
     # turn a documented exit code into 134.
     exit_now(code)

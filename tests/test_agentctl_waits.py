@@ -519,3 +519,17 @@ async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
         assert proc.returncode == 2, (module, out, err)
         (line,) = err.decode().splitlines()
         assert f"bad Temporal address {address!r}: invalid target URL" in line, line
+
+
+def test_a_failed_query_or_a_bug_is_not_read_as_a_refusal():
+    """Exit 1 means the conversation refused; a query the conversation failed to answer was
+    reported as 1 too, so a script took a broken conversation for a rejected answer."""
+    from temporalio.client import WorkflowQueryFailedError
+
+    from client.api import AgentError
+    from client.cli import ExitCode, _failure
+
+    failed = AgentError("query failed: boom")
+    failed.__cause__ = WorkflowQueryFailedError("boom")
+    assert _failure(failed).code == ExitCode.INTERNAL == 5
+    assert _failure(AgentError("ref 'x' is not pending")).code == ExitCode.REFUSED
