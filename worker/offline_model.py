@@ -94,13 +94,22 @@ def respond(request: Request) -> dict[str, Any]:
 
 def _first_step(user: str, request: Request) -> dict[str, Any]:
     tools = request.tool_names()
+    first = _CALL.match(user.strip())
+    name = first["name"].rstrip(".,;") if first else None
+    if name not in tools:
+        # Not a call of a declared tool ("Call savings and transfer $500", "call me back"):
+        # the example rules come first, then the help.
+        if found := _example_rules(user, set(tools)):
+            return found
+        if name is None:
+            return text(_introduction(tools))
+        return text(f"{BANNER} This agent has no tool named {name!r}. {_syntax(tools)}")
     try:
         commands = parse_calls(user)
     except CallSyntaxError as e:
         return text(f"{BANNER} {e}. {_syntax(tools)}")
-    if commands is not None:
-        return _call(commands, request)
-    return _example_rules(user, set(tools)) or text(_introduction(tools))
+    assert commands is not None  # it starts with `call`
+    return _call(commands, request)
 
 
 def _call(commands: list[tuple[str, dict[str, Any] | None]], request: Request) -> dict[str, Any]:

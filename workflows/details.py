@@ -16,6 +16,7 @@ where the schema is approval-shaped, else a template whose placeholders the oper
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -146,11 +147,13 @@ def example_output(schema: JsonObject | None) -> tuple[JsonObject, bool]:
 
 
 def example_value(schema: JsonObject | None) -> Any:
-    """A made-up value that fits ``schema``: its defaults, first enum values and examples, and
-    plain stand-ins (``"example"``, the minimum, one array item) for the rest.
+    """A made-up value meant to fit ``schema``: its defaults, first enum values and examples,
+    and plain stand-ins (``"example"``, a number within its bounds and step, one array item)
+    for the rest.
 
     The offline model sends it for ``call TOOL`` without arguments. Only the required
-    properties of an object are filled in.
+    properties of an object are filled in. A string ``pattern`` is not honoured: the tool's
+    input check then reports it, as it would for the model's own arguments.
     """
     if not schema:
         return {}
@@ -172,7 +175,8 @@ def _example(
     """``placeholders`` None: a concrete value (:func:`example_value`); else a template whose
     undecided leaves are ``<name>`` placeholders, each also listed in ``placeholders``."""
     node = _resolve(node, root)
-    if not isinstance(node, dict) or depth > 4:
+    # Templates stay shallow for the details panel; a made-up input goes as deep as it must.
+    if not isinstance(node, dict) or depth > (4 if placeholders is not None else 24):
         if placeholders is None:
             return {}
         placeholders.append(name)
@@ -209,6 +213,12 @@ def _example(
     if kind == "array":
         if placeholders is not None:
             return []
+        fixed = [
+            _example(p, root, name=name, depth=depth + 1, placeholders=None)
+            for p in node.get("prefixItems") or []
+        ]
+        if fixed:  # a tuple
+            return fixed
         item = _example(node.get("items", {}), root, name=name, depth=depth + 1, placeholders=None)
         return [item] * max(int(node.get("minItems") or 1), 1)
     if placeholders is None:
@@ -230,10 +240,17 @@ _FORMATS = {
 def _concrete_leaf(node: JsonObject, kind: Any) -> Any:
     if kind in ("integer", "number"):
         low = node.get("minimum", node.get("exclusiveMinimum"))
+        high = node.get("maximum", node.get("exclusiveMaximum"))
+        if kind == "number" and low is not None and high is not None:
+            return float((low + high) / 2)  # inside, whichever bound is exclusive
         value = 1 if low is None else low + (1 if "exclusiveMinimum" in node else 0)
-        high = node.get("maximum")
-        if high is not None:
-            value = min(value, high)
+        if "maximum" in node:
+            value = min(value, node["maximum"])
+        if "exclusiveMaximum" in node:
+            value = min(value, node["exclusiveMaximum"] - 1)
+        step = node.get("multipleOf")
+        if isinstance(step, int | float) and step > 0:
+            value = math.ceil(value / step) * step
         return int(value) if kind == "integer" else float(value)
     if kind == "null":
         return None
