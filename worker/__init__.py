@@ -108,7 +108,8 @@ def default_gemini() -> genai.Client:
     from worker.offline_model import respond
     from worker.standin import GeminiStandIn
 
-    server = GeminiStandIn(respond).start()
+    # Keeps no requests: a worker runs for weeks, and nobody reads them there.
+    server = GeminiStandIn(respond, keep_requests=0).start()
     log.warning(
         "No GEMINI_API_KEY/GOOGLE_API_KEY set: using the OFFLINE STAND-IN model at %s. It is not "
         "Gemini: it follows fixed rules (`call TOOL {json}` calls any tool of an agent).",

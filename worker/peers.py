@@ -31,6 +31,7 @@ RECENT = timedelta(seconds=70)
 
 
 def agents_digest(names: Sequence[str]) -> str:
+    """A short digest of a set of agent names: equal for workers hosting the same agents."""
     return hashlib.sha256("\n".join(sorted(set(names))).encode()).hexdigest()[:8]
 
 

@@ -17,7 +17,8 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -40,6 +41,8 @@ class Reply:
 
     @classmethod
     def error(cls, status: int, message: str, *, code: str = "", **headers: str) -> Reply:
+        """An error as Gemini sends it: ``{"error": {"code", "message", "status"}}``; ``code``
+        is the status name (default: the usual one for ``status``)."""
         body = {
             "error": {
                 "code": status,
@@ -70,10 +73,12 @@ class Request:
 
     @property
     def contents(self) -> list[dict[str, Any]]:
+        """The conversation sent, as REST contents (``role``, ``parts``)."""
         return self.body.get("contents", [])
 
     @property
     def last_parts(self) -> list[dict[str, Any]]:
+        """The parts of the last content: the user's message, or the tools' responses."""
         contents = self.contents
         return contents[-1].get("parts", []) if contents else []
 
@@ -108,6 +113,7 @@ class Request:
         return ""
 
     def system(self) -> str:
+        """The system instruction's text."""
         si = self.body.get("systemInstruction") or {}
         return "".join(p.get("text", "") for p in si.get("parts", []))
 
@@ -125,7 +131,9 @@ class Answer:
     payload: bytes
 
 
-def answer(responder: Responder, path: str, raw: bytes, requests: list[Request]) -> Answer:
+def answer(
+    responder: Responder, path: str, raw: bytes, requests: MutableSequence[Request]
+) -> Answer:
     """The stand-in's HTTP response to ``POST path`` with body ``raw``.
 
     Each request it serves is appended to ``requests``. A responder that raises gets a 500
@@ -202,7 +210,13 @@ class Script:
     def __call__(self, request: Request) -> Reply | dict[str, Any]:
         with self._lock:
             if self.index >= len(self._replies):
-                return Reply.error(500, f"stand-in script exhausted after {self.index} replies")
+                # Not retryable: more attempts would only repeat it, and count as calls.
+                return Reply.error(
+                    400,
+                    f"the scripted model has no reply left ({self.index} played); queue more "
+                    "with reply(...)",
+                    code="FAILED_PRECONDITION",
+                )
             reply = self._replies[self.index]
             self.index += 1
         if callable(reply) and not isinstance(reply, dict | Reply):
@@ -211,11 +225,22 @@ class Script:
 
 
 class GeminiStandIn:
-    """The server. Use as a context manager, or ``start()``/``stop()``."""
+    """The server. Use as a context manager, or ``start()``/``stop()``.
 
-    def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``requests`` records what the model was sent, the last ``keep_requests`` of them (all by
+    default, for tests); a long-running worker on the offline model keeps none.
+    """
+
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_requests: int | None = None,
+    ) -> None:
         self.responder = responder
-        self.requests: list[Request] = []
+        self.requests: deque[Request] = deque(maxlen=keep_requests)
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):

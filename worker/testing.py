@@ -65,15 +65,24 @@ class ScriptedModel:
     Args:
         script: A function of the request returning a reply (``text(...)``, ``calls(...)``,
             ``error(...)`` or a raw response dict), or a sequence of replies played in order
-            (an item may itself be such a function). A sequence that runs out answers 500,
-            which fails the model call loudly. Functions run in a thread, so one may block
-            (to hold a reply until the test lets it go, say) without stalling the worker.
+            (an item may itself be such a function). A sequence that runs out answers a
+            non-retryable error naming how many replies it played, which fails the turn at
+            once. Functions run in a thread, so one may block (to hold a reply until the test
+            lets it go, say) without stalling the worker.
 
     ``requests`` records what the model was sent, in order; ``reply(...)`` extends a sequence.
     """
 
     def __init__(self, script: Responder | Sequence[Reply | dict[str, Any] | Responder] = ()):
+        if isinstance(script, dict | Reply | str):
+            # A single reply would be read as a sequence of its keys (or characters), and fail
+            # only later, inside the model activity.
+            raise TypeError(
+                f"ScriptedModel takes a function or a list of replies, not one "
+                f"{type(script).__name__}: ScriptedModel([{type(script).__name__.lower()}...])"
+            )
         self._script: Script | None = None
+        self._made: dict[int, tuple[httpx2.Client, httpx2.AsyncClient]] = {}
         if callable(script):
             self._responder: Responder = script
         else:
@@ -103,15 +112,29 @@ class ScriptedModel:
     def client(self) -> genai.Client:
         """A real ``google-genai`` client whose requests this script answers (no socket)."""
         transport = _ScriptTransport(self)
-        return genai.Client(
+        sync, asynchronous = (
+            httpx2.Client(transport=transport),
+            httpx2.AsyncClient(transport=transport),
+        )
+        gemini = genai.Client(
             api_key="scripted-model-no-key",
             http_options=gt.HttpOptions(
                 base_url=BASE_URL,
                 timeout=60_000,
-                httpx_client=httpx2.Client(transport=transport),
-                httpx_async_client=httpx2.AsyncClient(transport=transport),
+                httpx_client=sync,
+                httpx_async_client=asynchronous,
             ),
         )
+        self._made[id(gemini)] = (sync, asynchronous)
+        return gemini
+
+    async def release(self, gemini: genai.Client) -> None:
+        """Close a client made by :meth:`client` (google-genai leaves given httpx clients open;
+        :func:`hosted` calls this when its worker has stopped)."""
+        made = self._made.pop(id(gemini), None)
+        if made is not None:
+            made[0].close()
+            await made[1].aclose()
 
 
 class _ScriptTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
@@ -186,10 +209,14 @@ async def hosted(
     """
     queue = task_queue or f"test-{uuid.uuid4()}"
     gemini = model.client() if isinstance(model, ScriptedModel) else model
-    async with build_worker(
-        client, agents=agents, task_queue=queue, gemini=gemini, **worker_kwargs
-    ):
-        yield AgentClient(client, task_queue=queue)
+    try:
+        async with build_worker(
+            client, agents=agents, task_queue=queue, gemini=gemini, **worker_kwargs
+        ):
+            yield AgentClient(client, task_queue=queue)
+    finally:
+        if isinstance(model, ScriptedModel):
+            await model.release(gemini)
 
 
 async def tool_runs(chat: Chat) -> Counter[str]:
