@@ -187,15 +187,23 @@ async def demo() -> int:
             res = await chat.resume(answers=answers, identity="demo-user")
         print(f"\nagent> {res.text or res.error}")
         print(f"finish reason: {res.finish_reason.value}")
-    link = f"{UI}/namespaces/{temporal.namespace}/workflows/{quote(chat_id)}"
     beside = Path(sys.executable).parent / "agentctl"  # installed with the project
     agentctl = _command(str(beside)) if beside.exists() else "agentctl"
     heading, footer = closing_lines(address=address, started=started, recorded=recorded)
+    if address == ADDRESS:  # the embedded server's UI
+        where = (
+            f"  this conversation:  {UI}/namespaces/{temporal.namespace}/workflows/"
+            f"{quote(chat_id)}\n"
+            f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
+        )
+        temporal_command = _command(temporal_cli())
+    else:  # somebody else's server: its UI is wherever they serve it
+        where = f"  this conversation:  workflow id {chat_id} in the UI of {address}\n"
+        temporal_command = f"{_command(temporal_cli())} --address {address}"
     print(
         f"\n{heading}\n"
-        f"  this conversation:  {link}\n"
-        f"  all conversations:  {UI}/namespaces/{temporal.namespace}/workflows\n"
-        f"  paused ones:        {_command(temporal_cli())} workflow list --query "
+        + where
+        + f"  paused ones:        {temporal_command} workflow list --query "
         '\'AgentStatus="interrupted" AND ExecutionStatus="Running"\'\n'
         f"  with a worker:      {worker_hint(queue, recorded)}\n"
         f"                      {agentctl} show {chat_id}" + (f"\n{footer}" if footer else "")

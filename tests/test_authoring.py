@@ -15,15 +15,16 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities import tool
 from client import AgentClient, FinishReason, approve, deny
 from tests import agents as t
-from tests.helpers import server_address
+from tests.helpers import eventually, server_address
 from tests.test_worker_process import Process, bare_environ
 from worker.offline_model import BANNER, parse_calls
 from worker.offline_model import respond as offline_rules
@@ -363,7 +364,11 @@ async def test_a_worker_joining_a_queue_whose_workers_host_other_agents_warns(en
         env.client, agents=ALL_AGENTS, task_queue=queue, gemini=ScriptedModel().client()
     )
     async with examples_worker:
-        # Workers hosting the same agents are no concern.
+        # Once its poll shows (it is unlike a kit worker), workers hosting the same agents are
+        # no concern.
+        await eventually(
+            lambda: unlike_peers(env.client, task_queue=queue, agents=[kit_agent]), bool
+        )
         assert await unlike_peers(env.client, task_queue=queue, agents=ALL_AGENTS) == []
         environ = bare_environ(
             author_repo,
@@ -389,3 +394,59 @@ async def test_a_worker_joining_a_queue_whose_workers_host_other_agents_warns(en
     assert f"other workers on task queue {queue!r} host other agents" in line
     assert "agents=bankingAgent,deployAgent#" in line
     assert "AGENT_TASK_QUEUE" in line
+
+
+def test_a_message_that_merely_starts_with_call_still_follows_the_example_rules():
+    """Before the rules for `call TOOL` looked at the tool's name, "Call savings and transfer
+    $500 to savings" stopped the banking rule with a syntax error."""
+    banking = {
+        "contents": [{"role": "user", "parts": [{"text": "Call savings and transfer $500"}]}],
+        "tools": [{"functionDeclarations": [{"name": "userApproval"}, {"name": "transferMoney"}]}],
+    }
+    reply = offline_rules(Request(model="m", method="generateContent", body=banking))
+    assert _parts(reply)[1]["functionCall"]["name"] == "userApproval"
+    (part,) = _parts(offline_rules(_request("call me back")))
+    assert "This agent has no tool named 'me'." in part["text"]
+
+
+async def test_a_script_that_runs_out_fails_the_turn_at_once(client):
+    """It answered 500 before, which Temporal retried five times (15 s) and counted as calls."""
+    with pytest.raises(TypeError, match="a function or a list of replies"):
+        ScriptedModel(text("one reply, not in a list"))  # type: ignore[arg-type]  # the mistake under test
+    model = ScriptedModel([])
+    async with hosted(client, agents=[kit_agent], model=model) as agents:
+        chat = await agents.chat("kit")
+        res = await chat.send("hi")
+    assert res.finish_reason == FinishReason.FAILED
+    assert res.error is not None and "no reply left (0 played)" in res.error.message
+    assert model.calls == 1
+
+
+def test_example_inputs_fit_bounds_steps_tuples_and_deep_optionals():
+    """`call TOOL` alone sends example_value(schema): it must pass the tool's own check."""
+    from workflows.details import example_value
+
+    class Geo(BaseModel):
+        lat: float = Field(ge=-90, le=90)
+
+    class Addr(BaseModel):
+        geo: Geo
+
+    class Person(BaseModel):
+        addr: Addr | None
+
+    class Item(BaseModel):
+        person: Person | None
+
+    class Odd(BaseModel):
+        negative: int = Field(lt=0)
+        step: int = Field(multiple_of=5)
+        small: float = Field(gt=0, lt=1)
+        pair: tuple[int, str]
+        items: list[Item] = Field(min_length=2)
+        code: str = Field(min_length=10, max_length=12)
+        kind: Literal["a", "b"]
+
+    value = example_value(Odd.model_json_schema())
+    Odd.model_validate(value)  # raises if it does not fit
+    assert value["items"][0] == {"person": {"addr": {"geo": {"lat": 0.0}}}}

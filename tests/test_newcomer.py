@@ -58,16 +58,20 @@ async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, 
     assert "approve? [y/N]" in out
     assert expected in out
     assert "finish reason: stop" in out
-    assert "/namespaces/default/workflows/demo-" in out
     transferred = "transaction txn-" in out
     assert transferred is approved
 
     # The closing hints name programs that exist: the temporal binary the project installed
     # (not a `temporal` on PATH), and agentctl for this conversation.
-    found = re.search(r"/workflows/(demo-[0-9a-f]+)\n", out)
+    # Not the embedded server: no localhost UI links, and the CLI told where the server is.
+    address = server_address(env.client)
+    found = re.search(
+        rf"this conversation:  workflow id (demo-[0-9a-f]+) in the UI of {address}\n", out
+    )
     assert found is not None, out
     chat_id = found[1]
-    assert f"paused ones:        {temporal_cli()} workflow list --query" in out
+    assert "localhost:8233" not in out
+    assert f"paused ones:        {temporal_cli()} --address {address} workflow list --query" in out
     assert f"(serves task queue {queue!r})" in out
     assert f"{Path(sys.executable).parent / 'agentctl'} show {chat_id}\n" in out
 
@@ -398,7 +402,7 @@ async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
     assert f"Using the Temporal server at {address} (TEMPORAL_ADDRESS)." in proc.stdout
     assert f"The Temporal server at {address} was already running and is left alone:" in proc.stdout
     assert "make stop" not in proc.stdout
-    assert "/namespaces/default/workflows/demo-" in proc.stdout  # the links are still there
+    assert "this conversation:  workflow id demo-" in proc.stdout  # where to look, still
 
 
 def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path):
