@@ -68,20 +68,23 @@ def author_repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
+async def authors_worker(env, repo: Path, queue: str) -> Process:
+    """`AGENT_TASK_QUEUE=queue python -m worker --agents mypackage.agents`, run in ``repo``."""
+    environ = bare_environ(
+        repo, TEMPORAL_ADDRESS=server_address(env.client), AGENT_TASK_QUEUE=queue,
+        PYTHONPATH=str(ROOT),
+    )  # fmt: skip
+    return await Process.start(
+        sys.executable, "-m", "worker", "--agents", "mypackage.agents", env=environ, cwd=repo
+    )
+
+
 async def test_the_readme_agent_runs_offline_on_its_own_task_queue(env, author_repo):
     """`AGENT_TASK_QUEUE=tickets python -m worker --agents mypackage.agents`, as the README
     says, with no Gemini key: `call ...` messages drive an interrupt-only tool and a gated tool,
     and the final answers name each tool's real output."""
     queue = f"tickets-{uuid.uuid4()}"
-    environ = bare_environ(
-        author_repo,
-        TEMPORAL_ADDRESS=server_address(env.client),
-        AGENT_TASK_QUEUE=queue,
-        PYTHONPATH=str(ROOT),
-    )
-    worker = await Process.start(
-        sys.executable, "-m", "worker", "--agents", "mypackage.agents", env=environ, cwd=author_repo
-    )
+    worker = await authors_worker(env, author_repo, queue)
     try:
         await worker.wait_for("worker ready")
         assert "offline stand-in" in worker.output
@@ -370,21 +373,7 @@ async def test_a_worker_joining_a_queue_whose_workers_host_other_agents_warns(en
             lambda: unlike_peers(env.client, task_queue=queue, agents=[kit_agent]), bool
         )
         assert await unlike_peers(env.client, task_queue=queue, agents=ALL_AGENTS) == []
-        environ = bare_environ(
-            author_repo,
-            TEMPORAL_ADDRESS=server_address(env.client),
-            AGENT_TASK_QUEUE=queue,
-            PYTHONPATH=str(ROOT),
-        )
-        worker = await Process.start(
-            sys.executable,
-            "-m",
-            "worker",
-            "--agents",
-            "mypackage.agents",
-            env=environ,
-            cwd=author_repo,
-        )
+        worker = await authors_worker(env, author_repo, queue)
         try:
             await worker.wait_for("host other agents")
         finally:
