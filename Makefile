@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 ## demo: one banking conversation that pauses for your approval (echo y | make demo)
 demo: setup
-	$(PY) -m client.demo
+	$(PY) -m examples.demo
 
 ## run: the worker hosting the example agents, plus the dev server unless an address is configured
 # (TEMPORAL_ADDRESS or a profile): a configured server that is down is reported, not replaced.

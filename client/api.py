@@ -1,4 +1,8 @@
-"""``AgentClient`` and ``Chat``: start conversations, send messages, answer interrupts."""
+"""``AgentClient`` and ``Chat``: start conversations, send messages, answer interrupts.
+
+Where to connect lives in ``client.connection`` and the error types in ``client.errors``; both are
+re-exported here, so ``from client.api import ConnectionConfigError`` keeps working.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,12 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
-from temporalio.api.errordetails.v1 import NamespaceNotFoundFailure
 from temporalio.client import (
     Client,
     RPCError,
@@ -37,10 +39,28 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.envconfig import ClientConfig
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-from temporalio.service import RPCStatusCode
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from client.connection import (
+    CONNECT_TIMEOUT,
+    DEFAULT_ADDRESS,
+    connect_answering,
+    connect_config,
+)
+from client.errors import (
+    AgentError,
+    CancelRejected,
+    ConnectionConfigError,
+    NoWorkerAnswered,
+    ResumeRejected,
+    SendRejected,
+    ServerNotAnswering,
+    gave_up,
+    no_worker,
+    raise_update_error,
+    rpc_error,
+    worker_missing,
+)
 from workflows import AgentWorkflow
 from workflows.config import AGENT_NAME, AGENT_STATUS
 from workflows.interrupts import check_resume_fields
@@ -72,71 +92,6 @@ from workflows.types import (
 )
 
 DEFAULT_TASK_QUEUE = "agents"
-DEFAULT_ADDRESS = "localhost:7233"
-
-# How long connecting may take before the server counts as not answering. The SDK alone waits
-# 30 s on a port that accepts and never speaks gRPC (a hung server, or another program there), and
-# then reports it like a refused connection. A healthy server, even across an ocean, answers in
-# about a second.
-CONNECT_TIMEOUT = timedelta(seconds=10)
-
-
-class AgentError(Exception):
-    """Something the agent runtime refused or could not do; the message says why."""
-
-
-class ResumeRejected(AgentError):
-    """A resume did not match what is pending (or was malformed, or too large)."""
-
-
-class SendRejected(AgentError):
-    """A message was refused: the chat is paused, busy, closed, or belongs to another agent."""
-
-
-class CancelRejected(AgentError):
-    """A cancel or close was refused: nothing to cancel, one already under way, or a reason or
-    identity that is too long or malformed."""
-
-
-class ConnectionConfigError(AgentError):
-    """The Temporal connection settings (profile file, ``TEMPORAL_*`` variables) are unusable.
-
-    The message names the setting at fault and how to fix it.
-    """
-
-
-class ServerNotAnswering(AgentError):
-    """Something accepts connections at the address but does not answer as Temporal in time.
-
-    Attributes:
-        address: The ``host:port`` connected to.
-        waited: How long connecting was given.
-    """
-
-    def __init__(self, message: str, *, address: str, waited: timedelta) -> None:
-        super().__init__(message)
-        self.address = address
-        self.waited = waited
-
-
-class NoWorkerAnswered(AgentError):
-    """No worker took the request within the ``worker_timeout`` the caller gave.
-
-    Queries and updates are served by a worker, never by the Temporal server alone.
-
-    Attributes:
-        waited: The ``worker_timeout`` that ran out. When the caller gave none, how long the
-            Temporal server waited before it gave up by itself (about 30 s for a query), or
-            zero where that is not known.
-        queued: True for an update (send, resume, cancel): it reached Temporal, which keeps it,
-            and a worker that picks the conversation up later still applies it (measured on the
-            dev server). False for a query: nothing was left behind.
-    """
-
-    def __init__(self, message: str, *, waited: timedelta, queued: bool) -> None:
-        super().__init__(message)
-        self.waited = waited
-        self.queued = queued
 
 
 # How long a bounded query waits before asking again after the server answered "no worker"
@@ -145,77 +100,8 @@ class NoWorkerAnswered(AgentError):
 _QUERY_RETRY_INTERVAL = 1.0
 
 
-def _seconds(span: timedelta) -> str:
-    return f"{round(span.total_seconds(), 1):g}s"
-
-
-def _no_worker(
-    waited: timedelta | None, *, queued: bool, server_waited: timedelta | None = None
-) -> NoWorkerAnswered:
-    """``waited``: the caller's ``worker_timeout``. None: the caller gave none and the Temporal
-    server gave up first, after ``server_waited`` where that was measured."""
-    what = "the request stays queued" if queued else "nothing was left behind"
-    if waited:
-        within = f"within {_seconds(waited)}"
-    elif server_waited:
-        within = f"before the Temporal server stopped waiting ({_seconds(server_waited)})"
-    else:
-        within = "before the Temporal server stopped waiting"
-    return NoWorkerAnswered(
-        f"no worker answered {within} ({what}): none is polling this task queue, all are busy, "
-        "or the conversation's workflow task is failing (see its history)",
-        waited=waited or server_waited or timedelta(0),
-        queued=queued,
-    )
-
-
-def _worker_missing(err: RPCError) -> bool:
-    """The server's own answers when no worker took a query: nothing polls the task queue
-    ("no poller seen", at once or after its ~30 s limit), or nothing answered in time."""
-    return (
-        "no poller seen" in err.message
-        or "Timeout expired" in err.message
-        or err.status == RPCStatusCode.DEADLINE_EXCEEDED
-    )
-
-
-def _missing_namespace(err: RPCError) -> str | None:
-    """The namespace the server says does not exist, read from the error's details (a
-    workflow that is not found is NOT_FOUND too, and its message can name a namespace id)."""
-    if err.status != RPCStatusCode.NOT_FOUND:
-        return None
-    for detail in err.grpc_status.details:
-        failure = NamespaceNotFoundFailure()
-        if detail.Unpack(failure):
-            return failure.namespace
-    return None
-
-
-def _gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> BaseException:
-    """What to raise when an update stopped waiting: ours to explain, or the caller's own."""
-    if not expired and isinstance(err.__cause__, asyncio.CancelledError):
-        # The caller was cancelled (its own timeout, a task group, shutdown): the SDK wrapped
-        # that in its update error, but it is the caller's cancellation, not a missing worker.
-        return asyncio.CancelledError()
-    return _no_worker(waited, queued=True)
-
-
-_ERRORS: dict[str, type[AgentError]] = {
-    "ResumeRejected": ResumeRejected,
-    "SendRejected": SendRejected,
-    "CancelRejected": CancelRejected,
-}
-
-
 class _Closed(Exception):
     """The conversation's workflow is no longer running (a query with NOT_OPEN said so)."""
-
-
-def _raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
-    cause = err.cause
-    if isinstance(cause, ApplicationError):
-        raise _ERRORS.get(cause.type or "", AgentError)(cause.message) from None
-    raise AgentError(str(cause or err)) from err
 
 
 def approve(interrupt: InterruptRequest) -> ToolResponse | ToolRestart:
@@ -234,178 +120,6 @@ def deny(interrupt: InterruptRequest, reason: str = "") -> ToolResponse:
     if interrupt.source == "interrupt":
         return interrupt.respond({"approved": False, "feedback": reason})
     return interrupt.respond({"error": "denied by the user", "reason": reason or "no reason given"})
-
-
-def connect_config(
-    target_host: str | None = None,
-    *,
-    namespace: str | None = None,
-    profile: str | None = None,
-    config_file: str | None = None,
-    default_address: str | None = DEFAULT_ADDRESS,
-) -> dict[str, Any]:
-    """Connection settings the Temporal way: a profile file and ``TEMPORAL_*`` variables.
-
-    This is the one place every entry point (``python -m worker``, ``agentctl``,
-    ``AgentClient.connect``) reads its connection from, so one set of variables serves them all:
-    ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*`` and
-    profiles (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``), all read by
-    ``temporalio.envconfig``. Explicit arguments win; without any address the local default
-    ``localhost:7233`` is used.
-
-    Args:
-        target_host: ``host:port``, overriding the configured address.
-        namespace: overrides the configured namespace.
-        profile: the profile to load (default: ``TEMPORAL_PROFILE``, else ``default``).
-        config_file: the TOML file (default: ``TEMPORAL_CONFIG_FILE``, else
-            ``~/.config/temporalio/temporal.toml`` when it exists).
-        default_address: the address when nothing configures one. ``None`` leaves
-            ``target_host`` out, so a caller can tell "configured" from "defaulted" (``python
-            -m worker --dev-server`` starts a server only for the default).
-
-    Returns:
-        Keyword arguments for ``temporalio.client.Client.connect``.
-
-    Raises:
-        ConnectionConfigError: a named config file does not exist or does not parse, the
-            profile is not in it, a certificate or key file it names cannot be read, or the
-            address is not ``HOST:PORT`` (no port, a port out of range, a URL scheme).
-    """
-    # An empty variable means "not set" to whoever wrote `TEMPORAL_API_KEY=` in an env file, but
-    # envconfig takes it literally: an empty API key (or TEMPORAL_TLS) turns TLS on, an empty
-    # namespace is used as is. Drop empty values before envconfig sees them.
-    environ = {k: v for k, v in os.environ.items() if v}
-    named_file = config_file or environ.get("TEMPORAL_CONFIG_FILE")
-    # envconfig treats a named file that is not there like no file at all: a typo, or a secret
-    # that was not mounted into the container, would quietly connect to localhost instead.
-    if named_file and not Path(named_file).is_file():
-        raise ConnectionConfigError(
-            f"the Temporal config file {named_file!r} (config_file or TEMPORAL_CONFIG_FILE) "
-            "does not exist"
-        )
-    try:
-        loaded = ClientConfig.load_client_connect_config(
-            profile=profile, config_file=config_file, override_env_vars=environ
-        )
-    except OSError as e:
-        # The TLS settings name files; envconfig reads them while loading.
-        raise ConnectionConfigError(
-            f"cannot read {e.filename!r} named by the Temporal TLS settings "
-            f"(TEMPORAL_TLS_* or the profile's tls table): {e.strerror}"
-        ) from None
-    except RuntimeError as e:
-        # envconfig's own ConfigError (a RuntimeError): unknown profile or malformed TOML.
-        # Loading does no I/O besides reading files, so nothing else lands here.
-        raise ConnectionConfigError(
-            _explain_config_error(e, profile=profile, named_file=named_file, environ=environ)
-        ) from None
-    config: dict[str, Any] = dict(loaded)
-    if target_host:
-        config["target_host"] = target_host
-    if namespace:
-        config["namespace"] = namespace
-    if "target_host" in config:
-        if target_host:
-            source = "--address or target_host"
-        elif environ.get("TEMPORAL_ADDRESS"):
-            source = "TEMPORAL_ADDRESS"
-        else:
-            wanted = profile or environ.get("TEMPORAL_PROFILE") or "default"
-            source = f"the address of the Temporal profile {wanted!r}"
-        _check_address(config["target_host"], source=source)
-    if default_address is not None:
-        config.setdefault("target_host", default_address)
-    return config
-
-
-def _check_address(address: str, *, source: str) -> None:
-    """Refuse an address the SDK would misread rather than reject.
-
-    Measured with temporalio 1.35: a host alone (``localhost``) connects to port 80, a word
-    alone fails later as a DNS error that reads like an outage, and ``http://host:port`` works
-    but prints a two-line deprecation warning. Each is a setting to fix, so it is told as one.
-    """
-    why: str | None = None
-    if "://" in address:
-        why = (
-            "give HOST:PORT without a scheme, like localhost:7233 (TLS is a setting of its own: "
-            "TEMPORAL_TLS, or TEMPORAL_API_KEY)"
-        )
-    else:
-        host, colon, port = address.rpartition(":")
-        bracketed = host.startswith("[") and host.endswith("]")
-        if not colon or not port:
-            why = "no port; give HOST:PORT, like localhost:7233"
-        elif not host:
-            why = "no host; give HOST:PORT, like localhost:7233"
-        elif not port.isdigit():
-            why = f"the port {port!r} is not a number; give HOST:PORT, like localhost:7233"
-        elif not 0 < int(port) < 65536:
-            why = f"the port {port} is not between 1 and 65535"
-        elif ":" in host and not bracketed:
-            why = "an IPv6 host goes in brackets, like [::1]:7233"
-        elif any(c.isspace() or c in "/@?#" for c in host):
-            why = "the host is not a host name or an IP address; give HOST:PORT"
-    if why is not None:
-        raise ConnectionConfigError(f"bad Temporal address {address!r} ({source}): {why}")
-
-
-def _explain_config_error(
-    err: RuntimeError, *, profile: str | None, named_file: str | None, environ: dict[str, str]
-) -> str:
-    wanted = profile or environ.get("TEMPORAL_PROFILE") or "default"
-    where = (
-        repr(named_file)
-        if named_file
-        else "the default config file (~/.config/temporalio/temporal.toml; none is named by "
-        "TEMPORAL_CONFIG_FILE)"
-    )
-    try:
-        source = Path(named_file) if named_file else None
-        known = sorted(ClientConfig.load(config_source=source, override_env_vars=environ).profiles)
-    except RuntimeError:
-        known = None  # the file itself does not parse: envconfig's message says where
-    if known is not None and wanted not in known:
-        has = f"profiles there: {', '.join(known)}" if known else "no profiles are defined there"
-        return (
-            f"the Temporal profile {wanted!r} (--profile or TEMPORAL_PROFILE) is not in "
-            f"{where}; {has}"
-        )
-    return f"cannot load the Temporal connection settings from {where}: {err}"
-
-
-async def connect_answering(
-    config: Mapping[str, Any], *, timeout: timedelta = CONNECT_TIMEOUT
-) -> Client:
-    """``Client.connect(**config)``, giving up after ``timeout`` instead of the SDK's 30 s.
-
-    Connecting already makes a real Temporal call (``GetSystemInfo``), so a client returned here
-    talked to a Temporal server. ``python -m worker`` and ``make demo`` connect through this with
-    what :func:`connect_config` returned; ``AgentClient.connect`` does too.
-
-    Raises:
-        ServerNotAnswering: no answer within ``timeout``; the message names the address and how
-            to fix it.
-        ConnectionConfigError: the SDK refused the address before connecting (it cannot parse
-            it, e.g. ``[zz]:7233``): a setting to fix, like the ones ``connect_config`` refuses.
-        RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
-    """
-    try:
-        async with asyncio.timeout(timeout.total_seconds()):
-            return await Client.connect(**config)
-    except ValueError as e:
-        raise ConnectionConfigError(
-            f"bad Temporal address {config.get('target_host')!r}: {e}"
-        ) from None
-    except TimeoutError:
-        address = str(config.get("target_host", "?"))
-        raise ServerNotAnswering(
-            f"the server at {address} is not answering as Temporal (no reply within "
-            f"{timeout.total_seconds():g}s): stop whatever listens there, or point "
-            "TEMPORAL_ADDRESS at a Temporal server",
-            address=address,
-            waited=timeout,
-        ) from None
 
 
 class AgentClient:
@@ -546,16 +260,16 @@ class Chat:
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
-                raise _gave_up(e, worker_timeout, expired=deadline.expired()) from None
+                raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
             return await accepted.result()
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
-            raise _gave_up(e, None, expired=False) from None
+            raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
+            raise_update_error(e)
         except WorkflowAlreadyStartedError:
             raise SendRejected(f"chat {self.id!r} is closed") from None
         except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+            raise rpc_error(e, self.id) from e
         finally:
             _retrieve_start_outcome(start)
 
@@ -737,14 +451,14 @@ class Chat:
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 # The SDK turns the cancellation into its own error, hence both.
-                raise _gave_up(e, worker_timeout, expired=deadline.expired()) from None
+                raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
             return await accepted.result()
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
-            raise _gave_up(e, None, expired=False) from None
+            raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
-            _raise_update_error(e)
+            raise_update_error(e)
         except RPCError as e:
-            raise _rpc_error(e, self.id) from e
+            raise rpc_error(e, self.id) from e
 
     async def _query(
         self,
@@ -779,10 +493,10 @@ class Chat:
         except WorkflowQueryFailedError as e:
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
-            if worker_timeout is None and _worker_missing(e):
+            if worker_timeout is None and worker_missing(e):
                 waited = timedelta(seconds=loop.time() - started)
-                raise _no_worker(None, queued=False, server_waited=waited) from e
-            raise _rpc_error(e, self.id) from e
+                raise no_worker(None, queued=False, server_waited=waited) from e
+            raise rpc_error(e, self.id) from e
 
     async def _query_within(
         self,
@@ -808,11 +522,11 @@ class Chat:
                             query, *args, reject_condition=condition, rpc_timeout=left
                         )
                     except RPCError as e:
-                        if not _worker_missing(e):
+                        if not worker_missing(e):
                             raise
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
-            raise _no_worker(worker_timeout, queued=False) from None
+            raise no_worker(worker_timeout, queued=False) from None
 
 
 def _sort_answers(
@@ -898,25 +612,6 @@ def exit_now(code: int = 0) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _rpc_error(err: RPCError, chat_id: str) -> AgentError:
-    # The server reports an update to a finished workflow as NOT_FOUND too, so the message
-    # decides first: a closed chat is not a missing one.
-    if "already completed" in err.message:
-        return SendRejected(f"chat {chat_id!r} is closed")
-    namespace = _missing_namespace(err)
-    if namespace is not None:
-        # A setting at fault, not the chat: every chat id would fail the same way.
-        return ConnectionConfigError(
-            f"the Temporal namespace {namespace!r} (namespace or TEMPORAL_NAMESPACE) does not "
-            "exist on this server"
-        )
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return AgentError(f"no conversation with id {chat_id!r}")
-    if _worker_missing(err):
-        return _no_worker(None, queued=False)
-    return AgentError(f"Temporal error: {err.message}")
 
 
 __all__ = [

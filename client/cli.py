@@ -19,13 +19,16 @@ Exit codes (stable; the README documents them):
 - 130: interrupted (Ctrl-C).
 
 Every error is one line on stderr, never a traceback; click's own usage errors included.
+
+This module holds the commands and the exit codes; what they print (rich views and the
+``--json`` schemas) is in ``client.views``, and ``agentctl chat``'s interactive loop in
+``client.chat_loop``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
-import json
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -35,18 +38,11 @@ from enum import IntEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import BaseModel, ValidationError
-from rich import box
-from rich.console import Console, Group, RenderableType
+from pydantic import ValidationError
 from rich.markup import escape
-from rich.panel import Panel
-from rich.prompt import Prompt
-from rich.table import Table
-from rich.text import Text
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
     WorkflowQueryFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -66,13 +62,30 @@ from client.api import (
     deny,
     exit_now,
 )
+from client.chat_loop import ChatClosed, ChatSession
+from client.views import (
+    CancelOutput,
+    MemoInterrupt,
+    PausedConversation,
+    PendingOutput,
+    ResumeOutput,
+    ShowOutput,
+    answer_words,
+    closed_as,
+    err,
+    json_object,
+    out,
+    paused_again,
+    print_json,
+    print_paused,
+    print_status,
+    print_turn,
+    safe,
+)
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
-from workflows.details import shell_word, visible
 from workflows.types import (
-    AgentStatus,
     FinishReason,
     InterruptRequest,
-    JsonObject,
     Rejection,
     StatusResult,
     ToolResponse,
@@ -94,9 +107,6 @@ class ExitCode(IntEnum):
 
 DEFAULT_WAIT = 30.0
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
 
 class _Fail(Exception):
     """Ends the command with a message on stderr and a documented exit code."""
@@ -105,62 +115,6 @@ class _Fail(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-# --------------------------------------------------------------------------------------------
-# ``--json`` output: stable schemas, documented in the README. Evolve by adding fields.
-
-
-class MemoInterrupt(BaseModel):
-    """One pending interrupt as the workflow's memo records it (visibility, no worker)."""
-
-    name: str
-    ref: str
-    input: str = ""
-    """The tool's input as JSON text, truncated to 200 characters by the workflow."""
-
-
-class PausedConversation(BaseModel):
-    chat_id: str
-    agent: str | None = None
-    waiting_since: datetime | None = None
-    interrupts: list[MemoInterrupt] = []
-
-
-class PendingOutput(BaseModel):
-    conversations: list[PausedConversation] = []
-
-
-class ShowOutput(BaseModel):
-    chat_id: str
-    agent: str
-    status: AgentStatus
-    turns: int
-    model: str | None = None
-    pending: list[InterruptRequest] = []
-    last_turn: TurnResult | None = None
-    rejections_total: int = 0
-    recent_rejections: list[Rejection] = []
-
-
-class ResumeOutput(BaseModel):
-    chat_id: str
-    identity: str
-    respond: list[ToolResponse] = []
-    restart: list[ToolRestart] = []
-    turn: TurnResult
-
-
-class CancelOutput(BaseModel):
-    chat_id: str
-    identity: str
-    reason: str
-    turn: TurnResult
-
-
-def _print_json(model: BaseModel) -> None:
-    # Plain text, not rich: the output is for programs, and must not wrap or carry styles.
-    sys.stdout.write(model.model_dump_json(indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,7 +216,7 @@ def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any
 
 
 def _error_line(message: str) -> None:
-    err.print(f"[bold red]agentctl:[/] {_show(message)}")
+    err.print(f"[bold red]agentctl:[/] {safe(message)}")
 
 
 async def _connect(settings: Settings) -> AgentClient:
@@ -333,150 +287,6 @@ def _wait(seconds: float) -> timedelta:
 
 
 # --------------------------------------------------------------------------------------------
-# Formatting
-
-
-def _when(at: datetime | None, *, now: datetime | None = None) -> str:
-    if at is None:
-        return "-"
-    now = now or datetime.now(UTC)
-    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({_age(now - at)} ago)"
-
-
-def _age(delta: timedelta) -> str:
-    seconds = max(int(delta.total_seconds()), 0)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d{(seconds % 86400) // 3600:02d}h"
-
-
-def _compact(value: object, limit: int | None = 120) -> str:
-    # JSON escapes C0 controls but, with ensure_ascii off, not C1 controls or bidi overrides.
-    text = visible(json.dumps(value, separators=(", ", ": "), ensure_ascii=False))
-    if limit is not None and len(text) > limit:
-        return text[: limit - 1] + "…"
-    return text
-
-
-def _show(text: str) -> str:
-    """One line of untrusted text for rich markup: controls visible, markup escaped."""
-    return escape(visible(text))
-
-
-_KIND = {
-    "interrupt": "interrupt-only tool",
-    "approval": "approval gate",
-    "tool": "raised by the tool",
-}
-
-
-def _interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) -> Panel:
-    """One pending interrupt, everything an operator needs to decide; long values fold."""
-    body = Table.grid(padding=(0, 2))
-    body.add_column(style="dim", no_wrap=True)
-    body.add_column(overflow="fold")
-    body.add_row("ref", Text(visible(interrupt.ref)))
-    body.add_row("kind", Text(_KIND.get(interrupt.source, interrupt.source)))
-    body.add_row("input", Text(_compact(interrupt.input, None)))
-    if interrupt.metadata:
-        body.add_row("metadata", Text(_compact(interrupt.metadata, None)))
-    if interrupt.since:
-        body.add_row("waiting", Text(f"since {_when(interrupt.since)}"))
-    if interrupt.deadline:
-        body.add_row(
-            "deadline", Text(f"{interrupt.deadline.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
-        )
-    if chat_id is not None:
-        chat, ref = shell_word(chat_id), shell_word(interrupt.ref)
-        body.add_row(
-            "answer",
-            Text(f"agentctl approve {chat} {ref}\nagentctl deny {chat} {ref} --reason TEXT"),
-        )
-    return Panel(
-        body,
-        title=Text.assemble("paused on ", (visible(interrupt.name), "bold")),
-        title_align="left",
-        expand=False,
-    )
-
-
-def _paused_view(found: list[PausedConversation], *, title: str) -> RenderableType:
-    """``pending``'s table; a list instead when the terminal is too narrow for one."""
-    now = datetime.now(UTC)
-    # Chat ids and refs are what the operator copies into the next command, so they never wrap
-    # (rich's table leaves no-wrap columns alone while it can shrink the others).
-    keep = [
-        max(len(visible(c.chat_id)) for c in found),
-        max((len(visible(i.name)) for c in found for i in c.interrupts), default=1),
-        max((len(visible(i.ref)) for c in found for i in c.interrupts), default=1),
-    ]
-    # Padding and rule (3 a column) plus room for AGENT, WAITING SINCE and INPUT to wrap in.
-    if sum(keep) + 3 * 6 + 8 + 12 + 18 <= out.width:
-        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("CHAT ID", "AGENT", "INTERRUPT", "REF", "WAITING SINCE", "INPUT"):
-            no_wrap = column in ("CHAT ID", "INTERRUPT", "REF")
-            table.add_column(column, overflow="fold", no_wrap=no_wrap)
-        for c in found:
-            rows = c.interrupts or [MemoInterrupt(name="?", ref="?")]
-            for n, i in enumerate(rows):
-                first = n == 0
-                since = "-"
-                if c.waiting_since is not None:
-                    at = c.waiting_since.astimezone(UTC)
-                    since = f"{at:%Y-%m-%d}\n{at:%H:%M:%S} UTC\n({_age(now - at)} ago)"
-                table.add_row(
-                    Text(visible(c.chat_id) if first else ""),
-                    Text(visible(c.agent or "?") if first else ""),
-                    Text(visible(i.name), style="bold"),
-                    Text(visible(i.ref)),
-                    Text(since if first else ""),
-                    Text(visible(i.input)),
-                    end_section=n == len(rows) - 1,
-                )
-        return table
-    lines = [Text(title, style="italic"), Text()]
-    for c in found:
-        # Two lines: a generated chat id (`chat-<uuid>`, 41 characters) with the agent and the
-        # waiting time on one line overflowed an 80-column terminal.
-        lines.append(Text.assemble((visible(c.chat_id), "bold"), f" · {visible(c.agent or '?')}"))
-        lines.append(Text(f"  waiting since {_when(c.waiting_since, now=now)}"))
-        for i in c.interrupts:
-            lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
-            lines.append(Text(f"    input {visible(i.input)}"))
-        lines.append(Text())
-    return Group(*lines)
-
-
-def _print_turn(res: TurnResult) -> None:
-    reason = res.finish_reason
-    if reason == FinishReason.INTERRUPTED:
-        out.print(
-            f"turn {res.turn} is [bold yellow]paused[/] on {len(res.interrupts)} interrupt(s):"
-        )
-        for interrupt in res.interrupts:
-            out.print(_interrupt_panel(interrupt))
-        return
-    style = {FinishReason.STOP: "green", FinishReason.FAILED: "red"}.get(reason, "yellow")
-    out.print(f"turn {res.turn} ended: [bold {style}]{reason.value}[/]")
-    if res.error:
-        out.print(f"error: {_show(res.error.status)}: {_show(res.error.message)}")
-    # A cancelled turn's text is what the model said before the pause ("I need your
-    # approval..."): printed after "ended: cancelled" it would read as the agent's answer.
-    if res.text and reason != FinishReason.CANCELLED:
-        out.print(Text.assemble(("agent> ", "bold cyan"), visible(res.text, multiline=True)))
-
-
-def _answer_words(answer: ToolResponse | ToolRestart) -> str:
-    if isinstance(answer, ToolResponse):
-        return f"respond {_compact(answer.output, None)}"
-    return f"restart with metadata {_compact(answer.resumed_metadata, None)}"
-
-
-# --------------------------------------------------------------------------------------------
 # Talking to one conversation
 
 
@@ -499,7 +309,7 @@ async def _open(
 ) -> tuple[Chat, WorkflowExecutionDescription]:
     """The conversation and what Temporal knows about it without asking a worker."""
     desc = await _describe(agents, chat_id)
-    ended = _closed_as(desc)
+    ended = closed_as(desc)
     if running and ended is not None:
         raise _Fail(
             ExitCode.USAGE,
@@ -507,13 +317,6 @@ async def _open(
         )
     agent = desc.typed_search_attributes.get(AGENT_NAME) or ""
     return await agents.chat(agent, chat_id=chat_id), desc
-
-
-def _closed_as(desc: WorkflowExecutionDescription) -> str | None:
-    """How the conversation's workflow ended ("terminated", "timed out"); None while it runs."""
-    if desc.status == WorkflowExecutionStatus.RUNNING:
-        return None
-    return desc.status.name.lower().replace("_", " ") if desc.status else "closed"
 
 
 def _no_worker(
@@ -572,7 +375,7 @@ async def _ask(
         return await call()
     except NoWorkerAnswered as e:
         raise _no_worker(
-            e, desc.task_queue, chat.id, answering=answering, closed_as=_closed_as(desc)
+            e, desc.task_queue, chat.id, answering=answering, closed_as=closed_as(desc)
         ) from None
     except AgentError as e:
         raise _failure(e) from None
@@ -645,55 +448,23 @@ def _answer(
             answering=True,
         )
         if as_json:
-            _print_json(
+            print_json(
                 ResumeOutput(
                     chat_id=chat_id, identity=who, respond=respond, restart=restart, turn=res
                 )
             )
             return
         out.print(
-            f"answered [bold]{_show(interrupt.name)}[/] (ref {_show(ref)}) with "
-            f"{escape(_answer_words(answer))} as {_show(who)}"
+            f"answered [bold]{safe(interrupt.name)}[/] (ref {safe(ref)}) with "
+            f"{escape(answer_words(answer))} as {safe(who)}"
         )
-        _print_turn(res)
+        print_turn(res)
         again = next((i for i in res.interrupts if i.ref == ref), None)
         if res.finish_reason == FinishReason.INTERRUPTED and again is not None:
             # Printed as it is, "answered ... turn N is paused" reads as a success.
-            out.print(_paused_again(chat_id, again))
+            out.print(paused_again(chat_id, again))
 
     _run(ctx, command)
-
-
-def _paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
-    """Why the call just answered is pending again, in the words its kind needs."""
-    approve_it = f"agentctl approve {shell_word(chat_id)} {shell_word(interrupt.ref)}"
-    if interrupt.source == "approval":
-        why = (
-            'a gated tool runs only when restarted with {"tool_approved": true} '
-            f"({approve_it} does that)"
-        )
-    elif interrupt.source == "tool":
-        why = (
-            "the tool raised Interrupt again, so its own condition for running still holds "
-            '(see its metadata above); a tool that checks {"tool_approved": true} runs with '
-            f"{approve_it}"
-        )
-    else:
-        why = (
-            "an interrupt-only tool has nothing to run, so a restart only asks again; answer "
-            f"it with {approve_it}, or with agentctl deny or respond"
-        )
-    return Text(f"the call paused again on the same ref: {why}", style="bold yellow")
-
-
-def _json_object(value: str, *, what: str) -> JsonObject:
-    try:
-        parsed = json.loads(value)
-    except ValueError as e:
-        raise typer.BadParameter(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(parsed, dict):
-        raise typer.BadParameter(f"{what} must be a JSON object, like '{{\"approved\": true}}'")
-    return parsed
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,15 +512,9 @@ def pending(
         far = datetime.max.replace(tzinfo=UTC)
         found.sort(key=lambda c: (c.waiting_since or far, c.chat_id))
         if as_json:
-            _print_json(PendingOutput(conversations=found))
+            print_json(PendingOutput(conversations=found))
             return
-        scope = f" for agent {agent}" if agent else ""
-        if not found:
-            out.print(f"No paused conversations{_show(scope)}.")
-            return
-        title = visible(f"Paused conversations{scope}: {len(found)}")
-        out.print(_paused_view(found, title=title))
-        out.print("Answer with: agentctl approve|deny CHAT_ID REF, or agentctl show CHAT_ID")
+        print_paused(found, agent=agent)
 
     _run(ctx, command)
 
@@ -783,68 +548,12 @@ def show(
             recent_rejections=rejections,
         )
         if as_json:
-            _print_json(view)
+            print_json(view)
             return
         closed = view.status == "closed"
         # How it closed, when Temporal says (describe came first; it may have closed since).
-        ended = _closed_as(desc) if closed else None
-        out.print(
-            f"[bold]{_show(view.chat_id)}[/] · agent [bold]{_show(view.agent)}[/] · "
-            f"status [bold]{view.status}[/]"
-            + (f" ({ended})" if ended else "")
-            + f" · turns {view.turns}"
-            + (f" · model {_show(view.model)}" if view.model else "")
-            + f" · task queue {_show(desc.task_queue)}"
-        )
-        if view.pending:
-            for interrupt in view.pending:
-                out.print(_interrupt_panel(interrupt, chat_id=view.chat_id))
-            out.print(
-                "Or answer with respond/restart; withdraw every pending interrupt with "
-                f"agentctl cancel {escape(shell_word(view.chat_id))}"
-            )
-        lt = view.last_turn
-        if lt is not None and lt.finish_reason != FinishReason.INTERRUPTED:
-            out.print(f"Last turn {lt.turn}: [bold]{lt.finish_reason.value}[/]")
-            if lt.error:
-                out.print(f"  error: {_show(lt.error.status)}: {_show(lt.error.message)}")
-            said = visible(lt.text, multiline=True)
-            if lt.text and lt.finish_reason == FinishReason.CANCELLED:
-                out.print(Text.assemble("  the agent's last words before the cancel: ", said))
-            elif lt.text:
-                out.print(Text.assemble("  agent> ", said))
-        elif lt is not None and closed:
-            # Terminated (or timed out) while paused: the turn keeps what it paused on, but
-            # none of it is pending any more, so no command to answer it is offered.
-            on = ", ".join(visible(i.name) for i in lt.interrupts)
-            out.print(
-                f"Last turn {lt.turn} was cut off while paused"
-                + (f" on {escape(on)}" if on else "")
-                + ": the conversation is closed, and nothing in it can be answered."
-            )
-            if lt.text:
-                said = visible(lt.text, multiline=True)
-                out.print(Text.assemble("  the agent's last words before the pause: ", said))
-        elif lt is not None and lt.text:
-            said = visible(lt.text, multiline=True)
-            out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", said))
-        if rejections:
-            table = Table(
-                title=f"Recent rejected answers ({view.rejections_total} in all)",
-                title_justify="left",
-            )
-            for column in ("AT", "VIA", "HANDLER", "IDENTITY"):
-                table.add_column(column, no_wrap=True)
-            table.add_column("REASON", overflow="fold")
-            for r in rejections[-10:]:
-                table.add_row(
-                    f"{r.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
-                    r.via,
-                    Text(visible(r.handler)),
-                    Text(visible(r.identity or "-")),
-                    Text(visible(r.reason)),
-                )
-            out.print(table)
+        ended = closed_as(desc) if closed else None
+        print_status(view, ended=ended, task_queue=desc.task_queue)
 
     _run(ctx, command)
 
@@ -862,7 +571,7 @@ def respond(
     as_json: JsonFlag = False,
 ) -> None:
     """Answer one interrupt with the tool's output (the tool does not run)."""
-    value = _json_object(output, what="the output")
+    value = json_object(output, what="the output")
     _answer(
         ctx,
         chat_id,
@@ -896,7 +605,7 @@ def restart(
     --metadata '{"tool_approved": true}' (agentctl approve sends that); without it the call
     pauses again on the same ref.
     """
-    value = _json_object(metadata, what="--metadata")
+    value = json_object(metadata, what="--metadata")
     _answer(
         ctx,
         chat_id,
@@ -970,10 +679,10 @@ def cancel(
             answering=True,
         )
         if as_json:
-            _print_json(CancelOutput(chat_id=chat_id, identity=who, reason=reason, turn=res))
+            print_json(CancelOutput(chat_id=chat_id, identity=who, reason=reason, turn=res))
             return
-        out.print(f"cancelled turn {res.turn} of {_show(chat_id)} as {_show(who)}")
-        _print_turn(res)
+        out.print(f"cancelled turn {res.turn} of {safe(chat_id)} as {safe(who)}")
+        print_turn(res)
 
     _run(ctx, command)
 
@@ -996,164 +705,19 @@ def chat(
 
     async def command(agents: AgentClient) -> None:
         conversation = await agents.chat(agent, chat_id=chat_id)
-        session = _ChatSession(
+        session = ChatSession(
             conversation, task_queue=agents.task_queue, identity=who, wait=_wait(wait)
         )
-        await session.run()
-
-    _run(ctx, command)
-
-
-class _ChatSession:
-    """The interactive loop of ``agentctl chat``."""
-
-    def __init__(self, chat: Chat, *, task_queue: str, identity: str, wait: timedelta) -> None:
-        self.chat = chat
-        self.task_queue = task_queue
-        self.identity = identity
-        self.wait = wait
-
-    async def run(self) -> None:
         try:
-            # Before the banner: a closed conversation or a missing worker is an error on its
-            # own, and an existing conversation's banner names the queue it really runs on.
-            paused = await self._attach()
-            out.print(
-                f"Chat [bold]{_show(self.chat.id)}[/] with [bold]{_show(self.chat.agent)}[/] "
-                f"(task queue {_show(self.task_queue)}). Type a message; Ctrl-D leaves."
-            )
-            if paused is not None:
-                await self._settle(paused)
-            while True:
-                try:
-                    line = out.input("[bold]you>[/] ")
-                except EOFError:
-                    out.print()
-                    return
-                if not line.strip():
-                    continue
-                try:
-                    res = await self.chat.send(line, worker_timeout=self.wait)
-                except SendRejected as e:
-                    out.print(f"[red]refused:[/] {_show(str(e))}")
-                    continue
-                await self._settle(res)
-        except _Left:
-            return
+            await session.run()
+        except ChatClosed as e:
+            raise _Fail(ExitCode.USAGE, str(e)) from None
         except NoWorkerAnswered as e:
-            raise _no_worker(e, self.task_queue, self.chat.id, answering=False) from None
+            raise _no_worker(e, session.task_queue, conversation.id, answering=False) from None
         except AgentError as e:
             raise _failure(e) from None
 
-    async def _attach(self) -> TurnResult | None:
-        """The conversation's pause to answer first, if it exists and is paused."""
-        try:
-            desc = await self.chat.handle.describe()
-        except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND:
-                return None  # a new conversation: the first message creates it
-            raise
-        ended = _closed_as(desc)
-        if ended is not None:
-            raise _Fail(ExitCode.USAGE, f"conversation {self.chat.id!r} is closed ({ended})")
-        # An existing conversation runs on the queue it was started on.
-        self.task_queue = desc.task_queue
-        status = await self.chat.status(worker_timeout=self.wait)
-        if not status.pending:
-            return None
-        last = status.last_turn
-        return TurnResult(
-            turn=last.turn if last else status.turns,
-            finish_reason=FinishReason.INTERRUPTED,
-            text=last.text if last else "",
-            interrupts=status.pending,
-        )
-
-    async def _settle(self, res: TurnResult) -> None:
-        """Show the turn; while it is paused, ask the human about each interrupt."""
-        shown = ""
-        while True:
-            # A turn's text is its latest model message: after a resume that pauses again it may
-            # be the same message as before, already shown.
-            if res.text and res.text != shown:
-                said = visible(res.text, multiline=True)
-                out.print(Text.assemble(("agent> ", "bold cyan"), said))
-                shown = res.text
-            if res.finish_reason != FinishReason.INTERRUPTED:
-                if res.finish_reason != FinishReason.STOP:
-                    out.print(f"(turn {res.turn} ended: {res.finish_reason.value})")
-                if res.error:
-                    out.print(f"[red]{_show(res.error.status)}:[/] {_show(res.error.message)}")
-                return
-            answers: list[ToolResponse | ToolRestart] = []
-            cancelled = False
-            for interrupt in res.interrupts:
-                answer = self._decide(interrupt)
-                if answer is None:
-                    cancelled = True
-                    break
-                answers.append(answer)
-            try:
-                if cancelled:
-                    res = await self.chat.cancel(
-                        "cancelled in agentctl chat",
-                        identity=self.identity,
-                        worker_timeout=self.wait,
-                    )
-                else:
-                    res = await self.chat.resume(
-                        answers=answers, identity=self.identity, worker_timeout=self.wait
-                    )
-            except ResumeRejected as e:
-                out.print(f"[red]rejected:[/] {_show(str(e))}")
-                pending = await self.chat.pending(worker_timeout=self.wait)
-                if not pending:
-                    return
-                res = res.model_copy(update={"interrupts": pending})
-
-    def _decide(self, interrupt: InterruptRequest) -> ToolResponse | ToolRestart | None:
-        """One interrupt's answer from the human; ``None`` cancels the turn."""
-        out.print(_interrupt_panel(interrupt))
-        try:
-            while True:
-                choice = Prompt.ask(
-                    Text(
-                        "a = approve, d = deny, r = respond with JSON, s = restart, "
-                        "c = cancel the turn"
-                    ),
-                    choices=["a", "d", "r", "s", "c"],
-                    console=out,
-                )
-                if choice == "a":
-                    return approve(interrupt)
-                if choice == "d":
-                    try:
-                        reason = out.input("reason (optional): ")
-                    except EOFError:  # input piped without a reason line: deny without one
-                        out.print()
-                        reason = ""
-                    return deny(interrupt, reason)
-                if choice == "c":
-                    return None
-                what = "output" if choice == "r" else "resume metadata"
-                raw = out.input(f"{what} (a JSON object): ")
-                try:
-                    value = _json_object(raw or "{}", what=what)
-                except typer.BadParameter as e:
-                    out.print(f"[red]{_show(str(e))}[/]")
-                    continue
-                return interrupt.respond(value) if choice == "r" else interrupt.restart(value)
-        except EOFError:
-            out.print()
-            out.print(
-                f"Left {_show(self.chat.id)} paused. Answer later with: agentctl approve|deny "
-                f"{escape(shell_word(self.chat.id))} {escape(shell_word(interrupt.ref))}"
-            )
-            raise _Left from None
-
-
-class _Left(Exception):
-    """The human pressed Ctrl-D at an interrupt: leave the conversation paused."""
+    _run(ctx, command)
 
 
 def main() -> NoReturn:

@@ -508,7 +508,7 @@ async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
     )
     assert run.run.code == 2, run
     assert f"bad Temporal address {address!r}: invalid target URL" in one_line_error(run.run)
-    for module in ("worker", "client.demo"):
+    for module in ("worker", "examples.demo"):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", module,
             env=bare_environ(tmp_path, TEMPORAL_ADDRESS=address), cwd=tmp_path,

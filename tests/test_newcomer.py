@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason, demo
-from examples import ALL_AGENTS, banking, deploy, shell
+from client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason
+from examples import ALL_AGENTS, banking, demo, deploy, shell
 from tests.helpers import fake_dev_server, server_address
 from worker import build_worker
 from worker.devserver import temporal_cli
@@ -41,7 +41,7 @@ async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, 
     environ["AGENT_TASK_QUEUE"] = queue
     proc = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "client.demo"],
+        [sys.executable, "-m", "examples.demo"],
         input=stdin,
         cwd=tmp_path,
         env={**environ, "PYTHONPATH": str(ROOT)},
@@ -389,7 +389,7 @@ async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
     environ["AGENT_TASK_QUEUE"] = f"tq-demo-{uuid.uuid4()}"
     proc = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "client.demo"],
+        [sys.executable, "-m", "examples.demo"],
         input="n\n",
         cwd=tmp_path,
         env={**environ, "PYTHONPATH": str(ROOT)},
@@ -442,7 +442,7 @@ def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path)
 
 
 def test_the_demo_does_not_ask_for_make_run_while_it_runs():
-    from client.demo import worker_hint
+    from examples.demo import worker_hint
     from worker.devserver import RecordedServer
 
     assert worker_hint("agents", None) == "make run   (serves task queue 'agents'), then"

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from client.api import CONNECT_TIMEOUT
-from client.demo import closing_lines
 from examples import ALL_AGENTS, shell_agent
+from examples.demo import closing_lines
 from tests.helpers import fake_dev_server
 from tests.test_worker_process import bare_environ
 from worker.__main__ import load_agents, parse_args, wants_dev_server
@@ -258,7 +258,7 @@ def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_ser
     began = time.monotonic()
     demo = run(
         "-m",
-        "client.demo",
+        "examples.demo",
         env=bare_environ(tmp_path, TEMPORAL_ADDRESS=silent_server),
         cwd=tmp_path,
         stdin="y\n",
@@ -277,7 +277,7 @@ def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_ser
 def test_the_demo_names_a_server_that_is_not_temporal(tmp_path, http_server):
     demo = run(
         "-m",
-        "client.demo",
+        "examples.demo",
         env=bare_environ(tmp_path, TEMPORAL_ADDRESS=http_server),
         cwd=tmp_path,
         stdin="y\n",

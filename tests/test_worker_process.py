@@ -360,14 +360,15 @@ def imports_envconfig(path: Path) -> bool:
 
 
 def test_envconfig_is_read_in_one_place():
-    """Every entry point shares ``client.api.connect_config``; none reads envconfig itself."""
+    """Every entry point shares ``client.connection.connect_config``; none reads envconfig
+    itself."""
     readers = sorted(
         str(path.relative_to(ROOT))
         for package in ("workflows", "activities", "worker", "client", "examples")
         for path in (ROOT / package).rglob("*.py")
         if imports_envconfig(path)
     )
-    assert readers == ["client/api.py"]
+    assert readers == ["client/connection.py"]
 
 
 # --- capacity ----------------------------------------------------------------------------------

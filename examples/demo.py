@@ -10,6 +10,9 @@ text says ``make stop`` only for a server ``make stop`` would stop.
 The worker polls the project's task queue (``AGENT_TASK_QUEUE``, default ``agents``), the one
 ``make run`` serves: once the demo's own worker has gone, ``make run`` answers ``agentctl show``
 and the Temporal UI's queries for the demo's conversation.
+
+It lives among the examples, not in ``client/``, because it runs a worker: the client imports
+nothing from ``worker/``, which imports the client.
 """
 
 from __future__ import annotations

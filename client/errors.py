@@ -1,0 +1,180 @@
+"""The client's error types, and how Temporal's failures become them.
+
+Every error a caller of ``AgentClient`` and ``Chat`` sees is an ``AgentError``; its message says
+what happened and what to do. The helpers below sort the SDK's errors (an update's
+``ApplicationError``, an ``RPCError``, an update that stopped waiting) into those types, so that
+``client.api`` and ``agentctl`` word each failure the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import NoReturn
+
+from temporalio.api.errordetails.v1 import NamespaceNotFoundFailure
+from temporalio.client import RPCError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCStatusCode
+
+
+class AgentError(Exception):
+    """Something the agent runtime refused or could not do; the message says why."""
+
+
+class ResumeRejected(AgentError):
+    """A resume did not match what is pending (or was malformed, or too large)."""
+
+
+class SendRejected(AgentError):
+    """A message was refused: the chat is paused, busy, closed, or belongs to another agent."""
+
+
+class CancelRejected(AgentError):
+    """A cancel or close was refused: nothing to cancel, one already under way, or a reason or
+    identity that is too long or malformed."""
+
+
+class ConnectionConfigError(AgentError):
+    """The Temporal connection settings (profile file, ``TEMPORAL_*`` variables) are unusable.
+
+    The message names the setting at fault and how to fix it.
+    """
+
+
+class ServerNotAnswering(AgentError):
+    """Something accepts connections at the address but does not answer as Temporal in time.
+
+    Attributes:
+        address: The ``host:port`` connected to.
+        waited: How long connecting was given.
+    """
+
+    def __init__(self, message: str, *, address: str, waited: timedelta) -> None:
+        super().__init__(message)
+        self.address = address
+        self.waited = waited
+
+
+class NoWorkerAnswered(AgentError):
+    """No worker took the request within the ``worker_timeout`` the caller gave.
+
+    Queries and updates are served by a worker, never by the Temporal server alone.
+
+    Attributes:
+        waited: The ``worker_timeout`` that ran out. When the caller gave none, how long the
+            Temporal server waited before it gave up by itself (about 30 s for a query), or
+            zero where that is not known.
+        queued: True for an update (send, resume, cancel): it reached Temporal, which keeps it,
+            and a worker that picks the conversation up later still applies it (measured on the
+            dev server). False for a query: nothing was left behind.
+    """
+
+    def __init__(self, message: str, *, waited: timedelta, queued: bool) -> None:
+        super().__init__(message)
+        self.waited = waited
+        self.queued = queued
+
+
+def _seconds(span: timedelta) -> str:
+    return f"{round(span.total_seconds(), 1):g}s"
+
+
+def no_worker(
+    waited: timedelta | None, *, queued: bool, server_waited: timedelta | None = None
+) -> NoWorkerAnswered:
+    """``waited``: the caller's ``worker_timeout``. None: the caller gave none and the Temporal
+    server gave up first, after ``server_waited`` where that was measured."""
+    what = "the request stays queued" if queued else "nothing was left behind"
+    if waited:
+        within = f"within {_seconds(waited)}"
+    elif server_waited:
+        within = f"before the Temporal server stopped waiting ({_seconds(server_waited)})"
+    else:
+        within = "before the Temporal server stopped waiting"
+    return NoWorkerAnswered(
+        f"no worker answered {within} ({what}): none is polling this task queue, all are busy, "
+        "or the conversation's workflow task is failing (see its history)",
+        waited=waited or server_waited or timedelta(0),
+        queued=queued,
+    )
+
+
+def worker_missing(err: RPCError) -> bool:
+    """The server's own answers when no worker took a query: nothing polls the task queue
+    ("no poller seen", at once or after its ~30 s limit), or nothing answered in time."""
+    return (
+        "no poller seen" in err.message
+        or "Timeout expired" in err.message
+        or err.status == RPCStatusCode.DEADLINE_EXCEEDED
+    )
+
+
+def _missing_namespace(err: RPCError) -> str | None:
+    """The namespace the server says does not exist, read from the error's details (a
+    workflow that is not found is NOT_FOUND too, and its message can name a namespace id)."""
+    if err.status != RPCStatusCode.NOT_FOUND:
+        return None
+    for detail in err.grpc_status.details:
+        failure = NamespaceNotFoundFailure()
+        if detail.Unpack(failure):
+            return failure.namespace
+    return None
+
+
+def gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> BaseException:
+    """What to raise when an update stopped waiting: ours to explain, or the caller's own."""
+    if not expired and isinstance(err.__cause__, asyncio.CancelledError):
+        # The caller was cancelled (its own timeout, a task group, shutdown): the SDK wrapped
+        # that in its update error, but it is the caller's cancellation, not a missing worker.
+        return asyncio.CancelledError()
+    return no_worker(waited, queued=True)
+
+
+_ERRORS: dict[str, type[AgentError]] = {
+    "ResumeRejected": ResumeRejected,
+    "SendRejected": SendRejected,
+    "CancelRejected": CancelRejected,
+}
+
+
+def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        raise _ERRORS.get(cause.type or "", AgentError)(cause.message) from None
+    raise AgentError(str(cause or err)) from err
+
+
+def rpc_error(err: RPCError, chat_id: str) -> AgentError:
+    # The server reports an update to a finished workflow as NOT_FOUND too, so the message
+    # decides first: a closed chat is not a missing one.
+    if "already completed" in err.message:
+        return SendRejected(f"chat {chat_id!r} is closed")
+    namespace = _missing_namespace(err)
+    if namespace is not None:
+        # A setting at fault, not the chat: every chat id would fail the same way.
+        return ConnectionConfigError(
+            f"the Temporal namespace {namespace!r} (namespace or TEMPORAL_NAMESPACE) does not "
+            "exist on this server"
+        )
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return AgentError(f"no conversation with id {chat_id!r}")
+    if worker_missing(err):
+        return no_worker(None, queued=False)
+    return AgentError(f"Temporal error: {err.message}")
+
+
+__all__ = [
+    "AgentError",
+    "CancelRejected",
+    "ConnectionConfigError",
+    "NoWorkerAnswered",
+    "ResumeRejected",
+    "SendRejected",
+    "ServerNotAnswering",
+    "gave_up",
+    "no_worker",
+    "raise_update_error",
+    "rpc_error",
+    "worker_missing",
+]

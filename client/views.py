@@ -1,0 +1,366 @@
+"""What ``agentctl`` prints: the rich views for people and the ``--json`` schemas for programs.
+
+Everything shown comes from a conversation, and so from whoever talked to it: it passes through
+``visible`` (controls made visible) and rich's ``escape`` before it reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+
+import typer
+from pydantic import BaseModel
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+
+from workflows.details import shell_word, visible
+from workflows.types import (
+    AgentStatus,
+    FinishReason,
+    InterruptRequest,
+    JsonObject,
+    Rejection,
+    ToolResponse,
+    ToolRestart,
+    TurnResult,
+)
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------------------------
+# ``--json`` output: stable schemas, documented in the README. Evolve by adding fields.
+
+
+class MemoInterrupt(BaseModel):
+    """One pending interrupt as the workflow's memo records it (visibility, no worker)."""
+
+    name: str
+    ref: str
+    input: str = ""
+    """The tool's input as JSON text, truncated to 200 characters by the workflow."""
+
+
+class PausedConversation(BaseModel):
+    chat_id: str
+    agent: str | None = None
+    waiting_since: datetime | None = None
+    interrupts: list[MemoInterrupt] = []
+
+
+class PendingOutput(BaseModel):
+    conversations: list[PausedConversation] = []
+
+
+class ShowOutput(BaseModel):
+    chat_id: str
+    agent: str
+    status: AgentStatus
+    turns: int
+    model: str | None = None
+    pending: list[InterruptRequest] = []
+    last_turn: TurnResult | None = None
+    rejections_total: int = 0
+    recent_rejections: list[Rejection] = []
+
+
+class ResumeOutput(BaseModel):
+    chat_id: str
+    identity: str
+    respond: list[ToolResponse] = []
+    restart: list[ToolRestart] = []
+    turn: TurnResult
+
+
+class CancelOutput(BaseModel):
+    chat_id: str
+    identity: str
+    reason: str
+    turn: TurnResult
+
+
+def print_json(model: BaseModel) -> None:
+    """One ``--json`` answer on stdout."""
+    # Plain text, not rich: the output is for programs, and must not wrap or carry styles.
+    sys.stdout.write(model.model_dump_json(indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+
+
+def _when(at: datetime | None, *, now: datetime | None = None) -> str:
+    if at is None:
+        return "-"
+    now = now or datetime.now(UTC)
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({_age(now - at)} ago)"
+
+
+def _age(delta: timedelta) -> str:
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600:02d}h"
+
+
+def _compact(value: object, limit: int | None = 120) -> str:
+    # JSON escapes C0 controls but, with ensure_ascii off, not C1 controls or bidi overrides.
+    text = visible(json.dumps(value, separators=(", ", ": "), ensure_ascii=False))
+    if limit is not None and len(text) > limit:
+        return text[: limit - 1] + "…"
+    return text
+
+
+def safe(text: str) -> str:
+    """One line of untrusted text for rich markup: controls visible, markup escaped."""
+    return escape(visible(text))
+
+
+_KIND = {
+    "interrupt": "interrupt-only tool",
+    "approval": "approval gate",
+    "tool": "raised by the tool",
+}
+
+
+def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) -> Panel:
+    """One pending interrupt, everything an operator needs to decide; long values fold."""
+    body = Table.grid(padding=(0, 2))
+    body.add_column(style="dim", no_wrap=True)
+    body.add_column(overflow="fold")
+    body.add_row("ref", Text(visible(interrupt.ref)))
+    body.add_row("kind", Text(_KIND.get(interrupt.source, interrupt.source)))
+    body.add_row("input", Text(_compact(interrupt.input, None)))
+    if interrupt.metadata:
+        body.add_row("metadata", Text(_compact(interrupt.metadata, None)))
+    if interrupt.since:
+        body.add_row("waiting", Text(f"since {_when(interrupt.since)}"))
+    if interrupt.deadline:
+        body.add_row(
+            "deadline", Text(f"{interrupt.deadline.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+        )
+    if chat_id is not None:
+        chat, ref = shell_word(chat_id), shell_word(interrupt.ref)
+        body.add_row(
+            "answer",
+            Text(f"agentctl approve {chat} {ref}\nagentctl deny {chat} {ref} --reason TEXT"),
+        )
+    return Panel(
+        body,
+        title=Text.assemble("paused on ", (visible(interrupt.name), "bold")),
+        title_align="left",
+        expand=False,
+    )
+
+
+def paused_view(found: list[PausedConversation], *, title: str) -> RenderableType:
+    """``pending``'s table; a list instead when the terminal is too narrow for one."""
+    now = datetime.now(UTC)
+    # Chat ids and refs are what the operator copies into the next command, so they never wrap
+    # (rich's table leaves no-wrap columns alone while it can shrink the others).
+    keep = [
+        max(len(visible(c.chat_id)) for c in found),
+        max((len(visible(i.name)) for c in found for i in c.interrupts), default=1),
+        max((len(visible(i.ref)) for c in found for i in c.interrupts), default=1),
+    ]
+    # Padding and rule (3 a column) plus room for AGENT, WAITING SINCE and INPUT to wrap in.
+    if sum(keep) + 3 * 6 + 8 + 12 + 18 <= out.width:
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD)
+        for column in ("CHAT ID", "AGENT", "INTERRUPT", "REF", "WAITING SINCE", "INPUT"):
+            no_wrap = column in ("CHAT ID", "INTERRUPT", "REF")
+            table.add_column(column, overflow="fold", no_wrap=no_wrap)
+        for c in found:
+            rows = c.interrupts or [MemoInterrupt(name="?", ref="?")]
+            for n, i in enumerate(rows):
+                first = n == 0
+                since = "-"
+                if c.waiting_since is not None:
+                    at = c.waiting_since.astimezone(UTC)
+                    since = f"{at:%Y-%m-%d}\n{at:%H:%M:%S} UTC\n({_age(now - at)} ago)"
+                table.add_row(
+                    Text(visible(c.chat_id) if first else ""),
+                    Text(visible(c.agent or "?") if first else ""),
+                    Text(visible(i.name), style="bold"),
+                    Text(visible(i.ref)),
+                    Text(since if first else ""),
+                    Text(visible(i.input)),
+                    end_section=n == len(rows) - 1,
+                )
+        return table
+    lines = [Text(title, style="italic"), Text()]
+    for c in found:
+        # Two lines: a generated chat id (`chat-<uuid>`, 41 characters) with the agent and the
+        # waiting time on one line overflowed an 80-column terminal.
+        lines.append(Text.assemble((visible(c.chat_id), "bold"), f" · {visible(c.agent or '?')}"))
+        lines.append(Text(f"  waiting since {_when(c.waiting_since, now=now)}"))
+        for i in c.interrupts:
+            lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
+            lines.append(Text(f"    input {visible(i.input)}"))
+        lines.append(Text())
+    return Group(*lines)
+
+
+def print_turn(res: TurnResult) -> None:
+    """How a turn ended, or the interrupts it paused on."""
+    reason = res.finish_reason
+    if reason == FinishReason.INTERRUPTED:
+        out.print(
+            f"turn {res.turn} is [bold yellow]paused[/] on {len(res.interrupts)} interrupt(s):"
+        )
+        for interrupt in res.interrupts:
+            out.print(interrupt_panel(interrupt))
+        return
+    style = {FinishReason.STOP: "green", FinishReason.FAILED: "red"}.get(reason, "yellow")
+    out.print(f"turn {res.turn} ended: [bold {style}]{reason.value}[/]")
+    if res.error:
+        out.print(f"error: {safe(res.error.status)}: {safe(res.error.message)}")
+    # A cancelled turn's text is what the model said before the pause ("I need your
+    # approval..."): printed after "ended: cancelled" it would read as the agent's answer.
+    if res.text and reason != FinishReason.CANCELLED:
+        out.print(Text.assemble(("agent> ", "bold cyan"), visible(res.text, multiline=True)))
+
+
+def answer_words(answer: ToolResponse | ToolRestart) -> str:
+    """An answer in words, for "answered NAME with ..."."""
+    if isinstance(answer, ToolResponse):
+        return f"respond {_compact(answer.output, None)}"
+    return f"restart with metadata {_compact(answer.resumed_metadata, None)}"
+
+
+def closed_as(desc: WorkflowExecutionDescription) -> str | None:
+    """How the conversation's workflow ended ("terminated", "timed out"); None while it runs."""
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        return None
+    return desc.status.name.lower().replace("_", " ") if desc.status else "closed"
+
+
+def paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
+    """Why the call just answered is pending again, in the words its kind needs."""
+    approve_it = f"agentctl approve {shell_word(chat_id)} {shell_word(interrupt.ref)}"
+    if interrupt.source == "approval":
+        why = (
+            'a gated tool runs only when restarted with {"tool_approved": true} '
+            f"({approve_it} does that)"
+        )
+    elif interrupt.source == "tool":
+        why = (
+            "the tool raised Interrupt again, so its own condition for running still holds "
+            '(see its metadata above); a tool that checks {"tool_approved": true} runs with '
+            f"{approve_it}"
+        )
+    else:
+        why = (
+            "an interrupt-only tool has nothing to run, so a restart only asks again; answer "
+            f"it with {approve_it}, or with agentctl deny or respond"
+        )
+    return Text(f"the call paused again on the same ref: {why}", style="bold yellow")
+
+
+def print_paused(found: list[PausedConversation], *, agent: str | None) -> None:
+    """``agentctl pending``'s answer for a person: oldest first, as ``found`` is sorted."""
+    scope = f" for agent {agent}" if agent else ""
+    if not found:
+        out.print(f"No paused conversations{safe(scope)}.")
+        return
+    title = visible(f"Paused conversations{scope}: {len(found)}")
+    out.print(paused_view(found, title=title))
+    out.print("Answer with: agentctl approve|deny CHAT_ID REF, or agentctl show CHAT_ID")
+
+
+def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> None:
+    """``agentctl show``'s answer for a person.
+
+    Args:
+        view: what the conversation said about itself.
+        ended: how its workflow ended ("terminated"), when Temporal says it is closed.
+        task_queue: the queue it runs on.
+    """
+    closed = view.status == "closed"
+    out.print(
+        f"[bold]{safe(view.chat_id)}[/] · agent [bold]{safe(view.agent)}[/] · "
+        f"status [bold]{view.status}[/]"
+        + (f" ({ended})" if ended else "")
+        + f" · turns {view.turns}"
+        + (f" · model {safe(view.model)}" if view.model else "")
+        + f" · task queue {safe(task_queue)}"
+    )
+    if view.pending:
+        for interrupt in view.pending:
+            out.print(interrupt_panel(interrupt, chat_id=view.chat_id))
+        out.print(
+            "Or answer with respond/restart; withdraw every pending interrupt with "
+            f"agentctl cancel {escape(shell_word(view.chat_id))}"
+        )
+    lt = view.last_turn
+    if lt is not None and lt.finish_reason != FinishReason.INTERRUPTED:
+        out.print(f"Last turn {lt.turn}: [bold]{lt.finish_reason.value}[/]")
+        if lt.error:
+            out.print(f"  error: {safe(lt.error.status)}: {safe(lt.error.message)}")
+        said = visible(lt.text, multiline=True)
+        if lt.text and lt.finish_reason == FinishReason.CANCELLED:
+            out.print(Text.assemble("  the agent's last words before the cancel: ", said))
+        elif lt.text:
+            out.print(Text.assemble("  agent> ", said))
+    elif lt is not None and closed:
+        # Terminated (or timed out) while paused: the turn keeps what it paused on, but
+        # none of it is pending any more, so no command to answer it is offered.
+        on = ", ".join(visible(i.name) for i in lt.interrupts)
+        out.print(
+            f"Last turn {lt.turn} was cut off while paused"
+            + (f" on {escape(on)}" if on else "")
+            + ": the conversation is closed, and nothing in it can be answered."
+        )
+        if lt.text:
+            said = visible(lt.text, multiline=True)
+            out.print(Text.assemble("  the agent's last words before the pause: ", said))
+    elif lt is not None and lt.text:
+        said = visible(lt.text, multiline=True)
+        out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", said))
+    if view.recent_rejections:
+        table = Table(
+            title=f"Recent rejected answers ({view.rejections_total} in all)",
+            title_justify="left",
+        )
+        for column in ("AT", "VIA", "HANDLER", "IDENTITY"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("REASON", overflow="fold")
+        for r in view.recent_rejections[-10:]:
+            table.add_row(
+                f"{r.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+                r.via,
+                Text(visible(r.handler)),
+                Text(visible(r.identity or "-")),
+                Text(visible(r.reason)),
+            )
+        out.print(table)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading what the operator typed
+
+
+def json_object(value: str, *, what: str) -> JsonObject:
+    """A JSON object the operator typed (an argument, or at ``agentctl chat``'s prompt).
+
+    Raises:
+        typer.BadParameter: not JSON, or not an object; the message names ``what``.
+    """
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise typer.BadParameter(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise typer.BadParameter(f"{what} must be a JSON object, like '{{\"approved\": true}}'")
+    return parsed
