@@ -11,23 +11,23 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 from temporalio.exceptions import ApplicationError
 
-from workflows.types import AgentSpec, Message, ModelUsage, Part
+from workflows.types import AgentSpec, ErrorKind, Message, ModelUsage, Part, Status
 
 # Gemini statuses worth another attempt; everything else in 4xx will fail the same way again.
 RETRYABLE_HTTP = frozenset({408, 429, 500, 502, 503, 504})
 
 HTTP_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    408: "DEADLINE_EXCEEDED",
-    409: "ABORTED",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
+    400: Status.INVALID_ARGUMENT,
+    401: Status.UNAUTHENTICATED,
+    403: Status.PERMISSION_DENIED,
+    404: Status.NOT_FOUND,
+    408: Status.DEADLINE_EXCEEDED,
+    409: Status.ABORTED,
+    429: Status.RESOURCE_EXHAUSTED,
+    500: Status.INTERNAL,
+    501: Status.UNIMPLEMENTED,
+    503: Status.UNAVAILABLE,
+    504: Status.DEADLINE_EXCEEDED,
 }
 
 
@@ -196,8 +196,8 @@ def merge_chunks(
     if not saw_candidate and blocked:
         raise ApplicationError(
             f"the model refused the prompt (block reason {blocked})",
-            "FAILED_PRECONDITION",
-            type="ModelError",
+            Status.FAILED_PRECONDITION,
+            type=ErrorKind.MODEL_ERROR,
             non_retryable=True,
         )
     return Message(role="model", parts=parts), finish, usage
@@ -229,12 +229,12 @@ def classify_api_error(err: genai_errors.APIError) -> ApplicationError:
     first detail is the status name the turn reports.
     """
     code = int(getattr(err, "code", 0) or 0)
-    status = getattr(err, "status", None) or HTTP_STATUS.get(code, "UNKNOWN")
+    status = getattr(err, "status", None) or HTTP_STATUS.get(code, Status.UNKNOWN)
     message = getattr(err, "message", None) or str(err)
     return ApplicationError(
         f"Gemini {code} {status}: {message}",
         status,
-        type="ModelError",
+        type=ErrorKind.MODEL_ERROR,
         non_retryable=code not in RETRYABLE_HTTP,
         next_retry_delay=_retry_after(err) if code in RETRYABLE_HTTP else None,
     )

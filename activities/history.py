@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.gemini import part_to_rest
 from workflows.history import EMPTY, step
-from workflows.types import Message, MessagesInput, ModelInput
+from workflows.types import ErrorKind, Message, MessagesInput, ModelInput
 
 
 @dataclass
@@ -86,14 +86,14 @@ class ConversationCache:
                 # new state.
                 raise ApplicationError(
                     f"chat {input.chat_id}: the conversation changed under this model call",
-                    type="ConversationChanged",
+                    type=ErrorKind.CONVERSATION_CHANGED,
                 )
         conv = prefix.plus(input.new_messages)
         if input.history_size is not None and len(conv) != input.history_size:
             raise ApplicationError(
                 f"chat {input.chat_id}: rebuilt {len(conv)} messages, expected "
                 f"{input.history_size}",
-                type="ConversationChanged",
+                type=ErrorKind.CONVERSATION_CHANGED,
             )
         return conv
 

@@ -43,7 +43,16 @@ from workflows.limits import (
     human_size,
     json_size,
 )
-from workflows.types import AgentSpec, Message, ModelInput, ModelResult, ToolInput, ToolResult
+from workflows.types import (
+    AgentSpec,
+    ErrorKind,
+    Message,
+    ModelInput,
+    ModelResult,
+    Status,
+    ToolInput,
+    ToolResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +102,8 @@ class AgentActivities:
                 f"{activity.info().task_queue!r} (it hosts {sorted(self._agents)}); every "
                 "worker on a task queue must host the same agents: run other agents on a "
                 "task queue of their own (AGENT_TASK_QUEUE)",
-                "NOT_FOUND",
-                type="UnknownAgent",
+                Status.NOT_FOUND,
+                type=ErrorKind.UNKNOWN_AGENT,
                 non_retryable=True,
             )
         return agent
@@ -116,7 +125,7 @@ class AgentActivities:
             status, text = problem
             # Not retried: each attempt costs a model call, and the conversation must not
             # take in what it could not store.
-            raise ApplicationError(text, status, type="ModelError", non_retryable=True)
+            raise ApplicationError(text, status, type=ErrorKind.MODEL_ERROR, non_retryable=True)
         # The workflow appends exactly this message; the next call sends only what follows.
         self._conversations.put(input.chat_id, conv.plus([message]))
         log.debug(
@@ -141,8 +150,8 @@ class AgentActivities:
         if tool is None or tool.interrupt_only:
             raise ApplicationError(
                 f"agent {agent.name!r} has no runnable tool {input.tool!r}",
-                "NOT_FOUND",
-                type="ToolError",
+                Status.NOT_FOUND,
+                type=ErrorKind.TOOL_ERROR,
                 non_retryable=True,
             )
         try:
@@ -170,18 +179,20 @@ class AgentActivities:
                     f"tool {tool.name!r} raised Interrupt with {type(i.metadata).__name__} "
                     "metadata; interrupt metadata must be a JSON object (a dict or a pydantic "
                     "model)",
-                    "INVALID_ARGUMENT",
-                    type="ToolError",
+                    Status.INVALID_ARGUMENT,
+                    type=ErrorKind.TOOL_ERROR,
                     non_retryable=True,
                 ) from None
             problem = _unstorable(metadata, tool=tool.name, what="interrupt metadata")
             if problem:
                 status, text = problem
-                raise ApplicationError(text, status, type="ToolError", non_retryable=True) from None
+                raise ApplicationError(
+                    text, status, type=ErrorKind.TOOL_ERROR, non_retryable=True
+                ) from None
             return ToolResult(kind="interrupt", metadata=metadata)
         except ToolError as e:
             raise ApplicationError(
-                e.message, e.status, type="ToolError", non_retryable=True
+                e.message, e.status, type=ErrorKind.TOOL_ERROR, non_retryable=True
             ) from None
         try:
             output = output_object(value)
@@ -189,8 +200,8 @@ class AgentActivities:
             raise ApplicationError(
                 f"tool {tool.name!r} returned a value that is not JSON-serializable "
                 f"({type(value).__name__})",
-                "INTERNAL",
-                type="ToolError",
+                Status.INTERNAL,
+                type=ErrorKind.TOOL_ERROR,
                 non_retryable=True,
             ) from e
         problem = _unstorable(output, tool=tool.name, what="output")
@@ -200,14 +211,16 @@ class AgentActivities:
             # the activity must not fail either, or Temporal would run the tool again).
             status, text = problem
             log.warning("%s; sent the model an error instead", text)
-            error = "output too large" if status == "RESOURCE_EXHAUSTED" else "output not accepted"
+            error = (
+                "output too large" if status == Status.RESOURCE_EXHAUSTED else "output not accepted"
+            )
             return ToolResult(
                 kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
             )
         return ToolResult(kind="output", output=output)
 
 
-def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[str, str] | None:
+def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[Status, str] | None:
     """Why a conversation cannot keep ``obj`` (status and message), or None.
 
     Text that is not valid Unicode or nesting too deep could not be serialized later; more
@@ -216,31 +229,31 @@ def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[str, str]
     try:
         check_json(obj, what=f"tool {tool!r}'s {what}")
     except Refused as e:
-        return "INVALID_ARGUMENT", e.reason
+        return Status.INVALID_ARGUMENT, e.reason
     size = json_size(obj)
     if size <= MAX_TOOL_OUTPUT_BYTES:
         return None
-    return "RESOURCE_EXHAUSTED", (
+    return Status.RESOURCE_EXHAUSTED, (
         f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
         f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB (return a summary, a page or a reference)"
     )
 
 
-def _reply_problem(message: Message) -> tuple[str, str] | None:
+def _reply_problem(message: Message) -> tuple[Status, str] | None:
     """Why the conversation cannot take in the model's reply (status and message), or None."""
     calls = sum(1 for p in message.parts if p.function_call)
     if calls > MAX_CALLS_PER_MESSAGE:
-        return "RESOURCE_EXHAUSTED", (
+        return Status.RESOURCE_EXHAUSTED, (
             f"the model asked for {calls} tool calls in one reply; the limit is "
             f"{MAX_CALLS_PER_MESSAGE}"
         )
     try:
         check_json(message.model_dump(mode="json"), what="the model's reply")
     except Refused as e:
-        return "INVALID_ARGUMENT", e.reason
+        return Status.INVALID_ARGUMENT, e.reason
     size = json_size(message)
     if size > MAX_MODEL_MESSAGE_BYTES:
-        return "RESOURCE_EXHAUSTED", (
+        return Status.RESOURCE_EXHAUSTED, (
             f"the model's reply is {human_size(size)}; the limit is "
             f"{human_size(MAX_MODEL_MESSAGE_BYTES)}"
         )

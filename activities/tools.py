@@ -19,32 +19,14 @@ from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
 from workflows.limits import MAX_ON_TIMEOUT_BYTES, json_size
-from workflows.types import JsonObject, RetrySpec, ToolSpec
+from workflows.types import JsonObject, RetrySpec, Status, ToolSpec
 
 M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
 
-STATUSES = frozenset(
-    {
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    }
-)
-"""Classified failure statuses, as in gRPC and Genkit."""
+# Plain strings, so the error below lists names and not enum reprs.
+STATUSES = frozenset(s.value for s in Status)
+"""Classified failure statuses, as in gRPC and Genkit (``workflows.types.Status``)."""
 
 
 class ToolError(Exception):

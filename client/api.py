@@ -109,17 +109,17 @@ def approve(interrupt: InterruptRequest) -> ToolResponse | ToolRestart:
 
     An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or conditional
     tool gets ``restart`` with ``{"tool_approved": true}`` so it runs with its original input.
+    Same as ``interrupt.approve()``.
     """
-    if interrupt.source == "interrupt":
-        return interrupt.respond({"approved": True})
-    return interrupt.restart({"tool_approved": True})
+    return interrupt.approve()
 
 
 def deny(interrupt: InterruptRequest, reason: str = "") -> ToolResponse:
-    """The denying answer: the tool does not run; the model is told it was declined."""
-    if interrupt.source == "interrupt":
-        return interrupt.respond({"approved": False, "feedback": reason})
-    return interrupt.respond({"error": "denied by the user", "reason": reason or "no reason given"})
+    """The denying answer: the tool does not run; the model is told it was declined.
+
+    Same as ``interrupt.deny(reason)``.
+    """
+    return interrupt.deny(reason)
 
 
 class AgentClient:

@@ -17,6 +17,8 @@ from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
+from workflows.types import ErrorKind
+
 
 class AgentError(Exception):
     """Something the agent runtime refused or could not do; the message says why."""
@@ -132,9 +134,9 @@ def gave_up(err: BaseException, waited: timedelta | None, *, expired: bool) -> B
 
 
 _ERRORS: dict[str, type[AgentError]] = {
-    "ResumeRejected": ResumeRejected,
-    "SendRejected": SendRejected,
-    "CancelRejected": CancelRejected,
+    ErrorKind.RESUME_REJECTED: ResumeRejected,
+    ErrorKind.SEND_REJECTED: SendRejected,
+    ErrorKind.CANCEL_REJECTED: CancelRejected,
 }
 
 

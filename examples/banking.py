@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from activities import Interrupt, ToolContext, ToolError, interrupt, tool
 from workflows import Agent
+from workflows.types import APPROVED, FEEDBACK, TIMED_OUT, TOOL_APPROVED, Status
 
 LARGE_TRANSFER = 1000.0
 
@@ -45,7 +46,7 @@ user_approval = interrupt(
     input=ApprovalAsk,
     output=ApprovalReply,
     timeout=timedelta(hours=24),
-    on_timeout={"approved": False, "feedback": "timed out"},
+    on_timeout={APPROVED: False, FEEDBACK: TIMED_OUT},
 )
 
 LEDGER: list[TransferOutput] = []
@@ -56,9 +57,9 @@ LEDGER: list[TransferOutput] = []
 async def transfer_money(inp: TransferInput, ctx: ToolContext) -> TransferOutput:
     if inp.amount <= 0:
         raise ToolError(
-            "INVALID_ARGUMENT", f"transfer amount must be positive, got ${inp.amount:.2f}"
+            Status.INVALID_ARGUMENT, f"transfer amount must be positive, got ${inp.amount:.2f}"
         )
-    if inp.amount > LARGE_TRANSFER and not ctx.resumed_metadata.get("tool_approved"):
+    if inp.amount > LARGE_TRANSFER and not ctx.resumed_metadata.get(TOOL_APPROVED):
         raise Interrupt({"reason": "large transfer", "amount": f"{inp.amount:.2f}"})
     # The key is the same for every attempt of this approved run, across retries, replays and
     # worker restarts: a real bank API deduplicates on it (an Idempotency-Key header), so a

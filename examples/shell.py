@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from activities import Interrupt, ToolContext, ToolError, tool
 from workflows import Agent
+from workflows.types import TOOL_APPROVED, Status
 
 READ_ONLY = frozenset(
     {"ls", "pwd", "echo", "cat", "head", "tail", "wc", "grep", "stat", "df", "du", "whoami", "id"}
@@ -81,9 +82,9 @@ async def run_shell(inp: RunShellInput, ctx: ToolContext) -> RunShellOutput:
     try:
         argv = shlex.split(inp.command)
     except ValueError as e:
-        raise ToolError("INVALID_ARGUMENT", f"cannot parse command: {e}") from None
+        raise ToolError(Status.INVALID_ARGUMENT, f"cannot parse command: {e}") from None
     reason = needs_approval(argv)
-    if reason and not ctx.resumed_metadata.get("tool_approved"):
+    if reason and not ctx.resumed_metadata.get(TOOL_APPROVED):
         raise Interrupt({"command": inp.command, "reason": reason})
     workdir = Path(tempfile.gettempdir()) / "shell-agent"
     workdir.mkdir(exist_ok=True)
@@ -97,13 +98,13 @@ async def run_shell(inp: RunShellInput, ctx: ToolContext) -> RunShellOutput:
             stderr=asyncio.subprocess.PIPE,
         )
     except FileNotFoundError:
-        raise ToolError("NOT_FOUND", f"command not found: {argv[0]}") from None
+        raise ToolError(Status.NOT_FOUND, f"command not found: {argv[0]}") from None
     try:
         out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_SECONDS)
     except TimeoutError:
         proc.kill()
         raise ToolError(
-            "DEADLINE_EXCEEDED", f"command ran longer than {TIMEOUT_SECONDS}s"
+            Status.DEADLINE_EXCEEDED, f"command ran longer than {TIMEOUT_SECONDS}s"
         ) from None
     return RunShellOutput(
         command=inp.command,

@@ -24,6 +24,7 @@ from typing import Any
 
 from worker.standin import Request, calls, text
 from workflows.details import example_value
+from workflows.types import APPROVED, FEEDBACK
 
 BANNER = "[offline stand-in model]"
 
@@ -185,12 +186,12 @@ def _after_tools(responses: list[dict[str, Any]], request: Request) -> dict[str,
         if "error" in out:
             summaries.append(_said(name, out))
             continue
-        if name == "userApproval" and "approved" in out:
-            if out.get("approved") is True and "transferMoney" in tools:
+        if name == "userApproval" and APPROVED in out:
+            if out.get(APPROVED) is True and "transferMoney" in tools:
                 args = _pending_transfer(request)
                 if args is not None:
                     return calls(("transferMoney", args))
-            feedback = f" ({out['feedback']})" if out.get("feedback") else ""
+            feedback = f" ({out[FEEDBACK]})" if out.get(FEEDBACK) else ""
             summaries.append(f"The transfer was not approved{feedback}, so nothing was moved.")
         else:
             summaries.append(_example_summary(name, out) or _said(name, out))

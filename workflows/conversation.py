@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from workflows import config
-    from workflows.details import APPROVED_KEY, render_details, truncate
+    from workflows.details import render_details, truncate
     from workflows.history import (
         Digests,
         carry,
@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         stored_size,
     )
     from workflows.types import (
+        TOOL_APPROVED,
         AgentStatus,
         AnswerRecord,
         CallState,
@@ -94,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationResult,
         ConversationState,
         ErrorInfo,
+        ErrorKind,
         FinishReason,
         FunctionResponse,
         HistoryInput,
@@ -109,11 +111,14 @@ with workflow.unsafe.imports_passed_through():
         RejectionsResult,
         ResumeInput,
         SendInput,
+        Status,
         StatusResult,
         ToolInput,
         ToolResult,
         TurnResult,
         TurnState,
+        gate_metadata,
+        timed_out_output,
     )
 
 R = TypeVar("R", bound="BaseModel")
@@ -128,7 +133,7 @@ class _TurnFailed(Exception):
         self.error = error
 
 
-def _rejected(kind: str, reason: str) -> ApplicationError:
+def _rejected(kind: ErrorKind, reason: str) -> ApplicationError:
     # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
     return ApplicationError(reason, type=kind, non_retryable=True)
 
@@ -440,7 +445,7 @@ class AgentWorkflow:
             if adds > self._room(turn):
                 raise _TurnFailed(
                     ErrorInfo(
-                        status="RESOURCE_EXHAUSTED",
+                        status=Status.RESOURCE_EXHAUSTED,
                         message=(
                             f"the model's reply ({human_size(adds)}) does not fit in what this "
                             f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
@@ -505,7 +510,7 @@ class AgentWorkflow:
                 book.pause(
                     call,
                     source="approval",
-                    metadata={"message": f"Tool not in approved list: {call.name}"},
+                    metadata=gate_metadata(call.name),
                     now=now,
                 )
                 paused.append(call)
@@ -535,7 +540,7 @@ class AgentWorkflow:
         approval = self._s.spec.approval if self._s.spec else None
         if approval is None or call.name in approval.allow:
             return False
-        return not (call.resumed and call.resumed_metadata.get(APPROVED_KEY) is True)
+        return not (call.resumed and call.resumed_metadata.get(TOOL_APPROVED) is True)
 
     def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
         """The retry policy for this run of the call, and whether it is a single attempt.
@@ -654,7 +659,7 @@ class AgentWorkflow:
                 for call in book.expire(now):
                     if self._durable() and json_size(call.answer_output) > self._room(turn):
                         # The declared default does not fit what the turn can still hold.
-                        call.answer_output = {"error": "timed out", "approved": False}
+                        call.answer_output = timed_out_output()
                     self._audit(call, kind="deadline", via="deadline", identity="system:deadline")
                 self._trim_answers()
                 self._publish()
@@ -790,7 +795,7 @@ class AgentWorkflow:
     def validate_send(self, input: SendInput) -> None:
         reason = self._send_problem(input.text, agent=input.agent, size=len(input.text.encode()))
         if reason:
-            raise _rejected("SendRejected", reason)
+            raise _rejected(ErrorKind.SEND_REJECTED, reason)
 
     @workflow.update
     async def resume(self, payload: RawValue) -> TurnResult:
@@ -804,7 +809,7 @@ class AgentWorkflow:
             resume = self._check_resume(payload)
         except Refused as e:
             # Only reachable when a duplicate passed validation in the same task.
-            raise _rejected("ResumeRejected", e.reason) from None
+            raise _rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
         seen = self._stops
         turn = self._apply_resume(resume, via="update")
         if not self._book(turn).all_answered():
@@ -819,7 +824,7 @@ class AgentWorkflow:
             self._check_resume(payload)
         except Refused as e:
             workflow.logger.info("resume rejected (update): %s", e.reason)
-            raise _rejected("ResumeRejected", e.reason) from None
+            raise _rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
 
     @workflow.update
     async def cancel(self, input: CancelInput) -> TurnResult:
@@ -836,9 +841,11 @@ class AgentWorkflow:
     @cancel.validator
     def validate_cancel(self, input: CancelInput) -> None:
         if self._s.turn is None:
-            raise _rejected("CancelRejected", "nothing to cancel: no turn is running or paused")
+            raise _rejected(
+                ErrorKind.CANCEL_REJECTED, "nothing to cancel: no turn is running or paused"
+            )
         if self._cancel is not None:
-            raise _rejected("CancelRejected", "a cancellation is already under way")
+            raise _rejected(ErrorKind.CANCEL_REJECTED, "a cancellation is already under way")
         self._check_cancel_input(input)
 
     def _check_cancel_input(self, input: CancelInput) -> None:
@@ -850,7 +857,7 @@ class AgentWorkflow:
             if input.identity is not None:
                 check_label(input.identity, what="identity", limit=MAX_IDENTITY_BYTES)
         except Refused as e:
-            raise _rejected("CancelRejected", e.reason) from None
+            raise _rejected(ErrorKind.CANCEL_REJECTED, e.reason) from None
 
     @workflow.update
     async def await_turn(self) -> TurnResult | None:
@@ -875,7 +882,7 @@ class AgentWorkflow:
     @close.validator
     def validate_close(self, input: CancelInput) -> None:
         if self._s.closed:
-            raise _rejected("SendRejected", "this conversation is already closed")
+            raise _rejected(ErrorKind.SEND_REJECTED, "this conversation is already closed")
         self._check_cancel_input(input)
 
     # ------------------------------------------------------------------------------------------
@@ -1283,19 +1290,22 @@ def _legacy_digest(raw: bytes) -> str:
 def _classified(err: ActivityError) -> bool:
     """Whether the tool itself said how it failed (a ``ToolError``)."""
     cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type in ("ToolError", "UnknownAgent")
+    return isinstance(cause, ApplicationError) and cause.type in (
+        ErrorKind.TOOL_ERROR,
+        ErrorKind.UNKNOWN_AGENT,
+    )
 
 
 def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
     """A classified error for the caller. Unclassified failures keep their text in history only."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type in (
-        "ToolError",
-        "ModelError",
-        "UnknownAgent",
+        ErrorKind.TOOL_ERROR,
+        ErrorKind.MODEL_ERROR,
+        ErrorKind.UNKNOWN_AGENT,
     ):
-        status = str(cause.details[0]) if cause.details else "INTERNAL"
+        status = str(cause.details[0]) if cause.details else Status.INTERNAL
         return ErrorInfo(status=status, message=cause.message)
     if isinstance(cause, TemporalTimeoutError):
-        return ErrorInfo(status="DEADLINE_EXCEEDED", message=f"{what} timed out")
-    return ErrorInfo(status="INTERNAL", message=f"{what} failed")
+        return ErrorInfo(status=Status.DEADLINE_EXCEEDED, message=f"{what} timed out")
+    return ErrorInfo(status=Status.INTERNAL, message=f"{what} failed")

@@ -25,6 +25,8 @@ from typing import Any
 
 from workflows.interrupts import schema_error
 from workflows.types import (
+    APPROVED,
+    TOOL_APPROVED,
     AgentSpec,
     AgentStatus,
     CallState,
@@ -34,7 +36,6 @@ from workflows.types import (
     TurnResult,
 )
 
-APPROVED_KEY = "tool_approved"
 MAX_TEXT_IN_DETAILS = 400
 MAX_INTERRUPTS_IN_DETAILS = 20
 
@@ -137,11 +138,11 @@ def example_output(schema: JsonObject | None) -> tuple[JsonObject, bool]:
     value where it has one and a ``<name>`` placeholder where a human must choose.
     """
     if not schema:
-        return {"approved": True}, True
+        return {APPROVED: True}, True
     placeholders: list[str] = []
     value = _example(schema, schema, name="output", depth=0, placeholders=placeholders)
     if not isinstance(value, dict):
-        return {"approved": True}, False
+        return {APPROVED: True}, False
     complete = not placeholders and schema_error(value, schema) is None
     return value, complete
 
@@ -202,8 +203,8 @@ def _example(
     if kind == "object" or "properties" in node:
         props: dict[str, Any] = node.get("properties") or {}
         keys = list(node.get("required") or [])
-        if placeholders is not None and "approved" in props and "approved" not in keys:
-            keys.insert(0, "approved")
+        if placeholders is not None and APPROVED in props and APPROVED not in keys:
+            keys.insert(0, APPROVED)
         return {
             k: _example(props.get(k, {}), root, name=k, depth=depth + 1, placeholders=placeholders)
             for k in keys
@@ -262,7 +263,7 @@ def _concrete_leaf(node: JsonObject, kind: Any) -> Any:
 def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject, str]:
     """The ``resume`` payload to suggest for a pending call, and how to introduce it."""
     if call.source != "interrupt":
-        restart = {"name": call.name, "ref": call.ref, "resumed_metadata": {APPROVED_KEY: True}}
+        restart = {"name": call.name, "ref": call.ref, "resumed_metadata": {TOOL_APPROVED: True}}
         return {"restart": [restart]}, "approve it (the tool runs with its input as shown)"
     output, complete = example_output(tool.output_schema if tool else None)
     respond = {"name": call.name, "ref": call.ref, "output": output}

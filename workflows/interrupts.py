@@ -39,6 +39,7 @@ from workflows.types import (
     InterruptSource,
     JsonObject,
     ResumeInput,
+    timed_out_output,
 )
 
 ENTRY_KEYS = {
@@ -344,7 +345,7 @@ class InterruptBook:
             return dict(tool.on_timeout)
         if self.spec and self.spec.on_interrupt_timeout is not None:
             return dict(self.spec.on_interrupt_timeout)
-        return {"error": "timed out", "approved": False}
+        return timed_out_output()
 
     def cancel(self, reason: str) -> list[CallState]:
         """Withdraw every call without a result: each gets a cancellation response for the model.

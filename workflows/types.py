@@ -134,6 +134,77 @@ InterruptSource = Literal["interrupt", "approval", "tool"]
 """Why a call paused: an interrupt-only tool, the ToolApproval gate, or a tool that raised."""
 
 
+# --------------------------------------------------------------------------------------------
+# The approval vocabulary. Approve and deny are sugar on Genkit's two answers (respond and
+# restart); these words are on the wire, in recorded histories and in what the model was told,
+# so they are spelled here once and never changed.
+
+TOOL_APPROVED = "tool_approved"
+"""The ``resumed_metadata`` key that lets a restarted gated or conditional tool run."""
+
+APPROVED = "approved"
+"""The output key of an interrupt-only approval tool's answer: ``{"approved": true}``."""
+
+FEEDBACK = "feedback"
+"""The output key that carries a human's reason when an interrupt-only tool is denied."""
+
+DENIED_BY_USER = "denied by the user"
+"""The ``error`` the model is told when a gated or conditional tool is denied."""
+
+NO_REASON_GIVEN = "no reason given"
+"""The denial ``reason`` when the human gave none (for a gated or conditional tool)."""
+
+TIMED_OUT = "timed out"
+"""The ``error`` of the answer given when nobody answered an interrupt before its deadline."""
+
+
+def gate_metadata(tool: str) -> JsonObject:
+    """The metadata of a call the ToolApproval gate paused: why it is waiting."""
+    return {"message": f"Tool not in approved list: {tool}"}
+
+
+def timed_out_output() -> JsonObject:
+    """The answer given to an interrupt nobody answered in time, when no default is declared."""
+    return {"error": TIMED_OUT, APPROVED: False}
+
+
+# --------------------------------------------------------------------------------------------
+# Error kinds. A StrEnum equals its string, so these are the very values on the wire.
+
+
+class ErrorKind(StrEnum):
+    """The ``type`` of an ``ApplicationError`` the runtime raises, and that callers match on."""
+
+    MODEL_ERROR = "ModelError"
+    TOOL_ERROR = "ToolError"
+    UNKNOWN_AGENT = "UnknownAgent"
+    CONVERSATION_CHANGED = "ConversationChanged"
+    SEND_REJECTED = "SendRejected"
+    RESUME_REJECTED = "ResumeRejected"
+    CANCEL_REJECTED = "CancelRejected"
+
+
+class Status(StrEnum):
+    """A classified failure status, as in gRPC and Genkit: ``ErrorInfo.status`` and ToolError."""
+
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+
 class ToolResponse(_Wire):
     """Answer an interrupt by supplying the tool's output (the tool does not run)."""
 
@@ -179,6 +250,27 @@ class InterruptRequest(_Wire):
             input=dict(self.input),
             resumed_metadata=resumed_metadata or {},
         )
+
+    def approve(self) -> ToolResponse | ToolRestart:
+        """The approving answer, in the form this interrupt's source needs.
+
+        An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or
+        conditional tool gets ``restart`` with ``{"tool_approved": true}``, so it runs with its
+        original input.
+        """
+        if self.source == "interrupt":
+            return self.respond({APPROVED: True})
+        return self.restart({TOOL_APPROVED: True})
+
+    def deny(self, reason: str = "") -> ToolResponse:
+        """The denying answer: the tool does not run; the model is told it was declined.
+
+        Args:
+            reason: Why, passed on to the model.
+        """
+        if self.source == "interrupt":
+            return self.respond({APPROVED: False, FEEDBACK: reason})
+        return self.respond({"error": DENIED_BY_USER, "reason": reason or NO_REASON_GIVEN})
 
     def input_as(self, model: type[M]) -> M:
         return model.model_validate(self.input)
