@@ -781,15 +781,29 @@ class AgentWorkflow:
     # ------------------------------------------------------------------------------------------
     # Updates
 
+    async def _stopped_since(self, seen: int) -> TurnResult:
+        """The result of the turn an update started or moved on, once it has stopped (ended or
+        paused again): ``seen`` is the stop count read before the update acted."""
+        await workflow.wait_condition(lambda: self._stops > seen)
+        assert self._s.last_turn is not None
+        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
+
+    async def _withdraw(self, input: CancelInput) -> TurnResult:
+        """Cancel the current turn: withdraw what is pending, or stop it while it runs (a model
+        call in flight is abandoned, a tool is told to stop); its result once it has stopped."""
+        seen = self._stops
+        self._cancel = input
+        if self._turn_task is not None and not self._waiting_on_human():
+            self._turn_task.cancel()
+        return await self._stopped_since(seen)
+
     @workflow.update
     async def send(self, input: SendInput) -> TurnResult:
         """Start a turn with a user message; returns when the turn ends or pauses."""
         self.validate_send(input)
         seen = self._stops
         self._start_turn(input.text)
-        await workflow.wait_condition(lambda: self._stops > seen)
-        assert self._s.last_turn is not None
-        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
+        return await self._stopped_since(seen)
 
     @send.validator
     def validate_send(self, input: SendInput) -> None:
@@ -814,9 +828,7 @@ class AgentWorkflow:
         turn = self._apply_resume(resume, via="update")
         if not self._book(turn).all_answered():
             return _fit(self._paused_result(turn), UPDATE_RESULT_BUDGET)
-        await workflow.wait_condition(lambda: self._stops > seen)
-        assert self._s.last_turn is not None
-        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
+        return await self._stopped_since(seen)
 
     @resume.validator
     def validate_resume(self, payload: RawValue) -> None:
@@ -830,13 +842,7 @@ class AgentWorkflow:
     async def cancel(self, input: CancelInput) -> TurnResult:
         """Withdraw the pending interrupts (or stop the running turn); ends it ``cancelled``."""
         self.validate_cancel(input)
-        seen = self._stops
-        self._cancel = input
-        if self._turn_task is not None and not self._waiting_on_human():
-            self._turn_task.cancel()
-        await workflow.wait_condition(lambda: self._stops > seen)
-        assert self._s.last_turn is not None
-        return _fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
+        return await self._withdraw(input)
 
     @cancel.validator
     def validate_cancel(self, input: CancelInput) -> None:
@@ -871,11 +877,7 @@ class AgentWorkflow:
         """End the conversation: withdraw anything pending and complete the workflow."""
         self._check_cancel_input(input)
         if self._s.turn is not None:
-            seen = self._stops
-            self._cancel = input
-            if self._turn_task is not None and not self._waiting_on_human():
-                self._turn_task.cancel()
-            await workflow.wait_condition(lambda: self._stops > seen)
+            await self._withdraw(input)
         self._s.closed = True
         return self._result()
 
