@@ -161,12 +161,19 @@ def test_make_stop_with_a_dead_pid(tmp_path):
     assert not pid_file.exists()
 
 
-def test_make_stop_stops_a_dev_server(tmp_path):
+@pytest.mark.parametrize("starter", ["none recorded", "gone"])
+def test_make_stop_stops_an_orphaned_dev_server(tmp_path, starter):
+    """A pid file of one line (as before starters were recorded), or one whose starter has
+    exited (`make demo` is over: it is no longer the server's parent): the server is stopped."""
     server = fake_dev_server()
     try:
         pid_file = write_pid(tmp_path, server.pid)
+        if starter == "gone":
+            gone = subprocess.Popen([sys.executable, "-c", "pass"])
+            gone.wait()
+            pid_file.write_text(f"{server.pid}\n{gone.pid}\n")
         run = make(tmp_path, "stop")
-        assert run.returncode == 0, run.stderr
+        assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.strip() == f"stopped the dev server (pid {server.pid})"
         assert server.wait(timeout=10) == -signal.SIGTERM
         assert not pid_file.exists()
@@ -362,25 +369,6 @@ def test_make_stop_leaves_a_server_whose_starter_still_runs_alone(tmp_path):
     finally:
         server.kill()
         server.wait()
-
-
-def test_make_stop_stops_a_server_whose_starter_has_gone(tmp_path):
-    # `make demo` has exited: the recorded starter is no longer the server's parent.
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    server = fake_dev_server()
-    try:
-        pid_file = write_pid(tmp_path, server.pid)
-        pid_file.write_text(f"{server.pid}\n{gone.pid}\n")
-        run = make(tmp_path, "stop")
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert run.stdout.strip() == f"stopped the dev server (pid {server.pid})"
-        assert server.wait(timeout=10) == -signal.SIGTERM
-        assert not pid_file.exists()
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
 
 
 async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
