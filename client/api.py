@@ -32,7 +32,6 @@ from temporalio.client import (
 )
 from temporalio.common import (
     QueryRejectCondition,
-    RawValue,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -74,6 +73,7 @@ from workflows.limits import (
     check_text,
     human_size,
 )
+from workflows.payloads import raw_resume
 from workflows.types import (
     CancelInput,
     ConversationInput,
@@ -316,21 +316,21 @@ class Chat:
         # workflow task before any validator sees it, and a bad one needs no round trip.
         try:
             check_resume_fields(payload)
-            raw = self._client.temporal.data_converter.payload_converter.to_payload(payload)
+            raw = raw_resume(
+                payload, converter=self._client.temporal.data_converter.payload_converter
+            )
         except Refused as e:
             raise ResumeRejected(e.reason) from None
         except PydanticSerializationError:
             raise ResumeRejected(
                 "the resume holds text that is not valid Unicode (a lone UTF-16 surrogate)"
             ) from None
-        if len(raw.data) > MAX_RESUME_BYTES:
+        size = len(raw.payload.data)
+        if size > MAX_RESUME_BYTES:
             raise ResumeRejected(
-                f"resume is {human_size(len(raw.data))}; the limit is "
-                f"{human_size(MAX_RESUME_BYTES)}"
+                f"resume is {human_size(size)}; the limit is {human_size(MAX_RESUME_BYTES)}"
             )
-        return await self._update(
-            AgentWorkflow.resume, RawValue(raw), worker_timeout=worker_timeout
-        )
+        return await self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout)
 
     async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
         """The interrupts the conversation is paused on now (``[]`` if none, or if it is

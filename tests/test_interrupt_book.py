@@ -41,7 +41,7 @@ def test_valid_respond_and_restart_are_accepted_and_applied():
             "identity": "alice",
         }
     )
-    assert [x.ref for x in b.apply(resume)] == ["r1", "r2"]
+    assert [x.ref for x in b.resume(resume, via="update")] == ["r1", "r2"]
     assert b.all_answered()
     b.settle()
     assert (a.status, a.output) == ("done", {"approved": True})
@@ -106,7 +106,7 @@ def test_nothing_pending_and_oversize():
 def test_answered_refs_cannot_be_answered_again():
     b = book(pending("approve", "r1", question="q"), pending("approve", "r2", question="q"))
     ok = {"respond": [{"name": "approve", "ref": "r1", "output": {"approved": True}}]}
-    b.apply(b.validate(ok))
+    b.resume(b.validate(ok), via="update")
     assert "already answered" in reason(b, ok)
     assert [c.ref for c in b.pending()] == ["r2"]
 
@@ -208,5 +208,5 @@ def test_validation_is_total_and_only_accepts_pending_answers(raw):
     refs = [r.ref for r in resume.respond] + [r.ref for r in resume.restart]
     assert refs and len(refs) == len(set(refs)) and set(refs) <= {"r1", "r2"}
     assert all(r.output.get("approved") is True for r in resume.respond if r.ref == "r1")
-    b.apply(resume)
+    b.resume(resume, via="update")
     assert {c.ref for c in b.calls if c.status == "answered"} == set(refs)

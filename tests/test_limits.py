@@ -294,7 +294,7 @@ def held(messages: list[Message], turn: TurnState) -> int:
 
 
 def test_an_update_result_lists_the_interrupts_that_fit_and_counts_the_rest():
-    from workflows.conversation import _fit
+    from workflows.payloads import fit as _fit
 
     result = TurnResult(
         turn=1,

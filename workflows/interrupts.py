@@ -1,14 +1,31 @@
-"""Interrupt bookkeeping: the pending set, resume validation, answers and deadlines.
+"""The interrupt book: every change of a tool call's status, and the one way a resume gets in.
+
+A call's life, and the transition that makes each step (each emits its turn event):
+
+- the model asks for it: :meth:`~InterruptBook.request` (``tool_request``);
+- it pauses for a human: :meth:`~InterruptBook.pause` for an interrupt-only tool or a tool that
+  raised, :meth:`~InterruptBook.gate` for the ToolApproval gate (``interrupt``);
+- it runs and finishes: :meth:`~InterruptBook.complete` (``tool_response``) or
+  :meth:`~InterruptBook.fail` (its response comes when the turn gives up on it);
+- a human answers: :meth:`~InterruptBook.resume`, the one entry point for a resume, by update or
+  signal (``answer``); its deadline passes: :meth:`~InterruptBook.expire` (``answer``);
+- the answers take effect once none is pending: :meth:`~InterruptBook.settle` (a respond is the
+  call's output, ``tool_response``; a restart makes it ready to run again);
+- the turn ends early: :meth:`~InterruptBook.cancel` (``answer`` and ``tool_response`` for each
+  withdrawn call) or :meth:`~InterruptBook.abandon` when it failed (``tool_response``).
+
+Where an approver list, a quorum or an edit is decided, it is decided here: validation
+(:meth:`~InterruptBook.validate`, which the update validator and the signal handler both call,
+so they always give the same verdict) and the answer's effect.
 
 Pure code with no Temporal imports, so it is unit-tested in milliseconds and behaves identically
-on replay. The workflow wires it to its handlers; the signal path and the update path both call
-:meth:`InterruptBook.validate`, so they always give the same verdict on the same input.
+on replay.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +33,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 from pydantic import ValidationError
 
+from workflows import events
+from workflows.events import to_request
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_JSON_DEPTH,
@@ -33,14 +52,19 @@ from workflows.limits import (
 )
 from workflows.types import (
     AgentSpec,
+    AnswerVia,
     CallState,
     ErrorInfo,
     InterruptRequest,
     InterruptSource,
     JsonObject,
     ResumeInput,
+    TurnEvent,
+    gate_metadata,
     timed_out_output,
 )
+
+Emit = Callable[[TurnEvent], object]
 
 ENTRY_KEYS = {
     "respond": ("name", "ref", "output"),
@@ -166,7 +190,8 @@ def _check_entry_keys(raw: dict[str, Any]) -> None:
 class InterruptBook:
     """The tool calls of one model message, seen as interrupts to answer.
 
-    Wraps the step's ``CallState`` list (which lives in workflow state and is mutated in place).
+    Wraps the step's ``CallState`` list (which lives in workflow state and is mutated in place);
+    every transition hands its turn event to ``emit``.
     """
 
     def __init__(
@@ -175,10 +200,12 @@ class InterruptBook:
         *,
         spec: AgentSpec | None,
         known_refs: Collection[str] = (),
+        emit: Emit | None = None,
     ) -> None:
         self.calls = calls
         self.spec = spec
         self.known_refs = known_refs
+        self._emit: Emit = emit or (lambda _: None)
 
     # -- views ------------------------------------------------------------------------------
 
@@ -308,10 +335,51 @@ class InterruptBook:
             return f"ref {ref!r} is not pending: it was already answered. Pending: {listing}"
         return f"unknown ref {ref!r}. Pending: {listing}"
 
-    # -- applying answers -------------------------------------------------------------------
+    # -- transitions -------------------------------------------------------------------------
 
-    def apply(self, resume: ResumeInput) -> list[CallState]:
-        """Record a validated resume's answers. Call :meth:`check` first, in the same step."""
+    def request(self, calls: list[CallState]) -> None:
+        """The model's calls of one message become this step's calls (each ``ready``)."""
+        self.calls[:] = calls
+        for call in calls:
+            self._emit(events.tool_request(call))
+
+    def clear(self) -> None:
+        """The step is over: its responses went to the model in one message."""
+        self.calls.clear()
+
+    def complete(self, call: CallState, output: JsonObject) -> None:
+        """The call has its response: it ran, or the runtime answered for it (unknown tool,
+        invalid arguments, an approved run cut short)."""
+        call.status = "done"
+        call.output = output
+        self._emit(events.tool_response(call))
+
+    def fail(self, call: CallState, error: ErrorInfo, *, uncertain: bool) -> None:
+        """The call's run failed; the turn fails with it, and :meth:`abandon` or :meth:`cancel`
+        gives it its response.
+
+        Args:
+            uncertain: The failure does not say whether the tool took effect.
+        """
+        call.status = "failed"
+        call.error = error
+        call.uncertain = uncertain
+
+    def start_run(self, call: CallState) -> int:
+        """Count one more run of the call (one per approval); returns its number."""
+        call.runs += 1
+        return call.runs
+
+    def resume(self, resume: ResumeInput, *, via: AnswerVia) -> list[CallState]:
+        """Apply a resume: the one way an answer gets in, by update or by signal.
+
+        Checked again against what is pending now (cheap, and it keeps an unchecked answer from
+        ever taking effect); :meth:`validate` has checked the rest.
+
+        Raises:
+            ResumeError: it no longer matches what is pending. Nothing has been applied.
+        """
+        self.check(resume, strict=False)
         by_ref = {c.ref: c for c in self.pending()}
         answered = []
         for r in resume.respond:
@@ -326,10 +394,27 @@ class InterruptBook:
             call.answer = "restart"
             call.answer_metadata = r.resumed_metadata
             answered.append(call)
+        for call in answered:
+            kind = call.answer or "respond"
+            self._emit(
+                events.answer(
+                    call,
+                    kind=kind,
+                    via=via,
+                    identity=resume.identity,
+                    metadata=resume.metadata,
+                    output=call.answer_output if kind == "respond" else None,
+                )
+            )
         return answered
 
-    def expire(self, now: datetime) -> list[CallState]:
-        """Answer every pending call whose deadline has passed with its timeout default."""
+    def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
+        """Answer every pending call whose deadline has passed with its timeout default.
+
+        Args:
+            room: Bytes the turn can still take, asked after the defaults are in place; a
+                default that does not fit becomes the stated timed-out answer. None: unchecked.
+        """
         expired = []
         for call in self.pending():
             if call.deadline is not None and call.deadline <= now:
@@ -337,6 +422,19 @@ class InterruptBook:
                 call.answer = "respond"
                 call.answer_output = self.timeout_output(call)
                 expired.append(call)
+        for call in expired:
+            if room is not None and json_size(call.answer_output) > room():
+                # The declared default does not fit what the turn can still hold.
+                call.answer_output = timed_out_output()
+            self._emit(
+                events.answer(
+                    call,
+                    kind="deadline",
+                    via="deadline",
+                    identity="system:deadline",
+                    output=call.answer_output,
+                )
+            )
         return expired
 
     def timeout_output(self, call: CallState) -> JsonObject:
@@ -347,7 +445,7 @@ class InterruptBook:
             return dict(self.spec.on_interrupt_timeout)
         return timed_out_output()
 
-    def cancel(self, reason: str) -> list[CallState]:
+    def cancel(self, reason: str, *, identity: str | None = None) -> list[CallState]:
         """Withdraw every call without a result: each gets a cancellation response for the model.
 
         That includes a call whose run was cut short by the cancellation (``failed``): the
@@ -366,6 +464,9 @@ class InterruptBook:
                 call.answer = None
                 call.error = None
                 withdrawn.append(call)
+        for call in withdrawn:
+            self._emit(events.answer(call, kind="cancel", via="cancel", identity=identity))
+            self._emit(events.tool_response(call))
         return withdrawn
 
     def abandon(self, error: ErrorInfo) -> None:
@@ -393,13 +494,15 @@ class InterruptBook:
             call.answer = None
             call.answer_output = None
             call.answer_metadata = None
+            self._emit(events.tool_response(call))
 
     def settle(self) -> None:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
         for call in self.calls:
             if call.status != "answered":
                 continue
-            if call.answer == "respond":
+            respond = call.answer == "respond"
+            if respond:
                 call.status = "done"
                 call.output = call.answer_output or {}
             else:
@@ -409,6 +512,8 @@ class InterruptBook:
             call.answer = None
             call.answer_output = None
             call.answer_metadata = None
+            if respond:
+                self._emit(events.tool_response(call))
 
     def pause(
         self,
@@ -425,6 +530,11 @@ class InterruptBook:
         call.since = now
         seconds = self.deadline_seconds(call.name)
         call.deadline = now + timedelta(seconds=seconds) if seconds else None
+        self._emit(events.interrupt(call))
+
+    def gate(self, call: CallState, *, now: datetime) -> None:
+        """Pause a call the ToolApproval gate holds until someone approves it."""
+        self.pause(call, source="approval", metadata=gate_metadata(call.name), now=now)
 
     def deadline_seconds(self, name: str) -> float | None:
         if self.spec is None:
@@ -439,18 +549,6 @@ class InterruptBook:
             if c.status == "failed" and c.error is not None:
                 return c.error
         return None
-
-
-def to_request(call: CallState) -> InterruptRequest:
-    return InterruptRequest(
-        name=call.name,
-        ref=call.ref,
-        input=call.args,
-        metadata=call.metadata,
-        source=call.source,
-        since=call.since,
-        deadline=call.deadline,
-    )
 
 
 def _json_type(value: Any) -> str:

@@ -323,16 +323,62 @@ class CancelInput(_Wire):
     identity: str | None = None
 
 
+EventKind = Literal["text", "tool_request", "interrupt", "tool_response", "answer", "turn_end"]
+
+AnswerKind = Literal["respond", "restart", "cancel", "deadline"]
+AnswerVia = Literal["update", "signal", "deadline", "cancel"]
+
+
 class AnswerRecord(_Wire):
     """One applied answer, kept in the conversation's audit log."""
 
     at: datetime
     ref: str
     name: str
-    kind: Literal["respond", "restart", "cancel", "deadline"]
-    via: Literal["update", "signal", "deadline", "cancel"]
+    kind: AnswerKind
+    via: AnswerVia
     identity: str | None = None
     metadata: JsonObject | None = None
+
+
+class TurnAnswer(_Wire):
+    """Who answered an interrupt, how, and by which path (a turn event's ``answer``)."""
+
+    kind: AnswerKind
+    via: AnswerVia
+    identity: str | None = None
+    # The resume's own metadata (audit data); left out of the events a conversation keeps.
+    metadata: JsonObject | None = None
+
+
+class TurnEvent(_Wire):
+    """One step of a turn, as the turn state machine saw it happen.
+
+    Every turn is an ordered list of these; the audit log, the operator view and the stream
+    are projections of them (see ``workflows/events.py``). ``offset`` counts every event of the
+    conversation, across continue-as-new. The fields set depend on ``kind``:
+
+    - ``text``: ``text``, the model's new visible text.
+    - ``tool_request``: ``name``, ``ref``, ``input``: the model asked for a tool call.
+    - ``interrupt``: ``name``, ``ref``, ``interrupt``: the call paused for a human.
+    - ``answer``: ``name``, ``ref``, ``answer`` (and ``output`` for a respond).
+    - ``tool_response``: ``name``, ``ref``, ``output`` or ``error``: what the model will be told.
+    - ``turn_end``: ``result``, the TurnResult (a pause ends with ``interrupted``).
+    """
+
+    offset: int = 0
+    turn: int = 0
+    kind: EventKind
+    at: datetime | None = None
+    text: str | None = None
+    name: str | None = None
+    ref: str | None = None
+    input: JsonObject | None = None
+    interrupt: InterruptRequest | None = None
+    output: JsonObject | None = None
+    error: ErrorInfo | None = None
+    answer: TurnAnswer | None = None
+    result: TurnResult | None = None
 
 
 class Rejection(_Wire):
@@ -460,6 +506,10 @@ class ConversationState(_Wire):
     refs_forgotten: int = 0
     # Answer records shed to keep the log within its budget.
     answers_dropped: int = 0
+    # The newest turn events, without their payloads (those are in the messages and calls);
+    # see workflows.events. ``events_total`` is the next event's offset.
+    events: list[TurnEvent] = Field(default_factory=list)
+    events_total: int = 0
 
 
 class ConversationInput(_Wire):

@@ -1,0 +1,113 @@
+"""The audit log and the rejection log: projections of what the conversation was told.
+
+- The answer log (``ConversationState.answers``, read by ``Chat.history()``) is the fold of the
+  turn's ``answer`` events: :func:`apply` turns each into an :class:`AnswerRecord`.
+- The rejection log keeps what a signal sent that the conversation refused (an update's
+  refusal goes back to its caller instead): :func:`rejection` builds the record, which keeps
+  the payload's digest, never its bytes, and only storable text, so the log itself can never
+  become what cannot be serialized.
+
+Pure code with no Temporal imports; both logs are bounded (see :mod:`workflows.limits`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from workflows.history import trim_answers
+from workflows.limits import (
+    MAX_ANSWERS_KEPT,
+    MAX_AUDIT_METADATA_BYTES,
+    MAX_REASON_CHARS,
+    MAX_REJECTIONS_KEPT,
+    cut_stored,
+    digest,
+    json_size,
+    omitted,
+)
+from workflows.types import AnswerRecord, ConversationState, Rejection, TurnEvent
+
+
+def apply(state: ConversationState, event: TurnEvent, *, strict: bool) -> None:
+    """Fold one turn event into the answer log (only ``answer`` events add to it).
+
+    Args:
+        strict: The durable-input rules (see ``workflows/compat.py``): large metadata is kept
+            as its digest, and the log is held to its byte budget as well as its count.
+    """
+    answer = event.answer
+    if event.kind != "answer" or answer is None or event.at is None:
+        return
+    metadata = answer.metadata
+    if strict and metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
+        # Kept as what identifies it: the record is copied for every answer of a resume.
+        metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
+    state.answers.append(
+        AnswerRecord(
+            at=event.at,
+            ref=event.ref or "",
+            name=event.name or "",
+            kind=answer.kind,
+            via=answer.via,
+            identity=answer.identity,
+            metadata=metadata,
+        )
+    )
+    if strict:
+        state.answers_dropped += trim_answers(state.answers)
+    else:
+        del state.answers[:-MAX_ANSWERS_KEPT]
+
+
+def rejection(
+    *,
+    at: datetime,
+    handler: str,
+    reason: str,
+    raw: bytes,
+    identity: str | None,
+    strict: bool,
+) -> Rejection:
+    """The record of a refused signal.
+
+    Args:
+        raw: The payload's bytes (only their digest is kept).
+        identity: Whom the payload claims to be from, if anyone.
+        strict: The durable-input rules; without them, the record is made as the code those
+            runs began under made it (with an excerpt of the payload), except that a lone
+            surrogate, which no state holding it could ever be stored with, is replaced.
+    """
+    if strict:
+        identity = cut_stored(identity, 200) if identity is not None else None
+        handler = cut_stored(handler, 200)
+        reason = cut_stored(reason[:MAX_REASON_CHARS], 600)
+        fingerprint = digest(raw)
+    else:
+        if identity is not None:
+            identity = identity.encode("utf-8", "replace").decode("utf-8")[:200]
+        reason = reason[:MAX_REASON_CHARS]
+        fingerprint = legacy_digest(raw)
+    return Rejection(
+        at=at,
+        via="signal",
+        handler=handler,
+        reason=reason,
+        identity=identity,
+        digest=fingerprint,
+    )
+
+
+def reject(state: ConversationState, record: Rejection) -> None:
+    """Keep a rejection: the newest :data:`MAX_REJECTIONS_KEPT`, and the total."""
+    state.rejections.append(record)
+    state.rejections_total += 1
+    del state.rejections[:-MAX_REJECTIONS_KEPT]
+
+
+def legacy_digest(raw: bytes) -> str:
+    """The rejection digest of runs begun before the durable-input rules (with an excerpt of
+    the payload, which new runs never keep)."""
+    h = hashlib.sha256(raw).hexdigest()[:12]
+    text = raw[:120].decode("utf-8", errors="replace")
+    return f"sha256:{h} {len(raw)}B {text}{'…' if len(raw) > 120 else ''}"

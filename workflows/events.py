@@ -1,0 +1,147 @@
+"""Turn events: what a turn did, in order; the spine the projections are computed from.
+
+The turn state machine (``workflows/turn.py``) and the interrupt book
+(``workflows/interrupts.py``) make every change to a turn through a transition that emits one
+of these, and nothing else changes a turn behind their back. Each emitted event goes to
+:func:`record`, which stamps it and keeps it, and then to the projections: the audit log
+(``workflows/audit.py``), the operator view (``workflows/operator_view.py``) and, next, the
+stream a client reads.
+
+Pure code with no Temporal imports: the workflow supplies the time and the turn number, so the
+same events come out on replay, and the tests build them without a server.
+
+What the conversation keeps: the newest :data:`MAX_EVENTS_KEPT` events without their payloads
+(inputs, outputs, text and results live in the messages, the calls and the answer log, and a
+second copy would count against the turn's budget), at most :data:`MAX_STORED_EVENT_BYTES`
+each; ``events_total`` counts them all, so offsets keep increasing across continue-as-new.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from workflows.limits import KiB, cut_stored
+from workflows.types import (
+    AnswerKind,
+    AnswerVia,
+    CallState,
+    ConversationState,
+    ErrorInfo,
+    InterruptRequest,
+    JsonObject,
+    TurnAnswer,
+    TurnEvent,
+    TurnResult,
+)
+
+MAX_EVENTS_KEPT = 128
+"""Events the conversation's state keeps (the newest); the total counts on."""
+
+MAX_STORED_EVENT_BYTES = 1 * KiB
+"""The most one kept event takes as stored JSON (names and identities are cut to fit)."""
+
+# --------------------------------------------------------------------------------------------
+# The events, built from the call they are about. Offsets, times and the turn are stamped by
+# record().
+
+
+def text(text: str) -> TurnEvent:
+    """The model's visible text of one reply."""
+    return TurnEvent(kind="text", text=text)
+
+
+def tool_request(call: CallState) -> TurnEvent:
+    """The model asked for a tool call."""
+    return TurnEvent(kind="tool_request", name=call.name, ref=call.ref, input=call.args)
+
+
+def interrupt(call: CallState) -> TurnEvent:
+    """A call paused for a human (an interrupt-only tool, the approval gate, or a tool that
+    raised an interrupt)."""
+    return TurnEvent(kind="interrupt", name=call.name, ref=call.ref, interrupt=to_request(call))
+
+
+def answer(
+    call: CallState,
+    *,
+    kind: AnswerKind,
+    via: AnswerVia,
+    identity: str | None = None,
+    metadata: JsonObject | None = None,
+    output: JsonObject | None = None,
+) -> TurnEvent:
+    """An interrupt was answered: by a caller (respond, restart), its deadline or a cancel."""
+    return TurnEvent(
+        kind="answer",
+        name=call.name,
+        ref=call.ref,
+        output=output,
+        answer=TurnAnswer(kind=kind, via=via, identity=identity, metadata=metadata),
+    )
+
+
+def tool_response(call: CallState) -> TurnEvent:
+    """What the model will be told about a call: its output, or how it failed."""
+    return TurnEvent(
+        kind="tool_response", name=call.name, ref=call.ref, output=call.output, error=call.error
+    )
+
+
+def turn_end(result: TurnResult) -> TurnEvent:
+    """The turn stopped: it ended, or it paused (``finish_reason`` interrupted)."""
+    return TurnEvent(kind="turn_end", result=result)
+
+
+def to_request(call: CallState) -> InterruptRequest:
+    """A paused call as the caller sees it."""
+    return InterruptRequest(
+        name=call.name,
+        ref=call.ref,
+        input=call.args,
+        metadata=call.metadata,
+        source=call.source,
+        since=call.since,
+        deadline=call.deadline,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Keeping them.
+
+
+def record(state: ConversationState, event: TurnEvent, *, turn: int, at: datetime) -> TurnEvent:
+    """Stamp ``event`` with the next offset, the turn and the time; keep its stored form.
+
+    Returns the stamped event, payloads and all, for the projections.
+    """
+    event = event.model_copy(update={"offset": state.events_total, "turn": turn, "at": at})
+    state.events_total += 1
+    state.events.append(stored(event))
+    del state.events[:-MAX_EVENTS_KEPT]
+    return event
+
+
+def stored(event: TurnEvent) -> TurnEvent:
+    """The form the conversation keeps: what happened, to which call, by whom; no payloads."""
+    answer = event.answer
+    if answer is not None:
+        identity = cut_stored(answer.identity, 300) if answer.identity is not None else None
+        answer = TurnAnswer(kind=answer.kind, via=answer.via, identity=identity)
+    result = event.result
+    return TurnEvent(
+        offset=event.offset,
+        turn=event.turn,
+        kind=event.kind,
+        at=event.at,
+        name=cut_stored(event.name, 200) if event.name is not None else None,
+        ref=cut_stored(event.ref, 140) if event.ref is not None else None,
+        error=(
+            ErrorInfo(status=cut_stored(event.error.status, 40), message="")
+            if event.error is not None
+            else None
+        ),
+        answer=answer,
+        result=TurnResult(turn=result.turn, finish_reason=result.finish_reason)
+        if result is not None
+        else None,
+    )

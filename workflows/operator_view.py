@@ -1,0 +1,142 @@
+"""What operators see of a conversation, computed from its state: a projection, never a source.
+
+Three surfaces, each read without a worker:
+
+- **search attributes** (``AgentName``, ``AgentStatus``, ``PendingInterrupts``,
+  ``InterruptedSince``): the Temporal UI's list filters and ``agentctl list``;
+- **the memo's** ``pending`` list (name, ref and a cut of the input of each paused call): what
+  the inbox shows for each paused chat;
+- **the details panel** (Markdown with the command that answers each interrupt), rendered by
+  :mod:`workflows.details`.
+
+:func:`project` computes all three from the conversation's state and the calls the interrupt
+book holds pending; the workflow writes only what changed since it last wrote
+(:func:`search_attribute_updates`, :meth:`OperatorView.memo_changed`). When it writes is its
+choice, not this module's: each write is a command in history, so the points are fixed (see
+``AgentWorkflow._publish``).
+
+Pure code: no workflow calls, so the tests run it without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
+
+from workflows import config
+from workflows.details import render_details, truncate
+from workflows.limits import stored_size
+from workflows.types import AgentStatus, CallState, ConversationState
+
+MEMO_INPUT_CHARS = 200
+"""How much of each paused call's input the memo holds (the inbox shows it; ``pending`` has
+it whole)."""
+
+SEARCH_ATTRIBUTE_VALUE_BYTES = 1536
+"""What the pending names may take in one search-attribute value (Temporal's default limit is
+2 KiB a value)."""
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    status: AgentStatus
+    # The pending tool names, sorted, as far as they fit one search-attribute value.
+    pending_names: tuple[str, ...]
+    # When the oldest pending interrupt was raised.
+    since: datetime | None
+    memo_pending: list[dict[str, str]]
+    details: str
+
+    @property
+    def search_attributes(self) -> tuple[object, ...]:
+        """What the search attributes say, to compare with what was last written."""
+        return (self.status, self.pending_names, self.since)
+
+
+def status(state: ConversationState, *, paused: bool) -> AgentStatus:
+    """``closed``, ``idle`` (no turn), ``interrupted`` (waiting on a human) or ``running``."""
+    if state.closed:
+        return "closed"
+    if state.turn is None:
+        return "idle"
+    return "interrupted" if paused else "running"
+
+
+def project(
+    state: ConversationState,
+    *,
+    chat_id: str,
+    pending: list[CallState],
+    strict: bool,
+) -> OperatorView:
+    """The operator's view of ``state``.
+
+    Args:
+        pending: The calls waiting for an answer, in call order (the interrupt book's).
+        strict: The durable-input rules: pending names are cut to fit one search-attribute
+            value (a reply may pause on many tools, with long names).
+    """
+    current = status(state, paused=bool(pending))
+    names = sorted({c.name for c in pending})
+    if strict:
+        names = fit_names(names)
+    return OperatorView(
+        status=current,
+        pending_names=tuple(names),
+        since=min((c.since for c in pending if c.since), default=None),
+        memo_pending=[
+            {"name": c.name, "ref": c.ref, "input": truncate(json.dumps(c.args), MEMO_INPUT_CHARS)}
+            for c in pending
+        ],
+        details=render_details(
+            chat_id=chat_id,
+            agent=state.agent,
+            status=current,
+            turns=state.turns,
+            spec=state.spec,
+            pending=pending,
+            last_turn=state.last_turn,
+            rejections=state.rejections,
+            rejections_total=state.rejections_total,
+        ),
+    )
+
+
+def search_attribute_updates(
+    current: TypedSearchAttributes, *, agent: str, view: OperatorView
+) -> list[SearchAttributeUpdate]:
+    """The updates that make ``current`` say what ``view`` says (none when it already does)."""
+    names = list(view.pending_names)
+    updates: list[SearchAttributeUpdate] = []
+    if current.get(config.AGENT_NAME) != agent:
+        updates.append(config.AGENT_NAME.value_set(agent))
+    if current.get(config.AGENT_STATUS) != view.status:
+        updates.append(config.AGENT_STATUS.value_set(view.status))
+    if (current.get(config.PENDING_INTERRUPTS) or []) != names:
+        updates.append(
+            config.PENDING_INTERRUPTS.value_set(names)
+            if names
+            else config.PENDING_INTERRUPTS.value_unset()
+        )
+    if current.get(config.INTERRUPTED_SINCE) != view.since:
+        updates.append(
+            config.INTERRUPTED_SINCE.value_set(view.since)
+            if view.since
+            else config.INTERRUPTED_SINCE.value_unset()
+        )
+    return updates
+
+
+def fit_names(names: list[str]) -> list[str]:
+    """The pending tool names that fit one search-attribute value."""
+    kept: list[str] = []
+    total = 2
+    for name in names:
+        total += stored_size(name) + 3
+        if total > SEARCH_ATTRIBUTE_VALUE_BYTES:
+            break
+        kept.append(name)
+    return kept

@@ -1,0 +1,109 @@
+"""What comes in raw and what goes out fitted: payload decoding and result limits.
+
+Signals and the ``resume`` update take raw payloads, so that this code, not the data converter,
+decides what is wrong with a bad one and says so (a payload the converter cannot decode would
+otherwise be dropped silently, or fail the workflow task). Results going out are cut to fit
+Temporal's payload limit, with stated placeholders.
+
+Pure code: no workflow calls, so the tests run it without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio.common import RawValue
+from temporalio.converter import PayloadConverter
+from temporalio.exceptions import ApplicationError
+
+from workflows.interrupts import ResumeError
+from workflows.limits import decode_json, json_size, shrink
+from workflows.types import ErrorKind, ResumeInput
+
+R = TypeVar("R", bound=BaseModel)
+
+RawResume = RawValue
+"""The ``resume`` update's and signal's argument: a :class:`~workflows.types.ResumeInput`,
+carried raw so the workflow decodes and judges it itself (:func:`raw_resume` makes one). The
+SDK hands a handler raw payloads only when its parameter is typed exactly ``RawValue``, which is
+why this is an alias and not a type of its own."""
+
+
+def raw_resume(resume: ResumeInput, *, converter: PayloadConverter) -> RawResume:
+    """A resume as the ``resume`` update takes it.
+
+    Raises:
+        pydantic_core.PydanticSerializationError: it holds what cannot be serialized (a lone
+            surrogate); the client turns that into a ``ResumeRejected``.
+    """
+    return RawValue(converter.to_payload(resume))
+
+
+def payload_json(payload: RawValue, *, strict: bool) -> object:
+    """The JSON value a raw payload holds.
+
+    Args:
+        strict: The durable-input rules (see ``workflows/compat.py``): refuse what could never
+            be stored (lone surrogates, too deep) here, at the door.
+
+    Raises:
+        ResumeError: the payload is empty, not JSON, or not storable.
+    """
+    encoding = payload.payload.metadata.get("encoding", b"")
+    if encoding == b"binary/null":
+        raise ResumeError("the payload is empty; send a JSON object")
+    if encoding not in (b"json/plain", b""):
+        raise ResumeError(
+            f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
+        )
+    return decode_json(payload.payload.data, strict=strict)
+
+
+def only_argument(name: str, args: Sequence[RawValue]) -> RawValue:
+    """A signal's one argument (``temporal workflow signal`` may send none, or several).
+
+    Raises:
+        ResumeError: not exactly one.
+    """
+    if len(args) != 1:
+        raise ResumeError(f"signal {name!r} takes exactly one JSON argument, got {len(args)}")
+    return args[0]
+
+
+def claimed_identity(payload: Sequence[RawValue]) -> str | None:
+    """The sender's identity, if the payload names one; never raises (used on bad input)."""
+    if len(payload) != 1:
+        return None
+    try:
+        body = json.loads(payload[0].payload.data)
+    except Exception:  # noqa: BLE001  # any malformed payload simply has no identity
+        return None
+    identity = body.get("identity") if isinstance(body, dict) else None
+    return identity if isinstance(identity, str) else None
+
+
+def rejected(kind: ErrorKind, reason: str) -> ApplicationError:
+    """An update's refusal, for its caller."""
+    # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
+    return ApplicationError(reason, type=kind, non_retryable=True)
+
+
+def fit(result: R, budget: int) -> R:
+    """``result`` within ``budget`` bytes: the largest caller or tool objects in it replaced by
+    stated placeholders when it would not fit (Temporal refuses a payload over 2 MiB)."""
+    if json_size(result) <= budget:
+        return result
+    data = result.model_dump(mode="json")
+    shrink(data, budget)
+    # A turn paused on many interrupts: even as placeholders they may not fit an update's
+    # result. The last ones go, counted; ``pending`` lists them all.
+    turn = data if "interrupts" in data else data.get("last_turn")
+    if isinstance(turn, dict):
+        interrupts = turn.get("interrupts") or []
+        while interrupts and json_size(data) > budget:
+            interrupts.pop()
+            turn["interrupts_omitted"] = turn.get("interrupts_omitted", 0) + 1
+    return type(result).model_validate(data)

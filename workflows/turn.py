@@ -1,0 +1,660 @@
+"""The turn state machine: a user message in, model calls and tool runs, pauses, a result out.
+
+One :class:`TurnMachine` per workflow run drives the conversation's current turn over
+:class:`~workflows.types.ConversationState`, which is plain data. Every change it makes to the
+turn is a transition that emits a turn event (:mod:`workflows.events`): the model's text, its
+tool requests, interrupts, answers, tool responses and the turn's end. The interrupt book
+(:mod:`workflows.interrupts`) makes every change to a call's status; this module decides when.
+What the events add up to is projected elsewhere: the audit log (:mod:`workflows.audit`) here,
+as each is emitted; the operator view (:mod:`workflows.operator_view`) when the workflow
+publishes.
+
+Determinism: this module runs in the workflow. Ids come from the model's call ids or
+``workflow.uuid4()``, time from ``workflow.now()``; the agent's definition is data from the model
+activity's result, so replay never runs the agent's current code. A failed turn (model, tool,
+bad input) ends ``failed`` and keeps what happened in the conversation; the workflow itself never
+fails because of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Literal
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import audit, config, events
+    from workflows.compat import Rules
+    from workflows.history import Digests
+    from workflows.interrupts import InterruptBook, schema_error
+    from workflows.limits import (
+        MAX_NOTE_BYTES,
+        MAX_REF_BYTES,
+        MODEL_INPUT_BUDGET,
+        TURN_BUDGET,
+        cut_stored,
+        human_size,
+        json_size,
+        omitted,
+        shrink,
+        stored_size,
+    )
+    from workflows.types import (
+        TOOL_APPROVED,
+        CallState,
+        CancelInput,
+        ConversationState,
+        ErrorInfo,
+        ErrorKind,
+        FinishReason,
+        FunctionResponse,
+        Message,
+        ModelInput,
+        ModelResult,
+        Part,
+        ResumeInput,
+        Status,
+        ToolInput,
+        ToolResult,
+        TurnEvent,
+        TurnResult,
+        TurnState,
+    )
+
+Outcome = Literal["done", "continue_as_new"]
+
+
+class _TurnFailed(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class TurnMachine:
+    """Drives the conversation's turns; the workflow's handlers start, answer and cancel them.
+
+    Args:
+        state: The conversation's state (shared with the workflow, mutated in place).
+        rules: This run's compatibility rules.
+        publish: Writes the operator view; called at the fixed points where a run writes it
+            (each write is a command in history, so the points may not move).
+        can_now: Whether the run should continue as new now (a paused turn waits there).
+    """
+
+    def __init__(
+        self,
+        state: ConversationState,
+        *,
+        rules: Rules,
+        publish: Callable[[], None],
+        can_now: Callable[[], bool],
+    ) -> None:
+        self.s = state
+        self.rules = rules
+        self._publish = publish
+        self._can_now = can_now
+        # Refs in the order they were made (the newest are carried by continue-as-new).
+        self.ref_order: list[str] = list(state.refs)
+        self.refs: set[str] = set(state.refs)
+        # Derived from the messages (not state): recomputed after continue-as-new or replay.
+        self.digests = Digests()
+        # Every time a turn reaches a stop point (paused or ended) this goes up by one; update
+        # handlers wait on it to return the turn's result.
+        self.stops = 0
+        # A cancellation asked for and not yet carried out.
+        self.cancel: CancelInput | None = None
+        # Set when this run's state proved too large to carry over; cleared when a turn ends.
+        self.can_blocked = False
+
+    # ------------------------------------------------------------------------------------------
+    # Events
+
+    def emit(self, event: TurnEvent) -> TurnEvent:
+        """Record a turn event and fold it into the projections kept in state."""
+        result = event.result
+        turn = self.s.turn
+        number = result.turn if result is not None else turn.turn if turn else self.s.turns
+        stamped = events.record(self.s, event, turn=number, at=workflow.now())
+        audit.apply(self.s, stamped, strict=self.rules.durable)
+        return stamped
+
+    def book(self, turn: TurnState) -> InterruptBook:
+        return InterruptBook(turn.calls, spec=self.s.spec, known_refs=self.refs, emit=self.emit)
+
+    # ------------------------------------------------------------------------------------------
+    # What the handlers ask
+
+    def paused(self) -> bool:
+        """Whether the turn waits on a human: some interrupt has no answer yet."""
+        turn = self.s.turn
+        return turn is not None and turn.phase == "tools" and bool(self.book(turn).pending())
+
+    def waiting_on_human(self) -> bool:
+        """Paused, and nothing else to do: no sibling call is still running.
+
+        Interrupts are recorded before their siblings run, so a turn can have pending
+        interrupts while tools are still at work; its pause is only reported after them.
+        """
+        turn = self.s.turn
+        if turn is None or not self.rules.edges():
+            return self.paused()
+        return self.paused() and not any(c.status == "ready" for c in turn.calls)
+
+    def room(self, turn: TurnState) -> int:
+        """Bytes the turn can still take (see :data:`~workflows.limits.TURN_BUDGET`)."""
+        return TURN_BUDGET - self._turn_held(turn)
+
+    def paused_result(self, turn: TurnState) -> TurnResult:
+        return TurnResult(
+            turn=turn.turn,
+            finish_reason=FinishReason.INTERRUPTED,
+            text=self._turn_text(turn),
+            interrupts=self.book(turn).requests(),
+        )
+
+    def last_result(self) -> TurnResult | None:
+        """The latest turn's result: while paused, the pause as it stands now (a new run does
+        not carry it, see workflows.history.carry)."""
+        turn = self.s.turn
+        if turn is not None and self.paused():
+            return self.paused_result(turn)
+        return self.s.last_turn
+
+    # ------------------------------------------------------------------------------------------
+    # What the handlers do
+
+    def start(self, text: str) -> None:
+        """Begin a turn with a user message (checked by the handler)."""
+        self.s.turns += 1
+        self.s.turn = TurnState(
+            turn=self.s.turns,
+            started_at=workflow.now(),
+            base_len=len(self.s.messages),
+            held=0 if self.rules.durable else None,
+        )
+        self._append(Message(role="user", parts=[Part(text=text)]))
+        self._publish()
+
+    def resume(self, resume: ResumeInput, *, via: Literal["update", "signal"]) -> TurnState:
+        """Apply a validated resume to the paused turn."""
+        turn = self.s.turn
+        assert turn is not None
+        self.book(turn).resume(resume, via=via)
+        self._publish()
+        return turn
+
+    # ------------------------------------------------------------------------------------------
+    # The machine
+
+    async def drive(self) -> Outcome:
+        turn = self.s.turn
+        assert turn is not None
+        try:
+            while True:
+                if self.cancel is not None and self.rules.edges():
+                    # A cancel that arrived before this step could be interrupted (e.g. in the
+                    # same workflow task as the send that started the turn).
+                    self.finish_cancelled()
+                    return "done"
+                if turn.phase == "model":
+                    if turn.model_calls >= self._max_turns():
+                        self._finish(FinishReason.MAX_TURNS)
+                        return "done"
+                    message = await self._call_model(turn)
+                    calls = [p.function_call for p in message.parts if p.function_call]
+                    if not calls:
+                        self._finish(FinishReason.STOP)
+                        return "done"
+                    self.book(turn).request(
+                        [
+                            CallState(
+                                ref=self._new_ref(fc.id), call_id=fc.id, name=fc.name, args=fc.args
+                            )
+                            for fc in calls
+                        ]
+                    )
+                    turn.phase = "tools"
+                newly_paused = await self._run_ready(turn)
+                book = self.book(turn)
+                error = book.first_error()
+                if error is not None:
+                    self._fail(error)
+                    return "done"
+                if book.waiting():
+                    # Report a pause once. A turn that resumes here after continue-as-new was
+                    # already reported paused, and an answer may have reached the new run
+                    # before this line: a second report would answer that resume with a stale
+                    # "interrupted".
+                    if newly_paused:
+                        self._stop(self.paused_result(turn))
+                    outcome = await self._await_answers(turn)
+                    if outcome == "cancel":
+                        self.finish_cancelled()
+                        return "done"
+                    if outcome == "continue_as_new":
+                        return outcome
+                    book.settle()
+                    continue
+                self._append(self._tool_message(turn))
+                book.clear()
+                turn.phase = "model"
+        except _TurnFailed as f:
+            self._fail(f.error)
+            return "done"
+        except asyncio.CancelledError:
+            if self.cancel is None:
+                raise  # the workflow is being cancelled, not just this turn
+            self.finish_cancelled()
+            return "done"
+
+    def _max_turns(self) -> int:
+        return self.s.spec.max_turns if self.s.spec else 10
+
+    def _new_ref(self, call_id: str | None) -> str:
+        usable = bool(call_id) and call_id not in self.refs
+        if usable and self.rules.durable:
+            # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
+            small = stored_size(call_id or "") <= MAX_REF_BYTES
+            usable = small and not self.s.refs_forgotten
+        ref = call_id if usable and call_id else str(workflow.uuid4())
+        self.refs.add(ref)
+        self.ref_order.append(ref)
+        return ref
+
+    def _append(self, message: Message) -> None:
+        """Add a message to the conversation, counting it against the turn's budget."""
+        self.s.messages.append(message)
+        turn = self.s.turn
+        if turn is not None and turn.held is not None:
+            turn.held += json_size(message)
+
+    def _turn_held(self, turn: TurnState) -> int:
+        """Bytes the turn holds in the conversation's state: its messages and its calls.
+
+        A turn carried over from a run begun before the count existed has none: it is counted
+        afresh (not stored, since validators ask too and must not change state).
+        """
+        held = turn.held
+        if held is None:
+            held = sum(json_size(m) for m in self.s.messages[turn.base_len :])
+        return held + self.book(turn).held_bytes()
+
+    async def _call_model(self, turn: TurnState) -> Message:
+        spec = self.s.spec
+        messages = self.s.messages
+        # Only what the model side has not seen goes into history; see ModelInput.
+        seen = min(self.s.model_seen, len(messages))
+        if self.rules.durable:
+            self._fit_unseen(seen)
+        try:
+            result = await workflow.execute_activity(
+                config.MODEL_ACTIVITY,
+                ModelInput(
+                    agent=self.s.agent,
+                    chat_id=workflow.info().workflow_id,
+                    spec_digest=spec.digest if spec else None,
+                    new_from=seen,
+                    new_messages=messages[seen:],
+                    prefix_digest=self.digests.of(messages, seen),
+                    history_size=len(messages),
+                ),
+                result_type=ModelResult,
+                start_to_close_timeout=config.MODEL_START_TO_CLOSE,
+                heartbeat_timeout=config.MODEL_HEARTBEAT,
+                retry_policy=config.MODEL_RETRY,
+                summary=f"model {spec.model}" if spec else f"model for {self.s.agent}",
+            )
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError) and self.rules.edges():
+                # Our own cancellation of the turn (or of the workflow) reached the activity:
+                # it is a cancellation, not a model failure.
+                raise asyncio.CancelledError() from None
+            raise _TurnFailed(self._error(e, what="model call")) from None
+        if result.spec is not None:
+            self.s.spec = result.spec
+        if self.rules.durable:
+            # The message, and each of its calls' arguments again in the calls' state.
+            adds = json_size(result.message) + sum(
+                json_size(p.function_call) for p in result.message.parts if p.function_call
+            )
+            if adds > self.room(turn):
+                raise _TurnFailed(
+                    ErrorInfo(
+                        status=Status.RESOURCE_EXHAUSTED,
+                        message=(
+                            f"the model's reply ({human_size(adds)}) does not fit in what this "
+                            f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
+                        ),
+                    )
+                )
+        turn.model_calls += 1
+        self._append(result.message)
+        self.s.model_seen = len(self.s.messages)
+        text = result.message.text()
+        if text:
+            self.emit(events.text(text))
+        return result.message
+
+    def _fit_unseen(self, seen: int) -> None:
+        """Keep the model call's input under Temporal's payload limit, come what may.
+
+        The budgets keep the unseen messages (a kept tool message and the new user message)
+        under 1.6 MiB; were they ever over :data:`MODEL_INPUT_BUDGET`, their largest responses
+        and texts become stated placeholders, in the conversation itself, rather than the call
+        failing its workflow task for good.
+        """
+        messages = self.s.messages
+        unseen = messages[seen:]
+        if json_size(unseen) <= MODEL_INPUT_BUDGET:
+            return
+        data = [m.model_dump(mode="json") for m in unseen]
+        shrink({"messages": data}, MODEL_INPUT_BUDGET - 4096)
+        messages[seen:] = [Message.model_validate(d) for d in data]
+        self.digests.cut(seen)
+        workflow.logger.warning("the model call's input was over its budget; cut to fit")
+
+    async def _run_ready(self, turn: TurnState) -> bool:
+        """Start every call that is ready; pause the ones that need a human first.
+
+        Returns whether any call paused just now.
+        """
+        spec = self.s.spec
+        book = self.book(turn)
+        now = workflow.now()
+        runnable: list[CallState] = []
+        paused: list[CallState] = []
+        for call in turn.calls:
+            if call.status != "ready":
+                continue
+            tool = spec.tool(call.name) if spec else None
+            if tool is None:
+                available = ", ".join(t.name for t in spec.tools) if spec else ""
+                name = call.name
+                if self.rules.durable:
+                    # Cut short: the model may make 128 such calls in one message.
+                    available, name = cut_stored(available, 400), cut_stored(name, 200)
+                book.complete(call, {"error": f"unknown tool {name!r}; available: {available}"})
+            elif tool.interrupt_only:
+                problem = None if call.resumed else schema_error(call.args, tool.input_schema)
+                if problem:
+                    book.complete(call, {"error": f"invalid arguments: {self._cut(problem)}"})
+                else:
+                    metadata = call.resumed_metadata if call.resumed else {}
+                    book.pause(call, source="interrupt", metadata=metadata, now=now)
+                    paused.append(call)
+            elif self._gated(call):
+                book.gate(call, now=now)
+                paused.append(call)
+            else:
+                runnable.append(call)
+        if runnable:
+            # One batch: every call of the message is scheduled in the same workflow task.
+            await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
+        return any(c.status == "pending" for c in [*paused, *runnable])
+
+    def _cut(self, text: str) -> str:
+        """Text from the model or a tool, cut to a bounded size (it names keys the model made
+        up, and may be copied into many calls' responses)."""
+        return cut_stored(text, MAX_NOTE_BYTES) if self.rules.durable else text
+
+    def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
+        error = _activity_error(err, what=what)
+        if not self.rules.durable:
+            return error
+        # A tool decides how long its message is, and it is kept and shown.
+        return ErrorInfo(
+            status=cut_stored(error.status, 40),
+            message=cut_stored(error.message, MAX_NOTE_BYTES),
+        )
+
+    def _gated(self, call: CallState) -> bool:
+        approval = self.s.spec.approval if self.s.spec else None
+        if approval is None or call.name in approval.allow:
+            return False
+        return not (call.resumed and call.resumed_metadata.get(TOOL_APPROVED) is True)
+
+    def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
+        """The retry policy for this run of the call, and whether it is a single attempt.
+
+        One approval, one run: a run a human approved (a restart) gets one attempt unless the
+        tool is declared idempotent or brings its own policy. A second attempt would repeat a
+        side effect the human approved once.
+        """
+        spec = self.s.spec
+        tool = spec.tool(call.name) if spec else None
+        retry = tool.retry if tool else None
+        if retry is not None:
+            policy = RetryPolicy(
+                initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                backoff_coefficient=retry.backoff_coefficient,
+                maximum_interval=(
+                    timedelta(seconds=retry.maximum_interval_seconds)
+                    if retry.maximum_interval_seconds
+                    else None
+                ),
+                maximum_attempts=retry.maximum_attempts,
+                non_retryable_error_types=retry.non_retryable_error_types,
+            )
+            return policy, retry.maximum_attempts == 1
+        if self.rules.durable and call.resumed and not (tool and tool.idempotent):
+            return RetryPolicy(maximum_attempts=1), True
+        return RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS), False
+
+    async def _run_tool(self, turn: TurnState, call: CallState) -> None:
+        spec = self.s.spec
+        tool = spec.tool(call.name) if spec else None
+        retry, single = self._tool_retry(call)
+        book = self.book(turn)
+        run = book.start_run(call)
+        chat_id = workflow.info().workflow_id
+        try:
+            result = await workflow.execute_activity(
+                config.TOOL_ACTIVITY,
+                ToolInput(
+                    agent=self.s.agent,
+                    chat_id=chat_id,
+                    tool=call.name,
+                    ref=call.ref,
+                    args=call.args,
+                    resumed=call.resumed,
+                    resumed_metadata=call.resumed_metadata,
+                    idempotency_key=idempotency_key(chat_id, call.ref, run),
+                ),
+                result_type=ToolResult,
+                start_to_close_timeout=(
+                    timedelta(seconds=tool.timeout_seconds)
+                    if tool and tool.timeout_seconds
+                    else config.TOOL_START_TO_CLOSE
+                ),
+                heartbeat_timeout=config.TOOL_HEARTBEAT,
+                retry_policy=retry,
+                summary=f"tool {call.name}",
+            )
+        except ActivityError as e:
+            timed_out = isinstance(e.cause, TemporalTimeoutError)
+            if self.rules.durable and single and call.resumed and timed_out:
+                # An approved run cut short (its timeout passed, or its worker was lost): it
+                # is not run again, and the model must not take it as not having happened.
+                book.complete(
+                    call,
+                    {
+                        "error": f"tool {call.name!r} timed out and was not retried",
+                        "note": "it may have taken effect: check before trying again",
+                    },
+                )
+                return
+            error = self._error(e, what=f"tool {call.name!r}")
+            book.fail(call, error, uncertain=not _classified(e))
+            return
+        durable = self.rules.durable
+        if result.kind == "interrupt":
+            metadata = result.metadata or {}
+            if durable and json_size(metadata) > self.room(turn):
+                metadata = omitted(metadata, why=_over_budget("this interrupt's metadata"))
+            book.pause(call, source="tool", metadata=metadata, now=workflow.now())
+        elif result.kind == "invalid_input":
+            book.complete(call, {"error": f"invalid arguments: {self._cut(result.message or '')}"})
+        else:
+            output = result.output or {}
+            if durable and json_size(output) > self.room(turn):
+                # The tool has run: the model must hear that, in a few bytes.
+                output = {
+                    "error": "output too large for this turn",
+                    "detail": f"{_over_budget('the output')}; it was dropped",
+                }
+            book.complete(call, output)
+
+    async def _await_answers(
+        self, turn: TurnState
+    ) -> Literal["answered", "cancel", "continue_as_new"]:
+        book = self.book(turn)
+        while True:
+            if self.cancel is not None:
+                return "cancel"
+            if book.all_answered():
+                return "answered"
+            if self._can_now():
+                return "continue_as_new"
+            deadline = book.next_deadline()
+            timeout = None
+            if deadline is not None:
+                timeout = max(deadline - workflow.now(), timedelta(0))
+            try:
+                await workflow.wait_condition(
+                    lambda: self.cancel is not None or book.all_answered() or self._can_now(),
+                    timeout=timeout,
+                    timeout_summary="interrupt deadline" if timeout is not None else None,
+                )
+            except TimeoutError:
+                room = (lambda: self.room(turn)) if self.rules.durable else None
+                book.expire(workflow.now(), room=room)
+                self._publish()
+
+    def _tool_message(self, turn: TurnState) -> Message:
+        # One tool message holding every response of the message's calls, in call order.
+        return Message(
+            role="user",
+            parts=[
+                Part(
+                    function_response=FunctionResponse(
+                        id=c.call_id, name=c.name, response=c.output or {}
+                    )
+                )
+                for c in turn.calls
+            ],
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # Stop points: the turn pauses or ends, and whoever waits on it gets its result.
+
+    def _turn_text(self, turn: TurnState) -> str:
+        for m in reversed(self.s.messages[turn.base_len :]):
+            if m.role == "model":
+                return m.text()
+        return ""
+
+    def _stop(self, result: TurnResult) -> None:
+        self.s.last_turn = result
+        if self.s.turn is None:
+            # Whatever ended the turn, a cancellation asked for it is spent; and the state
+            # may be trimmable now that the turn is over.
+            if self.rules.edges():
+                self.cancel = None
+            self.can_blocked = False
+        self.stops += 1
+        self.emit(events.turn_end(result))
+        self._publish()
+
+    def _finish(self, reason: FinishReason) -> None:
+        turn = self.s.turn
+        assert turn is not None
+        result = TurnResult(turn=turn.turn, finish_reason=reason, text=self._turn_text(turn))
+        self.s.turn = None
+        self._stop(result)
+
+    def _fail(self, error: ErrorInfo) -> None:
+        turn = self.s.turn
+        assert turn is not None
+        if self.rules.durable and turn.model_calls > 0:
+            # What happened stays in the conversation, so the next turn's model knows that
+            # an approved side effect took place: every call of the step keeps a response,
+            # its failure or that it never ran.
+            if turn.phase == "tools" and turn.calls:
+                self.book(turn).abandon(error)
+                self._append(self._tool_message(turn))
+        else:
+            # Nothing happened yet (the model never answered), or a run from before this
+            # rule: the conversation is left as it was before the turn.
+            self.cut_messages(turn.base_len)
+        self.s.turn = None
+        workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)
+        self._stop(TurnResult(turn=turn.turn, finish_reason=FinishReason.FAILED, error=error))
+
+    def finish_cancelled(self) -> None:
+        """End the turn ``cancelled``: what is pending is withdrawn, every call keeps a
+        response."""
+        turn = self.s.turn
+        assert turn is not None
+        reason = self.cancel.reason if self.cancel else ""
+        identity = self.cancel.identity if self.cancel else None
+        self.cancel = None
+        if turn.phase == "tools" and turn.calls:
+            self.book(turn).cancel(reason, identity=identity)
+            # Every call keeps a response, so the history stays valid for the model.
+            self._append(self._tool_message(turn))
+        elif turn.model_calls == 0:
+            # Cancelled before the model answered: as if the message was never sent.
+            self.cut_messages(turn.base_len)
+        # Otherwise tools already ran this turn: their results stay in the conversation, so
+        # the model knows on the next turn what was done.
+        result = TurnResult(
+            turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=self._turn_text(turn)
+        )
+        self.s.turn = None
+        self._stop(result)
+
+    def cut_messages(self, n: int) -> None:
+        del self.s.messages[n:]
+        self.digests.cut(n)
+        self.s.model_seen = min(self.s.model_seen, n)
+
+
+def idempotency_key(chat_id: str, ref: str, run: int) -> str:
+    """``ToolContext.idempotency_key``: the same for every attempt and replay of one run of a
+    call (one approval), different for the next run; fixed-length for any far-side API."""
+    return hashlib.sha256(f"{chat_id}\0{ref}\0{run}".encode()).hexdigest()[:32]
+
+
+def _over_budget(what: str) -> str:
+    return f"{what} did not fit in what this turn can still hold ({human_size(TURN_BUDGET)} in all)"
+
+
+def _classified(err: ActivityError) -> bool:
+    """Whether the tool itself said how it failed (a ``ToolError``)."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type in (
+        ErrorKind.TOOL_ERROR,
+        ErrorKind.UNKNOWN_AGENT,
+    )
+
+
+def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
+    """A classified error for the caller. Unclassified failures keep their text in history only."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type in (
+        ErrorKind.TOOL_ERROR,
+        ErrorKind.MODEL_ERROR,
+        ErrorKind.UNKNOWN_AGENT,
+    ):
+        status = str(cause.details[0]) if cause.details else Status.INTERNAL
+        return ErrorInfo(status=status, message=cause.message)
+    if isinstance(cause, TemporalTimeoutError):
+        return ErrorInfo(status=Status.DEADLINE_EXCEEDED, message=f"{what} timed out")
+    return ErrorInfo(status=Status.INTERNAL, message=f"{what} failed")
