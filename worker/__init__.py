@@ -135,6 +135,7 @@ def build_worker(
     agents: Sequence[Agent],
     task_queue: str,
     gemini: genai.Client | None = None,
+    conversation_cache: int = 1000,
     **worker_kwargs: Any,
 ) -> Worker:
     """A worker hosting ``agents`` on ``task_queue``.
@@ -145,6 +146,10 @@ def build_worker(
         task_queue: Where conversations for these agents run.
         gemini: The google-genai client for model calls. ``None``: the real API when
             ``GEMINI_API_KEY``/``GOOGLE_API_KEY`` is set, else the offline stand-in.
+        conversation_cache: Conversations the model activity keeps, so each model call
+            carries only what is new (see ``activities/history.py``); 0 keeps none, and each
+            call asks the workflow for the rest (measured in ``bench/``: about 6 ms a call,
+            growing with the conversation).
         **worker_kwargs: Passed to ``temporalio.worker.Worker`` (for example
             ``max_cached_workflows=0`` in replay tests).
     """
@@ -152,7 +157,11 @@ def build_worker(
         raise ValueError("build_worker needs at least one agent")
     if gemini is not None:
         _reject_sdk_retries(gemini)
-    acts = AgentActivities(agents, gemini=gemini if gemini is not None else default_gemini())
+    acts = AgentActivities(
+        agents,
+        gemini=gemini if gemini is not None else default_gemini(),
+        conversation_cache=conversation_cache,
+    )
     worker_kwargs.setdefault("workflow_runner", sandbox_runner())
     # Names the agents, so a worker with other agents on the same queue can be spotted.
     worker_kwargs.setdefault("identity", worker_identity(agents))
