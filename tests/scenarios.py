@@ -54,6 +54,31 @@ async def rich_conversation(agents: AgentClient, model: ScriptedModel, *, chat_i
     assert res.text == "last"
 
 
+async def spine_conversation(agents: AgentClient, model: ScriptedModel, *, chat_id: str) -> None:
+    """Every kind of turn event after the turn-events restructure: the rich conversation, then
+    a turn started by a ``send`` signal that pauses and is answered by update with an identity
+    and metadata, and a close that withdraws a pending interrupt."""
+    await rich_conversation(agents, model, chat_id=chat_id)
+    model.reply(
+        calls(("approve", {"question": "by signal"})),
+        text("answered"),
+        calls(("charge", {"amount": 9})),
+    )
+    chat = await agents.chat("gated", chat_id=chat_id)
+    handle = agents.temporal.get_workflow_handle(chat_id)
+    await handle.signal("send", {"text": "started by a signal"})
+    res = await eventually(chat.last_turn, lambda r: r is not None and r.turn == 5)
+    assert res is not None and res.finish_reason == FinishReason.INTERRUPTED, res
+    (approve,) = res.interrupts
+    res = await chat.resume(
+        answers=[approve.approve()], identity="alice@example.com", metadata={"ticket": "T-1"}
+    )
+    assert res.text == "answered", res
+    res = await chat.send("charge nine")
+    assert res.finish_reason == FinishReason.INTERRUPTED, res
+    await chat.close("done for today")
+
+
 async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:
     """The README's example with the offline model: ask, approve, transfer."""
     chat = await agents.chat("bankingAgent", chat_id=chat_id)

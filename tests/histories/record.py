@@ -11,6 +11,9 @@ rules would refuse or do differently, so they must replay as they ran: ``nested_
 then a ``send`` signal with a 70-level junk key) and ``bare_start_v2`` (started without a
 message: the turn-edges marker is the run's first command).
 
+``spine_v1`` was recorded after the turn-events restructure (every kind of turn event, a turn
+started by signal, an answer with identity and metadata, a close that withdraws an interrupt).
+
 Each file is a real conversation recorded on a dev server. The replay tests run them against the
 current workflow code, so a change that would break conversations already in flight fails CI.
 Only re-record when a change is meant to be incompatible, and then version the workflow instead.
@@ -31,6 +34,7 @@ from tests.scenarios import (
     dump_history,
     durable_conversation,
     rich_conversation,
+    spine_conversation,
 )
 from worker import build_worker
 from worker.offline_model import respond
@@ -38,7 +42,7 @@ from worker.standin import GeminiStandIn
 from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
-ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1")
+ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1")
 
 
 async def main(names: set[str]) -> None:
@@ -54,6 +58,8 @@ async def main(names: set[str]) -> None:
                     await cancel_edges_conversation(agents, model, chat_id="edges_v2")
                 if "durable_v1" in names:
                     await durable_conversation(agents, model, chat_id="durable_v1")
+                if "spine_v1" in names:
+                    await spine_conversation(agents, model, chat_id="spine_v1")
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
