@@ -89,7 +89,7 @@ class AgentActivities:
         if len(self._agents) != len(agents):
             raise ValueError("two agents share a name")
         self._tools: dict[str, dict[str, Tool[Any]]] = {
-            a.name: {t.name: t for t in a.tools} for a in agents
+            a.name: {t.name: _as_tool(t, agent=a.name) for t in a.tools} for a in agents
         }
         self._gemini = gemini
         self._conversations = ConversationCache(max_chats=conversation_cache)
@@ -323,3 +323,13 @@ def _beat() -> None:
     # Also callable outside an activity (the wire tests call the streaming helpers directly).
     if activity.in_activity():
         activity.heartbeat()
+
+
+def _as_tool(declared: object, *, agent: str) -> Tool[Any]:
+    """A declared tool, checked to be one this runtime can run."""
+    if not isinstance(declared, Tool):
+        raise TypeError(
+            f"agent {agent!r} declares {declared!r}, which is not a tool: build tools with "
+            "activities.tool or activities.interrupt"
+        )
+    return declared

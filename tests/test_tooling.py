@@ -56,8 +56,8 @@ def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
 # --- package boundaries ------------------------------------------------------------------------
 # What each top-level package may import, read from the source (ast), so that a new import
 # across a boundary fails here rather than in a review. Imports under ``if TYPE_CHECKING:`` are
-# for the type checker only and are not counted: ``workflows/agent.py`` names
-# ``activities.tools.Tool`` there, in an annotation.
+# for the type checker only and are not counted, except in ``workflows/``, which names no other
+# package at all (``Agent`` takes tools through the ``ToolDeclaration`` protocol).
 
 PACKAGES = ("workflows", "activities", "worker", "client", "examples")
 
@@ -120,6 +120,27 @@ def test_packages_import_only_across_allowed_boundaries():
     assert not broken, broken
 
 
+def test_workflows_name_no_other_package_even_for_the_type_checker():
+    named = {
+        str(path.relative_to(ROOT)): sorted(
+            {
+                (node.module or "").split(".")[0]
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+            }
+            | {
+                alias.name.split(".")[0]
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Import)
+                for alias in node.names
+            }
+        )
+        for path in sorted((ROOT / "workflows").rglob("*.py"))
+    }
+    broken = {m: [p for p in pkgs if p in FORBIDDEN["workflows"]] for m, pkgs in named.items()}
+    assert not {m: p for m, p in broken.items() if p}, broken
+
+
 def test_no_package_imports_one_that_imports_it_back():
     edges = {
         package: set().union(*modules.values()) for package, modules in _package_imports().items()
@@ -148,3 +169,19 @@ def test_the_boundary_check_sees_imports(tmp_path):
         "    from client.api import AgentClient\n"
     )
     assert _imported_packages(module) == {"worker", "client"}
+
+
+def test_a_declared_tool_that_is_not_a_runtime_tool_is_refused_when_the_worker_is_built():
+    from activities.runtime import AgentActivities
+    from workflows import Agent
+    from workflows.types import ToolSpec
+
+    class Duck:
+        name = "quack"
+
+        def spec(self) -> ToolSpec:
+            return ToolSpec(name="quack", description="", input_schema={"type": "object"})
+
+    agent = Agent("ducks", model="gemini-test", tools=[Duck()])
+    with pytest.raises(TypeError, match="not a tool: build tools with"):
+        AgentActivities([agent], gemini=None)  # type: ignore[arg-type]  # never reached: refused first

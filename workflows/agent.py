@@ -13,13 +13,23 @@ import json
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from workflows.limits import MAX_ON_TIMEOUT_BYTES, MAX_SPEC_BYTES, human_size, json_size
-from workflows.types import AgentSpec, ApprovalSpec, JsonObject
+from workflows.types import AgentSpec, ApprovalSpec, JsonObject, ToolSpec
 
-if TYPE_CHECKING:
-    from activities.tools import Tool
+
+class ToolDeclaration(Protocol):
+    """What an agent needs of a tool: its name and its spec as data.
+
+    :func:`activities.tool` and :func:`activities.interrupt` build the real thing; naming only
+    this here keeps ``workflows/`` free of the packages that import it.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def spec(self) -> ToolSpec: ...
 
 DEFAULT_MODEL = "gemini-flash-latest"
 DEFAULT_MAX_TURNS = 10
@@ -59,7 +69,7 @@ class Agent:
     _: KW_ONLY
     model: str = DEFAULT_MODEL
     system: str | None = None
-    tools: Sequence[Tool] = ()
+    tools: Sequence[ToolDeclaration] = ()
     middleware: Sequence[ToolApproval] = ()
     max_turns: int = DEFAULT_MAX_TURNS
     interrupt_timeout: timedelta | None = None
