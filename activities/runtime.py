@@ -30,6 +30,7 @@ from activities.gemini import (
     to_contents,
 )
 from activities.history import ConversationCache
+from activities.streaming import TextPublisher
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
 from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
@@ -126,7 +127,14 @@ class AgentActivities:
         conv = await self._conversations.resolve(input)
         try:
             async with _heartbeating(5.0):
-                chunks = await stream_model(self._gemini, spec, conv.messages, conv.rest)
+                if input.stream and input.turn is not None:
+                    # The text goes on the conversation's stream as it arrives.
+                    async with TextPublisher(turn=input.turn) as publisher:
+                        chunks = await stream_model(
+                            self._gemini, spec, conv.messages, conv.rest, on_chunk=publisher.feed
+                        )
+                else:
+                    chunks = await stream_model(self._gemini, spec, conv.messages, conv.rest)
         except genai_errors.APIError as err:
             raise classify_api_error(err) from err
         message, finish, usage = merge_chunks(chunks)
@@ -150,6 +158,7 @@ class AgentActivities:
             finish_reason=finish,
             usage=usage,
             spec=spec if input.spec_digest != spec.digest else None,
+            streamed=input.stream and input.turn is not None,
         )
 
     @activity.defn(name=TOOL_ACTIVITY)
@@ -275,13 +284,18 @@ async def stream_model(
     spec: AgentSpec,
     messages: Sequence[Message],
     rest_parts: Sequence[list[dict[str, Any]]] | None = None,
+    *,
+    on_chunk: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """``streamGenerateContent`` through the google-genai client, as REST-shaped chunks."""
+    """``streamGenerateContent`` through the google-genai client, as REST-shaped chunks.
+
+    ``on_chunk`` sees each chunk as it arrives (the stream's text publisher).
+    """
     api = getattr(gemini.aio, "_api_client", None)
     if api is not None and not api.vertexai and hasattr(api, "async_request_streamed"):
-        return await stream_rest(gemini, spec, messages, rest_parts)
+        return await stream_rest(gemini, spec, messages, rest_parts, on_chunk=on_chunk)
     # Vertex AI (and any client without that transport): google-genai's typed path.
-    return await stream_typed(gemini, spec, messages)
+    return await stream_typed(gemini, spec, messages, on_chunk=on_chunk)
 
 
 async def stream_rest(
@@ -289,6 +303,8 @@ async def stream_rest(
     spec: AgentSpec,
     messages: Sequence[Message],
     rest_parts: Sequence[list[dict[str, Any]]] | None = None,
+    *,
+    on_chunk: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The Developer API: our request body, the client's transport (see activities.gemini)."""
     api = gemini.aio._api_client  # google-genai's transport; temporalio.google_genai uses it too
@@ -301,12 +317,18 @@ async def stream_rest(
     async for response in stream:
         if response.body:
             chunks.append(json.loads(response.body))
+            if on_chunk is not None:
+                on_chunk(chunks[-1])
         _beat()
     return chunks
 
 
 async def stream_typed(
-    gemini: genai.Client, spec: AgentSpec, messages: Sequence[Message]
+    gemini: genai.Client,
+    spec: AgentSpec,
+    messages: Sequence[Message],
+    *,
+    on_chunk: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """google-genai's public, typed call; chunks dumped back to the REST shape."""
     typed = await gemini.aio.models.generate_content_stream(
@@ -315,6 +337,8 @@ async def stream_typed(
     chunks: list[dict[str, Any]] = []
     async for chunk in typed:
         chunks.append(chunk.model_dump(mode="json", by_alias=True, exclude_none=True))
+        if on_chunk is not None:
+            on_chunk(chunks[-1])
         _beat()
     return chunks
 

@@ -12,7 +12,7 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -60,6 +60,7 @@ from client.errors import (
     rpc_error,
     worker_missing,
 )
+from client.stream import EventsGone, TurnStream, follow
 from workflows import AgentWorkflow
 from workflows.config import AGENT_NAME, AGENT_STATUS
 from workflows.interrupts import check_resume_fields
@@ -73,7 +74,7 @@ from workflows.limits import (
     check_text,
     human_size,
 )
-from workflows.payloads import raw_resume
+from workflows.payloads import RawResume, raw_resume
 from workflows.types import (
     CancelInput,
     ConversationInput,
@@ -88,6 +89,7 @@ from workflows.types import (
     StatusResult,
     ToolResponse,
     ToolRestart,
+    TurnEvent,
     TurnResult,
 )
 
@@ -217,6 +219,23 @@ class Chat:
             SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
+        return await self._send(text, stream=False, worker_timeout=worker_timeout)
+
+    def send_stream(self, text: str, *, worker_timeout: timedelta | None = None) -> TurnStream:
+        """Send a user message and follow the turn as it happens.
+
+        Iterate the returned :class:`TurnStream` for the turn's events (the model's text as it
+        arrives, tool requests, interrupts, answers, tool responses) until ``turn_end``;
+        ``await turn.result()`` for the same result :meth:`send` returns. Nothing is sent
+        until one of the two is used. Raises as :meth:`send` does, from either.
+        """
+        return TurnStream(
+            self, lambda: self._send(text, stream=True, worker_timeout=worker_timeout)
+        )
+
+    async def _send(
+        self, text: str, *, stream: bool, worker_timeout: timedelta | None
+    ) -> TurnResult:
         # Checked here as well as in the workflow: the first send also starts the conversation,
         # and a message refused there would leave a new, empty conversation behind.
         if not text.strip():
@@ -247,7 +266,7 @@ class Chat:
             if worker_timeout is None:
                 return await self._client.temporal.execute_update_with_start_workflow(
                     AgentWorkflow.send,
-                    SendInput(text=text, agent=self.agent),
+                    SendInput(text=text, agent=self.agent, stream=stream),
                     start_workflow_operation=start,
                 )
             deadline = asyncio.timeout(worker_timeout.total_seconds())
@@ -255,7 +274,7 @@ class Chat:
                 async with deadline:
                     accepted = await self._client.temporal.start_update_with_start_workflow(
                         AgentWorkflow.send,
-                        SendInput(text=text, agent=self.agent),
+                        SendInput(text=text, agent=self.agent, stream=stream),
                         start_workflow_operation=start,
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
                     )
@@ -306,11 +325,51 @@ class Chat:
                 Unicode, nesting deeper than 64 levels, NaN). Nothing was applied. Not retried.
             NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
         """
+        raw = self._resume_raw(answers, respond, restart, identity, metadata, stream=False)
+        return await self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout)
+
+    def resume_stream(
+        self,
+        *,
+        answers: Sequence[ToolResponse | ToolRestart] = (),
+        respond: Sequence[ToolResponse] = (),
+        restart: Sequence[ToolRestart] = (),
+        identity: str | None = None,
+        metadata: JsonObject | BaseModel | None = None,
+        worker_timeout: timedelta | None = None,
+    ) -> TurnStream:
+        """Answer pending interrupts and follow the rest of the turn as it happens.
+
+        Takes what :meth:`resume` takes; what it refuses before sending (a malformed or
+        oversized answer) is raised here, at once. Iterate the returned :class:`TurnStream`
+        for the events from the answers on, until ``turn_end`` (the turn ends, or pauses
+        again); ``await turn.result()`` for what :meth:`resume` returns.
+        """
+        raw = self._resume_raw(answers, respond, restart, identity, metadata, stream=True)
+        return TurnStream(
+            self,
+            lambda: self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout),
+        )
+
+    def _resume_raw(
+        self,
+        answers: Sequence[ToolResponse | ToolRestart],
+        respond: Sequence[ToolResponse],
+        restart: Sequence[ToolRestart],
+        identity: str | None,
+        metadata: JsonObject | BaseModel | None,
+        *,
+        stream: bool,
+    ) -> RawResume:
         if isinstance(metadata, BaseModel):
             metadata = metadata.model_dump(mode="json")
         responses, restarts = _sort_answers(answers, respond, restart)
         payload = ResumeInput(
-            respond=responses, restart=restarts, identity=identity, metadata=metadata
+            respond=responses,
+            restart=restarts,
+            identity=identity,
+            metadata=metadata,
+            stream=stream,
         )
         # Checked here as well as in the workflow: an update over about 2 MB breaks the
         # workflow task before any validator sees it, and a bad one needs no round trip.
@@ -330,7 +389,20 @@ class Chat:
             raise ResumeRejected(
                 f"resume is {human_size(size)}; the limit is {human_size(MAX_RESUME_BYTES)}"
             )
-        return await self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout)
+        return raw
+
+    def events(self, *, after: int | None = None) -> AsyncIterator[TurnEvent]:
+        """The conversation's events after offset ``after`` (all it keeps when None), then
+        live as they happen, until the caller stops iterating (or the chat closes and the rest
+        is read).
+
+        Pass the ``offset`` of the last event seen to pick up where a stream left off: across
+        worker restarts and continue-as-new there is no gap and no duplicate.
+
+        Raises:
+            EventsGone: the conversation no longer keeps the events after ``after``.
+        """
+        return follow(self, from_offset=0 if after is None else after + 1)
 
     async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
         """The interrupts the conversation is paused on now (``[]`` if none, or if it is
@@ -623,10 +695,12 @@ __all__ = [
     "CancelRejected",
     "Chat",
     "ConnectionConfigError",
+    "EventsGone",
     "NoWorkerAnswered",
     "ResumeRejected",
     "SendRejected",
     "ServerNotAnswering",
+    "TurnStream",
     "approve",
     "connect_answering",
     "connect_config",

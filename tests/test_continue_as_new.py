@@ -6,6 +6,7 @@ turns are enough to cross the line, idle or paused.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ from worker import build_worker
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.standin import calls, text
 from workflows.config import SEARCH_ATTRIBUTES
+from workflows.types import TurnEvent
 
 SUGGEST_AFTER_EVENTS = 40
 
@@ -168,3 +170,32 @@ async def test_a_conversation_too_large_to_carry_whole_drops_its_oldest_turns(
     assert contents[-1]["parts"][0]["functionResponse"]["name"] == "big"
     assert t.RUNS["big"] == turns
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_stream_reattached_by_offset_across_continue_as_new_has_no_gap(
+    small_histories, model
+):
+    """Offsets go on increasing in the next run; a follower that reattaches with the last offset
+    it saw gets every later event once, whichever run published it."""
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    model.reply(*[text(f"reply {i}") for i in range(10)])
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("assistant")
+        seen: list[TurnEvent] = []
+        for i in range(10):
+            seen += [ev async for ev in chat.send_stream(f"message {i}")]
+        runs = await eventually(lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15)
+        again: list[TurnEvent] = []
+        async with asyncio.timeout(20):
+            async for ev in chat.events(after=seen[3].offset):
+                again.append(ev)
+                if ev.offset == seen[-1].offset:
+                    break
+    assert len(runs) >= 2, "the conversation did not continue as new"
+    offsets = [ev.offset for ev in seen]
+    assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))  # no gap, no repeat
+    assert [(ev.offset, ev.kind, ev.text) for ev in again] == [
+        (ev.offset, ev.kind, ev.text) for ev in seen[4:]
+    ]
+    assert [ev.turn for ev in seen if ev.kind == "turn_end"] == list(range(1, 11))

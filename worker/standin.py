@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,30 @@ class Reply:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    # Seconds between stream chunks: the first goes at once, each next one this much later
+    # (a model still producing its reply).
+    interval: float = 0.0
+
+    @classmethod
+    def streamed(cls, response: dict[str, Any], *, pieces: int, interval: float = 0.0) -> Reply:
+        """``response`` as Gemini streams it: its text in ``pieces`` chunks, ``interval``
+        seconds apart, then a last chunk with its calls, finish reason and usage."""
+        candidate = response["candidates"][0]
+        parts = candidate["content"]["parts"]
+        text = "".join(p.get("text", "") for p in parts)
+        step = max(1, -(-len(text) // max(1, pieces)))
+        chunks: list[dict[str, Any]] = [
+            {
+                "candidates": [
+                    {"content": {"role": "model", "parts": [{"text": text[i : i + step]}]}}
+                ]
+            }
+            for i in range(0, len(text), step)
+        ]
+        others = [p for p in parts if "text" not in p]
+        last = {**candidate, "content": {"role": "model", "parts": others}}
+        chunks.append({**response, "candidates": [last]})
+        return cls(chunks=chunks, interval=interval)
 
     @classmethod
     def error(cls, status: int, message: str, *, code: str = "", **headers: str) -> Reply:
@@ -129,6 +154,9 @@ class Answer:
     content_type: str
     headers: dict[str, str]
     payload: bytes
+    # A stream's events, each ready to write, and the seconds to wait between them.
+    events: tuple[bytes, ...] = ()
+    interval: float = 0.0
 
 
 def answer(
@@ -161,8 +189,15 @@ def answer(
 
 def _encode(reply: Reply, *, sse: bool) -> Answer:
     if sse:
-        payload = b"".join(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in reply.chunks)
-        return Answer(reply.status, "text/event-stream", reply.headers, payload)
+        events = tuple(b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in reply.chunks)
+        return Answer(
+            reply.status,
+            "text/event-stream",
+            reply.headers,
+            b"".join(events),
+            events=events,
+            interval=reply.interval,
+        )
     merged = reply.chunks[-1] if reply.chunks else {}
     return Answer(reply.status, "application/json", reply.headers, json.dumps(merged).encode())
 
@@ -299,4 +334,11 @@ class GeminiStandIn:
         for k, v in reply.headers.items():
             h.send_header(k, v)
         h.end_headers()
+        if reply.interval and reply.events:
+            for i, event in enumerate(reply.events):
+                if i:
+                    time.sleep(reply.interval)
+                h.wfile.write(event)
+                h.wfile.flush()
+            return
         h.wfile.write(reply.payload)

@@ -42,7 +42,7 @@ from worker import build_worker
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond as offline
 from worker.offline_model import summary
-from worker.standin import Reply, Request, Responder, Script, answer, calls, text
+from worker.standin import Answer, Reply, Request, Responder, Script, answer, calls, text
 from workflows import Agent
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.details import example_value
@@ -149,13 +149,28 @@ class _ScriptTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         raw = await request.aread()
         # A thread, so a script that blocks holds up this call only, not the worker's loop.
-        return await asyncio.to_thread(self._answer, request, raw)
+        found = await asyncio.to_thread(self._found, request, raw)
+        headers = {"content-type": found.content_type, **found.headers}
+        if found.interval and found.events:
+            # A reply still being produced: its chunks arrive one by one.
+            return httpx2.Response(found.status, headers=headers, content=_paced(found))
+        return httpx2.Response(found.status, headers=headers, content=found.payload)
 
     def _answer(self, request: httpx2.Request, raw: bytes) -> httpx2.Response:
-        path = request.url.raw_path.decode("ascii")
-        found = answer(self._model._responder, path, raw, self._model.requests)
+        found = self._found(request, raw)
         headers = {"content-type": found.content_type, **found.headers}
         return httpx2.Response(found.status, headers=headers, content=found.payload)
+
+    def _found(self, request: httpx2.Request, raw: bytes) -> Answer:
+        path = request.url.raw_path.decode("ascii")
+        return answer(self._model._responder, path, raw, self._model.requests)
+
+
+async def _paced(found: Answer) -> AsyncIterator[bytes]:
+    for i, event in enumerate(found.events):
+        if i:
+            await asyncio.sleep(found.interval)
+        yield event
 
 
 def call_every_tool(*names: str) -> Responder:

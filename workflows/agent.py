@@ -31,6 +31,7 @@ class ToolDeclaration(Protocol):
 
     def spec(self) -> ToolSpec: ...
 
+
 DEFAULT_MODEL = "gemini-flash-latest"
 DEFAULT_MAX_TURNS = 10
 

@@ -7,8 +7,9 @@ This module is the conversation's front door and its run loop; the rooms behind 
   way a resume gets in;
 - :mod:`workflows.payloads` and :mod:`workflows.limits`: raw payloads decoded and checked at the
   door, results fitted to Temporal's limits;
-- :mod:`workflows.audit` and :mod:`workflows.operator_view`: projections (the answer and rejection
-  logs; search attributes, memo and the UI's details panel);
+- :mod:`workflows.audit`, :mod:`workflows.operator_view` and :mod:`workflows.stream`: projections
+  (the answer and rejection logs; search attributes, memo and the UI's details panel; the event
+  stream clients follow);
 - :mod:`workflows.compat`: which rules this run was begun under, decided once.
 
 Determinism and replay contract:
@@ -29,7 +30,8 @@ Determinism and replay contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -67,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         payload_json,
         rejected,
     )
+    from workflows.stream import PUBLISH_SIGNAL, ConversationStream
     from workflows.turn import TurnMachine, idempotency_key
     from workflows.types import (
         CancelInput,
@@ -101,9 +104,17 @@ class AgentWorkflow:
         self._s: ConversationState = input.state or ConversationState(agent=input.agent)
         # Which rules this run has; decided before any handler runs (see workflows.compat).
         self._rules = Rules()
+        self._stream = ConversationStream(input.stream, next_offset=self._s.events_total)
         self._m = TurnMachine(
-            self._s, rules=self._rules, publish=self._publish, can_now=self._can_now
+            self._s,
+            rules=self._rules,
+            publish=self._publish,
+            can_now=self._can_now,
+            publish_event=self._stream.publish,
         )
+        # This conversation's own update handlers in progress (the stream's followers, which
+        # wait as long as they like, are counted apart: see _can_now).
+        self._busy = 0
         self._turn_task: asyncio.Task[str] | None = None
         # What the search attributes say, as last written (see _publish).
         self._published: tuple[object, ...] | None = None
@@ -139,8 +150,8 @@ class AgentWorkflow:
                 if self._s.closed:
                     break
                 # Long conversations stay bounded: carry the state into a fresh run. Nothing a
-                # client holds (chat id, refs) changes.
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                # client holds (chat id, refs, stream offsets) changes.
+                await workflow.wait_condition(lambda: not self._busy)
                 state = self._state_for_next_run()
                 if state is None:
                     # Even trimmed, the state would be refused as too large, and the run would
@@ -151,12 +162,20 @@ class AgentWorkflow:
                         "staying in this run"
                     )
                     continue
+                if self._stream.polls:
+                    # Followers are released to pick up the next run; whatever a handler did
+                    # meanwhile is in the state carried.
+                    self._stream.detach()
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    state = self._state_for_next_run() or state
                 if state.dropped_messages > self._s.dropped_messages:
                     workflow.logger.warning(
                         "dropped the %d oldest messages to carry the conversation into a new run",
                         state.dropped_messages - self._s.dropped_messages,
                     )
-                workflow.continue_as_new(ConversationInput(agent=self._s.agent, state=state))
+                workflow.continue_as_new(
+                    ConversationInput(agent=self._s.agent, state=state, stream=self._stream.carry())
+                )
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.
             # A turn in progress ends cancelled, so a caller waiting on it gets that answer
@@ -167,8 +186,11 @@ class AgentWorkflow:
             self._s.closed = True
             self._publish()
             if edges:
+                self._stream.detach()
                 await workflow.wait_condition(workflow.all_handlers_finished)
             raise
+        # Followers read the rest of a closed conversation's stream by query.
+        self._stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
         return self._result()
@@ -184,7 +206,9 @@ class AgentWorkflow:
         )
 
     def _can_now(self) -> bool:
-        if self._m.can_blocked or not workflow.all_handlers_finished():
+        # Not while a handler of ours is at work; the stream's followers are released when the
+        # run continues as new.
+        if self._m.can_blocked or self._busy:
             return False
         info = workflow.info()
         length = info.get_current_history_length()
@@ -211,6 +235,15 @@ class AgentWorkflow:
     # ------------------------------------------------------------------------------------------
     # Updates
 
+    @contextmanager
+    def _working(self) -> Iterator[None]:
+        """Count an update handler of ours as at work (see _can_now)."""
+        self._busy += 1
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
     async def _stopped_since(self, seen: int) -> TurnResult:
         """The result of the turn an update started or moved on, once it has stopped (ended or
         paused again): ``seen`` is the stop count read before the update acted."""
@@ -230,10 +263,11 @@ class AgentWorkflow:
     @workflow.update
     async def send(self, input: SendInput) -> TurnResult:
         """Start a turn with a user message; returns when the turn ends or pauses."""
-        self.validate_send(input)
-        seen = self._m.stops
-        self._m.start(input.text)
-        return await self._stopped_since(seen)
+        with self._working():
+            self.validate_send(input)
+            seen = self._m.stops
+            self._m.start(input.text, stream=input.stream)
+            return await self._stopped_since(seen)
 
     @send.validator
     def validate_send(self, input: SendInput) -> None:
@@ -250,16 +284,17 @@ class AgentWorkflow:
         decides what is wrong with a bad one and says so. A resume that leaves interrupts
         unanswered returns at once, listing those still pending.
         """
-        try:
-            resume = self._check_resume(payload)
-            seen = self._m.stops
-            turn = self._m.resume(resume, via="update")
-        except Refused as e:
-            # Only reachable when a duplicate passed validation in the same task.
-            raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
-        if not self._m.book(turn).all_answered():
-            return fit(self._m.paused_result(turn), UPDATE_RESULT_BUDGET)
-        return await self._stopped_since(seen)
+        with self._working():
+            try:
+                resume = self._check_resume(payload)
+                seen = self._m.stops
+                turn = self._m.resume(resume, via="update")
+            except Refused as e:
+                # Only reachable when a duplicate passed validation in the same task.
+                raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
+            if not self._m.book(turn).all_answered():
+                return fit(self._m.paused_result(turn), UPDATE_RESULT_BUDGET)
+            return await self._stopped_since(seen)
 
     @resume.validator
     def validate_resume(self, payload: RawResume) -> None:
@@ -272,8 +307,9 @@ class AgentWorkflow:
     @workflow.update
     async def cancel(self, input: CancelInput) -> TurnResult:
         """Withdraw the pending interrupts (or stop the running turn); ends it ``cancelled``."""
-        self.validate_cancel(input)
-        return await self._withdraw(input)
+        with self._working():
+            self.validate_cancel(input)
+            return await self._withdraw(input)
 
     @cancel.validator
     def validate_cancel(self, input: CancelInput) -> None:
@@ -299,18 +335,22 @@ class AgentWorkflow:
     @workflow.update
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""
-        await workflow.wait_condition(lambda: self._s.turn is None or self._m.waiting_on_human())
-        result = self._m.last_result()
-        return fit(result, UPDATE_RESULT_BUDGET) if result is not None else None
+        with self._working():
+            await workflow.wait_condition(
+                lambda: self._s.turn is None or self._m.waiting_on_human()
+            )
+            result = self._m.last_result()
+            return fit(result, UPDATE_RESULT_BUDGET) if result is not None else None
 
     @workflow.update
     async def close(self, input: CancelInput) -> ConversationResult:
         """End the conversation: withdraw anything pending and complete the workflow."""
-        self._check_cancel_input(input)
-        if self._s.turn is not None:
-            await self._withdraw(input)
-        self._s.closed = True
-        return self._result()
+        with self._working():
+            self._check_cancel_input(input)
+            if self._s.turn is not None:
+                await self._withdraw(input)
+            self._s.closed = True
+            return self._result()
 
     @close.validator
     def validate_close(self, input: CancelInput) -> None:
@@ -330,6 +370,9 @@ class AgentWorkflow:
                 self._m.resume(self._check_resume(payload), via="signal")
             elif name == "send":
                 self._send_signal(payload)
+            elif name == PUBLISH_SIGNAL:
+                self._stream.accept_publish(payload, streaming=self._m.streaming())
+                self._s.events_total = self._stream.next_offset
             else:
                 raise ResumeError(
                     f"unknown signal {name!r}; this workflow accepts 'resume' and 'send'"
@@ -359,7 +402,7 @@ class AgentWorkflow:
         problem = self._send_problem(input.text, agent=input.agent, size=size)
         if problem:
             raise ResumeError(problem)
-        self._m.start(input.text)
+        self._m.start(input.text, stream=input.stream)
 
     def _reject(self, *, handler: str, reason: str, payload: Sequence[RawValue]) -> None:
         """Record a refused signal (an update's refusal goes back to its caller instead)."""
@@ -531,3 +574,6 @@ class AgentWorkflow:
             workflow.upsert_memo({"pending": view.memo_pending})
             self._memo_pending = view.memo_pending
         workflow.set_current_details(view.details)
+        if view.status != "running":
+            # Between turns (or paused), so no follower of the turn in progress loses items.
+            self._stream.trim()

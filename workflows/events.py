@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.limits import KiB, cut_stored
+from workflows.limits import KiB, cut_stored, json_size, shrink, stored_size
 from workflows.types import (
     AnswerKind,
     AnswerVia,
@@ -106,16 +106,69 @@ def to_request(call: CallState) -> InterruptRequest:
 
 
 # --------------------------------------------------------------------------------------------
+# On the stream.
+
+
+def for_stream(event: TurnEvent, *, limit: int) -> list[TurnEvent]:
+    """``event`` as stream items of at most ``limit`` bytes each.
+
+    Text is split over several ``text`` events, so none of it is lost; any other event too
+    large has its largest inputs and outputs replaced by stated placeholders (and, were that
+    not enough, the last interrupts of a turn's result left out, counted).
+    """
+    if json_size(event) <= limit:
+        return [event]
+    if event.kind == "text" and event.text:
+        room = limit - json_size(event.model_copy(update={"text": ""}))
+        return [event.model_copy(update={"text": p}) for p in split_text(event.text, room)]
+    data = event.model_dump(mode="json")
+    shrink(data, limit)
+    result = data.get("result")
+    if isinstance(result, dict):
+        interrupts = result.get("interrupts") or []
+        while interrupts and json_size(data) > limit:
+            interrupts.pop()
+            result["interrupts_omitted"] = result.get("interrupts_omitted", 0) + 1
+    return [TurnEvent.model_validate(data)]
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """``text`` in consecutive pieces of at most ``limit`` bytes each as stored."""
+    pieces: list[str] = []
+    step = max(1, limit // 6)  # a character takes at most six bytes as stored (\u0001)
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + max(step, limit // 2))
+        while end - start > 1 and stored_size(text[start:end]) > limit:
+            end = start + max(1, (end - start) // 2)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+# --------------------------------------------------------------------------------------------
 # Keeping them.
 
 
-def record(state: ConversationState, event: TurnEvent, *, turn: int, at: datetime) -> TurnEvent:
-    """Stamp ``event`` with the next offset, the turn and the time; keep its stored form.
+def record(
+    state: ConversationState,
+    event: TurnEvent,
+    *,
+    turn: int,
+    at: datetime,
+    offset: int | None = None,
+) -> TurnEvent:
+    """Stamp ``event`` with its offset, the turn and the time; keep its stored form.
+
+    Args:
+        offset: Its offset on the conversation's stream; None: the next after the last kept.
 
     Returns the stamped event, payloads and all, for the projections.
     """
-    event = event.model_copy(update={"offset": state.events_total, "turn": turn, "at": at})
-    state.events_total += 1
+    if offset is None:
+        offset = state.events_total
+    event = event.model_copy(update={"offset": offset, "turn": turn, "at": at})
+    state.events_total = max(state.events_total, offset + 1)
     state.events.append(stored(event))
     del state.events[:-MAX_EVENTS_KEPT]
     return event

@@ -86,6 +86,7 @@ class TurnMachine:
         publish: Writes the operator view; called at the fixed points where a run writes it
             (each write is a command in history, so the points may not move).
         can_now: Whether the run should continue as new now (a paused turn waits there).
+        publish_event: Puts a turn event on the conversation's stream; returns its offset.
     """
 
     def __init__(
@@ -95,8 +96,10 @@ class TurnMachine:
         rules: Rules,
         publish: Callable[[], None],
         can_now: Callable[[], bool],
+        publish_event: Callable[[TurnEvent], int] | None = None,
     ) -> None:
         self.s = state
+        self._publish_event = publish_event
         self.rules = rules
         self._publish = publish
         self._can_now = can_now
@@ -116,12 +119,21 @@ class TurnMachine:
     # ------------------------------------------------------------------------------------------
     # Events
 
-    def emit(self, event: TurnEvent) -> TurnEvent:
-        """Record a turn event and fold it into the projections kept in state."""
+    def emit(self, event: TurnEvent, *, publish: bool = True) -> TurnEvent:
+        """Record a turn event, publish it on the stream and fold it into the projections.
+
+        Args:
+            publish: False when the event is on the stream already (text the model activity
+                published as it arrived).
+        """
         result = event.result
         turn = self.s.turn
         number = result.turn if result is not None else turn.turn if turn else self.s.turns
-        stamped = events.record(self.s, event, turn=number, at=workflow.now())
+        at = workflow.now()
+        offset = None
+        if publish and self._publish_event is not None:
+            offset = self._publish_event(event.model_copy(update={"turn": number, "at": at}))
+        stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
         audit.apply(self.s, stamped, strict=self.rules.durable)
         return stamped
 
@@ -170,14 +182,19 @@ class TurnMachine:
     # ------------------------------------------------------------------------------------------
     # What the handlers do
 
-    def start(self, text: str) -> None:
-        """Begin a turn with a user message (checked by the handler)."""
+    def start(self, text: str, *, stream: bool = False) -> None:
+        """Begin a turn with a user message (checked by the handler).
+
+        Args:
+            stream: Publish the model's text as it arrives, not only once each reply is in.
+        """
         self.s.turns += 1
         self.s.turn = TurnState(
             turn=self.s.turns,
             started_at=workflow.now(),
             base_len=len(self.s.messages),
             held=0 if self.rules.durable else None,
+            stream=stream,
         )
         self._append(Message(role="user", parts=[Part(text=text)]))
         self._publish()
@@ -187,8 +204,14 @@ class TurnMachine:
         turn = self.s.turn
         assert turn is not None
         self.book(turn).resume(resume, via=via)
+        turn.stream = turn.stream or resume.stream
         self._publish()
         return turn
+
+    def streaming(self) -> bool:
+        """Whether a model call is under way whose text is published as it arrives."""
+        turn = self.s.turn
+        return turn is not None and turn.stream and turn.phase == "model"
 
     # ------------------------------------------------------------------------------------------
     # The machine
@@ -304,6 +327,8 @@ class TurnMachine:
                     new_messages=messages[seen:],
                     prefix_digest=self.digests.of(messages, seen),
                     history_size=len(messages),
+                    stream=turn.stream,
+                    turn=turn.turn if turn.stream else None,
                 ),
                 result_type=ModelResult,
                 start_to_close_timeout=config.MODEL_START_TO_CLOSE,
@@ -339,7 +364,7 @@ class TurnMachine:
         self.s.model_seen = len(self.s.messages)
         text = result.message.text()
         if text:
-            self.emit(events.text(text))
+            self.emit(events.text(text), publish=not result.streamed)
         return result.message
 
     def _fit_unseen(self, seen: int) -> None:

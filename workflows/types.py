@@ -1,7 +1,8 @@
 """Wire types: everything that crosses a Temporal boundary.
 
 Workflow input, signals, updates, queries and activity inputs/outputs are all pydantic models in
-this one module, which imports only pydantic and the standard library. They are durable schemas:
+this one module, which imports only pydantic, the standard library and the stream state type of
+``temporalio.contrib.workflow_streams`` (carried by continue-as-new). They are durable schemas:
 histories recorded months ago are decoded with them, so evolve them by adding optional fields with
 defaults, never by renaming or removing.
 """
@@ -13,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 JsonObject = dict[str, Any]
 """A JSON object, as Gemini's function-call arguments and function responses are."""
@@ -305,6 +307,9 @@ class SendInput(_Wire):
     text: str
     # The agent the caller believes this chat belongs to; a mismatch is rejected.
     agent: str | None = None
+    # Publish the model's text on the conversation's stream as it arrives (the turn's other
+    # events are always published).
+    stream: bool = False
 
 
 class ResumeInput(BaseModel):
@@ -316,6 +321,8 @@ class ResumeInput(BaseModel):
     restart: list[ToolRestart] = Field(default_factory=list)
     identity: str | None = None
     metadata: JsonObject | None = None
+    # As SendInput.stream: the rest of the turn streams the model's text.
+    stream: bool = False
 
 
 class CancelInput(_Wire):
@@ -482,6 +489,8 @@ class TurnState(_Wire):
     calls: list[CallState] = Field(default_factory=list)
     # Bytes of the messages this turn added (None: not counted yet; see limits.TURN_BUDGET).
     held: int | None = None
+    # The model's text is published on the stream as it arrives (asked by send or resume).
+    stream: bool = False
 
 
 class ConversationState(_Wire):
@@ -516,6 +525,8 @@ class ConversationInput(_Wire):
     agent: str
     # Set only by continue-as-new.
     state: ConversationState | None = None
+    # The event stream's newest items and offsets (see workflows.stream).
+    stream: WorkflowStreamState | None = None
 
 
 class ConversationResult(_Wire):
@@ -548,6 +559,9 @@ class ModelInput(_Wire):
     new_messages: list[Message] = Field(default_factory=list)
     prefix_digest: str | None = None
     history_size: int | None = None
+    # Publish the reply's text on the conversation's stream as it arrives, as this turn's.
+    stream: bool = False
+    turn: int | None = None
 
 
 class MessagesInput(_Wire):
@@ -572,6 +586,8 @@ class ModelResult(_Wire):
     finish_reason: str | None = None
     usage: ModelUsage | None = None
     spec: AgentSpec | None = None
+    # The reply's text was published on the stream already (the workflow does not again).
+    streamed: bool = False
 
 
 class ToolInput(_Wire):

@@ -1,0 +1,106 @@
+"""The model's text on the conversation's stream, as Gemini streams it.
+
+The model activity feeds each response chunk to a :class:`TextPublisher`, which publishes the new
+visible text on the conversation's stream (``temporalio.contrib.workflow_streams``, topic
+``events``) as ``text`` turn events: the first text at once, then what has arrived since at most
+every :data:`~workflows.stream.TEXT_BATCH_SECONDS`, and the rest when the reply is complete.
+
+Each publish is one signal, one history event: a reply adds at most one per quarter second of
+its duration, plus one, however many chunks it comes in (``bench/`` measures it). A model call
+that is retried after publishing publishes its retry's text as well; the turn's result holds the
+text of the reply that counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from workflows.events import split_text
+from workflows.stream import MAX_ITEM_BYTES, TEXT_BATCH_SECONDS, TOPIC
+from workflows.types import TurnEvent
+
+log = logging.getLogger(__name__)
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """The visible text of one REST-shaped response chunk (thoughts left out)."""
+    for cand in chunk.get("candidates") or []:
+        parts = (cand.get("content") or {}).get("parts") or []
+        return "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
+    return ""
+
+
+class TextPublisher:
+    """Publishes one model call's text for turn ``turn``; use as an async context manager.
+
+    Publishing never fails the model call: a publish the server refuses is logged and dropped
+    (the turn's result still has the whole text).
+    """
+
+    def __init__(self, *, turn: int, interval: float = TEXT_BATCH_SECONDS) -> None:
+        self._turn = turn
+        self._interval = interval
+        # The client's own background flusher is not started (no ``async with``): this class
+        # decides when to send, and sends at most three items per signal, which the workflow
+        # takes (workflows.stream.MAX_PUBLISH_BYTES).
+        self._client = WorkflowStreamClient.from_within_activity()
+        self._topic = self._client.topic(TOPIC, type=TurnEvent)
+        self._buffer: list[str] = []
+        self._queue: list[TurnEvent] = []
+        self._last = -self._interval
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self.published = 0
+
+    async def __aenter__(self) -> TextPublisher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._publish()
+        if self._sending is not None:
+            await self._sending
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        """Take one response chunk."""
+        text = chunk_text(chunk)
+        if not text:
+            return
+        self._buffer.append(text)
+        wait = self._last + self._interval - time.monotonic()
+        if wait <= 0:
+            self._publish()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(wait, self._publish)
+
+    def _publish(self) -> None:
+        self._timer = None
+        if not self._buffer:
+            return
+        text = "".join(self._buffer)
+        self._buffer.clear()
+        self._last = time.monotonic()
+        room = MAX_ITEM_BYTES - 256  # the event's other fields
+        self._queue += [
+            TurnEvent(kind="text", turn=self._turn, text=p) for p in split_text(text, room)
+        ]
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send())
+
+    async def _send(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:3], self._queue[3:]
+            for event in batch:
+                self._topic.publish(event)
+            try:
+                await self._client.flush()
+            except Exception:  # the stream is a view; the model call goes on
+                log.warning("could not publish the model's text on the stream", exc_info=True)
+                continue
+            self.published += len(batch)

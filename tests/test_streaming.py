@@ -1,0 +1,137 @@
+"""Streaming turns against a real dev server: text as it is produced, interrupts before the turn
+ends, resumes that stream, and reattaching by offset across worker restarts and continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from client import EventsGone, FinishReason, SendRejected
+from tests.helpers import assert_no_workflow_task_failed
+from worker.standin import Reply, calls, text
+from workflows.types import TurnEvent
+
+
+async def drain(stream) -> None:
+    async with asyncio.timeout(20):
+        async for _ in stream:
+            pass
+
+
+async def collect(stream) -> list[tuple[float, TurnEvent]]:
+    seen = []
+    async for ev in stream:
+        seen.append((time.monotonic(), ev))
+    return seen
+
+
+async def test_text_arrives_while_the_model_is_still_producing_it(run_worker, model, client):
+    words = "one two three four five"
+    model.reply(Reply.streamed(text(words), pieces=5, interval=1.0))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        turn = chat.send_stream("count to five")
+        seen = await collect(turn)
+        result = await turn.result()
+    kinds = [ev.kind for _, ev in seen]
+    assert kinds[-1] == "turn_end"
+    texts = [(at, ev) for at, ev in seen if ev.kind == "text"]
+    assert "".join(ev.text or "" for _, ev in texts) == words
+    assert len(texts) >= 3  # it came in pieces, not in one piece at the end
+    first_text_at, end_at = texts[0][0], seen[-1][0]
+    assert end_at - first_text_at >= 1.0, "the first text came less than 1 s before the end"
+    assert result.finish_reason == FinishReason.STOP and result.text == words
+    end = seen[-1][1]
+    assert end.result is not None and end.result.text == words
+    offsets = [ev.offset for _, ev in seen]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert all(ev.turn == 1 for _, ev in seen)
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_an_interrupt_is_on_the_stream_before_turn_end_and_a_resume_streams(
+    run_worker, model, client
+):
+    model.reply(
+        calls(("lookup", {"key": "k"}, "c1"), ("approve", {"question": "pay?"}, "c2"), say="Hm."),
+        Reply.streamed(text("paid and done"), pieces=3, interval=0.2),
+    )
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        first = [ev async for ev in chat.send_stream("pay")]
+        kinds = [(ev.kind, ev.ref) for ev in first]
+        assert kinds[-1] == ("turn_end", None)
+        assert ("interrupt", "c2") in kinds
+        assert kinds.index(("interrupt", "c2")) < len(kinds) - 1
+        assert ("tool_request", "c1") in kinds and ("tool_response", "c1") in kinds
+        [pause] = [ev for ev in first if ev.kind == "interrupt"]
+        assert pause.interrupt is not None and pause.interrupt.input == {"question": "pay?"}
+        assert first[-1].result is not None
+        assert first[-1].result.finish_reason == FinishReason.INTERRUPTED
+        turn = chat.resume_stream(answers=[pause.interrupt.approve()], identity="alice")
+        rest = [ev async for ev in turn]
+        assert (await turn.result()).text == "paid and done"
+    kinds = [ev.kind for ev in rest]
+    assert kinds[0] == "answer" and kinds[-1] == "turn_end"
+    answer = rest[0]
+    assert answer.answer is not None and answer.answer.identity == "alice"
+    assert answer.output == {"approved": True}
+    assert "tool_response" in kinds
+    assert "".join(ev.text or "" for ev in rest if ev.kind == "text") == "paid and done"
+    assert rest[0].offset == first[-1].offset + 1  # the same stream, picked up where it was
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_refused_send_stream_raises_instead_of_waiting(run_worker, model):
+    model.reply(calls(("approve", {"question": "q"}, "c1")))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        await chat.send("start")
+        with pytest.raises(SendRejected, match="paused on interrupts"):
+            await drain(chat.send_stream("again"))
+
+
+async def test_a_follower_reattaching_by_offset_after_a_worker_restart_sees_no_gap(
+    run_worker, model, client
+):
+    model.reply(
+        calls(("approve", {"question": "q"}, "c1")),
+        Reply.streamed(text("after the restart"), pieces=4, interval=0.1),
+    )
+    queue = f"restart-{uuid.uuid4()}"
+    # No sticky cache on the first worker: its successor gets the next task at once rather than
+    # after Temporal's 10 s sticky timeout (what a graceful restart costs is measured elsewhere).
+    async with run_worker(task_queue=queue, max_cached_workflows=0) as agents:
+        chat = await agents.chat("assistant")
+        first = [ev async for ev in chat.send_stream("start")]
+    last_seen = first[1].offset  # as if the client dropped after two events
+    async with run_worker(task_queue=queue) as agents:
+        chat = await agents.chat("assistant", chat_id=chat.id)
+        pause = first[-1].result
+        assert pause is not None
+        res = await chat.resume(answers=[pause.interrupts[0].approve()])
+        assert res.finish_reason == FinishReason.STOP
+        got: list[TurnEvent] = []
+        async with asyncio.timeout(20):
+            async for ev in chat.events(after=last_seen):
+                got.append(ev)
+                if ev.kind == "turn_end" and ev.result and ev.result.finish_reason == "stop":
+                    break
+    offsets = [ev.offset for ev in got]
+    assert offsets == list(range(last_seen + 1, last_seen + 1 + len(got)))  # no gap, no repeat
+    assert [ev.kind for ev in got[: len(first) - 2]] == [ev.kind for ev in first[2:]]
+    assert "".join(ev.text or "" for ev in got if ev.kind == "text") == "after the restart"
+
+
+async def test_an_offset_no_longer_kept_is_a_clear_error(run_worker, model):
+    big = "x" * 60_000
+    model.reply(*[text(big) for _ in range(6)])
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        for i in range(6):
+            await chat.send(f"m{i}")
+        with pytest.raises(EventsGone, match="no longer keeps events from offset 1"):
+            await drain(chat.events(after=0))

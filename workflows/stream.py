@@ -1,0 +1,198 @@
+"""The conversation's event stream: turn events on ``temporalio.contrib.workflow_streams``.
+
+Every turn event the turn machine emits is published here (a projection, like the audit log), and
+the model activity publishes the model's text as it arrives. Clients follow the stream from an
+offset (``Chat.send_stream``, ``Chat.events``); offsets count every item of the conversation,
+across continue-as-new, so a client that reattaches with the last offset it saw gets the rest
+with no gap and no duplicate, as long as the conversation still keeps them.
+
+What it costs, and its bounds:
+
+- A publish from the workflow writes nothing to history (the log is rebuilt on replay). A publish
+  from the model activity is a signal: the activity batches text so that a reply adds at most
+  one signal per :data:`TEXT_BATCH_SECONDS` (see ``activities/runtime.py``).
+- Each follower holds one of Temporal's ten in-flight updates while it waits (the library's
+  long poll), and each delivery is an update: about two history events per follower per batch.
+- Items are at most :data:`MAX_ITEM_BYTES`: longer text is split over several ``text`` events;
+  a tool input or output larger than that shows as a stated placeholder (``Chat.pending()`` and
+  ``Chat.history()`` have them whole).
+- The log keeps the newest :data:`KEEP_BYTES` in a run and carries the newest
+  :data:`CARRY_BYTES` into the next one; offsets before that are gone (``Chat.events`` says so).
+- One poll's result is at most :data:`POLL_BUDGET`, the same as an update result of ours, so ten
+  of them in one workflow task still fit Temporal's 4 MiB (see :mod:`workflows.limits`).
+
+The library registers its handlers itself; two are replaced here. Its publish signal is routed
+to the workflow's raw signal handler, so a malformed publish is recorded as a rejection instead of
+failing the workflow task, and only the model's text, while a model call streams, is taken. Its
+poll update is wrapped to cut each result to :data:`POLL_BUDGET` and to be counted apart from the
+conversation's own handlers, so a follower never holds up continue-as-new or the end of a run.
+"""
+
+from __future__ import annotations
+
+import json
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.contrib.workflow_streams import (
+    PollInput,
+    PollResult,
+    PublishInput,
+    WorkflowStream,
+    WorkflowStreamState,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import TypeAdapter, ValidationError
+
+    from workflows import events
+    from workflows.interrupts import ResumeError, pydantic_reason
+    from workflows.limits import KiB, decode_json, json_size
+    from workflows.types import TurnEvent
+
+TOPIC = "events"
+"""The stream topic turn events are published on."""
+
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+POLL_UPDATE = "__temporal_workflow_stream_poll"
+
+MAX_ITEM_BYTES = 16 * KiB
+"""The largest turn event on the stream, as JSON."""
+
+MAX_PUBLISH_BYTES = 64 * KiB
+"""The largest publish signal taken (the model activity sends one text event at a time)."""
+
+TEXT_BATCH_SECONDS = 0.25
+"""How often the model activity publishes the text it has received (at most)."""
+
+KEEP_BYTES = 256 * KiB
+"""What the log keeps in a run (the newest items); trimmed when a turn stops."""
+
+CARRY_BYTES = 192 * KiB
+"""What continue-as-new carries of the log (the newest items)."""
+
+POLL_BUDGET = 48 * KiB
+"""The most one poll returns (items past it come with the next poll, at once)."""
+
+_PUBLISH = TypeAdapter(PublishInput)
+
+
+def _wire_size(payload: Payload, topic: str) -> int:
+    # As the library measures an item in a poll result: base64 of the payload, and its topic.
+    return (payload.ByteSize() * 4 + 2) // 3 + len(topic) + 32
+
+
+class ConversationStream:
+    """The workflow's stream. Construct it from the workflow's ``@workflow.init``.
+
+    Args:
+        prior: The log carried by continue-as-new, if any.
+        next_offset: Where offsets continue when nothing was carried (a run continued from one
+            begun before the stream existed).
+    """
+
+    def __init__(self, prior: WorkflowStreamState | None, *, next_offset: int) -> None:
+        if prior is None and next_offset:
+            prior = WorkflowStreamState(base_offset=next_offset)
+        # The library insists on being built from a method named __init__ (it reads the
+        # caller's frame): this one, called from the workflow's own __init__.
+        self._stream = WorkflowStream(prior)
+        self._topic = self._stream.topic(TOPIC, type=TurnEvent)
+        self.polls = 0
+        # The library's publish signal goes to the workflow's raw signal handler instead (see
+        # accept_publish), and its poll update through poll() below.
+        workflow.set_signal_handler(PUBLISH_SIGNAL, None)
+        workflow.set_update_handler(POLL_UPDATE, self.poll, validator=self._stream._validate_poll)
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next item gets."""
+        return self._stream._on_offset()
+
+    def publish(self, event: TurnEvent) -> int:
+        """Publish a turn event (split or cut to fit an item); returns its first offset."""
+        first = self.next_offset
+        for item in events.for_stream(event, limit=MAX_ITEM_BYTES):
+            self._topic.publish(item)
+        return first
+
+    def accept_publish(self, payload: RawValue, *, streaming: bool) -> int:
+        """Take a publish signal: the model activity's text, while a model call streams.
+
+        Returns how many items it added (0 for a duplicate batch).
+
+        Raises:
+            ResumeError: anything else, in words for the rejection log.
+        """
+        if len(payload.payload.data) > MAX_PUBLISH_BYTES:
+            raise ResumeError(f"a stream publish is at most {MAX_PUBLISH_BYTES // KiB} KiB")
+        if not streaming:
+            raise ResumeError("nothing is streaming: only a model call in progress publishes")
+        body = decode_json(payload.payload.data, strict=True)
+        try:
+            publish = _PUBLISH.validate_python(body)
+        except ValidationError as e:
+            raise ResumeError(f"malformed stream publish: {pydantic_reason(e)}") from None
+        for entry in publish.items:
+            if entry.topic != TOPIC:
+                raise ResumeError(f"unknown stream topic {entry.topic[:40]!r}")
+            event = _text_event(entry.data)
+            if event is None:
+                raise ResumeError("only the model's text is published from outside the workflow")
+        before = self.next_offset
+        self._stream._on_publish(publish)
+        return self.next_offset - before
+
+    async def poll(self, payload: PollInput) -> PollResult:
+        """The library's long poll, its result cut to :data:`POLL_BUDGET`."""
+        self.polls += 1
+        try:
+            result = await self._stream._on_poll(payload)
+        finally:
+            self.polls -= 1
+        return _cap(result, POLL_BUDGET)
+
+    def trim(self, budget: int = KEEP_BYTES) -> None:
+        """Drop the oldest items until the log holds at most ``budget``."""
+        log = self._stream._log
+        total = sum(_wire_size(i.data, i.topic) for i in log)
+        drop = 0
+        while drop < len(log) and total > budget:
+            total -= _wire_size(log[drop].data, log[drop].topic)
+            drop += 1
+        if drop:
+            self._stream.truncate(self._stream._base_offset + drop)
+
+    def detach(self) -> None:
+        """Release followers (they pick up the next run, or drain a closed one by query)."""
+        self._stream.detach_pollers()
+
+    def carry(self) -> WorkflowStreamState:
+        """The log continue-as-new carries: its newest :data:`CARRY_BYTES`."""
+        self.trim(CARRY_BYTES)
+        return self._stream.get_state()
+
+
+def _text_event(wire: str) -> TurnEvent | None:
+    """The text event a published item holds, or None if it holds anything else."""
+    try:
+        from temporalio.contrib.workflow_streams._types import _decode_payload
+
+        payload = _decode_payload(wire)
+        event = TurnEvent.model_validate(json.loads(payload.data))
+    except Exception:  # noqa: BLE001  # anything malformed is simply not a text event
+        return None
+    if event.kind != "text" or not event.text or json_size(event) > MAX_ITEM_BYTES:
+        return None
+    return event
+
+
+def _cap(result: PollResult, budget: int) -> PollResult:
+    """``result`` with at most ``budget`` of items (at least one); the rest come next poll."""
+    size = 0
+    for i, item in enumerate(result.items):
+        size += len(item.data) + len(item.topic) + 32
+        if size > budget and i > 0:
+            return PollResult(items=result.items[:i], next_offset=item.offset, more_ready=True)
+    return result
