@@ -230,7 +230,9 @@ class Chat:
         until one of the two is used. Raises as :meth:`send` does, from either.
         """
         return TurnStream(
-            self, lambda: self._send(text, stream=True, worker_timeout=worker_timeout)
+            self,
+            lambda: self._send(text, stream=True, worker_timeout=worker_timeout),
+            worker_timeout=worker_timeout,
         )
 
     async def _send(
@@ -349,6 +351,7 @@ class Chat:
         return TurnStream(
             self,
             lambda: self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout),
+            worker_timeout=worker_timeout,
         )
 
     def _resume_raw(

@@ -1,4 +1,8 @@
-"""``agentctl chat``: talk to an agent, and answer each interrupt as the turn pauses on it."""
+"""``agentctl chat``: talk to an agent, and answer each interrupt as the turn pauses on it.
+
+Turns stream: the model's text is printed as it arrives, and an interrupt the moment it is
+raised (see ``client/stream.py``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.api import Chat, ResumeRejected, SendRejected, approve, deny
+from client.stream import TurnStream
 from client.views import closed_as, interrupt_panel, json_object, out, safe
 from workflows.details import shell_word, visible
 from workflows.types import FinishReason, InterruptRequest, ToolResponse, ToolRestart, TurnResult
@@ -53,11 +58,13 @@ class ChatSession:
                 if not line.strip():
                     continue
                 try:
-                    res = await self.chat.send(line, worker_timeout=self.wait)
+                    res, streamed = await self._follow(
+                        self.chat.send_stream(line, worker_timeout=self.wait)
+                    )
                 except SendRejected as e:
                     out.print(f"[red]refused:[/] {safe(str(e))}")
                     continue
-                await self._settle(res)
+                await self._settle(res, shown=res.text if streamed else "")
         except _Left:
             return
 
@@ -85,9 +92,26 @@ class ChatSession:
             interrupts=status.pending,
         )
 
-    async def _settle(self, res: TurnResult) -> None:
+    async def _follow(self, turn: TurnStream) -> tuple[TurnResult, bool]:
+        """Print a turn as it happens; its result, and whether its text was printed."""
+        started = printed = False
+        async for ev in turn:
+            if ev.kind == "text" and ev.text:
+                if not started:
+                    out.print(Text("agent> ", style="bold cyan"), end="")
+                out.print(Text(visible(ev.text, multiline=True)), end="")
+                started = printed = True
+            elif ev.kind == "interrupt":
+                if started:
+                    out.print()
+                    started = False
+                out.print(f"[yellow]paused:[/] {safe(ev.name or '')} (ref {safe(ev.ref or '')})")
+        if started:
+            out.print()
+        return await turn.result(), printed
+
+    async def _settle(self, res: TurnResult, *, shown: str = "") -> None:
         """Show the turn; while it is paused, ask the human about each interrupt."""
-        shown = ""
         while True:
             # A turn's text is its latest model message: after a resume that pauses again it may
             # be the same message as before, already shown.
@@ -117,9 +141,13 @@ class ChatSession:
                         worker_timeout=self.wait,
                     )
                 else:
-                    res = await self.chat.resume(
-                        answers=answers, identity=self.identity, worker_timeout=self.wait
+                    res, streamed = await self._follow(
+                        self.chat.resume_stream(
+                            answers=answers, identity=self.identity, worker_timeout=self.wait
+                        )
                     )
+                    if streamed:
+                        shown = res.text
             except ResumeRejected as e:
                 out.print(f"[red]rejected:[/] {safe(str(e))}")
                 pending = await self.chat.pending(worker_timeout=self.wait)

@@ -53,6 +53,7 @@ from client.api import (
     AgentError,
     Chat,
     ConnectionConfigError,
+    EventsGone,
     NoWorkerAnswered,
     ResumeRejected,
     SendRejected,
@@ -76,6 +77,7 @@ from client.views import (
     json_object,
     out,
     paused_again,
+    print_event,
     print_json,
     print_paused,
     print_status,
@@ -683,6 +685,43 @@ def cancel(
             return
         out.print(f"cancelled turn {res.turn} of {safe(chat_id)} as {safe(who)}")
         print_turn(res)
+
+    _run(ctx, command)
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    chat_id: ChatIdArg,
+    after: Annotated[
+        int | None,
+        typer.Option(
+            "--after",
+            min=-1,
+            help="Start after this offset (the last one you saw); default: all that is kept.",
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per event, one per line.")
+    ] = False,
+) -> None:
+    """Follow a conversation's events as they happen: the model's text, tool requests,
+    interrupts, answers, tool responses and each turn's end. Ends when the conversation closes
+    (after the rest is printed); Ctrl-C stops following."""
+
+    async def command(agents: AgentClient) -> None:
+        chat, _ = await _open(agents, chat_id, running=False)
+        try:
+            async for ev in chat.events(after=after):
+                print_event(ev, as_json=as_json)
+        except EventsGone as e:
+            raise _Fail(ExitCode.USAGE, str(e)) from None
+        except AgentError as e:
+            raise _failure(e) from None
+        except RPCError as e:
+            raise _Fail(
+                ExitCode.UNREACHABLE, f"could not follow {chat_id!r}: {e.message}"
+            ) from None
 
     _run(ctx, command)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from temporalio.client import RPCError, RPCStatusCode
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from client.errors import AgentError
+from client.errors import AgentError, no_worker
 from workflows.stream import TOPIC
 from workflows.types import TurnEvent, TurnResult
 
@@ -94,11 +94,20 @@ async def follow(
 
 
 async def next_offset(chat: Chat, *, worker_timeout: timedelta | None = None) -> int:
-    """The offset the conversation's next event will get (0 for a chat not started yet)."""
+    """The offset the conversation's next event will get (0 for a chat not started yet).
+
+    Raises:
+        NoWorkerAnswered: no worker answered within ``worker_timeout``.
+    """
     handle = chat.client.temporal.get_workflow_handle(chat.id)
+    deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
     try:
-        async with asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None):
+        async with deadline:
             return await handle.query(_OFFSET_QUERY, result_type=int)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise no_worker(worker_timeout, queued=False) from None
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return 0
@@ -113,9 +122,16 @@ class TurnStream:
     stream is first iterated or its result awaited.
     """
 
-    def __init__(self, chat: Chat, start: Callable[[], Awaitable[TurnResult]]) -> None:
+    def __init__(
+        self,
+        chat: Chat,
+        start: Callable[[], Awaitable[TurnResult]],
+        *,
+        worker_timeout: timedelta | None = None,
+    ) -> None:
         self._chat = chat
         self._start = start
+        self._worker_timeout = worker_timeout
         self._task: asyncio.Task[TurnResult] | None = None
         self._offset = 0
         self._lock = asyncio.Lock()
@@ -129,7 +145,7 @@ class TurnStream:
         async with self._lock:
             if self._task is None:
                 # Read before sending, so the turn's first event is not missed.
-                self._offset = await next_offset(self._chat)
+                self._offset = await next_offset(self._chat, worker_timeout=self._worker_timeout)
 
                 async def start() -> TurnResult:
                     return await self._start()

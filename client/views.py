@@ -29,6 +29,7 @@ from workflows.types import (
     Rejection,
     ToolResponse,
     ToolRestart,
+    TurnEvent,
     TurnResult,
 )
 
@@ -364,3 +365,31 @@ def json_object(value: str, *, what: str) -> JsonObject:
     if not isinstance(parsed, dict):
         raise typer.BadParameter(f"{what} must be a JSON object, like '{{\"approved\": true}}'")
     return parsed
+
+
+def print_event(ev: TurnEvent, *, as_json: bool) -> None:
+    """One event of ``agentctl events``: a JSON object per line, or one readable line."""
+    if as_json:
+        # One line each, flushed: a program reads them as they come.
+        sys.stdout.write(ev.model_dump_json(exclude_none=True) + "\n")
+        sys.stdout.flush()
+        return
+    head = f"[dim]{ev.offset:>6} t{ev.turn}[/] [bold]{ev.kind}[/]"
+    if ev.kind == "text":
+        out.print(head, Text(visible(ev.text or "", multiline=True)))
+    elif ev.kind in ("tool_request", "interrupt"):
+        body = ev.interrupt.input if ev.interrupt is not None else ev.input
+        out.print(f"{head} {safe(ev.name or '')} ref {safe(ev.ref or '')} {escape(_compact(body))}")
+    elif ev.kind == "answer" and ev.answer is not None:
+        who = ev.answer.identity or "unknown"
+        out.print(
+            f"{head} {safe(ev.name or '')} ref {safe(ev.ref or '')}: {ev.answer.kind} by "
+            f"{safe(who)} via {ev.answer.via}"
+        )
+    elif ev.kind == "tool_response":
+        body = ev.output if ev.error is None else {"error": ev.error.model_dump()}
+        out.print(f"{head} {safe(ev.name or '')} ref {safe(ev.ref or '')} {escape(_compact(body))}")
+    elif ev.kind == "turn_end" and ev.result is not None:
+        out.print(f"{head} {ev.result.finish_reason.value}")
+    else:
+        out.print(head)

@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,7 +41,7 @@ from tests.helpers import (
     server_address,
     temporal_cli,
 )
-from worker.standin import calls, text
+from worker.standin import Reply, calls, text
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 
 AGENTCTL = Path(sys.executable).parent / "agentctl"
@@ -525,3 +526,107 @@ async def test_agentctl_chat_in_a_terminal(run_worker, model, client):
         ("approve", "respond", "pty-user")
     ]
     assert model.requests[-1].function_responses()[0]["response"] == {"approved": True}
+
+
+async def test_agentctl_events_follows_a_chat_answered_by_a_cli_signal(run_worker, model, client):
+    """A script answering with `temporal workflow signal` sees the answer and the rest of the
+    turn on the stream, as `agentctl events --json` prints it, one object per line."""
+    agent = t.ops_agent()
+    tq = queue()
+    model.reply(calls(("approve", {"question": "ship?"}, "c1")), text("shipped by signal"))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        chat = await agents.chat(agent.name)
+        paused = await chat.send("ship it")
+        (interrupt,) = paused.interrupts
+        follower = await asyncio.create_subprocess_exec(
+            str(AGENTCTL),
+            "events",
+            chat.id,
+            "--json",
+            env=agentctl_env(client, tq),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert follower.stdout is not None
+        seen: list[dict[str, Any]] = []
+
+        async def read_until(kind: str, finish: str) -> None:
+            assert follower.stdout is not None
+            while True:
+                line = await asyncio.wait_for(follower.stdout.readline(), 30)
+                assert line, (await follower.stderr.read()).decode()  # type: ignore[union-attr]  # piped
+                seen.append(json.loads(line))
+                event = seen[-1]
+                if event["kind"] == kind and event.get("result", {}).get("finish_reason") == finish:
+                    return
+
+        await read_until("turn_end", "interrupted")  # what was kept: the turn so far
+        answer = json.dumps(
+            {
+                "respond": [
+                    {"name": "approve", "ref": interrupt.ref, "output": {"approved": True}}
+                ],
+                "identity": "script",
+            }
+        )
+        code, out = await temporal_cli(
+            client,
+            "workflow",
+            "signal",
+            "--workflow-id",
+            chat.id,
+            "--name",
+            "resume",
+            "--input",
+            answer,
+        )
+        assert code == 0, out
+        await read_until("turn_end", "stop")
+        await chat.close("done")
+        assert await asyncio.wait_for(follower.wait(), 30) == 0  # ends when the chat closes
+    offsets = [e["offset"] for e in seen]
+    assert offsets == list(range(len(seen)))  # from the first, no gap, no repeat
+    kinds = [e["kind"] for e in seen]
+    assert kinds[: kinds.index("turn_end")] == ["tool_request", "interrupt"]
+    after = seen[kinds.index("turn_end") + 1 :]
+    assert [e["kind"] for e in after] == ["answer", "tool_response", "text", "turn_end"]
+    assert after[0]["answer"] == {"kind": "respond", "via": "signal", "identity": "script"}
+    assert after[2]["text"] == "shipped by signal"
+
+
+async def test_agentctl_chat_streams_text_as_it_arrives(run_worker, model, client):
+    agent = t.ops_agent()
+    tq = queue()
+    model.reply(Reply.streamed(text("alpha beta gamma omega"), pieces=4, interval=0.6))
+    env = agentctl_env(client, tq)
+
+    def drive() -> tuple[float, float, str]:
+        transcript = io.StringIO()
+        child = pexpect.spawn(
+            str(AGENTCTL),
+            ["chat", agent.name, "--identity", "pty-user"],
+            env=env,
+            encoding="utf-8",
+            dimensions=(40, 160),
+            timeout=30,
+        )
+        child.logfile_read = transcript
+        try:
+            child.expect("you>")
+            child.sendline("stream please")
+            child.expect("alpha")
+            first = time.monotonic()
+            child.expect("omega")
+            last = time.monotonic()
+            child.expect("you>")
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.close()
+        return first, last, transcript.getvalue()
+
+    async with run_worker(agents=[agent], task_queue=tq):
+        first, last, transcript = await asyncio.to_thread(drive)
+    # The first words were on the terminal while the model was still producing the rest.
+    assert last - first >= 1.0, transcript
+    assert transcript.count("alpha") == 1, transcript  # streamed, not printed again at the end

@@ -14,7 +14,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
 from tests.agents import assistant
-from workflows import audit, config, events, operator_view
+from workflows import audit, config, events, operator_view, stream
 from workflows.interrupts import InterruptBook, ResumeError
 from workflows.limits import MAX_IDENTITY_BYTES, json_size
 from workflows.payloads import claimed_identity, fit, only_argument, payload_json
@@ -423,3 +423,71 @@ def test_a_result_too_large_drops_interrupts_and_counts_them():
     ]
     result = fit(PendingResult(interrupts=many), 20 * 1024)
     assert json_size(result) <= 20 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# On the stream: every item within its size, text never lost.
+
+
+def test_long_text_is_split_over_stream_events_and_nothing_is_lost():
+    text = ("é\u0001 ok " * 20_000)[:70_000]
+    items = events.for_stream(events.text(text), limit=stream.MAX_ITEM_BYTES)
+    assert len(items) > 4
+    assert "".join(i.text or "" for i in items) == text
+    assert all(json_size(i) <= stream.MAX_ITEM_BYTES for i in items)
+    assert all(i.kind == "text" for i in items)
+
+
+def test_a_large_tool_event_on_the_stream_shows_placeholders_within_its_size():
+    call = CallState(
+        ref="r1", name="lookup", args={"blob": "x" * 50_000}, output={"y": "z" * 50_000}
+    )
+    for event in (events.tool_request(call), events.tool_response(call), events.interrupt(call)):
+        (item,) = events.for_stream(event, limit=stream.MAX_ITEM_BYTES)
+        assert json_size(item) <= stream.MAX_ITEM_BYTES
+        assert (item.kind, item.ref, item.name) == (event.kind, "r1", "lookup")
+    small = events.tool_request(CallState(ref="r2", name="lookup", args={"k": 1}))
+    assert events.for_stream(small, limit=stream.MAX_ITEM_BYTES) == [small]
+
+
+def test_a_turn_end_paused_on_many_interrupts_fits_one_stream_item():
+    from workflows.types import InterruptRequest
+
+    many = [
+        InterruptRequest(name="approve", ref=f"r{i}", input={"q": "x" * 300}) for i in range(200)
+    ]
+    end = events.turn_end(
+        TurnResult(turn=1, finish_reason=FinishReason.INTERRUPTED, interrupts=many)
+    )
+    (item,) = events.for_stream(end, limit=stream.MAX_ITEM_BYTES)
+    assert json_size(item) <= stream.MAX_ITEM_BYTES
+    assert item.result is not None
+    assert len(item.result.interrupts) + item.result.interrupts_omitted == 200
+
+
+def test_a_poll_result_is_cut_to_its_budget_and_resumes_where_it_was_cut():
+    from temporalio.contrib.workflow_streams import PollResult
+    from temporalio.contrib.workflow_streams._types import _WorkflowStreamWireItem
+
+    items = [_WorkflowStreamWireItem(topic="events", data="A" * 20_000, offset=i) for i in range(5)]
+    cut = stream._cap(PollResult(items=items, next_offset=5), stream.POLL_BUDGET)
+    assert [i.offset for i in cut.items] == [0, 1]
+    assert (cut.next_offset, cut.more_ready) == (2, True)
+    one = stream._cap(PollResult(items=items[:1], next_offset=1), 100)
+    assert [i.offset for i in one.items] == [0]  # at least one, however large
+
+
+def test_only_text_events_are_taken_from_outside_the_workflow():
+    from temporalio.contrib.workflow_streams._types import _encode_payload
+    from temporalio.converter import DataConverter
+
+    def wire(event: object) -> str:
+        return _encode_payload(DataConverter.default.payload_converter.to_payload(event))
+
+    text_event = TurnEvent(kind="text", text="hi").model_dump(mode="json")
+    assert stream._text_event(wire(text_event)) is not None
+    forged = TurnEvent(kind="turn_end", result=TurnResult(finish_reason=FinishReason.STOP))
+    assert stream._text_event(wire(forged.model_dump(mode="json"))) is None
+    assert stream._text_event(wire({"kind": "text", "text": ""})) is None
+    assert stream._text_event(wire({"kind": "text", "text": "x" * 20_000})) is None
+    assert stream._text_event("not base64 at all") is None

@@ -105,11 +105,11 @@ def default_gemini() -> genai.Client:
     if has_gemini_key():
         # google-genai reads the key from the environment itself: it never passes through here.
         return genai.Client()
-    from worker.offline_model import respond
+    from worker.offline_model import streaming
     from worker.standin import GeminiStandIn
 
     # Keeps no requests: a worker runs for weeks, and nobody reads them there.
-    server = GeminiStandIn(respond, keep_requests=0).start()
+    server = GeminiStandIn(streaming, keep_requests=0).start()
     log.warning(
         "No GEMINI_API_KEY/GOOGLE_API_KEY set: using the OFFLINE STAND-IN model at %s. It is not "
         "Gemini: it follows fixed rules (`call TOOL {json}` calls any tool of an agent).",

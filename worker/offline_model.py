@@ -14,6 +14,9 @@ This is not a language model. It reads the conversation it is sent and follows f
 - anything else gets a reply listing the agent's own tools and the ``call`` syntax.
 
 It only calls tools the agent declared. Set ``GEMINI_API_KEY`` to use the real model.
+
+:func:`streaming` is what the embedded default serves: the same replies, streamed as Gemini
+streams them, a few words per chunk (so a streamed turn shows its text arriving).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 import re
 from typing import Any
 
-from worker.standin import Request, calls, text
+from worker.standin import Reply, Request, calls, text
 from workflows.details import example_value
 from workflows.types import APPROVED, FEEDBACK
 
@@ -78,6 +81,20 @@ def parse_calls(message: str) -> list[tuple[str, dict[str, Any] | None]] | None:
             rest = rest[4:].lstrip()
         found.append((name, args))
     return found
+
+
+STREAM_INTERVAL = 0.04
+"""Seconds between the chunks of a streamed reply."""
+
+
+def streaming(request: Request) -> Reply | dict[str, Any]:
+    """:func:`respond`, its text streamed in chunks of about four words."""
+    reply = respond(request)
+    parts = reply["candidates"][0]["content"]["parts"]
+    words = sum(len(p.get("text", "").split()) for p in parts)
+    if words < 8:
+        return reply
+    return Reply.streamed(reply, pieces=min(12, words // 4), interval=STREAM_INTERVAL)
 
 
 def respond(request: Request) -> dict[str, Any]:

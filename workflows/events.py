@@ -58,7 +58,9 @@ def tool_request(call: CallState) -> TurnEvent:
 def interrupt(call: CallState) -> TurnEvent:
     """A call paused for a human (an interrupt-only tool, the approval gate, or a tool that
     raised an interrupt)."""
-    return TurnEvent(kind="interrupt", name=call.name, ref=call.ref, interrupt=to_request(call))
+    return TurnEvent(
+        kind="interrupt", name=call.name, ref=call.ref, input=call.args, interrupt=to_request(call)
+    )
 
 
 def answer(
@@ -75,6 +77,7 @@ def answer(
         kind="answer",
         name=call.name,
         ref=call.ref,
+        input=call.args,
         output=output,
         answer=TurnAnswer(kind=kind, via=via, identity=identity, metadata=metadata),
     )
@@ -83,7 +86,12 @@ def answer(
 def tool_response(call: CallState) -> TurnEvent:
     """What the model will be told about a call: its output, or how it failed."""
     return TurnEvent(
-        kind="tool_response", name=call.name, ref=call.ref, output=call.output, error=call.error
+        kind="tool_response",
+        name=call.name,
+        ref=call.ref,
+        input=call.args,
+        output=call.output,
+        error=call.error,
     )
 
 

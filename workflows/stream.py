@@ -127,13 +127,13 @@ class ConversationStream:
         """
         if len(payload.payload.data) > MAX_PUBLISH_BYTES:
             raise ResumeError(f"a stream publish is at most {MAX_PUBLISH_BYTES // KiB} KiB")
-        if not streaming:
-            raise ResumeError("nothing is streaming: only a model call in progress publishes")
         body = decode_json(payload.payload.data, strict=True)
         try:
             publish = _PUBLISH.validate_python(body)
         except ValidationError as e:
             raise ResumeError(f"malformed stream publish: {pydantic_reason(e)}") from None
+        if not streaming:
+            raise ResumeError("nothing is streaming: only a model call in progress publishes")
         for entry in publish.items:
             if entry.topic != TOPIC:
                 raise ResumeError(f"unknown stream topic {entry.topic[:40]!r}")
