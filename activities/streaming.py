@@ -2,11 +2,14 @@
 
 The model activity feeds each response chunk to a :class:`TextPublisher`, which publishes the new
 visible text on the conversation's stream (``temporalio.contrib.workflow_streams``, topic
-``events``) as ``text`` turn events: the first text at once, then what has arrived since at most
-every :data:`~workflows.stream.TEXT_BATCH_SECONDS`, and the rest when the reply is complete.
+``events``) as ``text`` turn events: the first text at once, then what has arrived since, every
+:data:`~workflows.stream.TEXT_BATCH_SECONDS` at first, the interval doubling after every eight
+batches, and the rest when the reply is complete.
 
-Each publish is one signal, one history event: a reply adds at most one per quarter second of
-its duration, plus one, however many chunks it comes in (``bench/`` measures it). A model call
+Each publish is one signal, one history event (and a delivery to each follower): a reply adds at
+most :data:`~workflows.stream.MAX_TEXT_SIGNALS`, however many chunks it comes in and however
+long it runs (``bench/`` measures it). A reader sees the first words at once and the rest of a
+long reply in steps of a second or two. A model call
 that is retried after publishing publishes its retry's text as well; the turn's result holds the
 text of the reply that counted.
 """
@@ -21,7 +24,13 @@ from typing import Any
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from workflows.events import split_text
-from workflows.stream import MAX_ITEM_BYTES, TEXT_BATCH_SECONDS, TOPIC
+from workflows.stream import (
+    MAX_ITEM_BYTES,
+    MAX_TEXT_BATCHES,
+    TEXT_BATCH_SECONDS,
+    TEXT_BATCHES_PER_STEP,
+    TOPIC,
+)
 from workflows.types import TurnEvent
 
 log = logging.getLogger(__name__)
@@ -55,6 +64,7 @@ class TextPublisher:
         self._last = -self._interval
         self._timer: asyncio.TimerHandle | None = None
         self._sending: asyncio.Task[None] | None = None
+        self._batches = 0
         self.published = 0
 
     async def __aenter__(self) -> TextPublisher:
@@ -73,10 +83,13 @@ class TextPublisher:
         if not text:
             return
         self._buffer.append(text)
-        wait = self._last + self._interval - time.monotonic()
+        if self._batches >= MAX_TEXT_BATCHES or self._timer is not None:
+            return  # the rest comes with the next batch, or at the end
+        interval = self._interval * 2 ** (self._batches // TEXT_BATCHES_PER_STEP)
+        wait = self._last + interval - time.monotonic()
         if wait <= 0:
             self._publish()
-        elif self._timer is None:
+        else:
             self._timer = asyncio.get_running_loop().call_later(wait, self._publish)
 
     def _publish(self) -> None:
@@ -86,6 +99,7 @@ class TextPublisher:
         text = "".join(self._buffer)
         self._buffer.clear()
         self._last = time.monotonic()
+        self._batches += 1
         room = MAX_ITEM_BYTES - 256  # the event's other fields
         self._queue += [
             TurnEvent(kind="text", turn=self._turn, text=p) for p in split_text(text, room)

@@ -44,8 +44,9 @@ from bench.floor_workflow import FloorInput, FloorWorkflow
 from client import AgentClient, FinishReason
 from worker import build_worker, ensure_bytecode, sandbox_runner
 from worker.devserver import dev_server_command, wait_for_port
-from worker.standin import GeminiStandIn, Request, calls, text
+from worker.standin import GeminiStandIn, Reply, Request, calls, text
 from workflows import Agent, AgentWorkflow, ToolApproval
+from workflows.stream import MAX_TEXT_BATCHES, MAX_TEXT_SIGNALS, TEXT_BATCH_SECONDS
 from workflows.types import InterruptRequest, ToolRestart
 
 log = logging.getLogger("bench")
@@ -65,14 +66,23 @@ class BenchModel:
     def __init__(self) -> None:
         self.final_seen: dict[str, float] = {}
         self._waiters: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+        # B5: when each streamed reply's first chunk left (just after the responder returns).
+        self.stream_started: dict[str, float] = {}
 
     def expect(self, prompt: str) -> asyncio.Event:
         event = asyncio.Event()
         self._waiters[prompt] = (asyncio.get_running_loop(), event)
         return event
 
-    def __call__(self, request: Request) -> dict[str, Any]:
+    def __call__(self, request: Request) -> Reply | dict[str, Any]:
         last_text = "".join(p.get("text", "") for p in request.last_parts)
+        if last_text.startswith("stream "):
+            # "stream TAG CHUNKS INTERVAL": a text reply of CHUNKS chunks, INTERVAL s apart.
+            _, tag, chunks, interval = last_text.split()
+            n = int(chunks)
+            words = " ".join(f"w{i}" for i in range(n))
+            self.stream_started[tag] = time.perf_counter()
+            return Reply.streamed(text(words), pieces=n, interval=float(interval))
         if last_text.startswith("say "):
             return text(f"ok {last_text[4:]}")
         if request.function_responses():
@@ -603,7 +613,95 @@ def _markdown(results: dict[str, Any]) -> str:
             "workflow for all earlier messages.",
             "",
         ]
+    if "b5" in results:
+        b = results["b5"]
+        lat = b["first_text_ms"]
+        lines += [
+            f"## B5 streaming ({b['turns']} streamed turns; replies of chunks "
+            f"{b['chunk_interval_s'] * 1000:.0f} ms apart)",
+            "",
+            f"- first text event seen by the client after the model's first chunk left the model "
+            f"server: median {lat['median_ms']:.1f} ms, p90 {lat['p90_ms']:.1f} ms",
+            f"- the model activity publishes the text at most every {b['batch_seconds']} s, the "
+            "interval doubling after every 8 batches, and at most "
+            f"{b['max_batches']} batches a reply before its end: a reply adds at most "
+            f"{b['max_signals']} signals, whatever its number of chunks or its length",
+            "",
+            "| chunks in the reply | reply duration | history events, not streamed | streamed, one "
+            "follower | of which signals (text batches) | text events on the stream |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in b["rows"]:
+            lines.append(
+                f"| {r['chunks']} | {r['duration_s']} s | {r['events_plain']} | "
+                f"{r['events_streamed']} | {r['signals']} | {r['text_events']} |"
+            )
+        lines += [
+            "",
+            "History events are those the turn added to its conversation's history. A streamed "
+            "turn's extra events are the text signals and each delivery to the follower (an "
+            "update, accepted and completed, with the workflow task that serves it).",
+            "",
+        ]
     return "\n".join(lines)
+
+
+async def b5(bench: Bench, *, turns: int, sizes: list[int]) -> dict[str, Any]:
+    """Streaming: how soon text reaches a client, and what a streamed turn costs in history."""
+    interval = 0.02
+    run = uuid.uuid4().hex[:6]
+    latencies: list[float] = []
+    for i in range(turns):
+        tag = f"lat{run}{i}"
+        chat = await bench.agents.chat("benchAgent", chat_id=f"stream-{tag}")
+        first: float | None = None
+        async for ev in chat.send_stream(f"stream {tag} 20 {interval}"):
+            if ev.kind == "text" and first is None:
+                first = time.perf_counter()
+        assert first is not None
+        latencies.append(first - bench.model.stream_started[tag])
+    rows = []
+    for n in sizes:
+        counts = {}
+        for mode in ("plain", "streamed"):
+            tag = f"h{run}{mode}{n}"
+            chat = await bench.agents.chat("benchAgent", chat_id=f"stream-{tag}")
+            await chat.send("say hello")  # the conversation exists; count only the next turn
+            before, _ = await _history_counts(bench.client, chat.id)
+            prompt = f"stream {tag} {n} {interval}"
+            if mode == "plain":
+                await chat.send(prompt)
+                text_events = 0
+            else:
+                seen = [ev async for ev in chat.send_stream(prompt)]
+                text_events = sum(1 for ev in seen if ev.kind == "text")
+            hist = await bench.client.get_workflow_handle(chat.id).fetch_history()
+            after = len(hist.events)
+            signals = sum(
+                1
+                for e in hist.events[before:]
+                if e.event_type == 26  # EXECUTION_SIGNALED
+            )
+            counts[mode] = (after - before, signals, text_events)
+        rows.append(
+            {
+                "chunks": n,
+                "duration_s": round(n * interval, 2),
+                "events_plain": counts["plain"][0],
+                "events_streamed": counts["streamed"][0],
+                "signals": counts["streamed"][1],
+                "text_events": counts["streamed"][2],
+            }
+        )
+    return {
+        "turns": turns,
+        "chunk_interval_s": interval,
+        "batch_seconds": TEXT_BATCH_SECONDS,
+        "max_batches": MAX_TEXT_BATCHES,
+        "max_signals": MAX_TEXT_SIGNALS,
+        "first_text_ms": _summary(latencies),
+        "rows": rows,
+    }
 
 
 def _plot(results: dict[str, Any], out: Path) -> Path | None:
@@ -715,6 +813,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if "b3" in args.only:
                     log.info("B3: checkpoints %s", args.turns)
                     results["b3"] = await b3(bench, checkpoints=args.turns)
+                if "b5" in args.only:
+                    log.info(
+                        "B5: streaming, %d turns, replies of %s chunks", args.streams, args.chunks
+                    )
+                    results["b5"] = await b5(bench, turns=args.streams, sizes=args.chunks)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         (out / "results.md").write_text(_markdown(results) + "\n")
         if "b1" in results:
@@ -731,7 +834,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths.",
+        description=(
+            "B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths, B5 streaming."
+        ),
     )
     p.add_argument(
         "--quick", action="store_true", help="a few cycles: a smoke test, not a measurement"
@@ -746,12 +851,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, nargs="+", default=[10, 100, 1000])
     p.add_argument("--cache", type=int, default=1000, help="max cached workflows per worker")
     p.add_argument("--db-file", action="store_true", help="SQLite on disk instead of in memory")
-    p.add_argument("--only", nargs="+", default=["b1", "b4", "b2", "b3"])
+    p.add_argument("--streams", type=int, default=20, help="B5 streamed turns for latency")
+    p.add_argument("--chunks", type=int, nargs="+", default=[10, 100, 1000])
+    p.add_argument("--only", nargs="+", default=["b1", "b4", "b2", "b3", "b5"])
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     if args.quick:
         args.cycles, args.warmup, args.resumes, args.parked = 4, 1, 2, 20
         args.turns = [2, 5]
+        args.streams, args.chunks = 2, [10]
     return args
 
 

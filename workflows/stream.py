@@ -9,8 +9,10 @@ with no gap and no duplicate, as long as the conversation still keeps them.
 What it costs, and its bounds:
 
 - A publish from the workflow writes nothing to history (the log is rebuilt on replay). A publish
-  from the model activity is a signal: the activity batches text so that a reply adds at most
-  one signal per :data:`TEXT_BATCH_SECONDS` (see ``activities/runtime.py``).
+  from the model activity is a signal: the activity batches text, every
+  :data:`TEXT_BATCH_SECONDS` at first and less often as a reply goes on, so that a reply adds at
+  most :data:`MAX_TEXT_SIGNALS` signals however many chunks it comes in or however long it runs
+  (see ``activities/streaming.py``).
 - Each follower holds one of Temporal's ten in-flight updates while it waits (the library's
   long poll), and each delivery is an update: about two history events per follower per batch.
 - Items are at most :data:`MAX_ITEM_BYTES`: longer text is split over several ``text`` events;
@@ -64,7 +66,17 @@ MAX_PUBLISH_BYTES = 64 * KiB
 """The largest publish signal taken (the model activity sends one text event at a time)."""
 
 TEXT_BATCH_SECONDS = 0.25
-"""How often the model activity publishes the text it has received (at most)."""
+"""How often the model activity publishes the text it has received, at most, at first; the
+interval doubles after every :data:`TEXT_BATCHES_PER_STEP` batches."""
+
+TEXT_BATCHES_PER_STEP = 8
+
+MAX_TEXT_BATCHES = 32
+"""Batches one reply publishes before its end, at most; the rest comes when it is complete."""
+
+MAX_TEXT_SIGNALS = MAX_TEXT_BATCHES + 11
+"""Signals one reply adds to history, at most: its batches, and the rest of its text at the
+end (a reply is at most 512 KiB, three items of 16 KiB a signal: 11)."""
 
 KEEP_BYTES = 256 * KiB
 """What the log keeps in a run (the newest items); trimmed when a turn stops."""
