@@ -167,7 +167,11 @@ class AgentWorkflow:
                     # meanwhile is in the state carried.
                     self._stream.detach()
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    state = self._state_for_next_run() or state
+                    state = self._state_for_next_run()
+                    if state is None:
+                        self._stream.reattach()
+                        self._m.can_blocked = True
+                        continue
                 if state.dropped_messages > self._s.dropped_messages:
                     workflow.logger.warning(
                         "dropped the %d oldest messages to carry the conversation into a new run",

@@ -27,8 +27,8 @@ control character takes six bytes, ``\u0001``):
   130 bytes each, 127 KiB), the agent definition (:data:`MAX_SPEC_BYTES`, 64 KiB) and whatever
   older turns fit: 1.49 MiB at most, with the newest turn events (128 of at most 1 KiB each,
   ``workflows.events``) 1.62 MiB, under :data:`STATE_BUDGET` (1.625 MiB); older turns are
-  dropped first. Beside the state it carries the event stream's newest items, at most 192 KiB as
-  measured on the wire (``workflows.stream.CARRY_BYTES``): 1.81 MiB in all.
+  dropped first. Beside the state it carries the event stream's newest items, at most 64 KiB as
+  measured on the wire (``workflows.stream.CARRY_BYTES``): 1.69 MiB in all.
 - A model call's input is the messages the model has not seen: at most one tool message (a
   turn's worth) and one user message (256 KiB), 1.41 MiB; should it ever pass
   :data:`MODEL_INPUT_BUDGET`, the unseen responses are cut to placeholders.
@@ -36,7 +36,7 @@ control character takes six bytes, ``\u0001``):
   turn: 1 MiB in all, plus 16 KiB of metadata each and restart inputs equal to the model's
   arguments, 512 KiB in all), their results (:data:`UPDATE_RESULT_BUDGET`, 48 KiB; Temporal
   allows ten in flight, the stream's followers' polls among them, each cut to the same 48 KiB)
-  and one model call, tool calls or continue-as-new (1.81 MiB at most): 3.94 MiB, under
+  and one model call, tool calls or continue-as-new (1.69 MiB at most): 3.81 MiB, under
   Temporal's 4 MiB for one task.
 - Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB), with stated placeholders; the
   message history is read in pages.
