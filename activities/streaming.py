@@ -47,8 +47,8 @@ def chunk_text(chunk: dict[str, Any]) -> str:
 class TextPublisher:
     """Publishes one model call's text for turn ``turn``; use as an async context manager.
 
-    Publishing never fails the model call: a publish the server refuses is logged and dropped
-    (the turn's result still has the whole text).
+    Publishing never fails the model call: after a publish that does not get through, nothing
+    more is sent, and the workflow publishes what the stream lacks when the call completes.
     """
 
     def __init__(self, *, turn: int, interval: float = TEXT_BATCH_SECONDS) -> None:
@@ -65,6 +65,7 @@ class TextPublisher:
         self._timer: asyncio.TimerHandle | None = None
         self._sending: asyncio.Task[None] | None = None
         self._batches = 0
+        self._failed = False
         self.published = 0
 
     async def __aenter__(self) -> TextPublisher:
@@ -108,13 +109,16 @@ class TextPublisher:
             self._sending = asyncio.create_task(self._send())
 
     async def _send(self) -> None:
-        while self._queue:
+        while self._queue and not self._failed:
             batch, self._queue = self._queue[:3], self._queue[3:]
             for event in batch:
                 self._topic.publish(event)
             try:
                 await self._client.flush()
             except Exception:  # the stream is a view; the model call goes on
+                # Nothing more from here: a batch could grow past what the workflow takes, and
+                # text out of order is worse than text that arrives with the reply.
                 log.warning("could not publish the model's text on the stream", exc_info=True)
-                continue
+                self._failed = True
+                return
             self.published += len(batch)

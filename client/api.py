@@ -231,12 +231,19 @@ class Chat:
         """
         return TurnStream(
             self,
-            lambda: self._send(text, stream=True, worker_timeout=worker_timeout),
+            lambda accepted: self._send(
+                text, stream=True, worker_timeout=worker_timeout, on_accept=accepted
+            ),
             worker_timeout=worker_timeout,
         )
 
     async def _send(
-        self, text: str, *, stream: bool, worker_timeout: timedelta | None
+        self,
+        text: str,
+        *,
+        stream: bool,
+        worker_timeout: timedelta | None,
+        on_accept: asyncio.Event | None = None,
     ) -> TurnResult:
         # Checked here as well as in the workflow: the first send also starts the conversation,
         # and a message refused there would leave a new, empty conversation behind.
@@ -265,13 +272,13 @@ class Chat:
             static_summary=f"{self.agent} conversation",
         )
         try:
-            if worker_timeout is None:
+            if worker_timeout is None and on_accept is None:
                 return await self._client.temporal.execute_update_with_start_workflow(
                     AgentWorkflow.send,
                     SendInput(text=text, agent=self.agent, stream=stream),
                     start_workflow_operation=start,
                 )
-            deadline = asyncio.timeout(worker_timeout.total_seconds())
+            deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
             try:
                 async with deadline:
                     accepted = await self._client.temporal.start_update_with_start_workflow(
@@ -282,6 +289,8 @@ class Chat:
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
+            if on_accept is not None:
+                on_accept.set()
             return await accepted.result()
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
@@ -350,7 +359,9 @@ class Chat:
         raw = self._resume_raw(answers, respond, restart, identity, metadata, stream=True)
         return TurnStream(
             self,
-            lambda: self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout),
+            lambda accepted: self._update(
+                AgentWorkflow.resume, raw, worker_timeout=worker_timeout, on_accept=accepted
+            ),
             worker_timeout=worker_timeout,
         )
 
@@ -405,7 +416,9 @@ class Chat:
         Raises:
             EventsGone: the conversation no longer keeps the events after ``after``.
         """
-        return follow(self, from_offset=0 if after is None else after + 1)
+        if after is None:
+            return follow(self, from_offset=0, strict=False)
+        return follow(self, from_offset=after + 1)
 
     async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
         """The interrupts the conversation is paused on now (``[]`` if none, or if it is
@@ -511,14 +524,21 @@ class Chat:
             worker_timeout=worker_timeout,
         )
 
-    async def _update(self, update: Any, arg: Any, *, worker_timeout: timedelta | None) -> Any:
+    async def _update(
+        self,
+        update: Any,
+        arg: Any,
+        *,
+        worker_timeout: timedelta | None,
+        on_accept: asyncio.Event | None = None,
+    ) -> Any:
         try:
             args = () if arg is None else (arg,)
-            if worker_timeout is None:
+            if worker_timeout is None and on_accept is None:
                 return await self.handle.execute_update(update, *args)
             # Only acceptance is bounded: once a worker has taken the update, the turn it
             # continues may legitimately run for minutes of model and tool calls.
-            deadline = asyncio.timeout(worker_timeout.total_seconds())
+            deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
             try:
                 async with deadline:
                     accepted = await self.handle.start_update(
@@ -527,6 +547,8 @@ class Chat:
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 # The SDK turns the cancellation into its own error, hence both.
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
+            if on_accept is not None:
+                on_accept.set()
             return await accepted.result()
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None

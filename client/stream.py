@@ -55,17 +55,23 @@ class EventsGone(AgentError):
 
 
 async def follow(
-    chat: Chat, *, from_offset: int, starting: Callable[[], bool] = lambda: False
+    chat: Chat,
+    *,
+    from_offset: int,
+    strict: bool = True,
+    starting: Callable[[], bool] = lambda: False,
 ) -> AsyncGenerator[TurnEvent]:
     """Every event of ``chat`` from ``from_offset`` on, as it is published; never ends by itself
     while the conversation is open (after it closes, once the rest is read).
 
     Args:
+        strict: ``from_offset`` must still be kept (False: start from the oldest kept).
         starting: Whether the conversation is being started right now (its first send is on
             its way): until it exists, following waits instead of failing.
 
     Raises:
-        EventsGone: the stream no longer keeps ``from_offset``.
+        EventsGone: the stream no longer keeps ``from_offset`` (``strict``), or a follower fell
+            behind what it keeps (its oldest events go at a pause, and at continue-as-new).
     """
     stream = WorkflowStreamClient.create(chat.client.temporal, chat.id)
     while True:
@@ -82,15 +88,24 @@ async def follow(
         except StopAsyncIteration:
             return
         break
-    if first.offset > from_offset:
-        raise EventsGone(
-            f"chat {chat.id!r} no longer keeps events from offset {from_offset}: the oldest it "
-            f"keeps is {first.offset}; read from there (Chat.events(after={first.offset - 1}))",
-            first=first.offset,
-        )
+    if strict and first.offset > from_offset:
+        raise _gone(chat, from_offset, first.offset)
     yield first.data.model_copy(update={"offset": first.offset})
+    expected = first.offset + 1
     async for item in items:
+        if item.offset != expected:
+            # The library starts again from the oldest kept when an offset is gone: a gap.
+            raise _gone(chat, expected, item.offset)
+        expected += 1
         yield item.data.model_copy(update={"offset": item.offset})
+
+
+def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:
+    return EventsGone(
+        f"chat {chat.id!r} no longer keeps events from offset {wanted}: the oldest it keeps is "
+        f"{first}; read from there (Chat.events(after={first - 1}))",
+        first=first,
+    )
 
 
 async def next_offset(chat: Chat, *, worker_timeout: timedelta | None = None) -> int:
@@ -125,12 +140,14 @@ class TurnStream:
     def __init__(
         self,
         chat: Chat,
-        start: Callable[[], Awaitable[TurnResult]],
+        start: Callable[[asyncio.Event], Awaitable[TurnResult]],
         *,
         worker_timeout: timedelta | None = None,
     ) -> None:
         self._chat = chat
+        # Sends, sets the event once the conversation has accepted it, returns the result.
         self._start = start
+        self._accepted = asyncio.Event()
         self._worker_timeout = worker_timeout
         self._task: asyncio.Task[TurnResult] | None = None
         self._offset = 0
@@ -148,7 +165,7 @@ class TurnStream:
                 self._offset = await next_offset(self._chat, worker_timeout=self._worker_timeout)
 
                 async def start() -> TurnResult:
-                    return await self._start()
+                    return await self._start(self._accepted)
 
                 self._task = asyncio.create_task(start())
             return self._task
@@ -162,26 +179,40 @@ class TurnStream:
 
     async def _events(self) -> AsyncIterator[TurnEvent]:
         task = await self._begin()
+        # Nothing is shown until the conversation has taken what was sent: a refused send (a
+        # turn of someone else's running, a closed chat) raises, never shows another turn.
+        accepted = asyncio.ensure_future(self._accepted.wait())
+        await asyncio.wait({accepted, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not self._accepted.is_set():
+            accepted.cancel()
+            await task  # raises the refusal
+            return
         events = follow(self._chat, from_offset=self._offset, starting=lambda: not task.done())
         following: asyncio.Future[TurnEvent] | None = None
+        # Set once the send or resume has returned: where this turn's events end for now (a
+        # resume that leaves interrupts pending stops at once, with no turn_end).
+        end: int | None = None
+        last = self._offset - 1
         try:
             while True:
                 following = asyncio.ensure_future(events.__anext__())
                 await asyncio.wait({following, task}, return_when=asyncio.FIRST_COMPLETED)
-                if not following.done():
-                    refused = task.exception()
-                    if refused is not None:
-                        # Refused (a paused or closed chat, a bad answer): nothing will come.
-                        following.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                            await following
-                        raise refused
+                if not following.done() and end is None:
+                    task.result()  # raises what the send or resume raised
+                    end = await next_offset(self._chat, worker_timeout=self._worker_timeout)
+                    if end <= last + 1:
+                        return
+                    await asyncio.wait({following})
+                elif not following.done():
                     await asyncio.wait({following})
                 event = following.result()
+                last = event.offset
                 yield event
-                if event.kind == "turn_end":
+                if event.kind == "turn_end" or (end is not None and event.offset >= end - 1):
                     return
         except StopAsyncIteration:
+            # The conversation closed: what the send or resume made of it.
+            await task
             return
         finally:
             if following is not None and not following.done():

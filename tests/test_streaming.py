@@ -227,3 +227,62 @@ async def _first(events, n: int):
             n -= 1
             if n == 0:
                 return
+
+
+async def test_a_resume_stream_that_leaves_interrupts_pending_ends_with_its_answer(
+    run_worker, model
+):
+    model.reply(calls(("approve", {"question": "a"}, "c1"), ("approve", {"question": "b"}, "c2")))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        first = await chat.send("two questions")
+        one, two = first.interrupts
+        turn = chat.resume_stream(answers=[one.approve()], identity="ann")
+        async with asyncio.timeout(20):
+            events = [ev async for ev in turn]
+        result = await turn.result()
+    assert [(ev.kind, ev.ref) for ev in events] == [("answer", "c1")]
+    assert result.finish_reason == FinishReason.INTERRUPTED
+    assert [i.ref for i in result.interrupts] == [two.ref]
+
+
+async def test_events_without_an_offset_start_from_the_oldest_kept(run_worker, model):
+    big = "x" * 60_000
+    model.reply(*[text(big) for _ in range(6)])
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        for i in range(6):
+            await chat.send(f"m{i}")
+        kept = [ev async for ev in _first(chat.events(), 3)]
+    assert kept[0].offset > 0  # the oldest went when the stream passed its bound
+    assert [ev.offset for ev in kept] == list(range(kept[0].offset, kept[0].offset + 3))
+
+
+async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_through(
+    run_worker, model
+):
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+    from workflows.stream import MAX_FOLLOWERS
+
+    model.reply(text("one"), text("two"))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        await chat.send("hi")
+
+        async def follower() -> None:
+            stream = WorkflowStreamClient.create(agents.temporal, chat.id)
+            async for _ in stream.subscribe(["events"], from_offset=100, result_type=TurnEvent):
+                pass
+
+        waiting = [asyncio.create_task(follower()) for _ in range(MAX_FOLLOWERS)]
+        await asyncio.sleep(1.0)  # they are waiting now, each holding an update
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await asyncio.wait_for(follower(), 20)
+        assert "followers waiting already" in str(refused.value.cause)
+        res = await chat.send("again")  # the conversation's own updates still get through
+        assert res.text == "two"
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)

@@ -16,7 +16,7 @@ from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttribut
 from tests.agents import assistant
 from workflows import audit, config, events, operator_view, stream
 from workflows.interrupts import InterruptBook, ResumeError
-from workflows.limits import MAX_IDENTITY_BYTES, json_size
+from workflows.limits import MAX_IDENTITY_BYTES, json_size, stored_size
 from workflows.payloads import claimed_identity, fit, only_argument, payload_json
 from workflows.types import (
     AnswerRecord,
@@ -491,3 +491,12 @@ def test_only_text_events_are_taken_from_outside_the_workflow():
     assert stream._text_event(wire({"kind": "text", "text": ""})) is None
     assert stream._text_event(wire({"kind": "text", "text": "x" * 20_000})) is None
     assert stream._text_event("not base64 at all") is None
+
+
+def test_text_pieces_are_as_long_as_the_limit_allows():
+    pieces = events.split_text("a" * 100_000, 16_000)
+    assert "".join(pieces) == "a" * 100_000
+    assert [stored_size(p) for p in pieces] == [16_000] * 6 + [4_000]
+    wide = events.split_text("é\u0001" * 10_000, 16_000)  # 2 and 6 bytes as stored
+    assert "".join(wide) == "é\u0001" * 10_000
+    assert all(15_992 <= stored_size(p) <= 16_000 for p in wide[:-1])

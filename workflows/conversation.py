@@ -375,7 +375,9 @@ class AgentWorkflow:
             elif name == "send":
                 self._send_signal(payload)
             elif name == PUBLISH_SIGNAL:
-                self._stream.accept_publish(payload, streaming=self._m.streaming())
+                self._m.streamed_text += self._stream.accept_publish(
+                    payload, streaming=self._m.streaming()
+                )
                 self._s.events_total = self._stream.next_offset
             else:
                 raise ResumeError(

@@ -141,16 +141,21 @@ def for_stream(event: TurnEvent, *, limit: int) -> list[TurnEvent]:
 
 
 def split_text(text: str, limit: int) -> list[str]:
-    """``text`` in consecutive pieces of at most ``limit`` bytes each as stored."""
+    """``text`` in consecutive pieces of at most ``limit`` bytes each as stored, each as long as
+    that allows."""
     pieces: list[str] = []
-    step = max(1, limit // 6)  # a character takes at most six bytes as stored (\u0001)
     start = 0
     while start < len(text):
-        end = min(len(text), start + max(step, limit // 2))
-        while end - start > 1 and stored_size(text[start:end]) > limit:
-            end = start + max(1, (end - start) // 2)
-        pieces.append(text[start:end])
-        start = end
+        # The longest piece that fits: a character takes one to six bytes as stored (\u0001).
+        lo, hi = start + 1, min(len(text), start + limit)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if stored_size(text[start:mid]) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append(text[start:lo])
+        start = lo
     return pieces
 
 

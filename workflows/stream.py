@@ -44,6 +44,7 @@ from temporalio.contrib.workflow_streams import (
     WorkflowStream,
     WorkflowStreamState,
 )
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter, ValidationError
@@ -62,8 +63,14 @@ POLL_UPDATE = "__temporal_workflow_stream_poll"
 MAX_ITEM_BYTES = 16 * KiB
 """The largest turn event on the stream, as JSON."""
 
-MAX_PUBLISH_BYTES = 64 * KiB
-"""The largest publish signal taken (the model activity sends one text event at a time)."""
+MAX_PUBLISH_BYTES = 96 * KiB
+"""The largest publish signal taken (the model activity sends at most three text events of
+16 KiB in one: 64 KiB in base64, and the envelope)."""
+
+MAX_FOLLOWERS = 4
+"""Followers waiting at once. Each holds one of the ten updates Temporal lets a workflow have in
+flight, and one that went away holds its slot until the next event: the rest stay free for
+send, resume, cancel and close."""
 
 TEXT_BATCH_SECONDS = 0.25
 """How often the model activity publishes the text it has received, at most, at first; the
@@ -117,7 +124,7 @@ class ConversationStream:
         # The library's publish signal goes to the workflow's raw signal handler instead (see
         # accept_publish), and its poll update through poll() below.
         workflow.set_signal_handler(PUBLISH_SIGNAL, None)
-        workflow.set_update_handler(POLL_UPDATE, self.poll, validator=self._stream._validate_poll)
+        workflow.set_update_handler(POLL_UPDATE, self.poll, validator=self._validate_poll)
 
     @property
     def next_offset(self) -> int:
@@ -131,10 +138,10 @@ class ConversationStream:
             self._topic.publish(item)
         return first
 
-    def accept_publish(self, payload: RawValue, *, streaming: bool) -> int:
+    def accept_publish(self, payload: RawValue, *, streaming: bool) -> str:
         """Take a publish signal: the model activity's text, while a model call streams.
 
-        Returns how many items it added (0 for a duplicate batch).
+        Returns the text it added ("" for a duplicate batch).
 
         Raises:
             ResumeError: anything else, in words for the rejection log.
@@ -148,15 +155,27 @@ class ConversationStream:
             raise ResumeError(f"malformed stream publish: {pydantic_reason(e)}") from None
         if not streaming:
             raise ResumeError("nothing is streaming: only a model call in progress publishes")
+        texts = []
         for entry in publish.items:
             if entry.topic != TOPIC:
                 raise ResumeError(f"unknown stream topic {entry.topic[:40]!r}")
             event = _text_event(entry.data)
             if event is None:
                 raise ResumeError("only the model's text is published from outside the workflow")
+            texts.append(event.text or "")
         before = self.next_offset
         self._stream._on_publish(publish)
-        return self.next_offset - before
+        return "".join(texts) if self.next_offset > before else ""
+
+    def _validate_poll(self, payload: PollInput) -> None:
+        self._stream._validate_poll(payload)
+        if self.polls >= MAX_FOLLOWERS:
+            raise ApplicationError(
+                f"this conversation has {MAX_FOLLOWERS} followers waiting already; stop one, "
+                "or read by query (the stream's poll query) instead",
+                type="TooManyFollowers",
+                non_retryable=True,
+            )
 
     async def poll(self, payload: PollInput) -> PollResult:
         """The library's long poll, its result cut to :data:`POLL_BUDGET`."""

@@ -115,6 +115,9 @@ class TurnMachine:
         self.cancel: CancelInput | None = None
         # Set when this run's state proved too large to carry over; cleared when a turn ends.
         self.can_blocked = False
+        # The text the model activity published on the stream during the model call under
+        # way (the workflow publishes whatever of the reply did not get there).
+        self.streamed_text = ""
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -133,6 +136,8 @@ class TurnMachine:
         offset = None
         if publish and self._publish_event is not None:
             offset = self._publish_event(event.model_copy(update={"turn": number, "at": at}))
+        elif self.s.events_total:
+            offset = self.s.events_total - 1  # the last item on the stream, published already
         stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
         audit.apply(self.s, stamped, strict=self.rules.durable)
         return stamped
@@ -316,6 +321,7 @@ class TurnMachine:
         seen = min(self.s.model_seen, len(messages))
         if self.rules.durable:
             self._fit_unseen(seen)
+        self.streamed_text = ""
         try:
             result = await workflow.execute_activity(
                 config.MODEL_ACTIVITY,
@@ -363,8 +369,16 @@ class TurnMachine:
         self._append(result.message)
         self.s.model_seen = len(self.s.messages)
         text = result.message.text()
+        streamed, self.streamed_text = self.streamed_text, ""
         if text:
-            self.emit(events.text(text), publish=not result.streamed)
+            # What the stream lacks of the reply: all of it when nothing streamed; the rest when
+            # a publish did not get through; all of it again after a retried call streamed
+            # text of its own (the turn's result has the reply that counted).
+            rest = text[len(streamed) :] if text.startswith(streamed) else text
+            if rest:
+                self.emit(events.text(rest))
+            else:
+                self.emit(events.text(text), publish=False)
         return result.message
 
     def _fit_unseen(self, seen: int) -> None:
