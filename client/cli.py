@@ -548,6 +548,7 @@ def show(
             last_turn=status.last_turn,
             rejections_total=status.rejections,
             recent_rejections=rejections,
+            recent_answers=status.recent_answers,
         )
         if as_json:
             print_json(view)

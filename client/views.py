@@ -23,6 +23,7 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 from workflows.details import shell_word, visible
 from workflows.types import (
     AgentStatus,
+    AnswerRecord,
     FinishReason,
     InterruptRequest,
     JsonObject,
@@ -71,6 +72,8 @@ class ShowOutput(BaseModel):
     last_turn: TurnResult | None = None
     rejections_total: int = 0
     recent_rejections: list[Rejection] = []
+    # The newest answers on record: what was decided, by whom, by which path.
+    recent_answers: list[AnswerRecord] = []
 
 
 class ResumeOutput(BaseModel):
@@ -329,6 +332,20 @@ def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> Non
     elif lt is not None and lt.text:
         said = visible(lt.text, multiline=True)
         out.print(Text.assemble(f"Last turn {lt.turn} (paused) so far: ", said))
+    if view.recent_answers:
+        table = Table(title="Recent decisions", title_justify="left")
+        for column in ("AT", "TOOL", "REF", "DECISION", "BY", "VIA"):
+            table.add_column(column, no_wrap=True)
+        for a in view.recent_answers[-10:]:
+            table.add_row(
+                f"{a.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+                Text(visible(a.name)),
+                Text(visible(a.ref)),
+                a.decision or a.kind,
+                Text(visible(a.identity or "-")),
+                a.via,
+            )
+        out.print(table)
     if view.recent_rejections:
         table = Table(
             title=f"Recent rejected answers ({view.rejections_total} in all)",

@@ -630,3 +630,47 @@ async def test_agentctl_chat_streams_text_as_it_arrives(run_worker, model, clien
     # The first words were on the terminal while the model was still producing the rest.
     assert last - first >= 1.0, transcript
     assert transcript.count("alpha") == 1, transcript  # streamed, not printed again at the end
+
+
+async def test_every_answer_is_on_record_with_what_it_decided(run_worker, model, client):
+    """approve, deny, answer and cancel: the audit log, `agentctl show` and the UI's details
+    say what each answer decided, who gave it and by which path."""
+    agent = t.ops_agent()
+    tq = queue()
+    model.reply(
+        calls(
+            ("approve", {"question": "ship?"}, "q1"),
+            ("charge", {"amount": 7}, "c1"),
+            ("lookup", {"key": "k"}, "l1"),
+        ),
+        text("done"),
+    )
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("go")
+        by_ref = {i.ref: i for i in res.interrupts}
+        assert set(by_ref) == {"q1", "c1", "l1"}
+        await chat.resume(answers=[by_ref["q1"].approve()], identity="ann")  # by update
+        await client.get_workflow_handle(chat.id).signal(  # a denial by signal
+            "resume",
+            {"respond": [by_ref["c1"].deny("too much").model_dump()], "identity": "bob"},
+        )
+        await eventually(chat.pending, lambda p: [i.ref for i in p] == ["l1"])
+        done = await chat.resume(answers=[by_ref["l1"].approve()], identity="cy")
+        assert done.finish_reason == FinishReason.STOP
+        hist = await chat.history()
+        shown = (await agentctl(client, "show", chat.id, "--json", task_queue=tq)).json()
+        details = await current_details(client, chat.id)
+    decided = [(a.ref, a.decision, a.identity, a.via) for a in hist.answers]
+    assert decided == [
+        ("q1", "approved", "ann", "update"),
+        ("c1", "denied", "bob", "signal"),
+        ("l1", "approved", "cy", "update"),
+    ]
+    assert hist.answers[1].output == {"error": "denied by the user", "reason": "too much"}
+    assert all(a.identity_verified is False for a in hist.answers)
+    assert [(a["ref"], a["decision"]) for a in shown["recent_answers"]] == [
+        (r, d) for r, d, _, _ in decided
+    ]
+    assert "### Recent decisions" in details
+    assert "**denied** by `bob` (signal)" in details

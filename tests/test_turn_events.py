@@ -283,6 +283,7 @@ def test_the_answer_log_is_the_fold_of_answer_events_only():
             via="update",
             identity="carol",
             metadata={"t": 1},
+            decision="answered",
         )
     ]
 
@@ -500,3 +501,47 @@ def test_text_pieces_are_as_long_as_the_limit_allows():
     wide = events.split_text("é\u0001" * 10_000, 16_000)  # 2 and 6 bytes as stored
     assert "".join(wide) == "é\u0001" * 10_000
     assert all(15_992 <= stored_size(p) <= 16_000 for p in wide[:-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions on record.
+
+
+@pytest.mark.parametrize(
+    ("source", "kind", "metadata", "output", "decided"),
+    [
+        ("approval", "restart", {"tool_approved": True}, None, "approved"),
+        ("tool", "restart", {"tool_approved": True}, None, "approved"),
+        ("approval", "restart", {}, None, "answered"),  # it asks again
+        ("interrupt", "restart", {"tool_approved": True}, None, "answered"),
+        ("approval", "respond", None, {"error": "denied by the user"}, "denied"),
+        ("tool", "respond", None, {"anything": 1}, "denied"),  # the tool does not run
+        ("interrupt", "respond", None, {"approved": True}, "approved"),
+        ("interrupt", "respond", None, {"approved": False, "feedback": "no"}, "denied"),
+        ("interrupt", "respond", None, {"priority": "urgent"}, "answered"),
+        ("interrupt", "deadline", None, {"approved": False}, "expired"),
+        ("approval", "cancel", None, None, "cancelled"),
+    ],
+)
+def test_what_each_answer_decided(source, kind, metadata, output, decided):
+    call = CallState(ref="r", name="t", source=source, answer_metadata=metadata)
+    assert events.decision(call, kind=kind, output=output) == decided
+
+
+def test_the_audit_record_keeps_the_decision_and_the_output_or_its_digest():
+    state = ConversationState(agent="a")
+    call = CallState(ref="r1", name="approve", source="interrupt")
+    small = events.answer(call, kind="respond", via="signal", output={"approved": False})
+    big = events.answer(call, kind="respond", via="update", output={"reason": "x" * 5000})
+    for event in (small, big):
+        audit.apply(state, events.record(state, event, turn=1, at=NOW), strict=True)
+    first, second = state.answers
+    assert (first.decision, first.output, first.identity_verified) == (
+        "denied",
+        {"approved": False},
+        False,
+    )
+    assert second.decision == "answered"
+    assert second.output is not None and "sha256" in second.output
+    assert state.events[-1].answer is not None
+    assert state.events[-1].answer.decision == "answered"  # kept in the stored form too

@@ -43,6 +43,9 @@ def apply(state: ConversationState, event: TurnEvent, *, strict: bool) -> None:
     if strict and metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
         # Kept as what identifies it: the record is copied for every answer of a resume.
         metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
+    output = event.output if answer.kind in ("respond", "deadline") else None
+    if output is not None and json_size(output) > MAX_AUDIT_METADATA_BYTES:
+        output = omitted(output, why="output over 4 KiB; its digest is kept")
     state.answers.append(
         AnswerRecord(
             at=event.at,
@@ -52,6 +55,8 @@ def apply(state: ConversationState, event: TurnEvent, *, strict: bool) -> None:
             via=answer.via,
             identity=answer.identity,
             metadata=metadata,
+            decision=answer.decision,
+            output=output,
         )
     )
     if strict:

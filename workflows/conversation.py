@@ -501,6 +501,7 @@ class AgentWorkflow:
             last_turn=self._m.last_result(),
             rejections=self._s.rejections_total,
             carried_bytes=json_size(carried) if carried is not None else None,
+            recent_answers=self._s.answers[-10:],
         )
         return fit(result, QUERY_BUDGET)
 

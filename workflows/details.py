@@ -29,6 +29,7 @@ from workflows.types import (
     TOOL_APPROVED,
     AgentSpec,
     AgentStatus,
+    AnswerRecord,
     CallState,
     JsonObject,
     Rejection,
@@ -287,9 +288,10 @@ def render_details(
     last_turn: TurnResult | None,
     rejections: Sequence[Rejection],
     rejections_total: int,
+    answers: Sequence[AnswerRecord] = (),
 ) -> str:
     """The Markdown of the UI's current details: what the conversation waits on and how to
-    answer it, how the last turn ended, and what was refused lately."""
+    answer it, how the last turn ended, what was decided and what was refused lately."""
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
     for call in pending[:MAX_INTERRUPTS_IN_DETAILS]:
         tool = spec.tool(call.name) if spec else None
@@ -318,6 +320,14 @@ def render_details(
         if last_turn.error:
             error = f"{last_turn.error.status}: {last_turn.error.message}"
             lines.append(f"- error: {code(truncate(error, 300))}")
+    if answers:
+        lines += ["", "### Recent decisions"]
+        for a in answers[-5:]:
+            who = a.identity or "unknown"
+            lines.append(
+                f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}): "
+                f"**{a.decision or a.kind}** by {code(truncate(who, 80))} ({a.via})"
+            )
     if rejections:
         lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]
         for r in rejections[-5:]:

@@ -22,10 +22,13 @@ from datetime import datetime
 
 from workflows.limits import KiB, cut_stored, json_size, shrink, stored_size
 from workflows.types import (
+    APPROVED,
+    TOOL_APPROVED,
     AnswerKind,
     AnswerVia,
     CallState,
     ConversationState,
+    Decision,
     ErrorInfo,
     InterruptRequest,
     JsonObject,
@@ -79,8 +82,36 @@ def answer(
         ref=call.ref,
         input=call.args,
         output=output,
-        answer=TurnAnswer(kind=kind, via=via, identity=identity, metadata=metadata),
+        answer=TurnAnswer(
+            kind=kind,
+            via=via,
+            identity=identity,
+            metadata=metadata,
+            decision=decision(call, kind=kind, output=output),
+        ),
     )
+
+
+def decision(call: CallState, *, kind: AnswerKind, output: JsonObject | None) -> Decision:
+    """What an answer decided.
+
+    A deadline expires the call and a cancel cancels it. A restart with ``tool_approved``
+    approves a gated or conditional tool. A respond whose output says ``approved: true/false``
+    is that; any other respond to a gated or conditional tool denies it (the tool does not
+    run). Anything else (a respond to an interrupt-only question, a restart that asks again) is
+    an answer.
+    """
+    if kind == "deadline":
+        return "expired"
+    if kind == "cancel":
+        return "cancelled"
+    if kind == "restart":
+        approved = (call.answer_metadata or {}).get(TOOL_APPROVED) is True
+        return "approved" if approved and call.source != "interrupt" else "answered"
+    said = (output or {}).get(APPROVED)
+    if isinstance(said, bool):
+        return "approved" if said else "denied"
+    return "denied" if call.source != "interrupt" else "answered"
 
 
 def tool_response(call: CallState) -> TurnEvent:
@@ -192,7 +223,9 @@ def stored(event: TurnEvent) -> TurnEvent:
     answer = event.answer
     if answer is not None:
         identity = cut_stored(answer.identity, 300) if answer.identity is not None else None
-        answer = TurnAnswer(kind=answer.kind, via=answer.via, identity=identity)
+        answer = TurnAnswer(
+            kind=answer.kind, via=answer.via, identity=identity, decision=answer.decision
+        )
     result = event.result
     return TurnEvent(
         offset=event.offset,

@@ -101,6 +101,7 @@ def project(
             last_turn=state.last_turn,
             rejections=state.rejections,
             rejections_total=state.rejections_total,
+            answers=state.answers,
         ),
     )
 

@@ -334,6 +334,8 @@ EventKind = Literal["text", "tool_request", "interrupt", "tool_response", "answe
 
 AnswerKind = Literal["respond", "restart", "cancel", "deadline"]
 AnswerVia = Literal["update", "signal", "deadline", "cancel"]
+Decision = Literal["approved", "denied", "answered", "expired", "cancelled"]
+"""What an answer decided, as the audit log records it (see ``workflows.events.decision``)."""
 
 
 class AnswerRecord(_Wire):
@@ -346,6 +348,12 @@ class AnswerRecord(_Wire):
     via: AnswerVia
     identity: str | None = None
     metadata: JsonObject | None = None
+    # What was decided (None in records written before decisions were recorded), whether the
+    # identity was verified (not yet: it is what the caller asserts), and the answer's output
+    # (a respond's or a deadline's; its size and digest above 4 KiB).
+    decision: Decision | None = None
+    identity_verified: bool = False
+    output: JsonObject | None = None
 
 
 class TurnAnswer(_Wire):
@@ -356,6 +364,7 @@ class TurnAnswer(_Wire):
     identity: str | None = None
     # The resume's own metadata (audit data); left out of the events a conversation keeps.
     metadata: JsonObject | None = None
+    decision: Decision | None = None
 
 
 class TurnEvent(_Wire):
@@ -413,6 +422,8 @@ class StatusResult(_Wire):
     rejections: int = 0
     # The bytes continue-as-new would carry now (always under the state budget).
     carried_bytes: int | None = None
+    # The newest answers on record (``Chat.history()`` has the whole log the run keeps).
+    recent_answers: list[AnswerRecord] = Field(default_factory=list)
 
 
 class HistoryInput(_Wire):
