@@ -590,7 +590,12 @@ async def test_agentctl_events_follows_a_chat_answered_by_a_cli_signal(run_worke
     assert kinds[: kinds.index("turn_end")] == ["tool_request", "interrupt"]
     after = seen[kinds.index("turn_end") + 1 :]
     assert [e["kind"] for e in after] == ["answer", "tool_response", "text", "turn_end"]
-    assert after[0]["answer"] == {"kind": "respond", "via": "signal", "identity": "script"}
+    assert after[0]["answer"] == {
+        "kind": "respond",
+        "via": "signal",
+        "identity": "script",
+        "decision": "approved",
+    }
     assert after[2]["text"] == "shipped by signal"
 
 
