@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
+from workflows.agent import check_approvers
 from workflows.limits import MAX_ON_TIMEOUT_BYTES, json_size
 from workflows.types import JsonObject, RetrySpec, Status, ToolSpec
 
@@ -105,6 +106,7 @@ class Tool(Generic[M]):
     retry: RetryPolicy | None = None
     on_timeout: JsonObject | None = None
     idempotent: bool = False
+    approvers: tuple[str, ...] = ()
 
     @property
     def interrupt_only(self) -> bool:
@@ -128,6 +130,7 @@ class Tool(Generic[M]):
             on_timeout=self.on_timeout,
             retry=_retry_spec(self.retry) if self.retry else None,
             idempotent=self.idempotent,
+            approvers=list(self.approvers),
         )
 
     async def invoke(self, args: M, ctx: ToolContext) -> Any:
@@ -236,6 +239,7 @@ def interrupt(
     output: type[BaseModel] | None = None,
     timeout: timedelta | None = None,
     on_timeout: JsonObject | BaseModel | None = None,
+    approvers: Sequence[str] = (),
 ) -> Tool[M]:
     """Declare an interrupt-only tool: calling it always pauses for a human.
 
@@ -246,7 +250,14 @@ def interrupt(
         output: What the human answers with; a respond that does not fit it is rejected.
         timeout: How long a human has before ``on_timeout`` answers for them.
         on_timeout: The output given when the deadline passes.
+        approvers: The identities that may answer (empty: anyone who can answer). An answer
+            from anyone else is rejected like any bad resume (and recorded, by signal).
+
+    Raises:
+        ValueError: ``on_timeout`` without ``timeout``, too large, or not an ``output``; an
+            approver that is not a plain identity, or a ``group:`` (not supported yet).
     """
+    check_approvers(approvers, what=f"interrupt {name!r}")
     if on_timeout is not None and timeout is None:
         raise ValueError(f"interrupt {name!r}: on_timeout needs a timeout")
     if isinstance(on_timeout, BaseModel):
@@ -267,6 +278,7 @@ def interrupt(
         fn=None,
         timeout=timeout,
         on_timeout=on_timeout,
+        approvers=tuple(approvers),
     )
 
 

@@ -15,7 +15,15 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-from workflows.limits import MAX_ON_TIMEOUT_BYTES, MAX_SPEC_BYTES, human_size, json_size
+from workflows.limits import (
+    MAX_IDENTITY_BYTES,
+    MAX_ON_TIMEOUT_BYTES,
+    MAX_SPEC_BYTES,
+    Refused,
+    check_label,
+    human_size,
+    json_size,
+)
 from workflows.types import AgentSpec, ApprovalSpec, JsonObject, ToolSpec
 
 
@@ -44,10 +52,38 @@ class ToolApproval:
     with resumed metadata ``{"tool_approved": true}`` runs the tool; a restart without it pauses
     again on the same ref; a respond supplies the output without running the tool.
     Interrupt-only tools are not gated: they pause anyway.
+
+    ``approvers``: the identities that may answer a call the gate paused (empty: anyone who can
+    answer). An answer from anyone else is rejected like any bad resume.
     """
 
     _: KW_ONLY
     allow: Sequence[str] = ()
+    approvers: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        check_approvers(self.approvers, what="ToolApproval")
+
+
+def check_approvers(approvers: Sequence[str], *, what: str) -> None:
+    """Refuse, at declaration, an approver list no answer could ever satisfy.
+
+    Raises:
+        ValueError: an approver is not a one-line identity of at most 256 bytes, or names a
+            group: groups need verified identity, which this release does not have yet.
+    """
+    if isinstance(approvers, str):
+        raise ValueError(f"{what}: approvers is a list of identities, not one string")
+    for approver in approvers:
+        try:
+            check_label(approver, what="approver", limit=MAX_IDENTITY_BYTES)
+        except Refused as e:
+            raise ValueError(f"{what}: {e.reason}") from None
+        if approver.startswith("group:"):
+            raise ValueError(
+                f"{what}: {approver!r} is a group; groups need verified identity, which this "
+                "release does not have yet: list the identities"
+            )
 
 
 @dataclass(frozen=True)
@@ -114,7 +150,15 @@ class Agent:
         for m in self.middleware:
             if isinstance(m, ToolApproval):
                 allow = list(m.allow) if approval is None else [*approval.allow, *m.allow]
-                approval = ApprovalSpec(allow=allow)
+                approvers = (
+                    list(m.approvers)
+                    if approval is None
+                    else [
+                        *approval.approvers,
+                        *m.approvers,
+                    ]
+                )
+                approval = ApprovalSpec(allow=allow, approvers=approvers)
         spec = AgentSpec(
             name=self.name,
             model=self.model.removeprefix("googleai/"),

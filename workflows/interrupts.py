@@ -294,6 +294,14 @@ class InterruptBook:
                 raise ResumeError(self._not_pending(ref, pending))
             if call.name != name:
                 raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
+        for kind, name, ref in entries:
+            allowed = self.approvers(pending[ref])
+            if allowed and resume.identity not in allowed:
+                who = repr(resume.identity) if resume.identity else "an answer with no identity"
+                raise ResumeError(
+                    f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
+                    f"{who} may not ({kind})"
+                )
         for r in resume.restart:
             call = pending[r.ref]
             changed = r.input is not None and (
@@ -327,6 +335,16 @@ class InterruptBook:
                     f"{human_size(max(room, 0))} more (a turn holds at most "
                     f"{human_size(TURN_BUDGET)}): answer with less, or cancel the turn"
                 )
+
+    def approvers(self, call: CallState) -> list[str]:
+        """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
+        the tool's own for an interrupt-only tool."""
+        if self.spec is None:
+            return []
+        if call.source == "approval":
+            return self.spec.approval.approvers if self.spec.approval else []
+        tool = self.spec.tool(call.name)
+        return tool.approvers if tool is not None and call.source == "interrupt" else []
 
     def _not_pending(self, ref: str, pending: dict[str, CallState]) -> str:
         answered = {c.ref for c in self.calls if c.status != "pending"}

@@ -98,10 +98,14 @@ class ToolSpec(_Wire):
     on_timeout: JsonObject | None = None
     # Safe to run twice: an approved run may then be retried like any other.
     idempotent: bool = False
+    # For interrupt-only tools: the identities that may answer (empty: anyone).
+    approvers: list[str] = Field(default_factory=list)
 
 
 class ApprovalSpec(_Wire):
     allow: list[str] = Field(default_factory=list)
+    # The identities that may answer a call the gate paused (empty: anyone).
+    approvers: list[str] = Field(default_factory=list)
 
 
 class AgentSpec(_Wire):
