@@ -158,7 +158,6 @@ class AgentActivities:
             finish_reason=finish,
             usage=usage,
             spec=spec if input.spec_digest != spec.digest else None,
-            streamed=input.stream and input.turn is not None,
         )
 
     @activity.defn(name=TOOL_ACTIVITY)

@@ -601,8 +601,6 @@ class ModelResult(_Wire):
     finish_reason: str | None = None
     usage: ModelUsage | None = None
     spec: AgentSpec | None = None
-    # The reply's text was published on the stream already (the workflow does not again).
-    streamed: bool = False
 
 
 class ToolInput(_Wire):
