@@ -26,9 +26,9 @@ from client.api import CONNECT_TIMEOUT
 from examples import ALL_AGENTS, shell_agent
 from examples.demo import closing_lines
 from tests.helpers import fake_dev_server
-from tests.test_worker_process import bare_environ
+from tests.test_worker_process import bare_environ, free_port
 from worker.__main__ import load_agents, parse_args, wants_dev_server
-from worker.devserver import RecordedServer, port_open, recorded_dev_server
+from worker.devserver import RecordedServer, recorded_dev_server
 
 # Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s. The margin is
 # for a loaded machine: the point is giving up before the SDK would, not how fast.
@@ -169,20 +169,24 @@ def test_the_dev_server_is_only_for_the_default_address():
 
 @pytest.mark.parametrize("configured_by", ["TEMPORAL_ADDRESS", "profile"])
 def test_a_configured_address_with_nothing_there_starts_no_server(tmp_path, configured_by):
-    """`TEMPORAL_ADDRESS=localhost:7233 make run` is someone else's server: when it is down, the
-    worker says so and exits 1 instead of standing in for it."""
-    if port_open(7233):
-        pytest.skip("something listens on port 7233; this test needs it free")
+    """`TEMPORAL_ADDRESS=localhost:PORT make run` is someone else's server: when it is down, the
+    worker says so and exits 1 instead of standing in for it.
+
+    The address is a port nobody listens on (7233 may be taken by the developer's own server);
+    that the dev server's own address counts as configured too is
+    test_the_dev_server_is_only_for_the_default_address.
+    """
+    address = f"localhost:{free_port()}"
     if configured_by == "profile":
         profiles = tmp_path / "temporal.toml"
-        profiles.write_text('[profile.default]\naddress = "localhost:7233"\n')
+        profiles.write_text(f'[profile.default]\naddress = "{address}"\n')
         environ = bare_environ(tmp_path, TEMPORAL_CONFIG_FILE=str(profiles))
     else:
-        environ = bare_environ(tmp_path, TEMPORAL_ADDRESS="localhost:7233")
+        environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=address)
     worker = run("-m", "worker", "--dev-server", env=environ, cwd=tmp_path, timeout=30)
     output = worker.stdout + worker.stderr
     assert worker.returncode == 1, output
-    assert "cannot connect to Temporal at localhost:7233" in output
+    assert f"cannot connect to Temporal at {address}" in output
     assert "dev server" not in output
     assert not (tmp_path / ".temporal").exists()
 
