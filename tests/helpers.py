@@ -83,6 +83,24 @@ async def temporal_cli(client: Client, *args: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode(errors="replace")
 
 
+async def cli_signal(
+    client: Client, workflow_id: str, name: str, json_input: str
+) -> tuple[int, str]:
+    """``temporal workflow signal --workflow-id ID --name NAME --input JSON``, as a script sends
+    it; the exit code and what the CLI printed."""
+    return await temporal_cli(
+        client,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        name,
+        "--input",
+        json_input,
+    )
+
+
 async def current_details(client: Client, workflow_id: str) -> str:
     """The markdown the Temporal UI shows as the workflow's current details."""
     from temporalio.api.sdk.v1 import WorkflowMetadata

@@ -26,6 +26,7 @@ from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import (
     assert_no_workflow_task_failed,
+    cli_signal,
     current_details,
     events_of,
     eventually,
@@ -146,17 +147,7 @@ async def test_cli_signal_barrage_is_recorded_and_harmless(run_worker, model, cl
             ],
             "identity": "ops@example.com",
         }
-        code, out = await temporal_cli(
-            client,
-            "workflow",
-            "signal",
-            "--workflow-id",
-            chat.id,
-            "--name",
-            "resume",
-            "--input",
-            json.dumps(good),
-        )
+        code, out = await cli_signal(client, chat.id, "resume", json.dumps(good))
         assert code == 0, out
         done = await chat.last_turn()
         assert done is not None and done.finish_reason == FinishReason.STOP
@@ -283,17 +274,7 @@ async def test_send_signal_starts_a_turn_for_scripts(run_worker, model, client):
     async with run_worker() as agents:
         chat = await agents.chat("assistant")
         await chat.send("create the chat")
-        code, out = await temporal_cli(
-            client,
-            "workflow",
-            "signal",
-            "--workflow-id",
-            chat.id,
-            "--name",
-            "send",
-            "--input",
-            json.dumps({"text": "ping"}),
-        )
+        code, out = await cli_signal(client, chat.id, "send", json.dumps({"text": "ping"}))
         assert code == 0, out
         res = await eventually(chat.status, lambda s: s.turns == 2 and s.status == "idle")
     assert res.last_turn is not None and res.last_turn.text == "hello from a script"

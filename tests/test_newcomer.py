@@ -25,6 +25,23 @@ from worker.standin import GeminiStandIn
 ROOT = Path(__file__).parent.parent
 
 
+async def run_demo(
+    environ: dict[str, str], *, cwd: Path, stdin: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m examples.demo`` as a newcomer runs it, without blocking the worker's loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "examples.demo"],
+        input=stdin,
+        cwd=cwd,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize(
     ("stdin", "expected", "approved"),
     [
@@ -39,17 +56,7 @@ async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, 
     # The queue `make run` would serve; a test's own, so no other test's worker takes its tasks.
     queue = f"tq-demo-{uuid.uuid4()}"
     environ["AGENT_TASK_QUEUE"] = queue
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "examples.demo"],
-        input=stdin,
-        cwd=tmp_path,
-        env={**environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = await run_demo(environ, cwd=tmp_path, stdin=stdin)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "offline stand-in model" in out
@@ -375,17 +382,7 @@ async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
     environ = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
     environ["TEMPORAL_ADDRESS"] = address = server_address(env.client)
     environ["AGENT_TASK_QUEUE"] = f"tq-demo-{uuid.uuid4()}"
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "examples.demo"],
-        input="n\n",
-        cwd=tmp_path,
-        env={**environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = await run_demo(environ, cwd=tmp_path, stdin="n\n")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Using the Temporal server at {address} (TEMPORAL_ADDRESS)." in proc.stdout
     assert f"The Temporal server at {address} was already running and is left alone:" in proc.stdout

@@ -34,6 +34,7 @@ from temporalio.client import Client
 from client import AgentClient, FinishReason, NoWorkerAnswered
 from tests import agents as t
 from tests.helpers import (
+    cli_signal,
     current_details,
     events_of,
     eventually,
@@ -94,6 +95,16 @@ async def ids(client: Client, query: str) -> set[str]:
 
 def default_identity() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def agentctl_in_a_terminal(env: dict[str, str], *args: str) -> tuple[pexpect.spawn, io.StringIO]:
+    """``agentctl ARGS`` under a pseudo-terminal, and what it printed so far (for failures)."""
+    transcript = io.StringIO()
+    child = pexpect.spawn(
+        str(AGENTCTL), list(args), env=env, encoding="utf-8", dimensions=(40, 160), timeout=30
+    )
+    child.logfile_read = transcript
+    return child, transcript
 
 
 def queue() -> str:
@@ -160,17 +171,7 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
         )
         assert command is not None, details
         assert command[1] == c.id
-        code, out = await temporal_cli(
-            client,
-            "workflow",
-            "signal",
-            "--workflow-id",
-            c.id,
-            "--name",
-            "resume",
-            "--input",
-            command[2],
-        )
+        code, out = await cli_signal(client, c.id, "resume", command[2])
         assert code == 0, out
         await eventually(c.status, lambda s: s.status == "idle")
         # Activities are labelled for the UI. The model's name is known from the first model
@@ -489,16 +490,9 @@ async def test_agentctl_chat_in_a_terminal(run_worker, model, client):
     env = agentctl_env(client, tq)
 
     def drive() -> tuple[int | None, str]:
-        transcript = io.StringIO()
-        child = pexpect.spawn(
-            str(AGENTCTL),
-            ["chat", agent.name, "--id", chat_id, "--identity", "pty-user"],
-            env=env,
-            encoding="utf-8",
-            dimensions=(40, 160),
-            timeout=30,
+        child, transcript = agentctl_in_a_terminal(
+            env, "chat", agent.name, "--id", chat_id, "--identity", "pty-user"
         )
-        child.logfile_read = transcript
         try:
             child.expect("you>")
             child.sendline("please ship it")
@@ -569,17 +563,7 @@ async def test_agentctl_events_follows_a_chat_answered_by_a_cli_signal(run_worke
                 "identity": "script",
             }
         )
-        code, out = await temporal_cli(
-            client,
-            "workflow",
-            "signal",
-            "--workflow-id",
-            chat.id,
-            "--name",
-            "resume",
-            "--input",
-            answer,
-        )
+        code, out = await cli_signal(client, chat.id, "resume", answer)
         assert code == 0, out
         await read_until("turn_end", "stop")
         await chat.close("done")
@@ -606,16 +590,9 @@ async def test_agentctl_chat_streams_text_as_it_arrives(run_worker, model, clien
     env = agentctl_env(client, tq)
 
     def drive() -> tuple[float, float, str]:
-        transcript = io.StringIO()
-        child = pexpect.spawn(
-            str(AGENTCTL),
-            ["chat", agent.name, "--identity", "pty-user"],
-            env=env,
-            encoding="utf-8",
-            dimensions=(40, 160),
-            timeout=30,
+        child, transcript = agentctl_in_a_terminal(
+            env, "chat", agent.name, "--identity", "pty-user"
         )
-        child.logfile_read = transcript
         try:
             child.expect("you>")
             child.sendline("stream please")

@@ -258,15 +258,20 @@ def test_the_worker_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_s
     assert not (tmp_path / ".temporal").exists()
 
 
-def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
-    began = time.monotonic()
-    demo = run(
+def demo_against(tmp_path: Path, address: str) -> subprocess.CompletedProcess[str]:
+    """``python -m examples.demo`` with TEMPORAL_ADDRESS set, answering its prompt."""
+    return run(
         "-m",
         "examples.demo",
-        env=bare_environ(tmp_path, TEMPORAL_ADDRESS=silent_server),
+        env=bare_environ(tmp_path, TEMPORAL_ADDRESS=address),
         cwd=tmp_path,
         stdin="y\n",
     )
+
+
+def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
+    began = time.monotonic()
+    demo = demo_against(tmp_path, silent_server)
     took = time.monotonic() - began
     assert demo.returncode == 1, demo.stdout + demo.stderr
     (line,) = demo.stderr.splitlines()
@@ -279,13 +284,7 @@ def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_ser
 
 
 def test_the_demo_names_a_server_that_is_not_temporal(tmp_path, http_server):
-    demo = run(
-        "-m",
-        "examples.demo",
-        env=bare_environ(tmp_path, TEMPORAL_ADDRESS=http_server),
-        cwd=tmp_path,
-        stdin="y\n",
-    )
+    demo = demo_against(tmp_path, http_server)
     assert demo.returncode == 1, demo.stdout + demo.stderr
     (line,) = demo.stderr.splitlines()
     assert line.startswith(f"Cannot run the demo: cannot connect to Temporal at {http_server}: ")
