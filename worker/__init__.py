@@ -36,6 +36,7 @@ PASSTHROUGH = (
     "workflows.types",
     "workflows.interrupts",
     "workflows.config",
+    "workflows.identity",
     "pydantic",
     "pydantic_core",
     "jsonschema",
@@ -43,6 +44,12 @@ PASSTHROUGH = (
     "rpds",
     "attrs",
     "annotated_types",
+    # Identity tokens (workflows.identity) need both. Re-imported in the sandbox, cryptography's
+    # native module fails to load a second time, and PyJWT fails to import (its JWKS client
+    # subclasses urllib.request's handlers) and reads datetime.now() in every decode, even with
+    # its time checks off; passed through, that read is harmless (its value goes unused).
+    "jwt",
+    "cryptography",
 )
 
 

@@ -15,6 +15,7 @@ The kit an agent author's tests need, and the one this project's own tests use:
 - :func:`hosted`: a worker hosting your agents with a scripted model on a fresh task queue, and
   the :class:`~client.AgentClient` that talks to it.
 - :func:`tool_runs`: how many times each tool ran in a conversation, read from its history.
+- :class:`TokenIssuer`: a stand-in identity provider, for agents that verify who answers.
 
 Nothing here touches the network beyond the dev server on loopback.
 """
@@ -22,15 +23,21 @@ Nothing here touches the network beyond the dev server on loopback.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 import google.genai as genai
 import httpx2
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from google.genai import types as gt
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -46,7 +53,7 @@ from worker.standin import Answer, Reply, Request, Responder, Script, answer, ca
 from workflows import Agent
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.details import example_value
-from workflows.types import ToolInput
+from workflows.types import ToolInput, TrustSpec
 
 # Never resolved: requests go to the transport, not to a host.
 BASE_URL = "http://scripted-model.invalid"
@@ -269,11 +276,132 @@ async def tool_runs(chat: Chat) -> Counter[str]:
         run_id = previous
 
 
+class TokenIssuer:
+    """A stand-in identity provider: a fresh key pair that mints identity tokens (JWTs).
+
+    For agents that verify who answers (a trusted issuer): give the agent :meth:`trust_spec`
+    (or :meth:`jwks`), and send answers with a token from :meth:`mint`.
+
+    Args:
+        alg: The signature algorithm, and so the key type: ``"RS256"`` (RSA 2048),
+            ``"ES256"`` (EC P-256) or ``"EdDSA"`` (Ed25519).
+        issuer: The tokens' ``iss``.
+        audience: The tokens' ``aud``.
+        kid: The key id in the JWK Set and the tokens' header; ``None`` makes one from the key.
+
+    Two issuers given the same ``kid`` have different keys: a token from one is a forgery to
+    the other. ``private_key`` signs, for a test that builds a token by hand.
+    """
+
+    def __init__(
+        self,
+        alg: Literal["RS256", "ES256", "EdDSA"] = "RS256",
+        *,
+        issuer: str = "https://idp.test",
+        audience: str = "agents",
+        kid: str | None = None,
+    ) -> None:
+        self.alg = alg
+        self.issuer = issuer
+        self.audience = audience
+        self.private_key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+        if alg == "RS256":
+            self.private_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        elif alg == "ES256":
+            self.private_key = ec.generate_private_key(ec.SECP256R1())
+        elif alg == "EdDSA":
+            self.private_key = ed25519.Ed25519PrivateKey.generate()
+        else:
+            raise ValueError(f"TokenIssuer signs with RS256, ES256 or EdDSA, not {alg!r}")
+        public = self.private_key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        self.kid = kid if kid is not None else hashlib.sha256(public).hexdigest()[:16]
+
+    def jwk(self) -> dict[str, Any]:
+        """The public key as a JWK, with its ``kid``, ``alg`` and ``use``."""
+        public = self.private_key.public_key()
+        if isinstance(public, rsa.RSAPublicKey):
+            jwk = RSAAlgorithm.to_jwk(public, as_dict=True)
+        elif isinstance(public, ec.EllipticCurvePublicKey):
+            jwk = ECAlgorithm.to_jwk(public, as_dict=True)
+        else:
+            jwk = OKPAlgorithm.to_jwk(public, as_dict=True)
+        return {**jwk, "kid": self.kid, "alg": self.alg, "use": "sig"}
+
+    def jwks(self) -> dict[str, Any]:
+        """The public JWK Set holding this issuer's one key: what an agent trusts."""
+        return {"keys": [self.jwk()]}
+
+    def trust_spec(
+        self, *, groups_claim: str = "groups", leeway_seconds: float = 60.0
+    ) -> TrustSpec:
+        """The trusted issuer, as data, that accepts this issuer's tokens."""
+        return TrustSpec(
+            issuer=self.issuer,
+            audience=self.audience,
+            jwks=self.jwks(),
+            groups_claim=groups_claim,
+            leeway_seconds=leeway_seconds,
+        )
+
+    def mint(
+        self,
+        identity: str,
+        *,
+        groups: Sequence[str] = (),
+        expires_in: timedelta = timedelta(minutes=10),
+        issued_at: datetime | None = None,
+        not_before: datetime | None = None,
+        claim: str = "email",
+        audience: str | Sequence[str] | None = None,
+        issuer: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """A signed token naming ``identity``.
+
+        Args:
+            identity: Put in ``claim``. With ``claim="email"`` the token also has a ``sub``
+                (an opaque id made from ``identity``), as real ones do.
+            groups: The ``groups`` claim, when not empty.
+            expires_in: ``exp`` is ``issued_at`` plus this (negative: already expired).
+            issued_at: ``iat`` (aware); the real current time by default.
+            not_before: ``nbf`` (aware), when given.
+            claim: The claim that names the holder (``"email"`` or ``"sub"``).
+            audience: ``aud`` instead of the issuer's audience (a list is allowed).
+            issuer: ``iss`` instead of the issuer's own.
+            extra: More claims, applied last; a claim set to ``None`` is left out (to make a
+                token without ``exp``, say).
+        """
+        issued = issued_at if issued_at is not None else datetime.now(UTC)
+        aud = self.audience if audience is None else audience
+        claims: dict[str, Any] = {
+            "iss": self.issuer if issuer is None else issuer,
+            "aud": aud if isinstance(aud, str) else list(aud),
+            "iat": int(issued.timestamp()),
+            "exp": int((issued + expires_in).timestamp()),
+        }
+        if not_before is not None:
+            claims["nbf"] = int(not_before.timestamp())
+        if claim == "email":
+            claims["sub"] = "user-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+        claims[claim] = identity
+        if groups:
+            claims["groups"] = list(groups)
+        for name, value in (extra or {}).items():
+            if value is None:
+                claims.pop(name, None)
+            else:
+                claims[name] = value
+        return jwt.encode(claims, self.private_key, algorithm=self.alg, headers={"kid": self.kid})
+
+
 __all__ = [
     "BASE_URL",
     "Reply",
     "Request",
     "ScriptedModel",
+    "TokenIssuer",
     "call_every_tool",
     "calls",
     "dev_server",
