@@ -90,7 +90,10 @@ class AgentActivities:
         if len(self._agents) != len(agents):
             raise ValueError("two agents share a name")
         self._tools: dict[str, dict[str, Tool[Any]]] = {
-            a.name: {t.name: _as_tool(t, agent=a.name) for t in a.tools} for a in agents
+            # The notifying tools of reminders and escalations run here too; the model is
+            # not offered them (they are not in the agent's spec).
+            a.name: {t.name: _as_tool(t, agent=a.name) for t in [*a.notify_tools(), *a.tools]}
+            for a in agents
         }
         self._gemini = gemini
         self._conversations = ConversationCache(max_chats=conversation_cache)
@@ -186,6 +189,7 @@ class AgentActivities:
             # Conversations scheduled before the key existed get one per call.
             idempotency_key=input.idempotency_key
             or hashlib.sha256(f"{input.chat_id}\0{input.ref}".encode()).hexdigest()[:32],
+            original_input=input.original_args,
         )
         try:
             async with _heartbeating(5.0):

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
-from workflows.agent import check_approvers
+from workflows.agent import Escalate, OnTimeout, Remind, check_approvers, timeout_policy
 from workflows.limits import MAX_ON_TIMEOUT_BYTES, json_size
 from workflows.types import JsonObject, RetrySpec, Status, ToolSpec
 
@@ -77,6 +77,8 @@ class ToolContext:
     resumed: bool = False
     resumed_metadata: JsonObject = field(default_factory=dict)
     idempotency_key: str = ""
+    # The model's input when a human edited the call (the tool gets the edited one), else None.
+    original_input: JsonObject | None = None
 
     def resumed_as(self, model: type[M]) -> M:
         """The resume metadata parsed into ``model`` (like Genkit Go's typed ``Resume``)."""
@@ -104,9 +106,18 @@ class Tool(Generic[M]):
     takes_ctx: bool = False
     timeout: timedelta | None = None
     retry: RetryPolicy | None = None
-    on_timeout: JsonObject | None = None
+    on_timeout: OnTimeout | None = None
     idempotent: bool = False
     approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    editable: bool = False
+    reminders: tuple[Remind, ...] = ()
+
+    @property
+    def deadline_policies(self) -> tuple[object, ...]:
+        """The reminders and escalation of this interrupt's deadline (for the worker, which
+        registers the tools they run)."""
+        return (self.on_timeout, *self.reminders)
 
     @property
     def interrupt_only(self) -> bool:
@@ -114,6 +125,7 @@ class Tool(Generic[M]):
 
     def spec(self) -> ToolSpec:
         is_interrupt = self.interrupt_only
+        on_timeout, cancel, escalate = timeout_policy(self.on_timeout, what=f"tool {self.name!r}")
         return ToolSpec(
             name=self.name,
             description=self.description,
@@ -127,10 +139,15 @@ class Tool(Generic[M]):
             deadline_seconds=(
                 self.timeout.total_seconds() if self.timeout and is_interrupt else None
             ),
-            on_timeout=self.on_timeout,
+            on_timeout=on_timeout,
             retry=_retry_spec(self.retry) if self.retry else None,
             idempotent=self.idempotent,
             approvers=list(self.approvers),
+            quorum=self.quorum,
+            editable=self.editable,
+            timeout_cancel=cancel,
+            escalate=escalate,
+            reminders=[r.spec() for r in self.reminders],
         )
 
     async def invoke(self, args: M, ctx: ToolContext) -> Any:
@@ -188,6 +205,7 @@ def tool(
     timeout: timedelta | None = None,
     retry: RetryPolicy | None = None,
     idempotent: bool = False,
+    editable: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any] | Any]], Tool[Any]]:
     """Declare a tool from a typed function.
 
@@ -205,6 +223,10 @@ def tool(
             approved (a restart) gets a single attempt unless the tool says this or gives its
             own ``retry``: one approval, one run. A run cut short is reported to the model as
             "may have taken effect", never silently repeated.
+        editable: A human answering an interrupt on this tool may change its input (a
+            restart with ``input=``): the tool runs with the edited input,
+            ``ctx.original_input`` has the model's, and the approval gate decides again.
+            Other tools refuse a changed input.
     """
 
     if retry is not None:
@@ -226,6 +248,7 @@ def tool(
             timeout=timeout,
             retry=retry,
             idempotent=idempotent,
+            editable=editable,
         )
 
     return decorate
@@ -238,8 +261,11 @@ def interrupt(
     input: type[M],  # the public keyword from the design
     output: type[BaseModel] | None = None,
     timeout: timedelta | None = None,
-    on_timeout: JsonObject | BaseModel | None = None,
+    on_timeout: OnTimeout | BaseModel | None = None,
     approvers: Sequence[str] = (),
+    quorum: int = 1,
+    reminders: Sequence[Remind] = (),
+    editable: bool = False,
 ) -> Tool[M]:
     """Declare an interrupt-only tool: calling it always pauses for a human.
 
@@ -249,23 +275,32 @@ def interrupt(
         input: What the model supplies (shown to the human).
         output: What the human answers with; a respond that does not fit it is rejected.
         timeout: How long a human has before ``on_timeout`` answers for them.
-        on_timeout: The output given when the deadline passes.
-        approvers: The identities that may answer (empty: anyone who can answer). An answer
-            from anyone else is rejected like any bad resume (and recorded, by signal).
+        on_timeout: What the deadline does: the output to answer with, ``"cancel"`` (the
+            turn is cancelled), or ``Escalate(notify=TOOL, extend=..., then=...)``.
+        approvers: The identities, or ``group:NAME`` (with verified identity only), that may
+            answer (empty: anyone who can answer). An answer from anyone else is rejected
+            like any bad resume (and recorded, by signal).
+        quorum: Approvals from this many distinct approvers settle a call; one denial
+            settles it as denied.
+        reminders: ``Remind(notify=TOOL, before=...)`` s ahead of the deadline.
+        editable: A restart may change the input (shown to the human again).
 
     Raises:
-        ValueError: ``on_timeout`` without ``timeout``, too large, or not an ``output``; an
-            approver that is not a plain identity, or a ``group:`` (not supported yet).
+        ValueError: ``on_timeout`` or ``reminders`` without ``timeout``; an ``on_timeout``
+            too large or not an ``output``; an approver that is not a plain identity; a
+            quorum the approvers can never meet.
     """
-    check_approvers(approvers, what=f"interrupt {name!r}")
-    if on_timeout is not None and timeout is None:
-        raise ValueError(f"interrupt {name!r}: on_timeout needs a timeout")
+    check_approvers(approvers, what=f"interrupt {name!r}", quorum=quorum)
+    if (on_timeout is not None or reminders) and timeout is None:
+        raise ValueError(f"interrupt {name!r}: on_timeout and reminders need a timeout")
     if isinstance(on_timeout, BaseModel):
         on_timeout = on_timeout.model_dump(mode="json")
-    if on_timeout is not None and output is not None:
+    escalate = on_timeout if isinstance(on_timeout, Escalate) else None
+    answer = escalate.then if escalate is not None else on_timeout
+    if isinstance(answer, dict) and output is not None:
         # Fail at declaration, not weeks later when the deadline passes.
-        output.model_validate(on_timeout)
-    if on_timeout is not None and json_size(on_timeout) > MAX_ON_TIMEOUT_BYTES:
+        output.model_validate(answer)
+    if isinstance(on_timeout, dict) and json_size(on_timeout) > MAX_ON_TIMEOUT_BYTES:
         raise ValueError(
             f"interrupt {name!r}: on_timeout is {json_size(on_timeout)} bytes of JSON; the "
             f"limit is {MAX_ON_TIMEOUT_BYTES} (it answers every interrupt that times out)"
@@ -279,6 +314,9 @@ def interrupt(
         timeout=timeout,
         on_timeout=on_timeout,
         approvers=tuple(approvers),
+        quorum=quorum,
+        reminders=tuple(reminders),
+        editable=editable,
     )
 
 

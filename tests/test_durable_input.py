@@ -57,6 +57,7 @@ from worker import build_worker
 from worker.devserver import DISPATCH_FLAG
 from worker.devserver import temporal_cli as temporal_cli_path
 from worker.standin import Reply, calls, text
+from workflows.compat import GOVERNANCE_PATCH
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.conversation import DURABLE_INPUT_PATCH
 from workflows.limits import (
@@ -986,7 +987,7 @@ async def test_random_maximum_size_inputs_never_break_a_conversation(early_serve
 def _before_the_rules(patch: Any) -> bool:
     """The SDK's patch activation callback: a new run behaves as runs begun before the
     durable-input marker existed (it asks for, and records, only the turn-edges marker)."""
-    return patch.patch_id != DURABLE_INPUT_PATCH
+    return patch.patch_id not in (DURABLE_INPUT_PATCH, GOVERNANCE_PATCH)
 
 
 async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(client, model):

@@ -73,8 +73,15 @@ async def test_the_gate_has_its_own_approvers(run_worker, model):
 
 
 def test_approver_lists_that_no_answer_could_satisfy_are_refused_when_declared():
-    with pytest.raises(ValueError, match="groups need verified identity"):
-        interrupt("x", "x", input=t.Ask, approvers=["group:treasury"])
+    grouped = interrupt("x", "x", input=t.Ask, approvers=["group:treasury"])
+    with pytest.raises(ValueError, match="only be checked against a verified identity"):
+        Agent("a", tools=[grouped])
+    with pytest.raises(ValueError, match="only be checked against a verified identity"):
+        Agent("a", middleware=[ToolApproval(approvers=["group:ops"])])
+    with pytest.raises(ValueError, match="quorum of 3 from 2 approvers can never be met"):
+        ToolApproval(approvers=["a@x", "b@x"], quorum=3)
+    with pytest.raises(ValueError, match="quorum must be a whole number"):
+        interrupt("x", "x", input=t.Ask, quorum=0)
     with pytest.raises(ValueError, match="a list of identities, not one string"):
         ToolApproval(approvers="ops@example.com")
     with pytest.raises(ValueError, match="approver"):

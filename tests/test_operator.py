@@ -157,7 +157,14 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
         assert desc.typed_search_attributes.get(PENDING_INTERRUPTS) == ["approve", "charge"]
         assert desc.typed_search_attributes.get(INTERRUPTED_SINCE) == rb.interrupts[0].since
         assert (await desc.memo())["pending"] == [
-            {"name": i.name, "ref": i.ref, "input": json.dumps(i.input)} for i in rb.interrupts
+            {
+                "name": i.name,
+                "ref": i.ref,
+                "input": json.dumps(i.input),
+                "source": i.source,
+                "since": i.since.isoformat() if i.since else None,
+            }
+            for i in rb.interrupts
         ]
         assert await desc.static_summary() == f"{agent.name} conversation"
 
@@ -578,6 +585,7 @@ async def test_agentctl_events_follows_a_chat_answered_by_a_cli_signal(run_worke
         "kind": "respond",
         "via": "signal",
         "identity": "script",
+        "identity_verified": False,
         "decision": "approved",
     }
     assert after[2]["text"] == "shipped by signal"

@@ -13,8 +13,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from workflows.identity import check_trust
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_ON_TIMEOUT_BYTES,
@@ -24,7 +25,15 @@ from workflows.limits import (
     human_size,
     json_size,
 )
-from workflows.types import AgentSpec, ApprovalSpec, JsonObject, ToolSpec
+from workflows.types import (
+    AgentSpec,
+    ApprovalSpec,
+    EscalateSpec,
+    JsonObject,
+    ReminderSpec,
+    ToolSpec,
+    TrustSpec,
+)
 
 
 class ToolDeclaration(Protocol):
@@ -60,17 +69,21 @@ class ToolApproval:
     _: KW_ONLY
     allow: Sequence[str] = ()
     approvers: Sequence[str] = ()
+    quorum: int = 1
 
     def __post_init__(self) -> None:
-        check_approvers(self.approvers, what="ToolApproval")
+        check_approvers(self.approvers, what="ToolApproval", quorum=self.quorum)
 
 
-def check_approvers(approvers: Sequence[str], *, what: str) -> None:
-    """Refuse, at declaration, an approver list no answer could ever satisfy.
+def check_approvers(approvers: Sequence[str], *, what: str, quorum: int = 1) -> None:
+    """Refuse, at declaration, an approver list or quorum no answer could ever satisfy.
+
+    ``group:NAME`` entries are checked by the agent, which knows whether it verifies identity
+    (groups come only from a verified token).
 
     Raises:
-        ValueError: an approver is not a one-line identity of at most 256 bytes, or names a
-            group: groups need verified identity, which this release does not have yet.
+        ValueError: an approver is not a one-line identity of at most 256 bytes; the quorum is
+            below 1, or above the number of people an identity-only list names.
     """
     if isinstance(approvers, str):
         raise ValueError(f"{what}: approvers is a list of identities, not one string")
@@ -79,11 +92,125 @@ def check_approvers(approvers: Sequence[str], *, what: str) -> None:
             check_label(approver, what="approver", limit=MAX_IDENTITY_BYTES)
         except Refused as e:
             raise ValueError(f"{what}: {e.reason}") from None
-        if approver.startswith("group:"):
-            raise ValueError(
-                f"{what}: {approver!r} is a group; groups need verified identity, which this "
-                "release does not have yet: list the identities"
-            )
+        if approver.startswith("group:") and not approver.removeprefix("group:"):
+            raise ValueError(f"{what}: 'group:' needs a group name")
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        raise ValueError(f"{what}: quorum must be a whole number of at least 1")
+    people = set(approvers)
+    only_people = people and not any(a.startswith("group:") for a in people)
+    if quorum > 1 and only_people and quorum > len(people):
+        raise ValueError(
+            f"{what}: a quorum of {quorum} from {len(people)} approvers can never be met"
+        )
+
+
+@dataclass(frozen=True)
+class TrustedIssuer:
+    """Verified identity: answers carry a JWT from this issuer, checked in the workflow.
+
+    Each resume then needs ``identity_token``; the answer's identity is the token's ``email``
+    (or ``sub``) and its groups come from ``groups_claim``, for ``group:NAME`` approvers. The
+    keys are data in the agent's definition, recorded in history with it, so the check is
+    deterministic (expiry is checked against ``workflow.now()``). RS256, ES256 and EdDSA keys
+    (and RS384/512, PS256, ES384) are accepted; never a shared secret.
+
+    Args:
+        issuer: The ``iss`` tokens must have.
+        audience: The ``aud`` tokens must have: give approvals an audience of their own, so
+            no token meant for another service answers here.
+        jwks: The issuer's public keys as a JWK Set (``{"keys": [...]}``), as its
+            ``jwks_uri`` serves it. Include the next key before the issuer rotates to it: a
+            conversation checks tokens against the keys its definition had at its last model
+            call.
+        groups_claim: The claim that lists the holder's groups.
+        leeway: Clock skew allowed on ``exp`` and ``nbf``.
+    """
+
+    _: KW_ONLY
+    issuer: str
+    audience: str
+    jwks: JsonObject
+    groups_claim: str = "groups"
+    leeway: timedelta = timedelta(seconds=60)
+
+    def spec(self) -> TrustSpec:
+        return TrustSpec(
+            issuer=self.issuer,
+            audience=self.audience,
+            jwks=self.jwks,
+            groups_claim=self.groups_claim,
+            leeway_seconds=self.leeway.total_seconds(),
+        )
+
+    def __post_init__(self) -> None:
+        check_trust(self.spec())
+
+
+@dataclass(frozen=True)
+class Remind:
+    """A reminder before an interrupt's deadline: ``notify`` (a tool taking a ``Notice``) runs
+    ``before`` the deadline."""
+
+    _: KW_ONLY
+    notify: ToolDeclaration
+    before: timedelta
+
+    def spec(self) -> ReminderSpec:
+        if self.before <= timedelta(0):
+            raise ValueError("Remind: before must be a positive time")
+        return ReminderSpec(notify=self.notify.name, before_seconds=self.before.total_seconds())
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """A deadline that escalates: ``notify`` (a tool taking a ``Notice``) runs, the deadline
+    is extended once by ``extend``, and when that passes too, ``then`` applies: a default
+    output (None: the timed-out answer) or ``"cancel"``."""
+
+    _: KW_ONLY
+    notify: ToolDeclaration
+    extend: timedelta
+    then: JsonObject | Literal["cancel"] | None = None
+
+    def spec(self) -> EscalateSpec:
+        if self.extend <= timedelta(0):
+            raise ValueError("Escalate: extend must be a positive time")
+        cancel = self.then == "cancel"
+        then = dict(self.then) if isinstance(self.then, dict) else None
+        if then is not None and json_size(then) > MAX_ON_TIMEOUT_BYTES:
+            raise ValueError(f"Escalate: then is more than {MAX_ON_TIMEOUT_BYTES} bytes of JSON")
+        return EscalateSpec(
+            notify=self.notify.name,
+            extend_seconds=self.extend.total_seconds(),
+            then=then,
+            then_cancel=cancel,
+        )
+
+
+OnTimeout = JsonObject | Literal["cancel"] | Escalate
+"""What a deadline does: answer with this output, ``"cancel"`` the turn, or ``Escalate``."""
+
+
+def timeout_policy(
+    on_timeout: OnTimeout | None, *, what: str
+) -> tuple[JsonObject | None, bool, EscalateSpec | None]:
+    """``on_timeout`` as spec data: the default output, whether it cancels, the escalation."""
+    if isinstance(on_timeout, Escalate):
+        return None, False, on_timeout.spec()
+    if on_timeout == "cancel":
+        return None, True, None
+    if isinstance(on_timeout, str):
+        raise ValueError(f"{what}: on_timeout is an output, 'cancel' or Escalate(...)")
+    return on_timeout, False, None
+
+
+def notify_tools(*policies: object) -> list[ToolDeclaration]:
+    """The notifying tools named by reminders and escalations (the worker registers them)."""
+    found: list[ToolDeclaration] = []
+    for p in policies:
+        if isinstance(p, Escalate | Remind) and all(t is not p.notify for t in found):
+            found.append(p.notify)
+    return found
 
 
 @dataclass(frozen=True)
@@ -99,7 +226,12 @@ class Agent:
         middleware: Policies such as :class:`ToolApproval`.
         max_turns: The most model calls one user turn may make before it ends ``max_turns``.
         interrupt_timeout: A deadline for every interrupt that has none of its own.
-        on_interrupt_timeout: The output an interrupt gets when that deadline passes.
+        on_interrupt_timeout: What that deadline does: an output to answer with,
+            ``"cancel"`` (the turn is cancelled) or :class:`Escalate`.
+        interrupt_reminders: :class:`Remind` s before that deadline.
+        trust: Verify who answers (:class:`TrustedIssuer`); without it, identity is what the
+            caller asserts, and the trust boundary is whoever holds Temporal credentials
+            for the namespace.
     """
 
     name: str
@@ -110,7 +242,9 @@ class Agent:
     middleware: Sequence[ToolApproval] = ()
     max_turns: int = DEFAULT_MAX_TURNS
     interrupt_timeout: timedelta | None = None
-    on_interrupt_timeout: JsonObject | None = None
+    on_interrupt_timeout: OnTimeout | None = None
+    interrupt_reminders: Sequence[Remind] = ()
+    trust: TrustedIssuer | None = None
     _spec: AgentSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -122,11 +256,20 @@ class Agent:
             raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        timeout_answer = self.on_interrupt_timeout
+        timeout_answer, _, _ = timeout_policy(
+            self.on_interrupt_timeout, what=f"agent {self.name!r}"
+        )
         if timeout_answer is not None and json_size(timeout_answer) > MAX_ON_TIMEOUT_BYTES:
             raise ValueError(
                 f"agent {self.name!r}: on_interrupt_timeout is more than "
                 f"{MAX_ON_TIMEOUT_BYTES} bytes of JSON (it answers every interrupt that times out)"
+            )
+        if (self.on_interrupt_timeout is not None or self.interrupt_reminders) and (
+            self.interrupt_timeout is None
+        ):
+            raise ValueError(
+                f"agent {self.name!r}: on_interrupt_timeout and interrupt_reminders need an "
+                "interrupt_timeout"
             )
         # Built once: the spec is what the worker hands the workflow, and its digest lets the
         # model activity skip re-sending an unchanged definition.
@@ -139,13 +282,50 @@ class Agent:
                 f"agent {self.name!r}: its definition (system prompt and tool schemas) is "
                 f"{human_size(size)}; the limit is {human_size(MAX_SPEC_BYTES)}"
             )
+        self._check_governance(spec)
         object.__setattr__(self, "_spec", spec)
+
+    def _check_governance(self, spec: AgentSpec) -> None:
+        """Refuse, at import, group approvers without verified identity and notifying tools
+        that clash with the model's tools."""
+        lists = [t.approvers for t in spec.tools]
+        if spec.approval is not None:
+            lists.append(spec.approval.approvers)
+        groups = sorted({a for approvers in lists for a in approvers if a.startswith("group:")})
+        if groups and self.trust is None:
+            raise ValueError(
+                f"agent {self.name!r}: {', '.join(groups)} can only be checked against a "
+                "verified identity: give the agent trust=TrustedIssuer(...), or list people"
+            )
+        for notify in self.notify_tools():
+            same = next((t for t in self.tools if t.name == notify.name), None)
+            if same is not None and same is not notify:
+                raise ValueError(
+                    f"agent {self.name!r}: the notifying tool {notify.name!r} has the name of "
+                    "another of its tools"
+                )
+            if notify.spec().interrupt_only:
+                raise ValueError(
+                    f"agent {self.name!r}: {notify.name!r} notifies someone, so it must be a "
+                    "tool with a body, not an interrupt"
+                )
+
+    def notify_tools(self) -> list[ToolDeclaration]:
+        """The tools reminders and escalations run (the worker registers them beside the
+        model's tools; the model is not offered them)."""
+        policies: list[object] = [self.on_interrupt_timeout, *self.interrupt_reminders]
+        for t in self.tools:
+            policies.extend(getattr(t, "deadline_policies", ()))
+        return notify_tools(*policies)
 
     def spec(self) -> AgentSpec:
         """The agent's definition as data, as recorded in conversation histories."""
         return self._spec
 
     def _build_spec(self) -> AgentSpec:
+        on_timeout, cancel, escalate = timeout_policy(
+            self.on_interrupt_timeout, what=f"agent {self.name!r}"
+        )
         approval = None
         for m in self.middleware:
             if isinstance(m, ToolApproval):
@@ -158,7 +338,8 @@ class Agent:
                         *m.approvers,
                     ]
                 )
-                approval = ApprovalSpec(allow=allow, approvers=approvers)
+                quorum = m.quorum if approval is None else max(approval.quorum, m.quorum)
+                approval = ApprovalSpec(allow=allow, approvers=approvers, quorum=quorum)
         spec = AgentSpec(
             name=self.name,
             model=self.model.removeprefix("googleai/"),
@@ -169,7 +350,11 @@ class Agent:
             interrupt_deadline_seconds=(
                 self.interrupt_timeout.total_seconds() if self.interrupt_timeout else None
             ),
-            on_interrupt_timeout=self.on_interrupt_timeout,
+            on_interrupt_timeout=on_timeout,
+            interrupt_timeout_cancel=cancel,
+            interrupt_escalate=escalate,
+            interrupt_reminders=[r.spec() for r in self.interrupt_reminders],
+            trust=self.trust.spec() if self.trust else None,
         )
         body: dict[str, Any] = spec.model_dump(mode="json", exclude={"digest"})
         spec.digest = hashlib.sha256(

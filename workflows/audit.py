@@ -21,20 +21,25 @@ from workflows.limits import (
     MAX_AUDIT_METADATA_BYTES,
     MAX_REASON_CHARS,
     MAX_REJECTIONS_KEPT,
+    MEMO_AUDIT_BYTES,
     cut_stored,
     digest,
     json_size,
     omitted,
 )
-from workflows.types import AnswerRecord, ConversationState, Rejection, TurnEvent
+from workflows.types import AnswerRecord, ConversationState, JsonObject, Rejection, TurnEvent
 
 
-def apply(state: ConversationState, event: TurnEvent, *, strict: bool) -> None:
+def apply(
+    state: ConversationState, event: TurnEvent, *, strict: bool, outbox: bool = False
+) -> None:
     """Fold one turn event into the answer log (only ``answer`` events add to it).
 
     Args:
         strict: The durable-input rules (see ``workflows/compat.py``): large metadata is kept
             as its digest, and the log is held to its byte budget as well as its count.
+        outbox: The governance rules: the record also waits in ``audit_outbox`` until the
+            workflow writes it to the memo (the trail in history, which no budget sheds).
     """
     answer = event.answer
     if event.kind != "answer" or answer is None or event.at is None:
@@ -43,26 +48,58 @@ def apply(state: ConversationState, event: TurnEvent, *, strict: bool) -> None:
     if strict and metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
         # Kept as what identifies it: the record is copied for every answer of a resume.
         metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
-    output = event.output if answer.kind in ("respond", "deadline") else None
-    if output is not None and json_size(output) > MAX_AUDIT_METADATA_BYTES:
-        output = omitted(output, why="output over 4 KiB; its digest is kept")
-    state.answers.append(
-        AnswerRecord(
-            at=event.at,
-            ref=event.ref or "",
-            name=event.name or "",
-            kind=answer.kind,
-            via=answer.via,
-            identity=answer.identity,
-            metadata=metadata,
-            decision=answer.decision,
-            output=output,
-        )
+    output = event.output if answer.kind in ("respond", "deadline", "vote") else None
+    edit = answer.kind == "edit"
+    record = AnswerRecord(
+        at=event.at,
+        ref=event.ref or "",
+        name=event.name or "",
+        kind=answer.kind,
+        via=answer.via,
+        identity=answer.identity,
+        metadata=metadata,
+        decision=answer.decision,
+        identity_verified=answer.identity_verified,
+        output=_kept(output, what="output"),
+        input=_kept(event.input, what="edited input") if edit else None,
+        original_input=_kept(answer.original_input, what="original input") if edit else None,
     )
+    state.answers.append(record)
+    if outbox:
+        state.audit_outbox.append(record)
     if strict:
         state.answers_dropped += trim_answers(state.answers)
     else:
         del state.answers[:-MAX_ANSWERS_KEPT]
+
+
+def _kept(value: JsonObject | None, *, what: str) -> JsonObject | None:
+    """A value as the audit record keeps it: whole up to 4 KiB, else its size and digest."""
+    if value is not None and json_size(value) > MAX_AUDIT_METADATA_BYTES:
+        return omitted(value, why=f"{what} over 4 KiB; its digest is kept")
+    return value
+
+
+def outbox_batch(state: ConversationState, *, budget: int = MEMO_AUDIT_BYTES) -> list[JsonObject]:
+    """Empty the outbox into the memo's ``answers`` batch, within ``budget`` bytes.
+
+    Records beyond the budget keep what identifies them (their outputs and inputs become
+    digests) rather than being left out: the trail must name every answer.
+    """
+    batch: list[JsonObject] = []
+    used = 0
+    for record in state.audit_outbox:
+        data = record.model_dump(mode="json", exclude_none=True)
+        size = json_size(data)
+        if used + size > budget:
+            for key in ("output", "input", "original_input", "metadata"):
+                if key in data:
+                    data[key] = omitted(data[key], why="left out of this memo batch")
+            size = json_size(data)
+        batch.append(data)
+        used += size
+    state.audit_outbox.clear()
+    return batch
 
 
 def rejection(

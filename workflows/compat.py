@@ -7,7 +7,7 @@ workflow's ``__init__``, before any handler runs, since validators read the rule
 record a marker themselves); asking in a run begun earlier records nothing, because its history
 has no such marker. Runs begun by continue-as-new are new runs.
 
-Two generations exist:
+Three generations exist:
 
 - ``turn-edges-2026-11`` (:attr:`Rules.edges`): the cancellation and pause fixes. Runs begun
   before the durable-input rules asked for it first thing in ``run``, or earlier in a handler of
@@ -15,6 +15,9 @@ Two generations exist:
   places, so those runs replay exactly.
 - ``durable-input-2026-12`` (:attr:`Rules.durable`): the door, the budgets, one approval one
   run, failed turns that keep what happened, history bounds. It implies the edges.
+- ``governance-2026-12`` (:attr:`Rules.governance`): every answer record is also written to
+  the memo, so the full audit trail stays in history across runs (a memo upsert where a run
+  wrote none before). It implies the durable-input rules; a new run records only this marker.
 
 Every other module takes the answer as a plain ``strict``/``durable`` flag; only this one asks
 Temporal. Remove the old branches once no run without the marker can be open (``agentctl list``
@@ -30,13 +33,17 @@ with workflow.unsafe.imports_passed_through():
 
 TURN_EDGES_PATCH = "turn-edges-2026-11"
 DURABLE_INPUT_PATCH = "durable-input-2026-12"
+GOVERNANCE_PATCH = "governance-2026-12"
 
 
 class Rules:
     """The rules of this run. Construct it in the workflow's ``__init__``."""
 
     def __init__(self) -> None:
-        self.durable: bool = workflow.patched(DURABLE_INPUT_PATCH)
+        # One marker per run: a new run records only the newest generation, which implies the
+        # older ones; a run begun earlier has no such marker and asks for the one it has.
+        self.governance: bool = workflow.patched(GOVERNANCE_PATCH)
+        self.durable: bool = self.governance or workflow.patched(DURABLE_INPUT_PATCH)
         self._edges: bool | None = True if self.durable else None
 
     def edges(self) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -121,7 +122,7 @@ class AgentWorkflow:
         # What the memo holds (carried over by continue-as-new), so only changes need an
         # upsert. None: no "pending" memo, which runs from before the turn-edges patch
         # replace with [] on their first publish (see _publish).
-        self._memo_pending: list[dict[str, str]] | None = workflow.memo_value("pending", None)
+        self._memo_pending: list[dict[str, Any]] | None = workflow.memo_value("pending", None)
 
     # ------------------------------------------------------------------------------------------
     # Main loop
@@ -476,6 +477,7 @@ class AgentWorkflow:
             payload_json(payload, strict=durable),
             strict=durable,
             room=self._m.room(turn) if durable else None,
+            now=workflow.now(),
         )
 
     # ------------------------------------------------------------------------------------------
@@ -550,11 +552,13 @@ class AgentWorkflow:
 
     def _view(self) -> OperatorView:
         turn = self._s.turn
+        book = self._m.book(turn) if turn else None
         return operator_view.project(
             self._s,
             chat_id=workflow.info().workflow_id,
-            pending=self._m.book(turn).pending() if turn else [],
+            pending=book.pending() if book else [],
             strict=self._rules.durable,
+            requests=(book.requests() if book else []) if self._rules.governance else None,
         )
 
     def _publish(self) -> None:
@@ -577,8 +581,15 @@ class AgentWorkflow:
             # {"pending": []} records no memo at all), so absent means nothing pending, and
             # a new run need not spend an event writing [].
             self._memo_pending = []
-        if view.memo_pending != self._memo_pending:
-            workflow.upsert_memo({"pending": view.memo_pending})
+        # Answer records go to the memo as they are made: each write is an event in this
+        # run's history, which Temporal keeps after the run closes, so the full trail is
+        # readable across runs (``agentctl audit``) whatever the state's budget sheds.
+        answers = audit.outbox_batch(self._s) if self._s.audit_outbox else []
+        if view.memo_pending != self._memo_pending or answers:
+            memo: dict[str, Any] = {"pending": view.memo_pending}
+            if answers:
+                memo["answers"] = answers
+            workflow.upsert_memo(memo)
             self._memo_pending = view.memo_pending
         workflow.set_current_details(view.details)
         if view.status != "running":

@@ -58,11 +58,15 @@ def tool_request(call: CallState) -> TurnEvent:
     return TurnEvent(kind="tool_request", name=call.name, ref=call.ref, input=call.args)
 
 
-def interrupt(call: CallState) -> TurnEvent:
+def interrupt(call: CallState, request: InterruptRequest | None = None) -> TurnEvent:
     """A call paused for a human (an interrupt-only tool, the approval gate, or a tool that
-    raised an interrupt)."""
+    raised an interrupt), or its deadline moved (an escalation)."""
     return TurnEvent(
-        kind="interrupt", name=call.name, ref=call.ref, input=call.args, interrupt=to_request(call)
+        kind="interrupt",
+        name=call.name,
+        ref=call.ref,
+        input=call.args,
+        interrupt=request or to_request(call),
     )
 
 
@@ -72,10 +76,20 @@ def answer(
     kind: AnswerKind,
     via: AnswerVia,
     identity: str | None = None,
+    verified: bool = False,
     metadata: JsonObject | None = None,
     output: JsonObject | None = None,
+    decision: Decision | None = None,
+    original_input: JsonObject | None = None,
 ) -> TurnEvent:
-    """An interrupt was answered: by a caller (respond, restart), its deadline or a cancel."""
+    """An interrupt was answered: by a caller (respond, restart, edit, a vote), its deadline
+    or a cancel.
+
+    Args:
+        decision: What the answer decided, when the caller knows better than :func:`decision`
+            (a vote, an edit).
+        original_input: An edit's input before the edit (``input`` is the edited one).
+    """
     return TurnEvent(
         kind="answer",
         name=call.name,
@@ -86,13 +100,21 @@ def answer(
             kind=kind,
             via=via,
             identity=identity,
+            identity_verified=verified,
             metadata=metadata,
-            decision=decision(call, kind=kind, output=output),
+            decision=decision or _decision(call, kind=kind, output=output),
+            original_input=original_input,
         ),
     )
 
 
-def decision(call: CallState, *, kind: AnswerKind, output: JsonObject | None) -> Decision:
+def decision(
+    call: CallState,
+    *,
+    kind: AnswerKind,
+    output: JsonObject | None,
+    metadata: JsonObject | None = None,
+) -> Decision:
     """What an answer decided.
 
     A deadline expires the call and a cancel cancels it. A restart with ``tool_approved``
@@ -106,12 +128,16 @@ def decision(call: CallState, *, kind: AnswerKind, output: JsonObject | None) ->
     if kind == "cancel":
         return "cancelled"
     if kind == "restart":
-        approved = (call.answer_metadata or {}).get(TOOL_APPROVED) is True
+        said = metadata if metadata is not None else call.answer_metadata
+        approved = (said or {}).get(TOOL_APPROVED) is True
         return "approved" if approved and call.source != "interrupt" else "answered"
     said = (output or {}).get(APPROVED)
     if isinstance(said, bool):
         return "approved" if said else "denied"
     return "denied" if call.source != "interrupt" else "answered"
+
+
+_decision = decision
 
 
 def tool_response(call: CallState) -> TurnEvent:
@@ -131,8 +157,12 @@ def turn_end(result: TurnResult) -> TurnEvent:
     return TurnEvent(kind="turn_end", result=result)
 
 
-def to_request(call: CallState) -> InterruptRequest:
-    """A paused call as the caller sees it."""
+def to_request(
+    call: CallState, *, approvers: list[str] | None = None, quorum: int = 1, editable: bool = False
+) -> InterruptRequest:
+    """A paused call as the caller sees it (who may answer it and how many approvals it needs
+    come from the agent's definition: see ``InterruptBook.requests``)."""
+    approvers = approvers or []
     return InterruptRequest(
         name=call.name,
         ref=call.ref,
@@ -141,6 +171,10 @@ def to_request(call: CallState) -> InterruptRequest:
         source=call.source,
         since=call.since,
         deadline=call.deadline,
+        approvers=approvers,
+        quorum=quorum,
+        votes=list(call.votes),
+        editable=editable,
     )
 
 
@@ -224,7 +258,11 @@ def stored(event: TurnEvent) -> TurnEvent:
     if answer is not None:
         identity = cut_stored(answer.identity, 300) if answer.identity is not None else None
         answer = TurnAnswer(
-            kind=answer.kind, via=answer.via, identity=identity, decision=answer.decision
+            kind=answer.kind,
+            via=answer.via,
+            identity=identity,
+            decision=answer.decision,
+            identity_verified=answer.identity_verified,
         )
     result = event.result
     return TurnEvent(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ from pydantic import ValidationError
 
 from workflows import events
 from workflows.events import to_request
+from workflows.identity import MAX_TOKEN_BYTES, IdentityError, verify_token
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_JSON_DEPTH,
@@ -51,20 +53,30 @@ from workflows.limits import (
     json_size,
 )
 from workflows.types import (
+    DEADLINE_IDENTITY,
     AgentSpec,
+    AnswerKind,
     AnswerVia,
     CallState,
+    Decision,
     ErrorInfo,
+    EscalateSpec,
     InterruptRequest,
     InterruptSource,
     JsonObject,
+    ReminderSpec,
     ResumeInput,
+    SpentToken,
     TurnEvent,
+    Vote,
     gate_metadata,
     timed_out_output,
 )
 
 Emit = Callable[[TurnEvent], object]
+
+MAX_SPENT_TOKENS = 256
+"""Spent identity tokens a conversation remembers (each until it expires)."""
 
 ENTRY_KEYS = {
     "respond": ("name", "ref", "output"),
@@ -75,6 +87,37 @@ ENTRY_KEYS = {
 
 class ResumeError(Refused):
     """A resume that cannot be applied; ``reason`` says why, in words for the sender."""
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who sent an answer: verified from an identity token, or as the caller asserts it."""
+
+    identity: str | None
+    verified: bool = False
+    groups: tuple[str, ...] = ()
+    # The token this answer spends (see ConversationState.spent_tokens).
+    spent: SpentToken | None = None
+
+    def may_answer(self, approvers: Collection[str]) -> bool:
+        """Whether an approver list admits this sender (empty: anyone). Groups count only
+        when verified: an asserted identity has no groups."""
+        if not approvers:
+            return True
+        if self.identity is not None and self.identity in approvers:
+            return True
+        return self.verified and any(f"group:{g}" in approvers for g in self.groups)
+
+
+@dataclass(frozen=True)
+class Due:
+    """What a deadline policy does now for one pending call."""
+
+    call: CallState
+    # "remind": run the reminder's notifying tool; "escalate": notify and extend the deadline;
+    # "expire": answer with the timeout default; "cancel": cancel the turn.
+    action: str
+    notify: str | None = None
 
 
 def pydantic_reason(err: ValidationError, *, limit: int = 3) -> str:
@@ -144,6 +187,12 @@ def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
     """
     depth = MAX_JSON_DEPTH if strict else SERIALIZABLE_DEPTH
     try:
+        if resume.identity_token is not None:
+            check_size(
+                len(resume.identity_token.encode("utf-8", "replace")),
+                limit=MAX_TOKEN_BYTES,
+                what="identity_token",
+            )
         if resume.identity is not None:
             if strict:
                 check_label(resume.identity, what="identity", limit=MAX_IDENTITY_BYTES)
@@ -201,11 +250,14 @@ class InterruptBook:
         spec: AgentSpec | None,
         known_refs: Collection[str] = (),
         emit: Emit | None = None,
+        spent: list[SpentToken] | None = None,
     ) -> None:
         self.calls = calls
         self.spec = spec
         self.known_refs = known_refs
         self._emit: Emit = emit or (lambda _: None)
+        # The conversation's spent identity tokens (mutated in place when an answer spends one).
+        self.spent = spent if spent is not None else []
 
     # -- views ------------------------------------------------------------------------------
 
@@ -218,7 +270,17 @@ class InterruptBook:
         return [c for c in self.calls if c.status in ("pending", "answered")]
 
     def requests(self) -> list[InterruptRequest]:
-        return [to_request(c) for c in self.pending()]
+        return [self.request_for(c) for c in self.pending()]
+
+    def request_for(self, call: CallState) -> InterruptRequest:
+        """A paused call as the caller sees it, with who may answer and how."""
+        tool = self.spec.tool(call.name) if self.spec else None
+        return to_request(
+            call,
+            approvers=self.approvers(call),
+            quorum=self.quorum(call),
+            editable=tool is not None and tool.editable,
+        )
 
     def all_answered(self) -> bool:
         return not self.pending()
@@ -228,8 +290,71 @@ class InterruptBook:
         return sum(json_size(c) for c in self.calls)
 
     def next_deadline(self) -> datetime | None:
-        deadlines = [c.deadline for c in self.pending() if c.deadline is not None]
-        return min(deadlines) if deadlines else None
+        """When the next deadline policy acts: a reminder or a deadline."""
+        times = [t for c in self.pending() if (t := self._next_time(c)) is not None]
+        return min(times) if times else None
+
+    def _next_time(self, call: CallState) -> datetime | None:
+        if call.deadline is None:
+            return None
+        reminder = self._next_reminder(call)
+        if reminder is not None:
+            return min(call.deadline - timedelta(seconds=reminder.before_seconds), call.deadline)
+        return call.deadline
+
+    def _next_reminder(self, call: CallState) -> ReminderSpec | None:
+        reminders = self.policy(call)[1]
+        return reminders[call.reminded] if call.reminded < len(reminders) else None
+
+    def policy(self, call: CallState) -> tuple[EscalateSpec | None, list[ReminderSpec], bool]:
+        """The deadline policy of ``call``: its escalation, its reminders (earliest first) and
+        whether the deadline cancels the turn. An interrupt-only tool with a deadline of its
+        own has its own policy; every other paused call has the agent's."""
+        if self.spec is None:
+            return None, [], False
+        tool = self.spec.tool(call.name)
+        if tool is not None and tool.interrupt_only and tool.deadline_seconds:
+            escalate, reminders, cancel = tool.escalate, tool.reminders, tool.timeout_cancel
+        else:
+            escalate = self.spec.interrupt_escalate
+            reminders = self.spec.interrupt_reminders
+            cancel = self.spec.interrupt_timeout_cancel
+        ordered = sorted(reminders, key=lambda r: -r.before_seconds)
+        return escalate, ordered, cancel
+
+    def due(self, now: datetime) -> list[Due]:
+        """What the deadline policies do now, for every pending call whose time has come."""
+        due: list[Due] = []
+        for call in self.pending():
+            if call.deadline is None:
+                continue
+            escalate, _, cancel = self.policy(call)
+            reminder = self._next_reminder(call)
+            if call.deadline <= now:
+                if escalate is not None and not call.escalated:
+                    due.append(Due(call, "escalate", escalate.notify))
+                elif escalate.then_cancel if escalate and call.escalated else cancel:
+                    due.append(Due(call, "cancel"))
+                else:
+                    due.append(Due(call, "expire"))
+            elif (
+                reminder is not None
+                and call.deadline - timedelta(seconds=reminder.before_seconds) <= now
+            ):
+                due.append(Due(call, "remind", reminder.notify))
+        return due
+
+    def remind(self, call: CallState) -> None:
+        """A reminder for ``call`` is sent (its notifying tool is scheduled)."""
+        call.reminded += 1
+
+    def escalate(self, call: CallState) -> None:
+        """Extend ``call``'s deadline once; its interrupt event says the new deadline."""
+        escalate = self.policy(call)[0]
+        assert escalate is not None and call.deadline is not None
+        call.escalated = True
+        call.deadline = call.deadline + timedelta(seconds=escalate.extend_seconds)
+        self._emit(events.interrupt(call, self.request_for(call)))
 
     # -- validation -------------------------------------------------------------------------
 
@@ -240,6 +365,7 @@ class InterruptBook:
         size: int | None = None,
         strict: bool = True,
         room: int | None = None,
+        now: datetime | None = None,
     ) -> ResumeInput:
         """Check a raw resume payload (decoded JSON) against the rules and the pending set.
 
@@ -249,6 +375,7 @@ class InterruptBook:
             strict: Apply every rule. Conversations begun before some of them were added pass
                 False, so that what they accepted then replays the same way.
             room: Bytes the turn can still take (see :data:`TURN_BUDGET`); None: unchecked.
+            now: The workflow's time, which an identity token's expiry is checked against.
 
         Raises:
             ResumeError: the payload is malformed, too large, or does not match what is
@@ -271,11 +398,19 @@ class InterruptBook:
         except ValidationError as e:
             raise ResumeError(f"malformed resume: {pydantic_reason(e)}") from None
         check_resume_fields(resume, strict=strict)
-        self.check(resume, strict=strict, room=room)
+        self.check(resume, strict=strict, room=room, now=now)
         return resume
 
-    def check(self, resume: ResumeInput, *, strict: bool = True, room: int | None = None) -> None:
-        """Check a well-formed resume against what is pending now (and the turn's room)."""
+    def check(
+        self,
+        resume: ResumeInput,
+        *,
+        strict: bool = True,
+        room: int | None = None,
+        now: datetime | None = None,
+    ) -> Who:
+        """Check a well-formed resume against what is pending now (and the turn's room);
+        returns who sent it."""
         entries: list[tuple[str, str, str]] = [
             ("respond", r.name, r.ref) for r in resume.respond
         ] + [("restart", r.name, r.ref) for r in resume.restart]
@@ -294,23 +429,58 @@ class InterruptBook:
                 raise ResumeError(self._not_pending(ref, pending))
             if call.name != name:
                 raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
+        who = self.who(resume, now=now)
         for kind, name, ref in entries:
             allowed = self.approvers(pending[ref])
-            if allowed and resume.identity not in allowed:
-                who = repr(resume.identity) if resume.identity else "an answer with no identity"
+            if not who.may_answer(allowed):
+                sender = repr(who.identity) if who.identity else "an answer with no identity"
+                groups = " (groups count only from a verified identity token)"
+                unverified = not who.verified and any(a.startswith("group:") for a in allowed)
                 raise ResumeError(
                     f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
-                    f"{who} may not ({kind})"
+                    f"{sender} may not ({kind}){groups if unverified else ''}"
                 )
         for r in resume.restart:
             call = pending[r.ref]
-            changed = r.input is not None and (
-                not same_json(r.input, call.args) if strict else r.input != call.args
-            )
-            if changed:
+            if self.edits(call, r.input, strict=strict):
+                tool = self.spec.tool(call.name) if self.spec else None
+                if tool is None or not tool.editable:
+                    raise ResumeError(
+                        f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input, and "
+                        f"{r.name!r} is not declared editable: a restart re-runs the tool with "
+                        "its original input (omit 'input' or send it unchanged)"
+                    )
+                problem = schema_error(r.input, tool.input_schema)
+                if problem:
+                    raise ResumeError(
+                        f"the edited input for {r.name!r} (ref {r.ref!r}) does not fit the "
+                        f"tool's input schema: {problem}"
+                    )
+        votes: list[tuple[AnswerKind, str, str, JsonObject | None, JsonObject | None]] = []
+        votes.extend(("respond", r.name, r.ref, r.output, None) for r in resume.respond)
+        votes.extend(("restart", r.name, r.ref, None, r.resumed_metadata) for r in resume.restart)
+        for kind, name, ref, output, metadata in votes:
+            call = pending[ref]
+            quorum = self.quorum(call)
+            if quorum <= 1:
+                continue
+            edit = kind == "restart" and self.edits(call, _restart_input(resume, ref))
+            said = events.decision(call, kind=kind, output=output, metadata=metadata)
+            if not edit and said not in ("approved", "denied"):
                 raise ResumeError(
-                    f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input; a restart "
-                    "re-runs the tool with its original input (omit 'input' or send it unchanged)"
+                    f"{name!r} (ref {ref!r}) needs {quorum} approvals: answer it with an "
+                    f"approval or a denial ({kind} here decides neither)"
+                )
+            if who.identity is None:
+                raise ResumeError(
+                    f"{name!r} (ref {ref!r}) needs {quorum} approvals from distinct people: "
+                    "say who you are (identity)"
+                )
+            voted = [v.identity for v in call.votes]
+            if not edit and who.identity in voted:
+                raise ResumeError(
+                    f"{who.identity!r} has already voted on {name!r} (ref {ref!r}); "
+                    f"{len(voted)} of {quorum} approvals so far ({', '.join(voted)})"
                 )
         for r in resume.respond:
             call = pending[r.ref]
@@ -335,6 +505,69 @@ class InterruptBook:
                     f"{human_size(max(room, 0))} more (a turn holds at most "
                     f"{human_size(TURN_BUDGET)}): answer with less, or cancel the turn"
                 )
+        return who
+
+    def who(self, resume: ResumeInput, *, now: datetime | None) -> Who:
+        """Who sent ``resume``: the identity its token proves when the agent verifies identity
+        (``trust``), else the identity it asserts.
+
+        Raises:
+            ResumeError: the agent verifies identity and the token is missing, invalid,
+                expired, from a key it does not trust, already spent here, or names someone
+                other than ``identity``; or a token came for an agent that verifies none.
+        """
+        trust = self.spec.trust if self.spec else None
+        token = resume.identity_token
+        if trust is None:
+            if token is not None:
+                raise ResumeError(
+                    "this agent does not verify identity tokens: leave out identity_token and "
+                    "say who you are with identity"
+                )
+            return Who(identity=resume.identity)
+        if token is None:
+            raise ResumeError(
+                f"this agent verifies who answers: send identity_token, a JWT from "
+                f"{trust.issuer} for audience {trust.audience}"
+            )
+        if now is None:
+            raise ResumeError("identity tokens cannot be checked here")  # never in the workflow
+        try:
+            verified = verify_token(token, trust, now=now)
+        except IdentityError as e:
+            raise ResumeError(f"identity token refused: {e.reason}") from None
+        if resume.identity is not None and resume.identity != verified.identity:
+            raise ResumeError(
+                f"identity {resume.identity!r} does not match the identity token's "
+                f"{verified.identity!r}: leave out identity, or send your own token"
+            )
+        if any(s.digest == verified.digest for s in self.spent):
+            raise ResumeError(
+                "this identity token was already used to answer in this conversation: each "
+                "answer needs a fresh token (the one used is in the conversation's history)"
+            )
+        return Who(
+            identity=verified.identity,
+            verified=True,
+            groups=verified.groups,
+            spent=SpentToken(digest=verified.digest, until=verified.expires),
+        )
+
+    def quorum(self, call: CallState) -> int:
+        """How many distinct approvals settle ``call`` (a denial settles it at once)."""
+        if self.spec is None:
+            return 1
+        if call.source == "approval":
+            return self.spec.approval.quorum if self.spec.approval else 1
+        tool = self.spec.tool(call.name)
+        return tool.quorum if tool is not None and call.source == "interrupt" else 1
+
+    @staticmethod
+    def edits(call: CallState, new_input: JsonObject | None, *, strict: bool = True) -> bool:
+        """Whether a restart's ``input`` changes the call's."""
+        if new_input is None:
+            return False
+        return not same_json(new_input, call.args) if strict else new_input != call.args
 
     def approvers(self, call: CallState) -> list[str]:
         """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
@@ -388,43 +621,102 @@ class InterruptBook:
         call.runs += 1
         return call.runs
 
-    def resume(self, resume: ResumeInput, *, via: AnswerVia) -> list[CallState]:
+    def resume(
+        self, resume: ResumeInput, *, via: AnswerVia, now: datetime | None = None
+    ) -> list[CallState]:
         """Apply a resume: the one way an answer gets in, by update or by signal.
 
         Checked again against what is pending now (cheap, and it keeps an unchecked answer from
-        ever taking effect); :meth:`validate` has checked the rest.
+        ever taking effect); :meth:`validate` has checked the rest. An approval of a call that
+        needs a quorum is a vote until the last one arrives; a restart with a changed input is
+        an edit.
+
+        Returns the calls answered (a vote leaves its call pending).
 
         Raises:
             ResumeError: it no longer matches what is pending. Nothing has been applied.
         """
-        self.check(resume, strict=False)
+        who = self.check(resume, strict=False, now=now)
+        if who.spent is not None:
+            self._spend(who.spent, now=now)
         by_ref = {c.ref: c for c in self.pending()}
-        answered = []
+        answered: list[CallState] = []
+        said: list[tuple[CallState, AnswerKind, Decision, JsonObject | None, JsonObject | None]]
+        said = []
         for r in resume.respond:
             call = by_ref[r.ref]
+            decision = events.decision(call, kind="respond", output=r.output)
+            if self._vote(call, decision, who, now=now):
+                said.append((call, "vote", "vote", r.output, None))
+                continue
             call.status = "answered"
             call.answer = "respond"
             call.answer_output = r.output
             answered.append(call)
+            said.append((call, "respond", decision, r.output, None))
         for r in resume.restart:
             call = by_ref[r.ref]
+            decision = events.decision(
+                call, kind="restart", output=None, metadata=r.resumed_metadata
+            )
+            kind: AnswerKind = "restart"
+            original = None
+            if r.input is not None and self.edits(call, r.input, strict=False):
+                original = call.original_args or call.args
+                self._edit(call, r.input, approved=decision == "approved", who=who)
+                kind, decision = "edit", "edited"
+            elif self._vote(call, decision, who, now=now):
+                said.append((call, "vote", "vote", None, None))
+                continue
             call.status = "answered"
             call.answer = "restart"
             call.answer_metadata = r.resumed_metadata
             answered.append(call)
-        for call in answered:
-            kind = call.answer or "respond"
+            said.append((call, kind, decision, None, original))
+        for call, kind, decision, output, original in said:
             self._emit(
                 events.answer(
                     call,
                     kind=kind,
                     via=via,
-                    identity=resume.identity,
+                    identity=who.identity,
+                    verified=who.verified,
                     metadata=resume.metadata,
-                    output=call.answer_output if kind == "respond" else None,
+                    output=output,
+                    decision=decision,
+                    original_input=original,
                 )
             )
         return answered
+
+    def _vote(self, call: CallState, decision: Decision, who: Who, *, now: datetime | None) -> bool:
+        """Count an approval of a call that needs a quorum; True while more are needed."""
+        quorum = self.quorum(call)
+        if quorum <= 1 or decision != "approved" or who.identity is None or now is None:
+            return False
+        call.votes.append(Vote(identity=who.identity, verified=who.verified, at=now))
+        return len(call.votes) < quorum
+
+    def _edit(self, call: CallState, new_input: JsonObject, *, approved: bool, who: Who) -> None:
+        """Change a call's input; the approval gate decides again whether the edited call runs
+        (the edit passes it only as an approval the gate itself would take)."""
+        if call.original_args is None:
+            call.original_args = call.args
+        call.args = new_input
+        call.votes = []  # approvals of the old input do not carry over
+        gate = self.spec.approval if self.spec else None
+        call.edit_passes_gate = (
+            gate is None
+            or call.name in gate.allow
+            or (approved and gate.quorum <= 1 and who.may_answer(gate.approvers))
+        )
+
+    def _spend(self, token: SpentToken, *, now: datetime | None) -> None:
+        """Remember a used token until it expires (bounded: the oldest go first)."""
+        if now is not None:
+            self.spent[:] = [s for s in self.spent if s.until > now]
+        self.spent.append(token)
+        del self.spent[:-MAX_SPENT_TOKENS]
 
     def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
         """Answer every pending call whose deadline has passed with its timeout default.
@@ -435,6 +727,11 @@ class InterruptBook:
         """
         expired = []
         for call in self.pending():
+            escalate, _, cancel = self.policy(call)
+            if escalate is not None and not call.escalated:
+                continue  # escalated first (see due)
+            if escalate.then_cancel if escalate is not None else cancel:
+                continue  # the turn is cancelled instead (see due)
             if call.deadline is not None and call.deadline <= now:
                 call.status = "answered"
                 call.answer = "respond"
@@ -449,13 +746,16 @@ class InterruptBook:
                     call,
                     kind="deadline",
                     via="deadline",
-                    identity="system:deadline",
+                    identity=DEADLINE_IDENTITY,
                     output=call.answer_output,
                 )
             )
         return expired
 
     def timeout_output(self, call: CallState) -> JsonObject:
+        escalate = self.policy(call)[0]
+        if escalate is not None and call.escalated:
+            return dict(escalate.then) if escalate.then is not None else timed_out_output()
         tool = self.spec.tool(call.name) if self.spec else None
         if tool and tool.on_timeout is not None:
             return dict(tool.on_timeout)
@@ -463,7 +763,9 @@ class InterruptBook:
             return dict(self.spec.on_interrupt_timeout)
         return timed_out_output()
 
-    def cancel(self, reason: str, *, identity: str | None = None) -> list[CallState]:
+    def cancel(
+        self, reason: str, *, identity: str | None = None, via: AnswerVia = "cancel"
+    ) -> list[CallState]:
         """Withdraw every call without a result: each gets a cancellation response for the model.
 
         That includes a call whose run was cut short by the cancellation (``failed``): the
@@ -483,7 +785,7 @@ class InterruptBook:
                 call.error = None
                 withdrawn.append(call)
         for call in withdrawn:
-            self._emit(events.answer(call, kind="cancel", via="cancel", identity=identity))
+            self._emit(events.answer(call, kind="cancel", via=via, identity=identity))
             self._emit(events.tool_response(call))
         return withdrawn
 
@@ -548,7 +850,12 @@ class InterruptBook:
         call.since = now
         seconds = self.deadline_seconds(call.name)
         call.deadline = now + timedelta(seconds=seconds) if seconds else None
-        self._emit(events.interrupt(call))
+        # A pause starts afresh: votes and an edit's gate verdict belong to the last one.
+        call.votes = []
+        call.edit_passes_gate = None
+        call.reminded = 0
+        call.escalated = False
+        self._emit(events.interrupt(call, self.request_for(call)))
 
     def gate(self, call: CallState, *, now: datetime) -> None:
         """Pause a call the ToolApproval gate holds until someone approves it."""
@@ -567,6 +874,10 @@ class InterruptBook:
             if c.status == "failed" and c.error is not None:
                 return c.error
         return None
+
+
+def _restart_input(resume: ResumeInput, ref: str) -> JsonObject | None:
+    return next((r.input for r in resume.restart if r.ref == ref), None)
 
 
 def _json_type(value: Any) -> str:

@@ -137,6 +137,10 @@ ANSWERS_BUDGET = 128 * KiB
 MAX_ANSWERS_KEPT = 500
 """The answer log also keeps at most this many records."""
 
+MEMO_AUDIT_BYTES = 256 * KiB
+"""The most one memo write's batch of answer records takes (the audit trail in history); over
+it, a record's payloads become digests, never the record itself."""
+
 MAX_REJECTIONS_KEPT = 20
 """The rejection log keeps this many records (each at most about 2.5 KiB); the total counts on."""
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 
 from workflows import config
 from workflows.details import render_details, truncate
 from workflows.limits import stored_size
-from workflows.types import AgentStatus, CallState, ConversationState
+from workflows.types import AgentStatus, CallState, ConversationState, InterruptRequest
 
 MEMO_INPUT_CHARS = 200
 """How much of each paused call's input the memo holds (the inbox shows it; ``pending`` has
@@ -47,7 +48,7 @@ class OperatorView:
     pending_names: tuple[str, ...]
     # When the oldest pending interrupt was raised.
     since: datetime | None
-    memo_pending: list[dict[str, str]]
+    memo_pending: list[dict[str, Any]]
     details: str
 
     @property
@@ -71,6 +72,7 @@ def project(
     chat_id: str,
     pending: list[CallState],
     strict: bool,
+    requests: list[InterruptRequest] | None = None,
 ) -> OperatorView:
     """The operator's view of ``state``.
 
@@ -78,6 +80,8 @@ def project(
         pending: The calls waiting for an answer, in call order (the interrupt book's).
         strict: The durable-input rules: pending names are cut to fit one search-attribute
             value (a reply may pause on many tools, with long names).
+        requests: The same calls as requests (who may answer, the quorum, the votes), for
+            the memo the inbox reads; None: runs begun before the inbox had them.
     """
     current = status(state, paused=bool(pending))
     names = sorted({c.name for c in pending})
@@ -87,10 +91,18 @@ def project(
         status=current,
         pending_names=tuple(names),
         since=min((c.since for c in pending if c.since), default=None),
-        memo_pending=[
-            {"name": c.name, "ref": c.ref, "input": truncate(json.dumps(c.args), MEMO_INPUT_CHARS)}
-            for c in pending
-        ],
+        memo_pending=(
+            [memo_entry(r) for r in requests]
+            if requests is not None
+            else [
+                {
+                    "name": c.name,
+                    "ref": c.ref,
+                    "input": truncate(json.dumps(c.args), MEMO_INPUT_CHARS),
+                }
+                for c in pending
+            ]
+        ),
         details=render_details(
             chat_id=chat_id,
             agent=state.agent,
@@ -104,6 +116,33 @@ def project(
             answers=state.answers,
         ),
     )
+
+
+def memo_entry(request: InterruptRequest) -> dict[str, Any]:
+    """One paused call as the inbox reads it from the memo, without a worker: name, ref, a cut
+    of the input, since when, until when, who may answer and the votes so far (keys left out
+    when they say nothing: no deadline, anyone may answer, a quorum of one)."""
+    entry: dict[str, Any] = {
+        "name": request.name,
+        "ref": request.ref,
+        "input": truncate(json.dumps(request.input), MEMO_INPUT_CHARS),
+        "source": request.source,
+    }
+    if request.since is not None:
+        entry["since"] = request.since.isoformat()
+    if request.deadline is not None:
+        entry["deadline"] = request.deadline.isoformat()
+    if request.approvers:
+        entry["approvers"] = [truncate(a, 256) for a in request.approvers[:MEMO_APPROVERS]]
+    if request.quorum > 1:
+        entry["quorum"] = request.quorum
+    if request.votes:
+        entry["votes"] = [v.identity for v in request.votes]
+    return entry
+
+
+MEMO_APPROVERS = 20
+"""Approvers listed per paused call in the memo (an agent's list is rarely longer)."""
 
 
 def search_attribute_updates(

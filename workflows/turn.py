@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         stored_size,
     )
     from workflows.types import (
+        DEADLINE_IDENTITY,
         TOOL_APPROVED,
         CallState,
         CancelInput,
@@ -58,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         Message,
         ModelInput,
         ModelResult,
+        Notice,
         Part,
         ResumeInput,
         Status,
@@ -111,8 +113,10 @@ class TurnMachine:
         # Every time a turn reaches a stop point (paused or ended) this goes up by one; update
         # handlers wait on it to return the turn's result.
         self.stops = 0
-        # A cancellation asked for and not yet carried out.
+        # A cancellation asked for and not yet carried out, and how it came: a caller's, or a
+        # deadline whose policy cancels the turn.
         self.cancel: CancelInput | None = None
+        self._cancel_via: Literal["cancel", "deadline"] = "cancel"
         # Set when this run's state proved too large to carry over; cleared when a turn ends.
         self.can_blocked = False
         # The text the model activity published on the stream during the model call under
@@ -139,11 +143,17 @@ class TurnMachine:
         elif self.s.events_total:
             offset = self.s.events_total - 1  # the last item on the stream, published already
         stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
-        audit.apply(self.s, stamped, strict=self.rules.durable)
+        audit.apply(self.s, stamped, strict=self.rules.durable, outbox=self.rules.governance)
         return stamped
 
     def book(self, turn: TurnState) -> InterruptBook:
-        return InterruptBook(turn.calls, spec=self.s.spec, known_refs=self.refs, emit=self.emit)
+        return InterruptBook(
+            turn.calls,
+            spec=self.s.spec,
+            known_refs=self.refs,
+            emit=self.emit,
+            spent=self.s.spent_tokens,
+        )
 
     # ------------------------------------------------------------------------------------------
     # What the handlers ask
@@ -208,7 +218,7 @@ class TurnMachine:
         """Apply a validated resume to the paused turn."""
         turn = self.s.turn
         assert turn is not None
-        self.book(turn).resume(resume, via=via)
+        self.book(turn).resume(resume, via=via, now=workflow.now())
         turn.stream = turn.stream or resume.stream
         self._publish()
         return turn
@@ -432,6 +442,7 @@ class TurnMachine:
                 book.gate(call, now=now)
                 paused.append(call)
             else:
+                call.edit_passes_gate = None  # spent: the edited call runs
                 runnable.append(call)
         if runnable:
             # One batch: every call of the message is scheduled in the same workflow task.
@@ -457,6 +468,9 @@ class TurnMachine:
         approval = self.s.spec.approval if self.s.spec else None
         if approval is None or call.name in approval.allow:
             return False
+        if call.edit_passes_gate is not None:
+            # Edited: the gate decides afresh, for the edited input (see InterruptBook._edit).
+            return not call.edit_passes_gate
         return not (call.resumed and call.resumed_metadata.get(TOOL_APPROVED) is True)
 
     def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
@@ -505,6 +519,7 @@ class TurnMachine:
                     resumed=call.resumed,
                     resumed_metadata=call.resumed_metadata,
                     idempotency_key=idempotency_key(chat_id, call.ref, run),
+                    original_args=call.original_args,
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=(
@@ -572,9 +587,73 @@ class TurnMachine:
                     timeout_summary="interrupt deadline" if timeout is not None else None,
                 )
             except TimeoutError:
-                room = (lambda: self.room(turn)) if self.rules.durable else None
-                book.expire(workflow.now(), room=room)
-                self._publish()
+                await self._deadline_passed(turn)
+
+    async def _deadline_passed(self, turn: TurnState) -> None:
+        """Carry out the deadline policies whose time has come: reminders and escalations
+        notify someone (a tool run each); a deadline answers with its default or cancels
+        the turn."""
+        book = self.book(turn)
+        now = workflow.now()
+        notices: list[tuple[CallState, str, Literal["reminder", "escalation"]]] = []
+        cancelled: list[CallState] = []
+        for due in book.due(now):
+            if due.action == "remind" and due.notify:
+                book.remind(due.call)
+                notices.append((due.call, due.notify, "reminder"))
+            elif due.action == "escalate" and due.notify:
+                book.escalate(due.call)
+                notices.append((due.call, due.notify, "escalation"))
+            elif due.action == "cancel":
+                cancelled.append(due.call)
+        room = (lambda: self.room(turn)) if self.rules.durable else None
+        book.expire(now, room=room)
+        if cancelled and self.cancel is None:
+            names = ", ".join(f"{c.name} (ref {c.ref})" for c in cancelled)
+            self.cancel = CancelInput(
+                reason=f"nobody answered {names} before the deadline",
+                identity=DEADLINE_IDENTITY,
+            )
+            self._cancel_via = "deadline"
+        self._publish()
+        if notices:
+            await asyncio.gather(*(self._notify(c, tool, why) for c, tool, why in notices))
+
+    async def _notify(
+        self, call: CallState, tool: str, why: Literal["reminder", "escalation"]
+    ) -> None:
+        """Run a notifying tool about a paused call; a failure is logged, never the turn's."""
+        book = self.book(self.s.turn) if self.s.turn else None
+        request = book.request_for(call) if book else events.to_request(call)
+        notice = Notice(
+            chat_id=workflow.info().workflow_id,
+            agent=self.s.agent,
+            reason=why,
+            interrupt=request,
+        )
+        chat_id = notice.chat_id
+        number = call.reminded + (1 if call.escalated else 0)
+        try:
+            await workflow.execute_activity(
+                config.TOOL_ACTIVITY,
+                ToolInput(
+                    agent=self.s.agent,
+                    chat_id=chat_id,
+                    tool=tool,
+                    ref=call.ref,
+                    args=notice.model_dump(mode="json"),
+                    idempotency_key=idempotency_key(chat_id, f"{call.ref}\0{why}", number),
+                ),
+                result_type=ToolResult,
+                start_to_close_timeout=config.TOOL_START_TO_CLOSE,
+                heartbeat_timeout=config.TOOL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS),
+                summary=f"{why} {tool} for {call.name}",
+            )
+        except ActivityError as e:
+            workflow.logger.warning(
+                "the %s tool %r about %s (ref %s) failed: %s", why, tool, call.name, call.ref, e
+            )
 
     def _tool_message(self, turn: TurnState) -> Message:
         # One tool message holding every response of the message's calls, in call order.
@@ -643,9 +722,10 @@ class TurnMachine:
         assert turn is not None
         reason = self.cancel.reason if self.cancel else ""
         identity = self.cancel.identity if self.cancel else None
+        via, self._cancel_via = self._cancel_via, "cancel"
         self.cancel = None
         if turn.phase == "tools" and turn.calls:
-            self.book(turn).cancel(reason, identity=identity)
+            self.book(turn).cancel(reason, identity=identity, via=via)
             # Every call keeps a response, so the history stays valid for the model.
             self._append(self._tool_message(turn))
         elif turn.model_calls == 0:

@@ -85,6 +85,24 @@ class RetrySpec(_Wire):
     non_retryable_error_types: list[str] | None = None
 
 
+class ReminderSpec(_Wire):
+    """A notifying tool run ``before_seconds`` ahead of an interrupt's deadline."""
+
+    notify: str
+    before_seconds: float
+
+
+class EscalateSpec(_Wire):
+    """At the deadline: run ``notify``, extend the deadline once, then apply the final policy."""
+
+    notify: str
+    extend_seconds: float
+    # The answer once the extended deadline passes too (None: the timed-out answer), or a
+    # cancellation of the turn.
+    then: JsonObject | None = None
+    then_cancel: bool = False
+
+
 class ToolSpec(_Wire):
     name: str
     description: str
@@ -98,14 +116,42 @@ class ToolSpec(_Wire):
     on_timeout: JsonObject | None = None
     # Safe to run twice: an approved run may then be retried like any other.
     idempotent: bool = False
-    # For interrupt-only tools: the identities that may answer (empty: anyone).
+    # For interrupt-only tools: the identities (or ``group:NAME``) that may answer (empty:
+    # anyone), and how many distinct approvals settle a call.
     approvers: list[str] = Field(default_factory=list)
+    quorum: int = 1
+    # A restart may change this tool's input (an edit).
+    editable: bool = False
+    # For interrupt-only tools, what a deadline does besides answering with on_timeout: cancel
+    # the turn, or escalate; and the reminders sent before it.
+    timeout_cancel: bool = False
+    escalate: EscalateSpec | None = None
+    reminders: list[ReminderSpec] = Field(default_factory=list)
 
 
 class ApprovalSpec(_Wire):
     allow: list[str] = Field(default_factory=list)
-    # The identities that may answer a call the gate paused (empty: anyone).
+    # The identities (or ``group:NAME``) that may answer a call the gate paused (empty:
+    # anyone), and how many distinct approvals let it run.
     approvers: list[str] = Field(default_factory=list)
+    quorum: int = 1
+
+
+class TrustSpec(_Wire):
+    """Whose identity tokens a conversation accepts (``TrustedIssuer`` as data).
+
+    The keys are data in the agent definition, recorded in history with it, so verification
+    inside the workflow is deterministic and replays the same way.
+    """
+
+    issuer: str
+    audience: str
+    # A JWK Set: {"keys": [{"kty": ..., "kid": ..., ...}, ...]}; public keys only.
+    jwks: JsonObject
+    # The claim that lists the holder's groups (for ``group:NAME`` approvers).
+    groups_claim: str = "groups"
+    # Clock skew allowed on ``exp`` and ``nbf``.
+    leeway_seconds: float = 60.0
 
 
 class AgentSpec(_Wire):
@@ -118,6 +164,12 @@ class AgentSpec(_Wire):
     # Agent-wide interrupt deadline; a tool's own deadline takes precedence.
     interrupt_deadline_seconds: float | None = None
     on_interrupt_timeout: JsonObject | None = None
+    # The same deadline policies as a tool's, for interrupts without a deadline of their own.
+    interrupt_timeout_cancel: bool = False
+    interrupt_escalate: EscalateSpec | None = None
+    interrupt_reminders: list[ReminderSpec] = Field(default_factory=list)
+    # Answers carry identity tokens from this issuer (None: identity is what the caller says).
+    trust: TrustSpec | None = None
     digest: str = ""
 
     def tool(self, name: str) -> ToolSpec | None:
@@ -159,6 +211,9 @@ DENIED_BY_USER = "denied by the user"
 
 NO_REASON_GIVEN = "no reason given"
 """The denial ``reason`` when the human gave none (for a gated or conditional tool)."""
+
+DEADLINE_IDENTITY = "system:deadline"
+"""The identity on record for what a deadline did (answered with its default, or cancelled)."""
 
 TIMED_OUT = "timed out"
 """The ``error`` of the answer given when nobody answered an interrupt before its deadline."""
@@ -224,9 +279,17 @@ class ToolRestart(_Wire):
 
     name: str
     ref: str
-    # Optional; when present it must equal the original input (a restart cannot edit it).
+    # Optional; a changed input is an edit, which only a tool declared editable accepts.
     input: JsonObject | None = None
     resumed_metadata: JsonObject = Field(default_factory=dict)
+
+
+class Vote(_Wire):
+    """One approval of a call that needs a quorum (a denial settles the call at once)."""
+
+    identity: str
+    verified: bool = False
+    at: datetime
 
 
 class InterruptRequest(_Wire):
@@ -239,6 +302,12 @@ class InterruptRequest(_Wire):
     source: InterruptSource = "interrupt"
     since: datetime | None = None
     deadline: datetime | None = None
+    # Who may answer (empty: anyone), how many approvals settle it and those given so far.
+    approvers: list[str] = Field(default_factory=list)
+    quorum: int = 1
+    votes: list[Vote] = Field(default_factory=list)
+    # A restart may change the input (``restart(..., input=...)``).
+    editable: bool = False
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -246,14 +315,22 @@ class InterruptRequest(_Wire):
             output = output.model_dump(mode="json")
         return ToolResponse(name=self.name, ref=self.ref, output=output)
 
-    def restart(self, resumed_metadata: JsonObject | BaseModel | None = None) -> ToolRestart:
-        """Build the answer that re-runs this tool with its original input."""
+    def restart(
+        self,
+        resumed_metadata: JsonObject | BaseModel | None = None,
+        *,
+        input: JsonObject | BaseModel | None = None,
+    ) -> ToolRestart:
+        """Build the answer that re-runs this tool: with its original input, or with ``input``
+        (an edit: only a tool declared ``editable=True`` accepts a changed input)."""
         if isinstance(resumed_metadata, BaseModel):
             resumed_metadata = resumed_metadata.model_dump(mode="json")
+        if isinstance(input, BaseModel):
+            input = input.model_dump(mode="json")
         return ToolRestart(
             name=self.name,
             ref=self.ref,
-            input=dict(self.input),
+            input=dict(self.input) if input is None else input,
             resumed_metadata=resumed_metadata or {},
         )
 
@@ -324,6 +401,8 @@ class ResumeInput(BaseModel):
     respond: list[ToolResponse] = Field(default_factory=list)
     restart: list[ToolRestart] = Field(default_factory=list)
     identity: str | None = None
+    # A JWT from the agent's trusted issuer, when the agent verifies identity (``trust``).
+    identity_token: str | None = None
     metadata: JsonObject | None = None
     # As SendInput.stream: the rest of the turn streams the model's text.
     stream: bool = False
@@ -336,9 +415,9 @@ class CancelInput(_Wire):
 
 EventKind = Literal["text", "tool_request", "interrupt", "tool_response", "answer", "turn_end"]
 
-AnswerKind = Literal["respond", "restart", "cancel", "deadline"]
+AnswerKind = Literal["respond", "restart", "edit", "vote", "cancel", "deadline"]
 AnswerVia = Literal["update", "signal", "deadline", "cancel"]
-Decision = Literal["approved", "denied", "answered", "expired", "cancelled"]
+Decision = Literal["approved", "denied", "answered", "edited", "expired", "cancelled", "vote"]
 """What an answer decided, as the audit log records it (see ``workflows.events.decision``)."""
 
 
@@ -353,11 +432,14 @@ class AnswerRecord(_Wire):
     identity: str | None = None
     metadata: JsonObject | None = None
     # What was decided (None in records written before decisions were recorded), whether the
-    # identity was verified (not yet: it is what the caller asserts), and the answer's output
-    # (a respond's or a deadline's; its size and digest above 4 KiB).
+    # identity was verified (a token from the agent's trusted issuer) rather than asserted,
+    # and the answer's output (a respond's or a deadline's; its size and digest above 4 KiB).
     decision: Decision | None = None
     identity_verified: bool = False
     output: JsonObject | None = None
+    # An edit: the input the tool runs with, and the model's (each a digest above 4 KiB).
+    input: JsonObject | None = None
+    original_input: JsonObject | None = None
 
 
 class TurnAnswer(_Wire):
@@ -369,6 +451,9 @@ class TurnAnswer(_Wire):
     # The resume's own metadata (audit data); left out of the events a conversation keeps.
     metadata: JsonObject | None = None
     decision: Decision | None = None
+    identity_verified: bool = False
+    # An edit's input before the edit (the event's ``input`` is the edited one).
+    original_input: JsonObject | None = None
 
 
 class TurnEvent(_Wire):
@@ -492,6 +577,15 @@ class CallState(_Wire):
     # or it raised an unclassified exception).
     uncertain: bool = False
     runs: int = 0
+    # pending, with a quorum: the approvals so far.
+    votes: list[Vote] = Field(default_factory=list)
+    # Edited: the model's input (``args`` holds the edited one); and, until the call next runs
+    # or pauses, whether the edit itself passes the approval gate.
+    original_args: JsonObject | None = None
+    edit_passes_gate: bool | None = None
+    # Deadline policies carried out: reminders sent, and whether the deadline was extended.
+    reminded: int = 0
+    escalated: bool = False
 
 
 class TurnState(_Wire):
@@ -506,6 +600,11 @@ class TurnState(_Wire):
     held: int | None = None
     # The model's text is published on the stream as it arrives (asked by send or resume).
     stream: bool = False
+
+
+class SpentToken(_Wire):
+    digest: str
+    until: datetime
 
 
 class ConversationState(_Wire):
@@ -534,6 +633,12 @@ class ConversationState(_Wire):
     # see workflows.events. ``events_total`` is the next event's offset.
     events: list[TurnEvent] = Field(default_factory=list)
     events_total: int = 0
+    # Identity tokens already used here, by digest, until they expire: each answers once, so
+    # the copy of it in history is spent.
+    spent_tokens: list[SpentToken] = Field(default_factory=list)
+    # Answer records not yet written to the memo, where the full trail is kept in history
+    # across runs (see AgentWorkflow._publish).
+    audit_outbox: list[AnswerRecord] = Field(default_factory=list)
 
 
 class ConversationInput(_Wire):
@@ -613,6 +718,20 @@ class ToolInput(_Wire):
     resumed_metadata: JsonObject = Field(default_factory=dict)
     # Stable for one run of the call, across retries and replays (ToolContext.idempotency_key).
     idempotency_key: str | None = None
+    # An edited call: the model's input (``args`` is the edited one).
+    original_args: JsonObject | None = None
+
+
+class Notice(_Wire):
+    """What a notifying tool is told (``Escalate(notify=...)``, ``Remind(notify=...)``): which
+    paused call, and why now."""
+
+    chat_id: str
+    agent: str
+    # "reminder": its deadline is near; "escalation": it passed and was extended once
+    # (``interrupt.deadline`` is the new one).
+    reason: Literal["reminder", "escalation"]
+    interrupt: InterruptRequest
 
 
 class ToolResult(_Wire):
