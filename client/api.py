@@ -310,6 +310,7 @@ class Chat:
         respond: Sequence[ToolResponse] = (),
         restart: Sequence[ToolRestart] = (),
         identity: str | None = None,
+        identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
         worker_timeout: timedelta | None = None,
     ) -> TurnResult:
@@ -322,7 +323,10 @@ class Chat:
                 one, so a loop over ``res.interrupts`` can pass its answers here unsorted.
             respond: Outputs for interrupts (the tool does not run); added to ``answers``.
             restart: Re-runs with resume metadata; added to ``answers``.
-            identity: Who answers, kept in the audit log.
+            identity: Who answers, kept in the audit log (as the caller asserts it).
+            identity_token: A JWT from the agent's trusted issuer, for an agent that verifies
+                who answers (``Agent(trust=...)``); the identity on record is then the
+                token's. Each answer needs a fresh token: one answers once per conversation.
             metadata: Kept with the answers in the audit log; the model never sees it.
             worker_timeout: How long a worker may take to accept the answer (not how long the
                 rest of the turn takes); ``None`` waits indefinitely.
@@ -336,7 +340,9 @@ class Chat:
                 Unicode, nesting deeper than 64 levels, NaN). Nothing was applied. Not retried.
             NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
         """
-        raw = self._resume_raw(answers, respond, restart, identity, metadata, stream=False)
+        raw = self._resume_raw(
+            answers, respond, restart, identity, metadata, stream=False, token=identity_token
+        )
         return await self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout)
 
     def resume_stream(
@@ -346,6 +352,7 @@ class Chat:
         respond: Sequence[ToolResponse] = (),
         restart: Sequence[ToolRestart] = (),
         identity: str | None = None,
+        identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
         worker_timeout: timedelta | None = None,
     ) -> TurnStream:
@@ -356,7 +363,9 @@ class Chat:
         for the events from the answers on, until ``turn_end`` (the turn ends, or pauses
         again); ``await turn.result()`` for what :meth:`resume` returns.
         """
-        raw = self._resume_raw(answers, respond, restart, identity, metadata, stream=True)
+        raw = self._resume_raw(
+            answers, respond, restart, identity, metadata, stream=True, token=identity_token
+        )
         return TurnStream(
             self,
             lambda accepted: self._update(
@@ -374,6 +383,7 @@ class Chat:
         metadata: JsonObject | BaseModel | None,
         *,
         stream: bool,
+        token: str | None = None,
     ) -> RawResume:
         if isinstance(metadata, BaseModel):
             metadata = metadata.model_dump(mode="json")
@@ -382,6 +392,7 @@ class Chat:
             respond=responses,
             restart=restarts,
             identity=identity,
+            identity_token=token,
             metadata=metadata,
             stream=stream,
         )

@@ -39,10 +39,10 @@ def raw_resume(resume: ResumeInput, *, converter: PayloadConverter) -> RawResume
         pydantic_core.PydanticSerializationError: it holds what cannot be serialized (a lone
             surrogate); the client turns that into a ``ResumeRejected``.
     """
-    if not resume.stream:
-        # Left out unless asked for: a worker from before streaming refuses unknown keys.
-        return RawValue(converter.to_payload(resume.model_dump(mode="json", exclude={"stream"})))
-    return RawValue(converter.to_payload(resume))
+    # Left out unless used: a worker from before streaming or identity tokens refuses
+    # unknown keys.
+    unused = {k for k in ("stream", "identity_token") if not getattr(resume, k)}
+    return RawValue(converter.to_payload(resume.model_dump(mode="json", exclude=unused)))
 
 
 def payload_json(payload: RawValue, *, strict: bool) -> object:
