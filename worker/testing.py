@@ -50,7 +50,7 @@ from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond as offline
 from worker.offline_model import summary
 from worker.standin import Answer, Reply, Request, Responder, Script, answer, calls, text
-from workflows import Agent
+from workflows import Agent, TrustedIssuer
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.details import example_value
 from workflows.types import ToolInput, TrustSpec
@@ -345,6 +345,15 @@ class TokenIssuer:
             leeway_seconds=leeway_seconds,
         )
 
+    def trust(self, *, groups_claim: str = "groups") -> TrustedIssuer:
+        """``Agent(trust=...)`` for an agent that accepts this issuer's tokens."""
+        return TrustedIssuer(
+            issuer=self.issuer,
+            audience=self.audience,
+            jwks=self.jwks(),
+            groups_claim=groups_claim,
+        )
+
     def mint(
         self,
         identity: str,
@@ -380,6 +389,9 @@ class TokenIssuer:
             "aud": aud if isinstance(aud, str) else list(aud),
             "iat": int(issued.timestamp()),
             "exp": int((issued + expires_in).timestamp()),
+            # As identity providers do: two tokens minted in the same second still differ
+            # (a conversation takes each token once).
+            "jti": uuid.uuid4().hex,
         }
         if not_before is not None:
             claims["nbf"] = int(not_before.timestamp())

@@ -19,6 +19,7 @@ from workflows.identity import check_trust
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_ON_TIMEOUT_BYTES,
+    MAX_QUORUM,
     MAX_SPEC_BYTES,
     Refused,
     check_label,
@@ -96,6 +97,9 @@ def check_approvers(approvers: Sequence[str], *, what: str, quorum: int = 1) -> 
             raise ValueError(f"{what}: 'group:' needs a group name")
     if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
         raise ValueError(f"{what}: quorum must be a whole number of at least 1")
+    if quorum > MAX_QUORUM:
+        # Each vote is kept with its call until the quorum is met: bounded, like all state.
+        raise ValueError(f"{what}: a quorum is at most {MAX_QUORUM}")
     people = set(approvers)
     only_people = people and not any(a.startswith("group:") for a in people)
     if quorum > 1 and only_people and quorum > len(people):

@@ -31,6 +31,7 @@ from workflows.types import (
     AgentStatus,
     AnswerRecord,
     CallState,
+    InterruptRequest,
     JsonObject,
     Rejection,
     ToolSpec,
@@ -277,6 +278,24 @@ def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject
 # The panel
 
 
+def _who_may(request: InterruptRequest) -> list[str]:
+    """Who may answer a paused call, and the votes so far, as panel lines."""
+    lines = []
+    if request.approvers:
+        names = ", ".join(code(truncate(a, 80)) for a in request.approvers[:10])
+        more = len(request.approvers) - 10
+        lines.append(f"- approvers: {names}{f' (+{more} more)' if more > 0 else ''}")
+    if request.quorum > 1:
+        voted = ", ".join(code(truncate(v.identity, 80)) for v in request.votes[:10])
+        lines.append(
+            f"- needs {request.quorum} approvals; {len(request.votes)} so far"
+            + (f": {voted}" if voted else "")
+        )
+    if request.editable:
+        lines.append("- editable: a restart may change the input")
+    return lines
+
+
 def render_details(
     *,
     chat_id: str,
@@ -289,13 +308,26 @@ def render_details(
     rejections: Sequence[Rejection],
     rejections_total: int,
     answers: Sequence[AnswerRecord] = (),
+    requests: Sequence[InterruptRequest] | None = None,
 ) -> str:
     """The Markdown of the UI's current details: what the conversation waits on and how to
-    answer it, how the last turn ended, what was decided and what was refused lately."""
+    answer it, how the last turn ended, what was decided and what was refused lately.
+
+    ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
+    order; None for runs begun before they were shown.
+    """
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
+    asked = {r.ref: r for r in requests} if requests is not None else {}
+    trust = spec.trust if spec else None
     for call in pending[:MAX_INTERRUPTS_IN_DETAILS]:
         tool = spec.tool(call.name) if spec else None
         answer, how = suggested_answer(call, tool)
+        request = asked.get(call.ref)
+        if request is not None and request.approvers:
+            answer["identity"] = "<one of the approvers>"
+        if trust is not None:
+            answer.pop("identity", None)
+            answer["identity_token"] = f"<a fresh JWT from {truncate(trust.issuer, 100)}>"
         cmd = (
             f"temporal workflow signal --workflow-id {shell_word(chat_id)} --name resume "
             f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
@@ -311,6 +343,8 @@ def render_details(
         ]
         if call.deadline:
             lines.append(f"- deadline: {utc(call.deadline)}")
+        if request is not None:
+            lines += _who_may(request)
         lines += [f"- {how}:", "", fence(cmd)]
     if len(pending) > MAX_INTERRUPTS_IN_DETAILS:
         more = len(pending) - MAX_INTERRUPTS_IN_DETAILS
@@ -324,9 +358,10 @@ def render_details(
         lines += ["", "### Recent decisions"]
         for a in answers[-5:]:
             who = a.identity or "unknown"
+            proof = ", verified" if a.identity_verified else ""
             lines.append(
                 f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}): "
-                f"**{a.decision or a.kind}** by {code(truncate(who, 80))} ({a.via})"
+                f"**{a.decision or a.kind}** by {code(truncate(who, 80))} ({a.via}{proof})"
             )
     if rejections:
         lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]

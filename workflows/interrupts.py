@@ -75,6 +75,12 @@ from workflows.types import (
 
 Emit = Callable[[TurnEvent], object]
 
+VOTE_BYTES = 400
+"""What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
+
+GROUP_PREFIX = "group:"
+"""An approver that names a group (its members come from a verified token's groups claim)."""
+
 MAX_SPENT_TOKENS = 256
 """Spent identity tokens a conversation remembers (each until it expires)."""
 
@@ -104,9 +110,10 @@ class Who:
         when verified: an asserted identity has no groups."""
         if not approvers:
             return True
-        if self.identity is not None and self.identity in approvers:
+        person = self.identity is not None and not self.identity.startswith(GROUP_PREFIX)
+        if person and self.identity in approvers:
             return True
-        return self.verified and any(f"group:{g}" in approvers for g in self.groups)
+        return self.verified and any(f"{GROUP_PREFIX}{g}" in approvers for g in self.groups)
 
 
 @dataclass(frozen=True)
@@ -499,6 +506,10 @@ class InterruptBook:
                 # An interrupt-only tool pauses again showing the metadata: held twice.
                 twice = tool is not None and tool.interrupt_only
                 adds += json_size(r.resumed_metadata) * (2 if twice else 1)
+                # An edit holds the new input beside the model's.
+                adds += json_size(r.input) if r.input is not None else 0
+            # A vote is kept with its call until the quorum is met.
+            adds += VOTE_BYTES * sum(1 for _, _, ref in entries if self.quorum(pending[ref]) > 1)
             if adds > room:
                 raise ResumeError(
                     f"this answer adds {human_size(adds)} to a turn that has room for "
@@ -536,6 +547,11 @@ class InterruptBook:
             verified = verify_token(token, trust, now=now)
         except IdentityError as e:
             raise ResumeError(f"identity token refused: {e.reason}") from None
+        if verified.identity.startswith(GROUP_PREFIX):
+            raise ResumeError(
+                f"the identity token names {verified.identity!r}: an identity may not begin "
+                f"with {GROUP_PREFIX!r}, which names a group"
+            )
         if resume.identity is not None and resume.identity != verified.identity:
             raise ResumeError(
                 f"identity {resume.identity!r} does not match the identity token's "

@@ -137,6 +137,10 @@ ANSWERS_BUDGET = 128 * KiB
 MAX_ANSWERS_KEPT = 500
 """The answer log also keeps at most this many records."""
 
+MAX_QUORUM = 16
+"""The most approvals a call may need (its votes are kept with it, each up to 256 bytes of
+identity, until the last arrives)."""
+
 MEMO_AUDIT_BYTES = 256 * KiB
 """The most one memo write's batch of answer records takes (the audit trail in history); over
 it, a record's payloads become digests, never the record itself."""

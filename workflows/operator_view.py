@@ -114,6 +114,7 @@ def project(
             rejections=state.rejections,
             rejections_total=state.rejections_total,
             answers=state.answers,
+            requests=requests,
         ),
     )
 
@@ -133,16 +134,30 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
     if request.deadline is not None:
         entry["deadline"] = request.deadline.isoformat()
     if request.approvers:
-        entry["approvers"] = [truncate(a, 256) for a in request.approvers[:MEMO_APPROVERS]]
+        entry["approvers"] = _within([a for a in request.approvers], MEMO_LIST_BYTES)
     if request.quorum > 1:
         entry["quorum"] = request.quorum
     if request.votes:
-        entry["votes"] = [v.identity for v in request.votes]
+        entry["votes"] = _within([v.identity for v in request.votes], MEMO_LIST_BYTES)
     return entry
 
 
-MEMO_APPROVERS = 20
-"""Approvers listed per paused call in the memo (an agent's list is rarely longer)."""
+MEMO_LIST_BYTES = 1024
+"""What each paused call's approvers, and its votes, may take in the memo: with 128 paused calls
+and a batch of answer records the memo stays far under Temporal's limit."""
+
+
+def _within(names: list[str], budget: int) -> list[str]:
+    """The names that fit ``budget`` bytes, each cut to 120 characters."""
+    kept: list[str] = []
+    used = 0
+    for name in names:
+        name = truncate(name, 120)
+        used += stored_size(name) + 3
+        if used > budget:
+            break
+        kept.append(name)
+    return kept
 
 
 def search_attribute_updates(
