@@ -92,11 +92,46 @@ LEGACY_BUDGET = 1536 * 1024
 
 # The fields added with the durable-input rules, left out when sizing a run begun before them:
 # its continue-as-new decisions must be exactly those its code made.
+_GOVERNANCE_CALL_FIELDS = {
+    "votes": True,
+    "original_args": True,
+    "edit_passes_gate": True,
+    "reminded": True,
+    "escalated": True,
+}
+_GOVERNANCE_SPEC_FIELDS = {
+    "interrupt_timeout_cancel": True,
+    "interrupt_escalate": True,
+    "interrupt_reminders": True,
+    "trust": True,
+    "approval": {"quorum": True},
+}
 _NEW_FIELDS: Any = {
     "refs_forgotten": True,
     "answers_dropped": True,
-    "turn": {"held": True, "calls": {"__all__": {"uncertain": True}}},
-    "spec": {"tools": {"__all__": {"idempotent": True}}},
+    # And those added with approval governance, which such runs hold at their defaults.
+    "spent_tokens": True,
+    "audit_outbox": True,
+    "answers": {"__all__": {"input": True, "original_input": True}},
+    "last_turn": {
+        "interrupts": {
+            "__all__": {"approvers": True, "quorum": True, "votes": True, "editable": True}
+        }
+    },
+    "turn": {"held": True, "calls": {"__all__": {"uncertain": True, **_GOVERNANCE_CALL_FIELDS}}},
+    "spec": {
+        "tools": {
+            "__all__": {
+                "idempotent": True,
+                "quorum": True,
+                "editable": True,
+                "timeout_cancel": True,
+                "escalate": True,
+                "reminders": True,
+            }
+        },
+        **_GOVERNANCE_SPEC_FIELDS,
+    },
 }
 
 

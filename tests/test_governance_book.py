@@ -1,0 +1,212 @@
+"""Approval governance in the interrupt book, without a server: identity, quorum, edits,
+deadline policies and the audit trail's memo batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import BaseModel
+
+from activities import interrupt, tool
+from tests.agents import Answer, Ask
+from worker.testing import TokenIssuer
+from workflows import Agent, Escalate, Remind, ToolApproval
+from workflows.audit import apply, outbox_batch
+from workflows.events import answer
+from workflows.interrupts import InterruptBook, ResumeError, Who
+from workflows.types import AnswerRecord, CallState, ConversationState, ResumeInput, TurnEvent
+
+NOW = datetime.now(UTC)  # tokens are minted against the real clock
+ISSUER = TokenIssuer("EdDSA")
+
+
+class Target(BaseModel):
+    service: str
+
+
+@tool("deploy", "Deploy.", editable=True)
+async def deploy(inp: Target) -> dict[str, str]:
+    return {"deployed": inp.service}
+
+
+@tool("nudge", "Remind someone.")
+async def nudge(inp: Target) -> dict[str, str]:
+    return {}
+
+
+officers = interrupt(
+    "officers",
+    "Two officers.",
+    input=Ask,
+    output=Answer,
+    approvers=["a@x", "b@x", "group:risk"],
+    quorum=2,
+    timeout=timedelta(hours=10),
+    reminders=[
+        Remind(notify=nudge, before=timedelta(hours=1)),
+        Remind(notify=nudge, before=timedelta(hours=3)),
+    ],
+    on_timeout=Escalate(notify=nudge, extend=timedelta(hours=2), then={"approved": False}),
+)
+
+agent = Agent(
+    "gov",
+    tools=[officers, deploy],
+    middleware=[ToolApproval(allow=[], approvers=["ops@x"])],
+    trust=ISSUER.trust(),
+)
+
+
+def paused(name: str, ref: str, args: dict[str, object], *, source: str = "interrupt"):
+    call = CallState(ref=ref, name=name, args=args)
+    book = InterruptBook([call], spec=agent.spec())
+    if source == "approval":
+        book.gate(call, now=NOW)
+    else:
+        book.pause(call, source="interrupt", metadata={}, now=NOW)
+    return book, call
+
+
+def resume(**kw: object) -> ResumeInput:
+    return ResumeInput.model_validate(kw)
+
+
+def approve_officers(identity: str, **claims: object) -> ResumeInput:
+    return resume(
+        respond=[{"name": "officers", "ref": "o1", "output": {"approved": True}}],
+        identity_token=ISSUER.mint(identity, **claims),  # type: ignore[arg-type]  # test kwargs
+    )
+
+
+def test_votes_count_distinct_verified_identities_until_the_quorum():
+    book, call = paused("officers", "o1", {"question": "wire?"})
+    assert book.resume(approve_officers("a@x"), via="update", now=NOW) == []
+    assert [(v.identity, v.verified) for v in call.votes] == [("a@x", True)]
+    assert call.status == "pending"
+    with pytest.raises(ResumeError, match="'a@x' has already voted"):
+        book.check(approve_officers("a@x"), now=NOW)
+    # A group member counts as themselves.
+    (done,) = book.resume(approve_officers("r@x", groups=["risk"]), via="signal", now=NOW)
+    assert done is call and call.status == "answered"
+    assert [v.identity for v in call.votes] == ["a@x", "r@x"]
+    assert len(book.spent) == 2
+
+
+def test_an_answer_that_neither_approves_nor_denies_is_no_vote():
+    book, _ = paused("officers", "o1", {"question": "wire?"})
+    maybe = resume(
+        respond=[{"name": "officers", "ref": "o1", "output": {"approved": True}}],
+        identity_token=ISSUER.mint("a@x"),
+    )
+    book.check(maybe, now=NOW)  # approves: fine
+    vague = resume(
+        restart=[{"name": "officers", "ref": "o1", "resumed_metadata": {"more": "info"}}],
+        identity_token=ISSUER.mint("a@x"),
+    )
+    with pytest.raises(ResumeError, match="needs 2 approvals: answer it with an approval or a"):
+        book.check(vague, now=NOW)
+
+
+def test_groups_count_only_when_verified():
+    assert Who("x", verified=True, groups=("risk",)).may_answer(["group:risk"])
+    assert not Who("x", verified=False, groups=("risk",)).may_answer(["group:risk"])
+    assert not Who("group:risk").may_answer(["group:risk"])
+    assert Who(None).may_answer([])
+
+
+def test_an_edit_keeps_the_original_and_the_gate_decides_again():
+    book, call = paused("deploy", "d1", {"service": "web"}, source="approval")
+    edit = resume(
+        restart=[
+            {
+                "name": "deploy",
+                "ref": "d1",
+                "input": {"service": "api"},
+                "resumed_metadata": {"tool_approved": True},
+            }
+        ],
+        identity_token=ISSUER.mint("ops@x"),
+    )
+    seen: list[TurnEvent] = []
+    InterruptBook(book.calls, spec=agent.spec(), emit=seen.append).resume(
+        edit, via="update", now=NOW
+    )
+    assert (call.args, call.original_args, call.edit_passes_gate) == (
+        {"service": "api"},
+        {"service": "web"},
+        True,
+    )
+    (event,) = seen
+    assert event.answer is not None
+    assert (event.answer.kind, event.answer.decision) == ("edit", "edited")
+    assert event.answer.original_input == {"service": "web"}
+    # Without tool_approved, the edit does not pass the gate.
+    book2, call2 = paused("deploy", "d2", {"service": "web"}, source="approval")
+    proposal = resume(
+        restart=[{"name": "deploy", "ref": "d2", "input": {"service": "db"}}],
+        identity_token=ISSUER.mint("ops@x"),
+    )
+    book2.resume(proposal, via="update", now=NOW)
+    assert call2.edit_passes_gate is False
+
+
+def test_deadline_policies_remind_earliest_first_then_escalate_then_expire():
+    book, call = paused("officers", "o1", {"question": "wire?"})
+    assert call.deadline == NOW + timedelta(hours=10)
+    assert book.next_deadline() == NOW + timedelta(hours=7)
+    (due,) = book.due(NOW + timedelta(hours=7))
+    assert (due.action, due.notify) == ("remind", "nudge")
+    book.remind(call)
+    assert book.next_deadline() == NOW + timedelta(hours=9)
+    book.remind(call)
+    assert book.next_deadline() == NOW + timedelta(hours=10)
+    (due,) = book.due(NOW + timedelta(hours=10))
+    assert due.action == "escalate"
+    book.escalate(call)
+    assert call.deadline == NOW + timedelta(hours=12)
+    assert book.expire(NOW + timedelta(hours=11)) == []
+    (due,) = book.due(NOW + timedelta(hours=12))
+    assert due.action == "expire"
+    (expired,) = book.expire(NOW + timedelta(hours=12))
+    assert expired.answer_output == {"approved": False}
+
+
+def test_the_memo_batch_names_every_record_within_its_budget():
+    state = ConversationState(agent="gov")
+    call = CallState(ref="r", name="deploy", args={"service": "x" * 3000})
+    for i in range(5):
+        event = answer(call, kind="respond", via="update", identity=f"p{i}", output={"n": i})
+        apply(
+            state,
+            event.model_copy(update={"at": NOW, "ref": f"r{i}"}),
+            strict=True,
+            outbox=True,
+        )
+    batch = outbox_batch(state, budget=400)
+    assert [b["ref"] for b in batch] == ["r0", "r1", "r2", "r3", "r4"]
+    assert state.audit_outbox == []
+    assert AnswerRecord.model_validate(batch[0]).output == {"n": 0}
+    # Past the budget, payloads become digests; the record itself stays.
+    assert batch[-1]["output"]["omitted"]
+
+
+def test_declarations_refuse_what_could_never_work():
+    with pytest.raises(ValueError, match="need a timeout"):
+        interrupt("x", "x", input=Ask, reminders=[Remind(notify=nudge, before=timedelta(1))])
+    with pytest.raises(ValueError, match="at most 16"):
+        ToolApproval(quorum=17)
+    with pytest.raises(ValueError, match="must be a tool with a body"):
+        Agent(
+            "bad",
+            tools=[],
+            interrupt_timeout=timedelta(hours=1),
+            on_interrupt_timeout=Escalate(notify=officers, extend=timedelta(hours=1)),
+        )
+    with pytest.raises(ValueError, match="public keys only"):
+        Agent(
+            "bad2",
+            trust=ISSUER.trust().__class__(
+                issuer="i", audience="a", jwks={"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}
+            ),
+        )
