@@ -11,9 +11,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
-from activities import Interrupt, ToolContext, ToolError, interrupt, tool
+from activities import Interrupt, Notice, ToolContext, ToolError, interrupt, tool
 from examples import banking_agent, deploy_agent, shell_agent
-from workflows import Agent, ToolApproval
+from worker.testing import TokenIssuer
+from workflows import Agent, Escalate, Remind, ToolApproval
 
 RUNS: Counter[str] = Counter()
 CONTEXTS: list[ToolContext] = []
@@ -236,6 +237,56 @@ gated = Agent(
     middleware=[ToolApproval(allow=["lookup"])],
 )
 
+# Approval governance: verified identity, a quorum with a group, an editable gated tool, and
+# a short deadline that reminds, escalates once and then cancels (recorded as governance_v1).
+GOV_ISSUER = TokenIssuer("ES256", kid="gov-1")
+
+
+class Release(BaseModel):
+    service: str
+    version: str
+
+
+@tool("release", "Release a service version; a human may change it.", editable=True)
+async def release(inp: Release, ctx: ToolContext) -> dict[str, str]:
+    RUNS["release"] += 1
+    CONTEXTS.append(ctx)
+    return {"released": f"{inp.service}@{inp.version}"}
+
+
+@tool("notifyOps", "Tell operations an approval is waiting.")
+async def notify_ops(notice: Notice) -> dict[str, str]:
+    RUNS["notifyOps"] += 1
+    return {"told": notice.interrupt.ref}
+
+
+dual_sign_off = interrupt(
+    "dualSignOff",
+    "Two of the signers approve.",
+    input=Ask,
+    output=Answer,
+    approvers=["alice@example.com", "bob@example.com", "group:risk"],
+    quorum=2,
+)
+
+quick_check = interrupt(
+    "quickCheck",
+    "A question that must be answered within seconds.",
+    input=Ask,
+    output=Answer,
+    timeout=timedelta(seconds=2),
+    reminders=[Remind(notify=notify_ops, before=timedelta(seconds=1))],
+    on_timeout=Escalate(notify=notify_ops, extend=timedelta(seconds=1), then="cancel"),
+)
+
+governed = Agent(
+    "governedAgent",
+    model="gemini-test",
+    tools=[dual_sign_off, release, quick_check],
+    middleware=[ToolApproval(allow=[], approvers=["ops@example.com"])],
+    trust=GOV_ISSUER.trust(),
+)
+
 ALL = [
     assistant,
     gated,
@@ -243,6 +294,7 @@ ALL = [
     budget,
     approvals,
     many,
+    governed,
     banking_agent,
     deploy_agent,
     shell_agent,

@@ -9,6 +9,7 @@ import json
 from temporalio.client import Client
 
 from client import AgentClient, FinishReason, ResumeRejected
+from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import eventually, held
 from worker.standin import Reply, calls, text
@@ -77,6 +78,45 @@ async def spine_conversation(agents: AgentClient, model: ScriptedModel, *, chat_
     res = await chat.send("charge nine")
     assert res.finish_reason == FinishReason.INTERRUPTED, res
     await chat.close("done for today")
+
+
+async def governance_conversation(
+    agents: AgentClient, model: ScriptedModel, *, chat_id: str
+) -> None:
+    """Approval governance on the ``governedAgent``: a quorum of two verified votes (one by
+    update, one by signal, one voter a group member), an edit that passes the gate, then a
+    2-second deadline that reminds, escalates once and cancels the turn."""
+    issuer = t.GOV_ISSUER
+    model.reply(
+        calls(
+            ("dualSignOff", {"question": "release?"}, "q1"),
+            ("release", {"service": "web", "version": "1.0"}, "r1"),
+        ),
+        text("released"),
+        calls(("quickCheck", {"question": "still there?"}, "c1")),
+    )
+    chat = await agents.chat("governedAgent", chat_id=chat_id)
+    res = await chat.send("release web")
+    sign_off, gate = res.interrupts
+    res = await chat.resume(
+        answers=[sign_off.approve()], identity_token=issuer.mint("alice@example.com")
+    )
+    assert res.finish_reason == FinishReason.INTERRUPTED, res
+    edit = gate.restart({"tool_approved": True}, input={"service": "web", "version": "1.1"})
+    res = await chat.resume(answers=[edit], identity_token=issuer.mint("ops@example.com"))
+    assert res.finish_reason == FinishReason.INTERRUPTED, res
+    body = {
+        "respond": [sign_off.approve().model_dump()],
+        "identity_token": issuer.mint("carol@example.com", groups=["risk"]),
+    }
+    await agents.temporal.get_workflow_handle(chat_id).signal("resume", body)
+    # Polled by query, which adds nothing to history (``last_turn`` is an update).
+    await eventually(chat.status, lambda s: s.status == "idle")
+    res = await chat.send("check in")
+    assert res.finish_reason == FinishReason.INTERRUPTED, res
+    status = await eventually(chat.status, lambda s: s.status == "idle", timeout=15)
+    assert status.last_turn is not None, status
+    assert status.last_turn.finish_reason == FinishReason.CANCELLED, status
 
 
 async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:

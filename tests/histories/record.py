@@ -11,6 +11,9 @@ rules would refuse or do differently, so they must replay as they ran: ``nested_
 then a ``send`` signal with a 70-level junk key) and ``bare_start_v2`` (started without a
 message: the turn-edges marker is the run's first command).
 
+``governance_v1`` was recorded with approval governance (verified votes to a quorum by update
+and signal, an edit through the gate, a deadline that reminds, escalates and cancels).
+
 ``spine_v1`` was recorded after the turn-events restructure (every kind of turn event, a turn
 started by signal, an answer with identity and metadata, a close that withdraws an interrupt).
 
@@ -33,6 +36,7 @@ from tests.scenarios import (
     cancel_edges_conversation,
     dump_history,
     durable_conversation,
+    governance_conversation,
     rich_conversation,
     spine_conversation,
 )
@@ -42,7 +46,7 @@ from worker.standin import GeminiStandIn
 from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
-ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1")
+ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1", "governance_v1")
 
 
 async def main(names: set[str]) -> None:
@@ -60,6 +64,8 @@ async def main(names: set[str]) -> None:
                     await durable_conversation(agents, model, chat_id="durable_v1")
                 if "spine_v1" in names:
                     await spine_conversation(agents, model, chat_id="spine_v1")
+                if "governance_v1" in names:
+                    await governance_conversation(agents, model, chat_id="governance_v1")
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
