@@ -117,6 +117,8 @@ class TurnMachine:
         # deadline whose policy cancels the turn.
         self.cancel: CancelInput | None = None
         self._cancel_via: Literal["cancel", "deadline"] = "cancel"
+        # Notifying tools under way (reminders, escalations); best effort, never awaited.
+        self._notifying: set[asyncio.Task[None]] = set()
         # Set when this run's state proved too large to carry over; cleared when a turn ends.
         self.can_blocked = False
         # The text the model activity published on the stream during the model call under
@@ -616,8 +618,12 @@ class TurnMachine:
             )
             self._cancel_via = "deadline"
         self._publish()
-        if notices:
-            await asyncio.gather(*(self._notify(c, tool, why) for c, tool, why in notices))
+        for call, tool, why in notices:
+            # Not awaited: an answer that arrives while a notifying tool runs takes effect at
+            # once (a slow pager must not hold up the turn it is about).
+            task = asyncio.create_task(self._notify(call, tool, why))
+            self._notifying.add(task)
+            task.add_done_callback(self._notifying.discard)
 
     async def _notify(
         self, call: CallState, tool: str, why: Literal["reminder", "escalation"]
