@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -74,6 +74,8 @@ from workflows.types import (
 )
 
 Emit = Callable[[TurnEvent], object]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 VOTE_BYTES = 400
 """What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
@@ -708,9 +710,10 @@ class InterruptBook:
     def _vote(self, call: CallState, decision: Decision, who: Who, *, now: datetime | None) -> bool:
         """Count an approval of a call that needs a quorum; True while more are needed."""
         quorum = self.quorum(call)
-        if quorum <= 1 or decision != "approved" or who.identity is None or now is None:
+        if quorum <= 1 or decision != "approved" or who.identity is None:
             return False
-        call.votes.append(Vote(identity=who.identity, verified=who.verified, at=now))
+        at = now or call.since or EPOCH  # the workflow always passes its time
+        call.votes.append(Vote(identity=who.identity, verified=who.verified, at=at))
         return len(call.votes) < quorum
 
     def _edit(self, call: CallState, new_input: JsonObject, *, approved: bool, who: Who) -> None:
