@@ -9,6 +9,8 @@ from client.api import (
     ConnectionConfigError,
     EventsGone,
     NoWorkerAnswered,
+    PausedChat,
+    PausedInterrupt,
     ResumeRejected,
     SendRejected,
     ServerNotAnswering,
@@ -20,6 +22,7 @@ from client.api import (
     run_script,
 )
 from workflows.types import (
+    AnswerRecord,
     ErrorInfo,
     FinishReason,
     InterruptRequest,
@@ -34,6 +37,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE",
     "AgentClient",
     "AgentError",
+    "AnswerRecord",
     "CancelRejected",
     "Chat",
     "ConnectionConfigError",
@@ -42,6 +46,8 @@ __all__ = [
     "FinishReason",
     "InterruptRequest",
     "NoWorkerAnswered",
+    "PausedChat",
+    "PausedInterrupt",
     "ResumeRejected",
     "SendRejected",
     "ServerNotAnswering",

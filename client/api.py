@@ -40,6 +40,7 @@ from temporalio.common import (
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from client.audit import audit_trail
 from client.connection import (
     CONNECT_TIMEOUT,
     DEFAULT_ADDRESS,
@@ -60,6 +61,7 @@ from client.errors import (
     rpc_error,
     worker_missing,
 )
+from client.inbox import PausedChat, PausedInterrupt, paused_chats
 from client.stream import EventsGone, TurnStream, follow
 from workflows import AgentWorkflow
 from workflows.config import AGENT_NAME, AGENT_STATUS
@@ -76,6 +78,7 @@ from workflows.limits import (
 )
 from workflows.payloads import RawResume, raw_resume
 from workflows.types import (
+    AnswerRecord,
     CancelInput,
     ConversationInput,
     ConversationResult,
@@ -187,6 +190,77 @@ class AgentClient:
         Nothing is sent yet; the first ``send`` creates the workflow if it does not exist.
         """
         return Chat(self, agent=agent, chat_id=chat_id or f"chat-{uuid.uuid4()}")
+
+    async def pending(
+        self, *, agent: str | None = None, approver: str | None = None
+    ) -> list[PausedChat]:
+        """Every chat in the namespace paused on a human, the longest waiting first.
+
+        Read from Temporal's visibility store alone (search attributes and the memo each
+        conversation keeps), so it needs no worker. Visibility is eventually consistent: a
+        chat that paused or was answered a moment ago may not show so yet.
+
+        Args:
+            agent: Only this agent's chats.
+            approver: Only the interrupts this identity may answer and has not voted on yet
+                (those anyone may answer, and those that list it); chats left with none are
+                left out. A ``group:NAME`` approver is matched only by that same
+                ``group:NAME``: groups come from identity tokens, which the inbox does not
+                have.
+
+        Raises:
+            ValueError: ``agent`` holds a quote or a backslash.
+            temporalio.service.RPCError: the visibility query failed.
+        """
+        return await paused_chats(self._temporal, agent=agent, approver=approver)
+
+    async def audit(
+        self, chat_id: str, *, worker_timeout: timedelta | None = timedelta(seconds=10)
+    ) -> list[AnswerRecord]:
+        """Every answer the conversation ``chat_id`` applied, once each, oldest first.
+
+        Read from the histories of all its runs (it continues as new as it grows, and its
+        state keeps only the newest answers), so it needs no worker, and it holds what the
+        state has long shed. Temporal keeps a closed run's history for the namespace's
+        retention period: answers in runs older than that are gone, except those the next run
+        carried in.
+
+        Args:
+            chat_id: The conversation.
+            worker_timeout: Only for a conversation whose newest run began before answers
+                were kept in history: its newest answers are in its state, which a worker
+                reads; how long one may take to answer.
+
+        Raises:
+            AgentError: no conversation ``chat_id``, or Temporal failed the request.
+            NoWorkerAnswered: the conversation's newest run began before this release and no
+                worker answered within ``worker_timeout``.
+        """
+        handle = self._temporal.get_workflow_handle(chat_id)
+        try:
+            desc = await handle.describe()
+        except RPCError as e:
+            raise rpc_error(e, chat_id) from e
+        agent = desc.typed_search_attributes.get(AGENT_NAME) or ""
+
+        async def latest_answers() -> list[AnswerRecord]:
+            chat = Chat(self, agent=agent, chat_id=chat_id)
+            try:
+                return (await chat.history(worker_timeout=worker_timeout)).answers
+            except NoWorkerAnswered as e:
+                raise NoWorkerAnswered(
+                    f"conversation {chat_id!r} began before answers were kept in its history, "
+                    f"so its newest answers are read from its state, by a worker: {e}",
+                    waited=e.waited,
+                    queued=False,
+                ) from None
+
+        try:
+            return await audit_trail(
+                self._temporal, chat_id, latest_run=desc.run_id, latest_answers=latest_answers
+            )
+        except RPCError as e:
+            raise rpc_error(e, chat_id) from e
 
 
 class Chat:
@@ -483,6 +557,13 @@ class Chat:
             messages, start = list(result.messages), result.start
         return result.model_copy(update={"messages": messages, "start": start})
 
+    async def audit(
+        self, *, worker_timeout: timedelta | None = timedelta(seconds=10)
+    ) -> list[AnswerRecord]:
+        """Every answer this conversation applied, across all its runs, oldest first: see
+        :meth:`AgentClient.audit`."""
+        return await self._client.audit(self.id, worker_timeout=worker_timeout)
+
     async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:
         """Recently refused signals (the bounded log operators see in the UI)."""
         result = await self._query(AgentWorkflow.rejections, worker_timeout=worker_timeout)
@@ -733,6 +814,8 @@ __all__ = [
     "ConnectionConfigError",
     "EventsGone",
     "NoWorkerAnswered",
+    "PausedChat",
+    "PausedInterrupt",
     "ResumeRejected",
     "SendRejected",
     "ServerNotAnswering",

@@ -6,6 +6,7 @@ raised (see ``client/stream.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import typer
@@ -32,11 +33,26 @@ class ChatSession:
     ``ChatClosed``; ``agentctl chat`` turns them into messages and exit codes.
     """
 
-    def __init__(self, chat: Chat, *, task_queue: str, identity: str, wait: timedelta) -> None:
+    def __init__(
+        self,
+        chat: Chat,
+        *,
+        task_queue: str,
+        identity: str | None,
+        wait: timedelta,
+        token: Callable[[], str] | None = None,
+    ) -> None:
+        """
+        Args:
+            identity: Who answers, as asserted (None: the identity token's holder).
+            token: Reads the identity token each answer carries (for an agent that verifies
+                who answers); read again for every answer, since each token answers once.
+        """
         self.chat = chat
         self.task_queue = task_queue
         self.identity = identity
         self.wait = wait
+        self.token = token
 
     async def run(self) -> None:
         try:
@@ -143,7 +159,10 @@ class ChatSession:
                 else:
                     res, streamed = await self._follow(
                         self.chat.resume_stream(
-                            answers=answers, identity=self.identity, worker_timeout=self.wait
+                            answers=answers,
+                            identity=self.identity,
+                            identity_token=self.token() if self.token is not None else None,
+                            worker_timeout=self.wait,
                         )
                     )
                     if streamed:

@@ -33,12 +33,13 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from enum import IntEnum
+from functools import partial
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
@@ -64,10 +65,10 @@ from client.api import (
     exit_now,
 )
 from client.chat_loop import ChatClosed, ChatSession
+from client.inbox import PausedChat, check_agent_name
 from client.views import (
+    AuditOutput,
     CancelOutput,
-    MemoInterrupt,
-    PausedConversation,
     PendingOutput,
     ResumeOutput,
     ShowOutput,
@@ -77,15 +78,18 @@ from client.views import (
     json_object,
     out,
     paused_again,
+    print_audit,
     print_event,
     print_json,
     print_paused,
     print_status,
     print_turn,
     safe,
+    who,
 )
-from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
+from workflows.config import AGENT_NAME
 from workflows.types import (
+    AnswerRecord,
     FinishReason,
     InterruptRequest,
     Rejection,
@@ -148,6 +152,18 @@ IdentityOption = Annotated[
         show_default=False,
     ),
 ]
+TokenFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--identity-token-file",
+        envvar="AGENTCTL_IDENTITY_TOKEN_FILE",
+        help="A file holding an identity token (a JWT from the agent's trusted issuer), for an "
+        "agent that verifies who answers; the identity on record is then the token's. Each "
+        "token answers once per conversation. Never printed.",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (schema in the README).")]
 ChatIdArg = Annotated[
     str, typer.Argument(metavar="CHAT_ID", help="The conversation's chat id (its workflow id).")
@@ -195,6 +211,41 @@ def _default_identity() -> str:
     except (KeyError, OSError):  # no USER variable and no passwd entry (some containers)
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def _asserted(ctx: typer.Context, identity: str | None, *, token: bool) -> str | None:
+    """The identity an answer asserts. With an identity token it is the token's: only an
+    ``--identity`` given on the command line goes along (and must match it), not
+    ``AGENTCTL_IDENTITY`` or the default, which are for answering without one."""
+    if not token:
+        return identity or _default_identity()
+    source = ctx.get_parameter_source("identity")
+    if source is not None and source.name == "ENVIRONMENT":
+        return None
+    return identity
+
+
+def read_token_file(path: Path) -> str:
+    """The identity token in ``path``, whitespace stripped.
+
+    Raises:
+        typer.BadParameter: the file is missing, unreadable, not text, or empty. The message
+            names the file, never what is in it.
+    """
+    where = f"the identity token file {str(path)!r} (--identity-token-file)"
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise typer.BadParameter(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise typer.BadParameter(f"{where} is a directory") from None
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{where} is not UTF-8 text") from None
+    except OSError as e:
+        raise typer.BadParameter(f"{where} cannot be read: {e.strerror}") from None
+    if not token:
+        raise typer.BadParameter(f"{where} is empty")
+    return token
 
 
 def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any, None]]) -> None:
@@ -424,11 +475,17 @@ def _answer(
     build: Callable[[InterruptRequest], ToolResponse | ToolRestart],
     *,
     identity: str | None,
+    token_file: Path | None,
     wait: float,
     as_json: bool,
 ) -> None:
-    """Every answering command: find REF among the pending interrupts, send one resume."""
-    who = identity or _default_identity()
+    """Every answering command: find REF among the pending interrupts, send one resume.
+
+    With ``token_file`` the answer carries its identity token, and the identity on record is
+    the token's (``--identity``, when given too, must be the same).
+    """
+    token = read_token_file(token_file) if token_file is not None else None
+    asserted = _asserted(ctx, identity, token=token is not None)
 
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=True)
@@ -445,20 +502,34 @@ def _answer(
             chat,
             desc,
             lambda: chat.resume(
-                respond=respond, restart=restart, identity=who, worker_timeout=_wait(wait)
+                respond=respond,
+                restart=restart,
+                identity=asserted,
+                identity_token=token,
+                worker_timeout=_wait(wait),
             ),
             answering=True,
         )
+        recorded = asserted
+        if token is not None:
+            # The token names who answered; the conversation's record says whom it named.
+            recorded = await _recorded_identity(chat, ref, wait=wait)
         if as_json:
             print_json(
                 ResumeOutput(
-                    chat_id=chat_id, identity=who, respond=respond, restart=restart, turn=res
+                    chat_id=chat_id,
+                    identity=recorded,
+                    identity_verified=token is not None,
+                    respond=respond,
+                    restart=restart,
+                    turn=res,
                 )
             )
             return
+        by = who(recorded, token is not None) if recorded else "the identity token's holder"
         out.print(
             f"answered [bold]{safe(interrupt.name)}[/] (ref {safe(ref)}) with "
-            f"{escape(answer_words(answer))} as {safe(who)}"
+            f"{escape(answer_words(answer))} as {escape(by)}"
         )
         print_turn(res)
         again = next((i for i in res.interrupts if i.ref == ref), None)
@@ -469,6 +540,16 @@ def _answer(
     _run(ctx, command)
 
 
+async def _recorded_identity(chat: Chat, ref: str, *, wait: float) -> str | None:
+    """Who the newest answer to ``ref`` is on record from (None when it cannot be read)."""
+    try:
+        status = await chat.status(worker_timeout=_wait(wait))
+    except AgentError:
+        return None  # the answer was applied; only the read-back failed
+    mine: list[AnswerRecord] = [a for a in status.recent_answers if a.ref == ref]
+    return mine[-1].identity if mine else None
+
+
 # --------------------------------------------------------------------------------------------
 # Commands
 
@@ -477,46 +558,63 @@ def _answer(
 def pending(
     ctx: typer.Context,
     agent: Annotated[str | None, typer.Option(help="Only this agent's conversations.")] = None,
+    approver: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ID",
+            help="Only the interrupts ID may answer and has not voted on yet (open to anyone, "
+            "or listing ID; a group:NAME approver only as --approver group:NAME).",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Every paused conversation in the namespace: chat id, agent, interrupts, waiting since.
+    """Every paused conversation in the namespace: chat id, agent, interrupts, who may answer,
+    deadlines, waiting since.
 
     Reads Temporal's visibility store only (search attributes and memo): no worker needed.
     """
-    if agent is not None and ('"' in agent or "\\" in agent):
-        raise typer.BadParameter("agent names cannot contain quotes or backslashes")
+    if agent is not None:
+        try:
+            check_agent_name(agent)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
 
     async def command(agents: AgentClient) -> None:
-        query = 'AgentStatus="interrupted" AND ExecutionStatus="Running"'
-        if agent:
-            query += f' AND AgentName="{agent}"'
-        found: list[PausedConversation] = []
         try:
-            async for wf in agents.temporal.list_workflows(query):
-                memo = await wf.memo()
-                interrupts = []
-                for item in memo.get("pending") or []:
-                    try:
-                        interrupts.append(MemoInterrupt.model_validate(item))
-                    except ValidationError:
-                        continue  # a memo written by some other program: show what we can
-                found.append(
-                    PausedConversation(
-                        chat_id=wf.id,
-                        agent=wf.typed_search_attributes.get(AGENT_NAME),
-                        waiting_since=wf.typed_search_attributes.get(INTERRUPTED_SINCE),
-                        interrupts=interrupts,
-                    )
-                )
+            found: list[PausedChat] = await agents.pending(agent=agent, approver=approver)
         except RPCError as e:
             raise _Fail(ExitCode.UNREACHABLE, f"visibility query failed: {e.message}") from None
-        # Oldest first: whoever has waited longest is the first to look at.
-        far = datetime.max.replace(tzinfo=UTC)
-        found.sort(key=lambda c: (c.waiting_since or far, c.chat_id))
         if as_json:
             print_json(PendingOutput(conversations=found))
             return
-        print_paused(found, agent=agent)
+        print_paused(found, agent=agent, approver=approver)
+
+    _run(ctx, command)
+
+
+@app.command()
+def audit(
+    ctx: typer.Context,
+    chat_id: ChatIdArg,
+    as_json: JsonFlag = False,
+    wait: WaitOption = DEFAULT_WAIT,
+) -> None:
+    """Every answer a conversation applied, oldest first, across all its runs: when, which
+    call, what was decided, by whom (verified by a token, or asserted) and by which path.
+
+    Reads the histories of the conversation's runs: no worker needed (except, with --wait,
+    for a conversation whose newest run began before answers were kept in history).
+    """
+
+    async def command(agents: AgentClient) -> None:
+        chat, desc = await _open(agents, chat_id, running=False)
+        answers: list[AnswerRecord] = await _ask(
+            chat, desc, lambda: chat.audit(worker_timeout=_wait(wait)), answering=False
+        )
+        if as_json:
+            print_json(AuditOutput(chat_id=chat_id, answers=answers))
+            return
+        print_audit(chat_id, answers)
 
     _run(ctx, command)
 
@@ -570,6 +668,7 @@ def respond(
         str, typer.Argument(metavar="JSON", help="The tool's output, a JSON object.")
     ],
     identity: IdentityOption = None,
+    identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
     as_json: JsonFlag = False,
 ) -> None:
@@ -581,6 +680,7 @@ def respond(
         ref,
         lambda i: i.respond(value),
         identity=identity,
+        token_file=identity_token_file,
         wait=wait,
         as_json=as_json,
     )
@@ -598,23 +698,36 @@ def restart(
             "'{\"tool_approved\": true}'."
         ),
     ] = "{}",
+    edited_input: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            metavar="JSON",
+            help="Run the tool with this input instead of the model's, a JSON object: an edit, "
+            "which only a tool declared editable accepts (the original stays on record).",
+        ),
+    ] = None,
     identity: IdentityOption = None,
+    identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
     as_json: JsonFlag = False,
 ) -> None:
-    """Re-run the interrupted tool with its original input and resume metadata.
+    """Re-run the interrupted tool with its original input (or, with --input, an edited one)
+    and resume metadata.
 
     A tool gated by ToolApproval (kind "approval gate") runs only with
     --metadata '{"tool_approved": true}' (agentctl approve sends that); without it the call
-    pauses again on the same ref.
+    pauses again on the same ref (an edit then pauses at the gate showing the edited input).
     """
     value = json_object(metadata, what="--metadata")
+    changed = json_object(edited_input, what="--input") if edited_input is not None else None
     _answer(
         ctx,
         chat_id,
         ref,
-        lambda i: i.restart(value),
+        lambda i: i.restart(value, input=changed),
         identity=identity,
+        token_file=identity_token_file,
         wait=wait,
         as_json=as_json,
     )
@@ -626,6 +739,7 @@ def approve_command(
     chat_id: ChatIdArg,
     ref: RefArg,
     identity: IdentityOption = None,
+    identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
     as_json: JsonFlag = False,
 ) -> None:
@@ -633,8 +747,18 @@ def approve_command(
 
     An interrupt-only tool gets respond {"approved": true}; a gated or conditional tool is
     restarted with resume metadata {"tool_approved": true}, so it runs with its original input.
+    Where a quorum is needed, this is one vote.
     """
-    _answer(ctx, chat_id, ref, approve, identity=identity, wait=wait, as_json=as_json)
+    _answer(
+        ctx,
+        chat_id,
+        ref,
+        approve,
+        identity=identity,
+        token_file=identity_token_file,
+        wait=wait,
+        as_json=as_json,
+    )
 
 
 @app.command(name="deny")
@@ -644,6 +768,7 @@ def deny_command(
     ref: RefArg,
     reason: Annotated[str, typer.Option(help="Why, for the model and the audit log.")] = "",
     identity: IdentityOption = None,
+    identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
     as_json: JsonFlag = False,
 ) -> None:
@@ -654,6 +779,7 @@ def deny_command(
         ref,
         lambda i: deny(i, reason),
         identity=identity,
+        token_file=identity_token_file,
         wait=wait,
         as_json=as_json,
     )
@@ -738,15 +864,29 @@ def chat(
         typer.Option("--id", help="Continue this conversation (or create it with this id)."),
     ] = None,
     identity: IdentityOption = None,
+    identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
 ) -> None:
-    """Talk to an agent; when a turn pauses, answer each interrupt here. Ctrl-D leaves."""
-    who = identity or _default_identity()
+    """Talk to an agent; when a turn pauses, answer each interrupt here. Ctrl-D leaves.
+
+    With --identity-token-file each answer carries the token the file holds at that moment
+    (a token answers once per conversation, so keep the file fresh).
+    """
+    token: Callable[[], str] | None = None
+    if identity_token_file is not None:
+        read_token_file(identity_token_file)  # a bad file is a usage error before anything
+        token = partial(read_token_file, identity_token_file)
+
+    asserted = _asserted(ctx, identity, token=token is not None)
 
     async def command(agents: AgentClient) -> None:
         conversation = await agents.chat(agent, chat_id=chat_id)
         session = ChatSession(
-            conversation, task_queue=agents.task_queue, identity=who, wait=_wait(wait)
+            conversation,
+            task_queue=agents.task_queue,
+            identity=asserted,
+            wait=_wait(wait),
+            token=token,
         )
         try:
             await session.run()

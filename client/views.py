@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
+from client.inbox import PausedChat, PausedInterrupt
 from workflows.details import shell_word, visible
 from workflows.types import (
     AgentStatus,
@@ -42,24 +43,12 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 # ``--json`` output: stable schemas, documented in the README. Evolve by adding fields.
 
 
-class MemoInterrupt(BaseModel):
-    """One pending interrupt as the workflow's memo records it (visibility, no worker)."""
-
-    name: str
-    ref: str
-    input: str = ""
-    """The tool's input as JSON text, truncated to 200 characters by the workflow."""
-
-
-class PausedConversation(BaseModel):
-    chat_id: str
-    agent: str | None = None
-    waiting_since: datetime | None = None
-    interrupts: list[MemoInterrupt] = []
-
-
 class PendingOutput(BaseModel):
-    conversations: list[PausedConversation] = []
+    # Each conversation as ``AgentClient.pending()`` returns it (``client.inbox``): the fields
+    # of the first release (chat_id, agent, waiting_since; each interrupt's name, ref and
+    # input) and, since approval governance, each interrupt's source, since, deadline,
+    # approvers, quorum and votes.
+    conversations: list[PausedChat] = []
 
 
 class ShowOutput(BaseModel):
@@ -78,7 +67,10 @@ class ShowOutput(BaseModel):
 
 class ResumeOutput(BaseModel):
     chat_id: str
-    identity: str
+    # Who answered, as the conversation recorded it: the asserted identity, or the identity
+    # token's (None when it could not be read back).
+    identity: str | None
+    identity_verified: bool = False
     respond: list[ToolResponse] = []
     restart: list[ToolRestart] = []
     turn: TurnResult
@@ -89,6 +81,12 @@ class CancelOutput(BaseModel):
     identity: str
     reason: str
     turn: TurnResult
+
+
+class AuditOutput(BaseModel):
+    chat_id: str
+    # Every answer on record, oldest first, across all the conversation's runs.
+    answers: list[AnswerRecord] = []
 
 
 def print_json(model: BaseModel) -> None:
@@ -127,6 +125,27 @@ def _compact(value: object, limit: int | None = 120) -> str:
     return text
 
 
+def _deadline(at: datetime, *, now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    when = f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    if at >= now:
+        return f"{when} (in {_age(at - now)})"
+    return f"{when} (passed {_age(now - at)} ago)"
+
+
+def who(identity: str | None, verified: bool) -> str:
+    """Who answered, and whether an identity token proved it or the caller only said so."""
+    if identity is None:
+        return "-"
+    return f"{visible(identity)} ({'verified' if verified else 'asserted'})"
+
+
+def approvals(quorum: int, votes: list[str]) -> str:
+    """A quorum's progress: "1 of 2 approvals: alice@example.com"."""
+    line = f"{len(votes)} of {quorum} approvals"
+    return f"{line}: {', '.join(visible(v) for v in votes)}" if votes else line
+
+
 def safe(text: str) -> str:
     """One line of untrusted text for rich markup: controls visible, markup escaped."""
     return escape(visible(text))
@@ -152,15 +171,27 @@ def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) 
     if interrupt.since:
         body.add_row("waiting", Text(f"since {_when(interrupt.since)}"))
     if interrupt.deadline:
+        body.add_row("deadline", Text(_deadline(interrupt.deadline)))
+    if interrupt.approvers:
+        body.add_row("approvers", Text(", ".join(visible(a) for a in interrupt.approvers)))
+    if interrupt.quorum > 1:
+        votes = [who(v.identity, v.verified) for v in interrupt.votes]
         body.add_row(
-            "deadline", Text(f"{interrupt.deadline.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+            "quorum",
+            Text(
+                f"{len(votes)} of {interrupt.quorum} approvals"
+                + (f": {', '.join(votes)}" if votes else "")
+            ),
         )
     if chat_id is not None:
         chat, ref = shell_word(chat_id), shell_word(interrupt.ref)
-        body.add_row(
-            "answer",
-            Text(f"agentctl approve {chat} {ref}\nagentctl deny {chat} {ref} --reason TEXT"),
-        )
+        commands = f"agentctl approve {chat} {ref}\nagentctl deny {chat} {ref} --reason TEXT"
+        if interrupt.editable:
+            commands += (
+                f"\nagentctl restart {chat} {ref} --metadata '{{\"tool_approved\": true}}' "
+                "--input JSON   (an edit)"
+            )
+        body.add_row("answer", Text(commands))
     return Panel(
         body,
         title=Text.assemble("paused on ", (visible(interrupt.name), "bold")),
@@ -169,39 +200,67 @@ def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) 
     )
 
 
-def paused_view(found: list[PausedConversation], *, title: str) -> RenderableType:
-    """``pending``'s table; a list instead when the terminal is too narrow for one."""
+def _may_answer(i: PausedInterrupt) -> str:
+    """Who may answer a paused interrupt, and its quorum's progress, on separate lines."""
+    lines = [visible(a) for a in i.approvers] or ["anyone"]
+    if i.quorum > 1:
+        lines.append(approvals(i.quorum, i.votes))
+    return "\n".join(lines)
+
+
+def paused_view(found: list[PausedChat], *, title: str) -> RenderableType:
+    """``pending``'s table; a list instead when the terminal is too narrow for one.
+
+    Who may answer and the deadline get columns only when some interrupt has them (runs
+    begun before approval governance record neither).
+    """
     now = datetime.now(UTC)
+    interrupts = [i for c in found for i in c.interrupts]
+    governed = any(i.approvers or i.quorum > 1 for i in interrupts)
+    timed = any(i.deadline is not None for i in interrupts)
     # Chat ids and refs are what the operator copies into the next command, so they never wrap
     # (rich's table leaves no-wrap columns alone while it can shrink the others).
     keep = [
         max(len(visible(c.chat_id)) for c in found),
-        max((len(visible(i.name)) for c in found for i in c.interrupts), default=1),
-        max((len(visible(i.ref)) for c in found for i in c.interrupts), default=1),
+        max((len(visible(i.name)) for i in interrupts), default=1),
+        max((len(visible(i.ref)) for i in interrupts), default=1),
     ]
-    # Padding and rule (3 a column) plus room for AGENT, WAITING SINCE and INPUT to wrap in.
-    if sum(keep) + 3 * 6 + 8 + 12 + 18 <= out.width:
+    # Padding and rule (3 a column) plus room for AGENT, WAITING SINCE and INPUT to wrap in,
+    # and for MAY ANSWER and DEADLINE when shown.
+    extra = (3 + 20 if governed else 0) + (3 + 14 if timed else 0)
+    if sum(keep) + 3 * 6 + 8 + 12 + 18 + extra <= out.width:
         table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("CHAT ID", "AGENT", "INTERRUPT", "REF", "WAITING SINCE", "INPUT"):
+        columns = ["CHAT ID", "AGENT", "INTERRUPT", "REF", "WAITING SINCE", "INPUT"]
+        columns += ["MAY ANSWER"] if governed else []
+        columns += ["DEADLINE"] if timed else []
+        for column in columns:
             no_wrap = column in ("CHAT ID", "INTERRUPT", "REF")
             table.add_column(column, overflow="fold", no_wrap=no_wrap)
         for c in found:
-            rows = c.interrupts or [MemoInterrupt(name="?", ref="?")]
+            rows = c.interrupts or [PausedInterrupt(name="?", ref="?")]
             for n, i in enumerate(rows):
                 first = n == 0
                 since = "-"
                 if c.waiting_since is not None:
                     at = c.waiting_since.astimezone(UTC)
                     since = f"{at:%Y-%m-%d}\n{at:%H:%M:%S} UTC\n({_age(now - at)} ago)"
-                table.add_row(
+                cells = [
                     Text(visible(c.chat_id) if first else ""),
                     Text(visible(c.agent or "?") if first else ""),
                     Text(visible(i.name), style="bold"),
                     Text(visible(i.ref)),
                     Text(since if first else ""),
                     Text(visible(i.input)),
-                    end_section=n == len(rows) - 1,
-                )
+                ]
+                if governed:
+                    cells.append(Text(_may_answer(i)))
+                if timed:
+                    cells.append(
+                        Text(_deadline(i.deadline, now=now).replace(" (", "\n(", 1))
+                        if i.deadline is not None
+                        else Text("-")
+                    )
+                table.add_row(*cells, end_section=n == len(rows) - 1)
         return table
     lines = [Text(title, style="italic"), Text()]
     for c in found:
@@ -212,6 +271,10 @@ def paused_view(found: list[PausedConversation], *, title: str) -> RenderableTyp
         for i in c.interrupts:
             lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
             lines.append(Text(f"    input {visible(i.input)}"))
+            if i.approvers or i.quorum > 1:
+                lines.append(Text(f"    may answer {_may_answer(i).replace(chr(10), ' · ')}"))
+            if i.deadline is not None:
+                lines.append(Text(f"    deadline {_deadline(i.deadline, now=now)}"))
         lines.append(Text())
     return Group(*lines)
 
@@ -272,9 +335,13 @@ def paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
     return Text(f"the call paused again on the same ref: {why}", style="bold yellow")
 
 
-def print_paused(found: list[PausedConversation], *, agent: str | None) -> None:
+def print_paused(
+    found: list[PausedChat], *, agent: str | None, approver: str | None = None
+) -> None:
     """``agentctl pending``'s answer for a person: oldest first, as ``found`` is sorted."""
-    scope = f" for agent {agent}" if agent else ""
+    scope = (f" for agent {agent}" if agent else "") + (
+        f" that {approver} may answer" if approver else ""
+    )
     if not found:
         out.print(f"No paused conversations{safe(scope)}.")
         return
@@ -342,10 +409,11 @@ def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> Non
                 Text(visible(a.name)),
                 Text(visible(a.ref)),
                 a.decision or a.kind,
-                Text(visible(a.identity or "-")),
+                Text(who(a.identity, a.identity_verified)),
                 a.via,
             )
         out.print(table)
+        out.print(f"Every answer on record: agentctl audit {escape(shell_word(view.chat_id))}")
     if view.recent_rejections:
         table = Table(
             title=f"Recent rejected answers ({view.rejections_total} in all)",
@@ -363,6 +431,60 @@ def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> Non
                 Text(visible(r.reason)),
             )
         out.print(table)
+
+
+def answer_summary(record: AnswerRecord) -> str:
+    """What an answer said, in a line: an edit's input (and the model's), else its output."""
+    if record.kind == "edit":
+        text = f"input {_compact(record.input, 80)}"
+        if record.original_input is not None:
+            text += f" (was {_compact(record.original_input, 60)})"
+        return text
+    if record.output is not None:
+        return _compact(record.output, 100)
+    if record.metadata:
+        return f"metadata {_compact(record.metadata, 90)}"
+    return ""
+
+
+def print_audit(chat_id: str, answers: list[AnswerRecord]) -> None:
+    """``agentctl audit``'s answer for a person: every answer on record, oldest first; a table,
+    or a list when the terminal is too narrow for one."""
+    if not answers:
+        out.print(f"No answers on record for {safe(chat_id)}.")
+        return
+    title = visible(f"Answers on record for {chat_id}: {len(answers)}")
+    rows = [
+        (
+            f"{a.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+            visible(a.name),
+            visible(a.ref),
+            a.kind,
+            a.decision or "-",
+            who(a.identity, a.identity_verified),
+            a.via,
+            answer_summary(a),
+        )
+        for a in answers
+    ]
+    # Every column but the last at its widest, padding and rule (3 a column), and 30 for it.
+    widths = [max(len(row[n]) for row in rows) for n in range(7)]
+    if sum(widths) + 3 * 8 + 30 <= out.width:
+        table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD)
+        for column in ("AT", "TOOL", "REF", "KIND", "DECISION", "BY", "VIA"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("OUTPUT / EDIT", overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        out.print(table)
+        return
+    lines = [Text(title, style="italic"), Text()]
+    for at, name, ref, kind, decision, by, via, summary in rows:
+        lines.append(Text.assemble(f"{at} UTC  ", (name, "bold"), f"  ref {ref}"))
+        lines.append(Text(f"  {kind} · {decision} · by {by} · via {via}"))
+        if summary:
+            lines.append(Text(f"  {summary}"))
+    out.print(Group(*lines))
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ Three generations exist:
   wrote none before). It implies the durable-input rules; a new run records only this marker.
 
 Every other module takes the answer as a plain ``strict``/``durable`` flag; only this one asks
-Temporal. Remove the old branches once no run without the marker can be open (``agentctl list``
-shows each run's start; runs older than the marker's date are the ones to wait for).
+Temporal. Remove the old branches once no run without the marker can be open (the Temporal UI
+lists each run's start; runs older than the marker's date are the ones to wait for).
 """
 
 from __future__ import annotations

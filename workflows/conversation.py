@@ -123,6 +123,8 @@ class AgentWorkflow:
         # upsert. None: no "pending" memo, which runs from before the turn-edges patch
         # replace with [] on their first publish (see _publish).
         self._memo_pending: list[dict[str, Any]] | None = workflow.memo_value("pending", None)
+        # Whether the memo still holds the last batch of answer records (see _publish).
+        self._memo_answers = workflow.memo_value("answers", None) is not None
 
     # ------------------------------------------------------------------------------------------
     # Main loop
@@ -589,8 +591,13 @@ class AgentWorkflow:
             memo: dict[str, Any] = {"pending": view.memo_pending}
             if answers:
                 memo["answers"] = answers
+            elif self._memo_answers:
+                # The batch is in history already: off the memo, which every visibility
+                # listing returns and continue-as-new copies (None removes the key).
+                memo["answers"] = None
             workflow.upsert_memo(memo)
             self._memo_pending = view.memo_pending
+            self._memo_answers = bool(answers)
         workflow.set_current_details(view.details)
         if view.status != "running":
             # Between turns (or paused), so no follower of the turn in progress loses items.

@@ -3,7 +3,7 @@
 Three surfaces, each read without a worker:
 
 - **search attributes** (``AgentName``, ``AgentStatus``, ``PendingInterrupts``,
-  ``InterruptedSince``): the Temporal UI's list filters and ``agentctl list``;
+  ``InterruptedSince``): the Temporal UI's list filters and ``agentctl pending``;
 - **the memo's** ``pending`` list (name, ref and a cut of the input of each paused call): what
   the inbox shows for each paused chat;
 - **the details panel** (Markdown with the command that answers each interrupt), rendered by
@@ -134,7 +134,11 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
     if request.deadline is not None:
         entry["deadline"] = request.deadline.isoformat()
     if request.approvers:
-        entry["approvers"] = _within([a for a in request.approvers], MEMO_LIST_BYTES)
+        entry["approvers"] = _within(list(request.approvers), MEMO_LIST_BYTES)
+        omitted = len(request.approvers) - len(entry["approvers"])
+        if omitted:
+            # The inbox must not read a cut list as "not you".
+            entry["approvers_omitted"] = omitted
     if request.quorum > 1:
         entry["quorum"] = request.quorum
     if request.votes:

@@ -1,0 +1,164 @@
+"""The inbox: every paused chat in a namespace, read from Temporal's visibility store alone.
+
+A paused conversation says so in its search attributes (``AgentStatus="interrupted"``,
+``InterruptedSince``) and lists what it waits on in its memo's ``pending`` entries (written by
+``workflows.operator_view.memo_entry``: name, ref, a cut of the input, and, in runs begun since
+approval governance, since when, until when, who may answer and the votes so far). Reading them
+needs no worker, so the inbox works while none runs.
+
+The models here are also ``agentctl pending --json``'s schema: evolve them by adding fields.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client, WorkflowExecution
+
+from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
+from workflows.types import InterruptSource
+
+log = logging.getLogger(__name__)
+
+PAUSED_QUERY = 'AgentStatus="interrupted" AND ExecutionStatus="Running"'
+"""Every conversation waiting on a human (a closed workflow waits on no one)."""
+
+
+class PausedInterrupt(BaseModel):
+    """One call a paused chat waits on, as its memo records it.
+
+    Runs begun before approval governance record only ``name``, ``ref`` and ``input``; the
+    rest then keeps its default (no deadline known, anyone may answer).
+    """
+
+    name: str
+    ref: str
+    input: str = ""
+    """The tool's input as JSON text, cut to 200 characters by the workflow."""
+    source: InterruptSource | None = None
+    since: datetime | None = None
+    deadline: datetime | None = None
+    approvers: list[str] = []
+    """Identities or ``group:NAME`` that may answer (empty: anyone); the memo holds 1 KiB of
+    them, and counts the rest in ``approvers_omitted``."""
+    approvers_omitted: int = 0
+    quorum: int = 1
+    votes: list[str] = []
+    """Who has approved so far, when it needs a quorum."""
+
+    def awaits(self, approver: str) -> bool:
+        """Whether ``approver`` may answer this interrupt and has not voted on it yet.
+
+        Groups cannot be resolved without the approver's token, so a ``group:NAME`` approver
+        matches only the same ``group:NAME`` given as ``approver``.
+        """
+        if approver in self.votes:
+            return False
+        # A list the memo cut short may name them further on: listed, as a maybe.
+        return not self.approvers or approver in self.approvers or self.approvers_omitted > 0
+
+
+class PausedChat(BaseModel):
+    """A conversation paused on a human: what the inbox lists."""
+
+    chat_id: str
+    agent: str | None = None
+    waiting_since: datetime | None = None
+    """When its oldest pending interrupt was raised."""
+    interrupts: list[PausedInterrupt] = []
+
+
+def check_agent_name(agent: str) -> None:
+    """Refuse an agent name that cannot be put in a visibility query.
+
+    Raises:
+        ValueError: it holds a quote or a backslash (no agent name does).
+    """
+    if '"' in agent or "\\" in agent:
+        raise ValueError("agent names cannot contain quotes or backslashes")
+
+
+def paused_query(agent: str | None = None) -> str:
+    """The visibility query for paused chats, of ``agent`` only when given."""
+    if agent is None:
+        return PAUSED_QUERY
+    check_agent_name(agent)
+    return f'{PAUSED_QUERY} AND AgentName="{agent}"'
+
+
+def memo_interrupts(items: object) -> list[PausedInterrupt]:
+    """The memo's ``pending`` entries; an entry that does not parse is left out (a memo some
+    other program wrote: show what can be shown)."""
+    if not isinstance(items, list):
+        return []
+    found: list[PausedInterrupt] = []
+    for item in items:
+        try:
+            found.append(PausedInterrupt.model_validate(item))
+        except ValidationError:
+            log.debug("memo entry left out of the inbox: it does not parse")
+    return found
+
+
+def for_approver(chats: Iterable[PausedChat], approver: str) -> list[PausedChat]:
+    """Each chat with only the interrupts ``approver`` may still answer; chats left with none
+    are left out."""
+    kept: list[PausedChat] = []
+    for chat in chats:
+        mine = [i for i in chat.interrupts if i.awaits(approver)]
+        if mine:
+            kept.append(chat.model_copy(update={"interrupts": mine}))
+    return kept
+
+
+def oldest_first(chats: Iterable[PausedChat]) -> list[PausedChat]:
+    """Whoever has waited longest first (then by chat id); a chat that does not say since when
+    comes last."""
+    far = datetime.max.replace(tzinfo=UTC)
+    return sorted(chats, key=lambda c: (c.waiting_since or far, c.chat_id))
+
+
+def paused_chat(wf: WorkflowExecution, pending: object) -> PausedChat:
+    """One listed workflow as the inbox shows it; ``pending`` is its memo's ``pending``."""
+    return PausedChat(
+        chat_id=wf.id,
+        agent=wf.typed_search_attributes.get(AGENT_NAME),
+        waiting_since=wf.typed_search_attributes.get(INTERRUPTED_SINCE),
+        interrupts=memo_interrupts(pending),
+    )
+
+
+async def paused_chats(
+    temporal: Client, *, agent: str | None = None, approver: str | None = None
+) -> list[PausedChat]:
+    """Every paused chat in ``temporal``'s namespace, oldest waiting first (see
+    :meth:`client.AgentClient.pending`).
+
+    Raises:
+        ValueError: ``agent`` cannot be put in a visibility query.
+        temporalio.service.RPCError: the visibility query failed.
+    """
+    found: list[PausedChat] = []
+    async for wf in temporal.list_workflows(paused_query(agent)):
+        # Only "pending" is decoded: the memo also holds the latest batch of audit records.
+        found.append(paused_chat(wf, await wf.memo_value("pending", None)))
+    if approver is not None:
+        found = for_approver(found, approver)
+    return oldest_first(found)
+
+
+__all__ = [
+    "PAUSED_QUERY",
+    "PausedChat",
+    "PausedInterrupt",
+    "check_agent_name",
+    "for_approver",
+    "memo_interrupts",
+    "oldest_first",
+    "paused_chat",
+    "paused_chats",
+    "paused_query",
+]

@@ -1,0 +1,232 @@
+"""The inbox: every paused chat in the namespace, from visibility alone, and who may answer what.
+
+``AgentClient.pending()`` and ``agentctl pending`` read the search attributes and the memo each
+conversation keeps, so they are checked here with the worker stopped. Visibility is shared by
+every test on the session's server and eventually consistent: agent names are unique to the
+test, and what it lists is polled for.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+from pydantic import BaseModel
+
+from activities import interrupt
+from client import AgentClient, FinishReason, PausedChat, PausedInterrupt
+from client.inbox import for_approver, memo_interrupts, oldest_first
+from tests import agents as t
+from tests.helpers import eventually
+from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
+from worker.standin import calls
+from worker.testing import TokenIssuer
+from workflows import Agent, ToolApproval
+
+ALICE = "alice@example.com"
+BOB = "bob@example.com"
+CAROL = "carol@example.com"
+TREASURY = "group:treasury"
+
+
+class Wire(BaseModel):
+    to: str
+    amount: float
+
+
+wire_approval = interrupt(
+    "wireApproval",
+    "Ask two treasurers to approve a wire.",
+    input=Wire,
+    output=t.Answer,
+    approvers=[ALICE, BOB],
+    quorum=2,
+    timeout=timedelta(hours=1),
+    on_timeout={"approved": False, "note": "timed out"},
+)
+
+sign_off = interrupt(
+    "signOff", "Ask the treasury group to sign off.", input=t.Ask, approvers=[TREASURY]
+)
+
+
+def treasury_agent() -> Agent:
+    """Two interrupt-only tools: one needs two named approvers, the other anyone."""
+    return Agent(
+        f"inbox-treasury-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[wire_approval, t.approve],
+    )
+
+
+def ops_agent(issuer: TokenIssuer) -> Agent:
+    """A group approver (which needs verified identity) and a gate with its own approver."""
+    return Agent(
+        f"inbox-ops-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[sign_off, t.lookup],
+        middleware=[ToolApproval(allow=[], approvers=[CAROL])],
+        trust=issuer.trust(),
+    )
+
+
+def only(chats: list[PausedChat], ids: list[str]) -> list[PausedChat]:
+    """The chats of this test (others' paused chats share the namespace)."""
+    return [c for c in chats if c.chat_id in ids]
+
+
+def seen(chats: list[PausedChat]) -> list[tuple[str, list[str]]]:
+    return [(c.chat_id, [i.ref for i in c.interrupts]) for c in chats]
+
+
+async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_worker(
+    run_worker, model, client
+):
+    treasury, ops = treasury_agent(), ops_agent(TokenIssuer("ES256"))
+    tq = f"inbox-{uuid.uuid4()}"
+    model.reply(
+        calls(("wireApproval", {"to": "acme", "amount": 900}, "w1")),
+        calls(("approve", {"question": "order paper?"}, "q1")),
+        calls(("signOff", {"question": "close the books?"}, "s1"), ("lookup", {"key": "k"}, "l1")),
+    )
+    async with run_worker(agents=[treasury, ops], task_queue=tq) as agents:
+        a1 = await agents.chat(treasury.name, chat_id=f"{treasury.name}-a1")
+        a2 = await agents.chat(treasury.name, chat_id=f"{treasury.name}-a2")
+        b1 = await agents.chat(ops.name, chat_id=f"{ops.name}-b1")
+        (wire,) = (await a1.send("wire 900 to acme")).interrupts
+        (question,) = (await a2.send("order paper")).interrupts
+        sign, gated = (await b1.send("close the books")).interrupts
+        # One of the two approvals the wire needs: it stays pending, with Alice's vote.
+        voted = await a1.resume(answers=[wire.approve()], identity=ALICE)
+        assert voted.finish_reason == FinishReason.INTERRUPTED
+        assert [v.identity for v in voted.interrupts[0].votes] == [ALICE]
+        # `agentctl show` (which needs the worker) shows who may answer and the votes so far.
+        shown = await agentctl(client, "show", a1.id, task_queue=tq)
+        assert shown.code == 0, shown.err
+        assert f"approvers  {ALICE}, {BOB}" in shown.out
+        assert f"1 of 2 approvals: {ALICE} (asserted)" in shown.out
+        decision = next(line for line in shown.out.splitlines() if " vote " in line)
+        assert "wireApproval" in decision and f"{ALICE} (asserted)" in decision
+    # No worker from here on.
+    ids = [a1.id, a2.id, b1.id]
+    inbox = AgentClient(client)
+
+    def settled(chats: list[PausedChat]) -> bool:
+        mine = only(chats, ids)
+        listed = seen(mine) == [(a1.id, ["w1"]), (a2.id, ["q1"]), (b1.id, ["s1", "l1"])]
+        return listed and mine[0].interrupts[0].votes == [ALICE]  # the vote's memo write too
+
+    everything = await eventually(inbox.pending, settled, timeout=VISIBILITY_TIMEOUT)
+    # Oldest waiting first, across the namespace.
+    assert everything == oldest_first(everything)
+    first, second, third = only(everything, ids)
+    assert (first.agent, second.agent, third.agent) == (treasury.name, treasury.name, ops.name)
+    assert first.waiting_since == wire.since and third.waiting_since == sign.since
+    assert first.interrupts == [
+        PausedInterrupt(
+            name="wireApproval",
+            ref="w1",
+            input=json.dumps(wire.input),
+            source="interrupt",
+            since=wire.since,
+            deadline=wire.deadline,
+            approvers=[ALICE, BOB],
+            quorum=2,
+            votes=[ALICE],
+        )
+    ]
+    assert wire.deadline is not None and wire.since is not None
+    assert wire.deadline - wire.since == timedelta(hours=1)
+    # Open to anyone: no approvers, no quorum, no deadline.
+    assert second.interrupts == [
+        PausedInterrupt(
+            name="approve",
+            ref="q1",
+            input=json.dumps(question.input),
+            source="interrupt",
+            since=question.since,
+        )
+    ]
+    assert [(i.source, i.approvers) for i in third.interrupts] == [
+        ("interrupt", [TREASURY]),
+        ("approval", [CAROL]),
+    ]
+    assert third.interrupts[1].since == gated.since
+
+    assert seen(await inbox.pending(agent=treasury.name)) == [(a1.id, ["w1"]), (a2.id, ["q1"])]
+    # Alice voted on the wire already, and may not answer the group's or Carol's interrupts.
+    assert seen(only(await inbox.pending(approver=ALICE), ids)) == [(a2.id, ["q1"])]
+    assert seen(only(await inbox.pending(approver=BOB), ids)) == [
+        (a1.id, ["w1"]),
+        (a2.id, ["q1"]),
+    ]
+    assert seen(only(await inbox.pending(approver=CAROL), ids)) == [
+        (a2.id, ["q1"]),
+        (b1.id, ["l1"]),
+    ]
+    # A group is matched by its own name only: without a token there is no membership to read.
+    assert seen(only(await inbox.pending(approver=TREASURY), ids)) == [
+        (a2.id, ["q1"]),
+        (b1.id, ["s1"]),
+    ]
+    assert seen(await inbox.pending(agent=ops.name, approver=ALICE)) == []
+    for_bob = only(await inbox.pending(approver=BOB), ids)
+
+    # agentctl agrees, from visibility alone, and keeps the first release's fields.
+    run = await agentctl(client, "pending", "--approver", BOB, "--json", task_queue=tq)
+    assert run.code == 0, run.err
+    listed = [PausedChat.model_validate(c) for c in run.json()["conversations"]]
+    assert only(listed, ids) == for_bob
+    raw = next(c for c in run.json()["conversations"] if c["chat_id"] == a1.id)
+    assert raw["agent"] == treasury.name and "waiting_since" in raw
+    (item,) = raw["interrupts"]
+    assert (item["name"], item["ref"], json.loads(item["input"])) == (
+        "wireApproval",
+        "w1",
+        wire.input,
+    )
+    assert (item["approvers"], item["quorum"], item["votes"]) == ([ALICE, BOB], 2, [ALICE])
+
+    table = await agentctl(
+        client, "pending", "--agent", treasury.name, "--approver", BOB, task_queue=tq
+    )
+    assert table.code == 0, table.err
+    assert f"Paused conversations for agent {treasury.name} that {BOB} may answer: 2" in table.out
+    assert "MAY ANSWER" in table.out and "DEADLINE" in table.out
+    wire_row = next(line for line in table.out.splitlines() if " w1 " in line)
+    assert a1.id in wire_row and ALICE in wire_row and f"{wire.deadline:%H:%M:%S} UTC" in wire_row
+    assert "(in 59m" in table.out
+    question_row = next(line for line in table.out.splitlines() if " q1 " in line)
+    assert "anyone" in question_row
+    assert "1 of 2 approvals" in table.out
+    nobody = await agentctl(
+        client, "pending", "--agent", ops.name, "--approver", ALICE, task_queue=tq
+    )
+    assert nobody.code == 0 and "No paused conversations" in nobody.out
+
+
+def test_memo_entries_of_every_generation_are_read_and_filtered():
+    """Runs begun before approval governance record only name, ref and input: anyone may
+    answer them. An entry some other program wrote is left out, not fatal."""
+    legacy = {"name": "approve", "ref": "r0", "input": '{"question": "q"}'}
+    governed = {
+        "name": "wire",
+        "ref": "r1",
+        "input": "{}",
+        "source": "approval",
+        "since": "2030-01-01T00:00:00+00:00",
+        "approvers": [ALICE, BOB],
+        "quorum": 2,
+        "votes": [BOB],
+    }
+    entries = memo_interrupts([legacy, governed, {"ref": "no name"}, "junk"])
+    assert [(i.ref, i.approvers, i.quorum, i.source) for i in entries] == [
+        ("r0", [], 1, None),
+        ("r1", [ALICE, BOB], 2, "approval"),
+    ]
+    assert memo_interrupts(None) == [] and memo_interrupts({"name": "x"}) == []
+    chats = [PausedChat(chat_id="c", interrupts=entries)]
+    assert seen(for_approver(chats, ALICE)) == [("c", ["r0", "r1"])]
+    assert seen(for_approver(chats, BOB)) == [("c", ["r0"])]  # Bob voted on r1
+    assert seen(for_approver([PausedChat(chat_id="c", interrupts=entries[1:])], CAROL)) == []
