@@ -45,6 +45,7 @@ class PausedInterrupt(BaseModel):
     """Identities or ``group:NAME`` that may answer (empty: anyone); the memo holds 1 KiB of
     them, and counts the rest in ``approvers_omitted``."""
     approvers_omitted: int = 0
+    votes_omitted: int = 0
     quorum: int = 1
     votes: list[str] = []
     """Who has approved so far, when it needs a quorum."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import jwt
 import pytest
 from pydantic import BaseModel
 
@@ -210,3 +211,129 @@ def test_declarations_refuse_what_could_never_work():
                 issuer="i", audience="a", jwks={"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}
             ),
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review: each a way an answer could have taken effect that should not.
+
+pay_officers = Agent(
+    "payOfficers",
+    tools=[deploy],
+    middleware=[ToolApproval(allow=[], approvers=["a@x", "b@x", "c@x"], quorum=2)],
+    trust=ISSUER.trust(),
+)
+
+
+def gated_pay(ref: str = "p1", *, source: str = "approval") -> tuple[InterruptBook, CallState]:
+    call = CallState(ref=ref, name="deploy", args={"service": "web"})
+    book = InterruptBook([call], spec=pay_officers.spec())
+    if source == "approval":
+        book.gate(call, now=NOW)
+    else:
+        book.pause(call, source="tool", metadata={}, now=NOW)
+    return book, call
+
+
+def approve_pay(identity: str, ref: str = "p1", **restart: object) -> ResumeInput:
+    entry = {"name": "deploy", "ref": ref, "resumed_metadata": {"tool_approved": True}, **restart}
+    return resume(restart=[entry], identity_token=ISSUER.mint(identity))
+
+
+def test_resending_the_input_spelled_otherwise_is_an_edit_not_a_second_vote():
+    book, call = gated_pay()
+    book.resume(approve_pay("a@x"), via="update", now=NOW)
+    assert [v.identity for v in call.votes] == ["a@x"]
+    with pytest.raises(ResumeError, match="already voted"):
+        book.check(approve_pay("a@x", input={"service": "web"}), now=NOW)
+    # A changed input is an edit: the votes go, and the gate decides again.
+    book.resume(approve_pay("a@x", input={"service": "api"}), via="update", now=NOW)
+    assert (call.votes, call.edit_passes_gate) == ([], False)
+
+
+def test_one_account_votes_once_however_its_tokens_spell_it():
+    book, _ = gated_pay()
+    book.resume(approve_pay("a@x"), via="update", now=NOW)
+    same_account = ISSUER.mint("b@x", extra={"sub": _sub("a@x")})
+    entry = {"name": "deploy", "ref": "p1", "resumed_metadata": {"tool_approved": True}}
+    with pytest.raises(ResumeError, match="already voted"):
+        book.check(resume(restart=[entry], identity_token=same_account), now=NOW)
+
+
+def _sub(identity: str) -> str:
+    token = ISSUER.mint(identity)
+    return jwt.decode(token, options={"verify_signature": False})["sub"]
+
+
+def test_a_token_refused_after_it_reached_history_is_spent():
+    book, _ = gated_pay()
+    token = ISSUER.mint("a@x")
+    book.spend_refused(token, now=NOW)
+    entry = {"name": "deploy", "ref": "p1", "resumed_metadata": {"tool_approved": True}}
+    with pytest.raises(ResumeError, match="already used"):
+        book.check(resume(restart=[entry], identity_token=token), now=NOW)
+    book.spend_refused("not a token", now=NOW)  # junk: nothing to spend, no error
+    assert len(book.spent) == 1
+
+
+def test_a_spent_token_is_remembered_until_the_leeway_has_passed_too():
+    book, _ = gated_pay()
+    token = ISSUER.mint("a@x", issued_at=NOW, expires_in=timedelta(seconds=5))
+    book.resume(
+        resume(
+            restart=[{"name": "deploy", "ref": "p1", "resumed_metadata": {"tool_approved": True}}],
+            identity_token=token,
+        ),
+        via="update",
+        now=NOW,
+    )
+    later = NOW + timedelta(seconds=30)  # expired, but within the minute of leeway
+    book._spend(book.spent[0], now=later)  # pruning as the next answer would
+    assert len(book.spent) == 1
+    entry = {"name": "deploy", "ref": "p1", "resumed_metadata": {"tool_approved": True}}
+    with pytest.raises(ResumeError, match="already used"):
+        book.check(resume(restart=[entry], identity_token=token), now=later)
+
+
+def test_a_long_lived_token_is_refused():
+    book, _ = gated_pay()
+    token = ISSUER.mint("a@x", expires_in=timedelta(days=3))
+    with pytest.raises(ResumeError, match="valid for more than a day"):
+        book.check(approve_pay("a@x").model_copy(update={"identity_token": token}), now=NOW)
+
+
+def test_a_placeholder_sent_back_as_the_input_is_refused():
+    book, _ = paused("deploy", "d9", {"service": "web"}, source="approval")
+    placeholder = {"omitted": "input over the budget", "bytes": 90000, "sha256": "ab" * 8}
+    edit = resume(
+        restart=[
+            {
+                "name": "deploy",
+                "ref": "d9",
+                "input": placeholder,
+                "resumed_metadata": {"tool_approved": True},
+            }
+        ],
+        identity_token=ISSUER.mint("ops@x"),
+    )
+    with pytest.raises(ResumeError, match="placeholder"):
+        book.check(edit, now=NOW)
+
+
+def test_an_interrupt_a_gated_tool_raised_takes_the_gates_approvers_and_quorum():
+    book, call = gated_pay("t1", source="tool")
+    assert (book.approvers(call), book.quorum(call)) == (["a@x", "b@x", "c@x"], 2)
+    with pytest.raises(ResumeError, match="may be answered only by a@x"):
+        book.check(approve_pay("intern@x", ref="t1"), now=NOW)
+    # Runs begun before these rules answer as they did.
+    old = InterruptBook(book.calls, spec=pay_officers.spec(), governance=False)
+    assert (old.approvers(call), old.quorum(call)) == ([], 1)
+
+
+def test_a_quorum_on_a_gated_call_counts_only_restart_approvals():
+    book, _ = gated_pay()
+    respond = resume(
+        respond=[{"name": "deploy", "ref": "p1", "output": {"approved": True}}],
+        identity_token=ISSUER.mint("a@x"),
+    )
+    with pytest.raises(ResumeError, match="approve it with a restart"):
+        book.check(respond, now=NOW)

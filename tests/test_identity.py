@@ -82,8 +82,10 @@ def test_a_token_from_the_trusted_issuer_proves_who_answered(alg: str) -> None:
     assert verified == VerifiedIdentity(
         identity="alice@corp.test",
         groups=("finance", "ops"),
-        expires=NOW + timedelta(minutes=10),
+        # Spent until it can no longer be accepted: its expiry plus the minute of leeway.
+        expires=NOW + timedelta(minutes=11),
         digest=hashlib.sha256(token.encode()).hexdigest()[:32],
+        subject=jwt.decode(token, options={"verify_signature": False})["sub"],
     )
     assert verified.expires.tzinfo is UTC
     assert jwt.get_unverified_header(token)["alg"] == alg
@@ -433,6 +435,19 @@ def test_an_email_the_issuer_says_is_unverified_does_not_name_the_holder() -> No
     assert verify_token(token, idp.trust_spec(), now=NOW).identity == "acct-9"
     verified = idp.mint("ceo@corp.test", issued_at=NOW, extra={"email_verified": True})
     assert verify_token(verified, idp.trust_spec(), now=NOW).identity == "ceo@corp.test"
+    # An issuer that does not say: the address proves nothing either.
+    silent = idp.mint(
+        "ceo@corp.test", issued_at=NOW, extra={"sub": "acct-9", "email_verified": None}
+    )
+    assert verify_token(silent, idp.trust_spec(), now=NOW).identity == "acct-9"
+    odd = idp.mint(
+        "ceo@corp.test", issued_at=NOW, extra={"sub": "acct-9", "email_verified": "true"}
+    )
+    assert verify_token(odd, idp.trust_spec(), now=NOW).identity == "acct-9"
+    # Another claim, when the agent says its issuer vouches for that one.
+    upn = idp.mint("ceo@corp.test", issued_at=NOW, claim="upn", extra={"sub": "acct-9"})
+    vouched = idp.trust_spec().model_copy(update={"identity_claim": "upn"})
+    assert verify_token(upn, vouched, now=NOW).identity == "ceo@corp.test"
 
 
 def test_a_token_naming_nobody_is_refused() -> None:

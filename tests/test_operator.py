@@ -354,7 +354,8 @@ async def test_agentctl_show_approve_restart_and_rejections(run_worker, model, c
             {
                 "name": "lookup",
                 "ref": lookup_i.ref,
-                "input": {"key": "k"},
+                # The original input is not sent back (it could be a placeholder).
+                "input": None,
                 "resumed_metadata": {"tool_approved": True},
             }
         ]

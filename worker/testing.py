@@ -397,6 +397,7 @@ class TokenIssuer:
             claims["nbf"] = int(not_before.timestamp())
         if claim == "email":
             claims["sub"] = "user-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
+            claims["email_verified"] = True  # as an issuer says of an address it checked
         claims[claim] = identity
         if groups:
             claims["groups"] = list(groups)

@@ -127,6 +127,9 @@ class TrustedIssuer:
             conversation checks tokens against the keys its definition had at its last model
             call.
         groups_claim: The claim that lists the holder's groups.
+        identity_claim: The claim that names the holder: ``email`` (the default) counts only
+            when the token says ``email_verified: true``, else the identity is ``sub``; name
+            another (``upn``, ``preferred_username``) if your issuer vouches for it instead.
         leeway: Clock skew allowed on ``exp`` and ``nbf``.
     """
 
@@ -135,6 +138,7 @@ class TrustedIssuer:
     audience: str
     jwks: JsonObject
     groups_claim: str = "groups"
+    identity_claim: str = "email"
     leeway: timedelta = timedelta(seconds=60)
 
     def spec(self) -> TrustSpec:
@@ -143,6 +147,7 @@ class TrustedIssuer:
             audience=self.audience,
             jwks=self.jwks,
             groups_claim=self.groups_claim,
+            identity_claim=self.identity_claim,
             leeway_seconds=self.leeway.total_seconds(),
         )
 

@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.payloads import (
         RawResume,
         claimed_identity,
+        claimed_token,
         fit,
         only_argument,
         payload_json,
@@ -215,7 +216,7 @@ class AgentWorkflow:
     def _can_now(self) -> bool:
         # Not while a handler of ours is at work; the stream's followers are released when the
         # run continues as new.
-        if self._m.can_blocked or self._busy:
+        if self._m.can_blocked or self._busy or self._m.notifying:
             return False
         info = workflow.info()
         length = info.get_current_history_length()
@@ -237,7 +238,13 @@ class AgentWorkflow:
             # Whether a run begun before these rules could continue as new is a decision its
             # history records: it is made exactly as that code made it.
             return legacy_carry(self._s, self._m.refs)
-        return carry(self._s, self._m.ref_order, paused=self._m.paused(), budget=STATE_BUDGET)
+        return carry(
+            self._s,
+            self._m.ref_order,
+            paused=self._m.paused(),
+            budget=STATE_BUDGET,
+            governance=self._rules.governance,
+        )
 
     # ------------------------------------------------------------------------------------------
     # Updates
@@ -297,7 +304,12 @@ class AgentWorkflow:
                 seen = self._m.stops
                 turn = self._m.resume(resume, via="update")
             except Refused as e:
-                # Only reachable when a duplicate passed validation in the same task.
+                # Only reachable when a duplicate passed validation in the same task. The
+                # accepted update's payload is in history: spend its token.
+                if self._s.turn is not None and self._rules.governance:
+                    self._m.book(self._s.turn).spend_refused(
+                        claimed_token([payload]), now=workflow.now()
+                    )
                 raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
             if not self._m.book(turn).all_answered():
                 return fit(self._m.paused_result(turn), UPDATE_RESULT_BUDGET)
@@ -424,6 +436,9 @@ class AgentWorkflow:
             strict=self._rules.durable,
         )
         audit.reject(self._s, record)
+        if handler == "resume" and self._s.turn is not None and self._rules.governance:
+            # The payload is in history now: its token, if valid, must answer nothing later.
+            self._m.book(self._s.turn).spend_refused(claimed_token(payload), now=workflow.now())
         workflow.logger.warning(
             "rejected %r signal from %r: %s",
             record.handler,

@@ -158,7 +158,12 @@ def turn_end(result: TurnResult) -> TurnEvent:
 
 
 def to_request(
-    call: CallState, *, approvers: list[str] | None = None, quorum: int = 1, editable: bool = False
+    call: CallState,
+    *,
+    approvers: list[str] | None = None,
+    approvers_omitted: int = 0,
+    quorum: int = 1,
+    editable: bool = False,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -172,6 +177,7 @@ def to_request(
         since=call.since,
         deadline=call.deadline,
         approvers=approvers,
+        approvers_omitted=approvers_omitted,
         quorum=quorum,
         votes=list(call.votes),
         editable=editable,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from workflows.limits import ANSWERS_BUDGET, MAX_ANSWERS_KEPT, REFS_KEPT, json_size
-from workflows.types import AnswerRecord, ConversationState, Message
+from workflows.types import AnswerRecord, CallState, ConversationState, Message
 
 EMPTY = ""
 
@@ -68,7 +68,12 @@ def trim_answers(answers: list[AnswerRecord]) -> int:
 
 
 def carry(
-    state: ConversationState, refs: Sequence[str], *, paused: bool, budget: int
+    state: ConversationState,
+    refs: Sequence[str],
+    *,
+    paused: bool,
+    budget: int,
+    governance: bool = True,
 ) -> ConversationState | None:
     """The state continue-as-new carries, within ``budget`` bytes; None if it cannot fit.
 
@@ -84,7 +89,8 @@ def carry(
     s.refs_forgotten = state.refs_forgotten + len(refs) - len(kept)
     if paused:
         s.last_turn = None
-    return fit_state(s, budget=budget)
+    # Runs begun before approval governance measure their state as their code did.
+    return fit_state(s, budget=budget, size=None if governance else pre_governance_size)
 
 
 LEGACY_BUDGET = 1536 * 1024
@@ -106,33 +112,55 @@ _GOVERNANCE_SPEC_FIELDS = {
     "trust": True,
     "approval": {"quorum": True},
 }
-_NEW_FIELDS: Any = {
-    "refs_forgotten": True,
-    "answers_dropped": True,
-    # And those added with approval governance, which such runs hold at their defaults.
+_GOVERNANCE_TOOL_FIELDS = {
+    "quorum": True,
+    "editable": True,
+    "timeout_cancel": True,
+    "escalate": True,
+    "reminders": True,
+}
+_GOVERNANCE_FIELDS: Any = {
     "spent_tokens": True,
     "audit_outbox": True,
     "answers": {"__all__": {"input": True, "original_input": True}},
+    "events": {"__all__": {"answer": {"identity_verified": True, "original_input": True}}},
     "last_turn": {
         "interrupts": {
-            "__all__": {"approvers": True, "quorum": True, "votes": True, "editable": True}
+            "__all__": {
+                "approvers": True,
+                "approvers_omitted": True,
+                "quorum": True,
+                "votes": True,
+                "editable": True,
+            }
         }
     },
+    "turn": {"calls": {"__all__": _GOVERNANCE_CALL_FIELDS}},
+    "spec": {"tools": {"__all__": _GOVERNANCE_TOOL_FIELDS}, **_GOVERNANCE_SPEC_FIELDS},
+}
+"""The fields added with approval governance, which runs begun before it hold at their
+defaults: left out wherever such a run measures its state, so it decides as its code did."""
+
+_NEW_FIELDS: Any = {
+    "refs_forgotten": True,
+    "answers_dropped": True,
+    **{k: v for k, v in _GOVERNANCE_FIELDS.items() if k not in ("turn", "spec")},
     "turn": {"held": True, "calls": {"__all__": {"uncertain": True, **_GOVERNANCE_CALL_FIELDS}}},
     "spec": {
-        "tools": {
-            "__all__": {
-                "idempotent": True,
-                "quorum": True,
-                "editable": True,
-                "timeout_cancel": True,
-                "escalate": True,
-                "reminders": True,
-            }
-        },
+        "tools": {"__all__": {"idempotent": True, **_GOVERNANCE_TOOL_FIELDS}},
         **_GOVERNANCE_SPEC_FIELDS,
     },
 }
+
+
+def pre_governance_size(state: ConversationState) -> int:
+    """``state``'s size as runs begun before approval governance measure it."""
+    return len(state.model_dump_json(exclude=_GOVERNANCE_FIELDS).encode())
+
+
+def pre_governance_call_size(call: CallState) -> int:
+    """A call's size as runs begun before approval governance measure it."""
+    return len(call.model_dump_json(exclude=_GOVERNANCE_CALL_FIELDS).encode())
 
 
 def legacy_carry(state: ConversationState, refs: Collection[str]) -> ConversationState | None:

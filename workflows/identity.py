@@ -86,6 +86,9 @@ class VerifiedIdentity:
     digest: str
     """A fingerprint of the token (32 hex digits of its SHA-256), to refuse it a second time
     without keeping the token itself."""
+    subject: str | None = None
+    """The ``sub`` claim: the account, however the identity is spelled (one person's tokens
+    may carry an email or not); votes are counted once per subject."""
 
 
 @dataclass(frozen=True)
@@ -299,7 +302,7 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         valid = _datetime(nbf, "nbf").isoformat(timespec="seconds")
         raise IdentityError(f"the identity token is not valid yet: not before {valid}")
 
-    identity = _identity(claims)
+    identity = _identity(claims, trust.identity_claim)
     try:
         check_label(identity, what="the identity the token names", limit=MAX_IDENTITY_BYTES)
     except Refused as e:
@@ -307,8 +310,10 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
     return VerifiedIdentity(
         identity=identity,
         groups=_groups(claims.get(trust.groups_claim)),
-        expires=expires,
+        # Spent until the last instant the token could still be accepted.
+        expires=expires + timedelta(seconds=leeway),
         digest=digest,
+        subject=sub if isinstance(sub := claims.get("sub"), str) and sub else None,
     )
 
 
@@ -398,15 +403,18 @@ def _datetime(seconds: float, name: str) -> datetime:
         ) from None
 
 
-def _identity(claims: Mapping[str, Any]) -> str:
-    """``email`` when the issuer has not said it is unverified, else ``sub``.
+def _identity(claims: Mapping[str, Any], claim: str = "email") -> str:
+    """The identity claim, else ``sub``.
 
-    An issuer that sets ``email_verified: false`` lets people claim an address they do not
-    own, so that address proves nothing; ``sub`` still names the account.
+    ``email`` counts only when the issuer says it verified it (``email_verified: true``):
+    where people can set their own address (or the issuer does not say), an address proves
+    nothing, while ``sub`` still names the account. Another claim (``upn``,
+    ``preferred_username``) is taken as the agent's definition says its issuer vouches for it.
     """
-    email = claims.get("email")
-    if isinstance(email, str) and email and claims.get("email_verified") is not False:
-        return email
+    value = claims.get(claim)
+    verified = claim != "email" or claims.get("email_verified") is True
+    if isinstance(value, str) and value and verified:
+        return value
     sub = claims.get("sub")
     if isinstance(sub, str) and sub:
         return sub

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from workflows import events
 from workflows.events import to_request
+from workflows.history import pre_governance_call_size
 from workflows.identity import MAX_TOKEN_BYTES, IdentityError, verify_token
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
@@ -51,6 +52,7 @@ from workflows.limits import (
     check_text,
     human_size,
     json_size,
+    names_within,
 )
 from workflows.types import (
     DEADLINE_IDENTITY,
@@ -77,14 +79,21 @@ Emit = Callable[[TurnEvent], object]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+REQUEST_APPROVERS_BYTES = 1024
+"""What one pending call's approver list may take wherever it is shown (the rest counted)."""
+
 VOTE_BYTES = 400
 """What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
 
 GROUP_PREFIX = "group:"
 """An approver that names a group (its members come from a verified token's groups claim)."""
 
-MAX_SPENT_TOKENS = 256
-"""Spent identity tokens a conversation remembers (each until it expires)."""
+MAX_SPENT_TOKENS = 512
+"""Spent identity tokens a conversation remembers (each until it can no longer be accepted);
+with tokens living at most :data:`MAX_TOKEN_LIFE`, that is 512 answers a day."""
+
+MAX_TOKEN_LIFE = timedelta(days=1)
+"""The longest an identity token may still be valid when it is used."""
 
 ENTRY_KEYS = {
     "respond": ("name", "ref", "output"),
@@ -106,6 +115,8 @@ class Who:
     groups: tuple[str, ...] = ()
     # The token this answer spends (see ConversationState.spent_tokens).
     spent: SpentToken | None = None
+    # A verified identity's account (the token's ``sub``).
+    subject: str | None = None
 
     def may_answer(self, approvers: Collection[str]) -> bool:
         """Whether an approver list admits this sender (empty: anyone). Groups count only
@@ -260,6 +271,7 @@ class InterruptBook:
         known_refs: Collection[str] = (),
         emit: Emit | None = None,
         spent: list[SpentToken] | None = None,
+        governance: bool = True,
     ) -> None:
         self.calls = calls
         self.spec = spec
@@ -267,6 +279,9 @@ class InterruptBook:
         self._emit: Emit = emit or (lambda _: None)
         # The conversation's spent identity tokens (mutated in place when an answer spends one).
         self.spent = spent if spent is not None else []
+        # The governance rules (workflows/compat.py): runs begun before them check answers as
+        # their code did, so that what they accepted then replays the same way.
+        self.governance = governance
 
     # -- views ------------------------------------------------------------------------------
 
@@ -284,9 +299,13 @@ class InterruptBook:
     def request_for(self, call: CallState) -> InterruptRequest:
         """A paused call as the caller sees it, with who may answer and how."""
         tool = self.spec.tool(call.name) if self.spec else None
+        approvers = self.approvers(call)
+        # Every pending call shows them, in results, queries, the memo and the stream.
+        shown = names_within(approvers, REQUEST_APPROVERS_BYTES)
         return to_request(
             call,
-            approvers=self.approvers(call),
+            approvers=shown,
+            approvers_omitted=len(approvers) - len(shown),
             quorum=self.quorum(call),
             editable=tool is not None and tool.editable,
         )
@@ -296,6 +315,8 @@ class InterruptBook:
 
     def held_bytes(self) -> int:
         """Bytes the calls hold in the conversation's state (what counts against the turn)."""
+        if not self.governance:
+            return sum(pre_governance_call_size(c) for c in self.calls)
         return sum(json_size(c) for c in self.calls)
 
     def next_deadline(self) -> datetime | None:
@@ -451,14 +472,22 @@ class InterruptBook:
                 )
         for r in resume.restart:
             call = pending[r.ref]
-            if self.edits(call, r.input, strict=strict):
-                tool = self.spec.tool(call.name) if self.spec else None
-                if tool is None or not tool.editable:
-                    raise ResumeError(
-                        f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input, and "
-                        f"{r.name!r} is not declared editable: a restart re-runs the tool with "
-                        "its original input (omit 'input' or send it unchanged)"
-                    )
+            tool = self.spec.tool(call.name) if self.spec else None
+            editable = tool is not None and tool.editable
+            if editable and self.is_edit(call, r.input) and _placeholder(r.input):
+                # What a result cut to fit shows in place of a large input: sending it back
+                # would make it the tool's input.
+                raise ResumeError(
+                    f"the input for {r.name!r} (ref {r.ref!r}) is the placeholder a result "
+                    "shows for an input left out of it: send the real input, or omit 'input'"
+                )
+            if not editable and self.edits(call, r.input, strict=strict):
+                raise ResumeError(
+                    f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input, and "
+                    f"{r.name!r} is not declared editable: a restart re-runs the tool with "
+                    "its original input (omit 'input' or send it unchanged)"
+                )
+            if tool is not None and self.is_edit(call, r.input):
                 problem = schema_error(r.input, tool.input_schema)
                 if problem:
                     raise ResumeError(
@@ -473,12 +502,18 @@ class InterruptBook:
             quorum = self.quorum(call)
             if quorum <= 1:
                 continue
-            edit = kind == "restart" and self.edits(call, _restart_input(resume, ref))
+            edit = kind == "restart" and self.is_edit(call, _restart_input(resume, ref))
             said = events.decision(call, kind=kind, output=output, metadata=metadata)
             if not edit and said not in ("approved", "denied"):
                 raise ResumeError(
                     f"{name!r} (ref {ref!r}) needs {quorum} approvals: answer it with an "
                     f"approval or a denial ({kind} here decides neither)"
+                )
+            if said == "approved" and kind == "respond" and call.source != "interrupt":
+                # Its output would stand in for the tool's, so the approval would not run it.
+                raise ResumeError(
+                    f"{name!r} (ref {ref!r}) needs {quorum} approvals: approve it with a "
+                    "restart carrying tool_approved (approve() builds it), not a respond"
                 )
             if who.identity is None:
                 raise ResumeError(
@@ -486,7 +521,7 @@ class InterruptBook:
                     "say who you are (identity)"
                 )
             voted = [v.identity for v in call.votes]
-            if not edit and who.identity in voted:
+            if not edit and _voted(call, who):
                 raise ResumeError(
                     f"{who.identity!r} has already voted on {name!r} (ref {ref!r}); "
                     f"{len(voted)} of {quorum} approvals so far ({', '.join(voted)})"
@@ -508,10 +543,10 @@ class InterruptBook:
                 # An interrupt-only tool pauses again showing the metadata: held twice.
                 twice = tool is not None and tool.interrupt_only
                 adds += json_size(r.resumed_metadata) * (2 if twice else 1)
-                # An edit holds the new input beside the model's.
-                adds += json_size(r.input) if r.input is not None else 0
+                if self.governance and self.is_edit(pending[r.ref], r.input):
+                    adds += json_size(r.input)  # the edited input beside the model's
             # A vote is kept with its call until the quorum is met.
-            adds += VOTE_BYTES * sum(1 for _, _, ref in entries if self.quorum(pending[ref]) > 1)
+            adds += VOTE_BYTES * sum(1 for *_, ref in entries if self.quorum(pending[ref]) > 1)
             if adds > room:
                 raise ResumeError(
                     f"this answer adds {human_size(adds)} to a turn that has room for "
@@ -564,21 +599,44 @@ class InterruptBook:
                 "this identity token was already used to answer in this conversation: each "
                 "answer needs a fresh token (the one used is in the conversation's history)"
             )
+        if verified.expires - now > MAX_TOKEN_LIFE:
+            # Every token is remembered until it expires, so their number stays bounded.
+            raise ResumeError(
+                "the identity token is valid for more than a day: use a short-lived token "
+                "(minutes), as identity providers issue for this"
+            )
+        if len([s for s in self.spent if s.until > now]) >= MAX_SPENT_TOKENS:
+            raise ResumeError(
+                f"{MAX_SPENT_TOKENS} answers with identity tokens not yet expired: try again "
+                "once the oldest have expired"
+            )
         return Who(
             identity=verified.identity,
             verified=True,
             groups=verified.groups,
             spent=SpentToken(digest=verified.digest, until=verified.expires),
+            subject=verified.subject,
         )
 
     def quorum(self, call: CallState) -> int:
         """How many distinct approvals settle ``call`` (a denial settles it at once)."""
         if self.spec is None:
             return 1
-        if call.source == "approval":
+        if call.source == "approval" or self._gated_tool(call):
             return self.spec.approval.quorum if self.spec.approval else 1
         tool = self.spec.tool(call.name)
         return tool.quorum if tool is not None and call.source == "interrupt" else 1
+
+    def _gated_tool(self, call: CallState) -> bool:
+        """A gated tool that raised an interrupt itself: its answer may carry the gate's
+        approval (``tool_approved``), so the gate's approvers and quorum apply."""
+        gate = self.spec.approval if self.spec else None
+        return (
+            self.governance
+            and call.source == "tool"
+            and gate is not None
+            and call.name not in gate.allow
+        )
 
     @staticmethod
     def edits(call: CallState, new_input: JsonObject | None, *, strict: bool = True) -> bool:
@@ -587,12 +645,18 @@ class InterruptBook:
             return False
         return not same_json(new_input, call.args) if strict else new_input != call.args
 
+    def is_edit(self, call: CallState, new_input: JsonObject | None) -> bool:
+        """Whether a restart is an edit: a changed input (as JSON: ``500`` is not ``500.0``)
+        to a tool declared editable. Decided the same way wherever it is asked."""
+        tool = self.spec.tool(call.name) if self.spec else None
+        return tool is not None and tool.editable and self.edits(call, new_input, strict=True)
+
     def approvers(self, call: CallState) -> list[str]:
         """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
         the tool's own for an interrupt-only tool."""
         if self.spec is None:
             return []
-        if call.source == "approval":
+        if call.source == "approval" or self._gated_tool(call):
             return self.spec.approval.approvers if self.spec.approval else []
         tool = self.spec.tool(call.name)
         return tool.approvers if tool is not None and call.source == "interrupt" else []
@@ -679,7 +743,7 @@ class InterruptBook:
             )
             kind: AnswerKind = "restart"
             original = None
-            if r.input is not None and self.edits(call, r.input, strict=False):
+            if r.input is not None and self.is_edit(call, r.input):
                 original = call.original_args or call.args
                 self._edit(call, r.input, approved=decision == "approved", who=who)
                 kind, decision = "edit", "edited"
@@ -712,8 +776,12 @@ class InterruptBook:
         quorum = self.quorum(call)
         if quorum <= 1 or decision != "approved" or who.identity is None:
             return False
+        if _voted(call, who):
+            return True  # refused by check(); never a second vote, never a settled call
         at = now or call.since or EPOCH  # the workflow always passes its time
-        call.votes.append(Vote(identity=who.identity, verified=who.verified, at=at))
+        call.votes.append(
+            Vote(identity=who.identity, verified=who.verified, at=at, subject=who.subject)
+        )
         return len(call.votes) < quorum
 
     def _edit(self, call: CallState, new_input: JsonObject, *, approved: bool, who: Who) -> None:
@@ -731,11 +799,26 @@ class InterruptBook:
         )
 
     def _spend(self, token: SpentToken, *, now: datetime | None) -> None:
-        """Remember a used token until it expires (bounded: the oldest go first)."""
+        """Remember a used token until it can no longer be accepted (its expiry plus the
+        leeway). Never forgotten sooner: :meth:`who` refuses tokens that live over a day, and
+        answers while :data:`MAX_SPENT_TOKENS` live ones are remembered."""
         if now is not None:
             self.spent[:] = [s for s in self.spent if s.until > now]
-        self.spent.append(token)
-        del self.spent[:-MAX_SPENT_TOKENS]
+        if all(s.digest != token.digest for s in self.spent):
+            self.spent.append(token)
+
+    def spend_refused(self, token: str | None, *, now: datetime) -> None:
+        """Spend a valid token whose answer was refused after it reached history (a rejected
+        signal, an update its handler refused): its copy there must answer nothing later."""
+        trust = self.spec.trust if self.spec else None
+        if token is None or trust is None or not self.governance:
+            return
+        try:
+            verified = verify_token(token, trust, now=now)
+        except IdentityError:
+            return  # it could not answer anything anyway
+        if len(self.spent) < MAX_SPENT_TOKENS and verified.expires - now <= MAX_TOKEN_LIFE:
+            self._spend(SpentToken(digest=verified.digest, until=verified.expires), now=now)
 
     def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
         """Answer every pending call whose deadline has passed with its timeout default.
@@ -893,6 +976,20 @@ class InterruptBook:
             if c.status == "failed" and c.error is not None:
                 return c.error
         return None
+
+
+def _voted(call: CallState, who: Who) -> bool:
+    """Whether ``who`` has voted on ``call``: the same identity, or the same account (a
+    verified token's ``sub``) under another spelling."""
+    return any(
+        v.identity == who.identity or (who.subject is not None and v.subject == who.subject)
+        for v in call.votes
+    )
+
+
+def _placeholder(value: JsonObject | None) -> bool:
+    """Whether ``value`` is what a result shows in place of an object left out of it."""
+    return value is not None and set(value) == {"omitted", "bytes", "sha256"}
 
 
 def _restart_input(resume: ResumeInput, ref: str) -> JsonObject | None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pydantic_core
@@ -302,6 +302,19 @@ def digest(raw: bytes) -> str:
     """A payload's fingerprint for logs: hash prefix and size, never its bytes (which may hold
     the very secret a reason is careful not to quote)."""
     return f"sha256:{hashlib.sha256(raw).hexdigest()[:16]} {len(raw)}B"
+
+
+def names_within(names: Sequence[str], budget: int) -> list[str]:
+    """The first of ``names`` that fit ``budget`` bytes as a stored JSON list (whole names:
+    a cut identity would match nobody)."""
+    kept: list[str] = []
+    used = 2
+    for name in names:
+        used += stored_size(name) + 1
+        if used > budget:
+            break
+        kept.append(name)
+    return kept
 
 
 def omitted(value: Any, *, why: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 
 from workflows import config
 from workflows.details import render_details, truncate
-from workflows.limits import stored_size
+from workflows.limits import names_within, stored_size
 from workflows.types import AgentStatus, CallState, ConversationState, InterruptRequest
 
 MEMO_INPUT_CHARS = 200
@@ -134,34 +134,24 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
     if request.deadline is not None:
         entry["deadline"] = request.deadline.isoformat()
     if request.approvers:
-        entry["approvers"] = _within(list(request.approvers), MEMO_LIST_BYTES)
-        omitted = len(request.approvers) - len(entry["approvers"])
-        if omitted:
-            # The inbox must not read a cut list as "not you".
-            entry["approvers_omitted"] = omitted
+        # Cut already (see InterruptBook.request_for), and counted, so the inbox does not read
+        # a cut list as "not you".
+        entry["approvers"] = list(request.approvers)
+        if request.approvers_omitted:
+            entry["approvers_omitted"] = request.approvers_omitted
     if request.quorum > 1:
         entry["quorum"] = request.quorum
     if request.votes:
-        entry["votes"] = _within([v.identity for v in request.votes], MEMO_LIST_BYTES)
+        voters = [v.identity for v in request.votes]
+        entry["votes"] = names_within(voters, MEMO_LIST_BYTES)
+        if len(entry["votes"]) < len(voters):
+            entry["votes_omitted"] = len(voters) - len(entry["votes"])
     return entry
 
 
 MEMO_LIST_BYTES = 1024
 """What each paused call's approvers, and its votes, may take in the memo: with 128 paused calls
 and a batch of answer records the memo stays far under Temporal's limit."""
-
-
-def _within(names: list[str], budget: int) -> list[str]:
-    """The names that fit ``budget`` bytes, each cut to 120 characters."""
-    kept: list[str] = []
-    used = 0
-    for name in names:
-        name = truncate(name, 120)
-        used += stored_size(name) + 3
-        if used > budget:
-            break
-        kept.append(name)
-    return kept
 
 
 def search_attribute_updates(

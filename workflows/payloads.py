@@ -78,14 +78,28 @@ def only_argument(name: str, args: Sequence[RawValue]) -> RawValue:
 
 def claimed_identity(payload: Sequence[RawValue]) -> str | None:
     """The sender's identity, if the payload names one; never raises (used on bad input)."""
-    if len(payload) != 1:
-        return None
+    return _claimed(payload, "identity")
+
+
+def claimed_token(payload: Sequence[RawValue]) -> str | None:
+    """The identity token a payload carries, if any; never raises (used on bad input)."""
+    return _claimed(payload, "identity_token")
+
+
+def _claimed(payload: Sequence[RawValue], key: str) -> str | None:
+    if len(payload) != 1 or len(payload[0].payload.data) > MAX_CLAIM_SCAN_BYTES:
+        return None  # too large to have been a resume; not worth parsing
     try:
         body = json.loads(payload[0].payload.data)
     except Exception:  # noqa: BLE001  # any malformed payload simply has no identity
         return None
-    identity = body.get("identity") if isinstance(body, dict) else None
-    return identity if isinstance(identity, str) else None
+    value = body.get(key) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+MAX_CLAIM_SCAN_BYTES = 2 * 1024 * 1024
+"""Payloads larger than any resume are not parsed for who sent them (a flood of big junk
+signals would otherwise be parsed twice)."""
 
 
 def rejected(kind: ErrorKind, reason: str) -> ApplicationError:

@@ -148,6 +148,12 @@ class TurnMachine:
         audit.apply(self.s, stamped, strict=self.rules.durable, outbox=self.rules.governance)
         return stamped
 
+    @property
+    def notifying(self) -> bool:
+        """Whether a notifying tool is under way (the run waits for it before continuing as
+        new, or its notice would be lost)."""
+        return bool(self._notifying)
+
     def book(self, turn: TurnState) -> InterruptBook:
         return InterruptBook(
             turn.calls,
@@ -155,6 +161,7 @@ class TurnMachine:
             known_refs=self.refs,
             emit=self.emit,
             spent=self.s.spent_tokens,
+            governance=self.rules.governance,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -609,7 +616,9 @@ class TurnMachine:
             elif due.action == "cancel":
                 cancelled.append(due.call)
         room = (lambda: self.room(turn)) if self.rules.durable else None
-        book.expire(now, room=room)
+        if not cancelled:
+            # (A deadline that cancels the turn withdraws every call: none expires first.)
+            book.expire(now, room=room)
         if cancelled and self.cancel is None:
             names = ", ".join(f"{c.name} (ref {c.ref})" for c in cancelled)
             self.cancel = CancelInput(
@@ -638,7 +647,9 @@ class TurnMachine:
             interrupt=request,
         )
         chat_id = notice.chat_id
+        # One key per notice of one pause (a call that pauses again gets new ones).
         number = call.reminded + (1 if call.escalated else 0)
+        since = call.since.isoformat() if call.since else ""
         try:
             await workflow.execute_activity(
                 config.TOOL_ACTIVITY,
@@ -648,7 +659,7 @@ class TurnMachine:
                     tool=tool,
                     ref=call.ref,
                     args=notice.model_dump(mode="json"),
-                    idempotency_key=idempotency_key(chat_id, f"{call.ref}\0{why}", number),
+                    idempotency_key=idempotency_key(chat_id, f"{call.ref}\0{since}\0{why}", number),
                 ),
                 result_type=ToolResult,
                 start_to_close_timeout=config.TOOL_START_TO_CLOSE,

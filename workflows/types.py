@@ -148,8 +148,10 @@ class TrustSpec(_Wire):
     audience: str
     # A JWK Set: {"keys": [{"kty": ..., "kid": ..., ...}, ...]}; public keys only.
     jwks: JsonObject
-    # The claim that lists the holder's groups (for ``group:NAME`` approvers).
+    # The claim that lists the holder's groups (for ``group:NAME`` approvers), and the one
+    # that names the holder (``email`` counts only with ``email_verified: true``; else ``sub``).
     groups_claim: str = "groups"
+    identity_claim: str = "email"
     # Clock skew allowed on ``exp`` and ``nbf``.
     leeway_seconds: float = 60.0
 
@@ -290,6 +292,9 @@ class Vote(_Wire):
     identity: str
     verified: bool = False
     at: datetime
+    # A verified vote's account (the token's ``sub``): one account votes once, however its
+    # tokens spell the identity.
+    subject: str | None = None
 
 
 class InterruptRequest(_Wire):
@@ -304,6 +309,9 @@ class InterruptRequest(_Wire):
     deadline: datetime | None = None
     # Who may answer (empty: anyone), how many approvals settle it and those given so far.
     approvers: list[str] = Field(default_factory=list)
+    # Approvers past the first 1 KiB, left out of ``approvers`` (counted, so a cut list is
+    # never read as "not you").
+    approvers_omitted: int = 0
     quorum: int = 1
     votes: list[Vote] = Field(default_factory=list)
     # A restart may change the input (``restart(..., input=...)``).
@@ -322,7 +330,11 @@ class InterruptRequest(_Wire):
         input: JsonObject | BaseModel | None = None,
     ) -> ToolRestart:
         """Build the answer that re-runs this tool: with its original input, or with ``input``
-        (an edit: only a tool declared ``editable=True`` accepts a changed input)."""
+        (an edit: only a tool declared ``editable=True`` accepts a changed input).
+
+        The original input is not sent back: the one this request holds may be a placeholder
+        for an input too large for the result it came in.
+        """
         if isinstance(resumed_metadata, BaseModel):
             resumed_metadata = resumed_metadata.model_dump(mode="json")
         if isinstance(input, BaseModel):
@@ -330,7 +342,7 @@ class InterruptRequest(_Wire):
         return ToolRestart(
             name=self.name,
             ref=self.ref,
-            input=dict(self.input) if input is None else input,
+            input=input,
             resumed_metadata=resumed_metadata or {},
         )
 
@@ -402,7 +414,8 @@ class ResumeInput(BaseModel):
     restart: list[ToolRestart] = Field(default_factory=list)
     identity: str | None = None
     # A JWT from the agent's trusted issuer, when the agent verifies identity (``trust``).
-    identity_token: str | None = None
+    # Never shown in a repr: it is a credential until it is spent.
+    identity_token: str | None = Field(default=None, repr=False)
     metadata: JsonObject | None = None
     # As SendInput.stream: the rest of the turn streams the model's text.
     stream: bool = False
