@@ -14,13 +14,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
 
 from activities import ToolContext, interrupt, tool
-from client import FinishReason, ResumeRejected
+from client import Chat, FinishReason, ResumeRejected, TurnEvent
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from worker.standin import calls, text
@@ -280,7 +281,7 @@ async def test_a_quorum_of_two_counts_distinct_votes_and_runs_the_tool_once(
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-async def _events_until_end(chat):  # type: ignore[no-untyped-def]  # a test helper
+async def _events_until_end(chat: Chat) -> AsyncIterator[TurnEvent]:
     async for e in chat.events(after=0):
         yield e
         if e.kind == "turn_end" and e.result and e.result.finish_reason != "interrupted":
