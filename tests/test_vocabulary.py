@@ -69,9 +69,10 @@ def test_approve_an_interrupt_only_tool_responds_approved() -> None:
 def test_approve_a_gated_or_conditional_tool_restarts_it(source: InterruptSource) -> None:
     answer = pending(source).approve()
     assert isinstance(answer, ToolRestart)
+    # The input is not sent back: the request's copy may be a placeholder for a large one,
+    # which an editable tool would take as an edit. The tool runs with its original input.
     assert wire(answer) == (
-        '{"name":"charge","ref":"r1","input":{"amount":5},'
-        '"resumed_metadata":{"tool_approved":true}}'
+        '{"name":"charge","ref":"r1","input":null,"resumed_metadata":{"tool_approved":true}}'
     )
 
 
