@@ -45,6 +45,7 @@ from client import AgentClient, FinishReason
 from worker import build_worker, ensure_bytecode, sandbox_runner
 from worker.devserver import dev_server_command, wait_for_port
 from worker.standin import GeminiStandIn, Reply, Request, calls, text
+from worker.testing import ScriptedModel
 from workflows import Agent, AgentWorkflow, ToolApproval
 from workflows.stream import MAX_TEXT_BATCHES, MAX_TEXT_SIGNALS, TEXT_BATCH_SECONDS
 from workflows.types import InterruptRequest, ToolRestart
@@ -53,6 +54,7 @@ log = logging.getLogger("bench")
 RESULTS = Path(__file__).parent / "results"
 QUEUE = "bench"
 NOCACHE_QUEUE = "bench-nocache"
+INPROCESS_QUEUE = "bench-inprocess"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,12 +198,26 @@ class Bench:
     floor_queue: str
     # Ours again, on a worker whose model activity keeps no conversations.
     agents_nocache: AgentClient
+    # Ours again, on a worker whose google-genai client reaches the same scripted model through
+    # an in-process httpx transport (request building and parsing run; no socket), as the other
+    # frameworks' scripted models do.
+    agents_inprocess: AgentClient
 
-    async def ours(self, tag: str, phases: Phases | None, *, nocache: bool = False) -> None:
-        agents = self.agents_nocache if nocache else self.agents
+    async def ours(
+        self,
+        tag: str,
+        phases: Phases | None,
+        *,
+        nocache: bool = False,
+        inprocess: bool = False,
+    ) -> None:
+        agents = (
+            self.agents_nocache if nocache else self.agents_inprocess if inprocess else self.agents
+        )
+        variant = "nocache" if nocache else "inprocess" if inprocess else "ours"
         cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
         t0 = time.perf_counter()
-        chat = await agents.chat("benchAgent", chat_id=f"{'nocache' if nocache else 'ours'}-{tag}")
+        chat = await agents.chat("benchAgent", chat_id=f"{variant}-{tag}")
         res = await chat.send(f"go {tag}")
         t1 = time.perf_counter()
         assert res.finish_reason == FinishReason.INTERRUPTED, res
@@ -259,33 +275,38 @@ async def b1(
     for i in range(warmup):
         await bench.ours(f"{run}-w{i}", None)
         await bench.ours(f"{run}-w{i}", None, nocache=True)
+        await bench.ours(f"{run}-w{i}", None, inprocess=True)
         await bench.floor(f"{run}-w{i}", None)
         await bench.floor(f"{run}-w{i}", None, bare=True)
     before = _cache_counts(caches)
-    ours, nocache, floor, bare = Phases(), Phases(), Phases(), Phases()
+    ours, nocache, inproc, floor, bare = Phases(), Phases(), Phases(), Phases(), Phases()
     for i in range(cycles):
-        # Interleaved, rotating who goes first, so drift hits all four alike.
-        four: list[Callable[[], Awaitable[None]]] = [
+        # Interleaved, rotating who goes first, so drift hits all five alike.
+        five: list[Callable[[], Awaitable[None]]] = [
             lambda i=i: bench.ours(f"{run}-{i}", ours),
             lambda i=i: bench.ours(f"{run}-{i}", nocache, nocache=True),
+            lambda i=i: bench.ours(f"{run}-{i}", inproc, inprocess=True),
             lambda i=i: bench.floor(f"{run}-{i}", floor),
             lambda i=i: bench.floor(f"{run}-{i}", bare, bare=True),
         ]
-        for fn in four[i % 4 :] + four[: i % 4]:
+        for fn in five[i % 5 :] + five[: i % 5]:
             await fn()
     after = _cache_counts(caches)
     o, n, f, b = ours.report(), nocache.report(), floor.report(), bare.report()
+    ip = inproc.report()
     phases = ("start_to_paused", "answer_to_final", "cycle")
     return {
         "cycles": cycles,
         "warmup": warmup,
         "ours": o,
         "ours_nocache": n,
+        "ours_inprocess": ip,
         "floor": f,
         "bare": b,
         "ratio_median": {k: o[k]["median_ms"] / f[k]["median_ms"] for k in phases},
         "ratio_to_bare_median": {k: o[k]["median_ms"] / b[k]["median_ms"] for k in phases},
         "ratio_nocache_to_ours": {k: n[k]["median_ms"] / o[k]["median_ms"] for k in phases},
+        "ratio_inprocess_to_bare": {k: ip[k]["median_ms"] / b[k]["median_ms"] for k in phases},
         # Model calls that found the earlier messages in the worker's cache (hits) or asked
         # the workflow for them (misses), during the measured cycles: one call per cycle
         # continues a conversation (after the resume).
@@ -296,6 +317,7 @@ async def b1(
         "samples_ms": {
             "ours_cycle": [x * 1000 for x in ours.cycle],
             "ours_nocache_cycle": [x * 1000 for x in nocache.cycle],
+            "ours_inprocess_cycle": [x * 1000 for x in inproc.cycle],
             "floor_cycle": [x * 1000 for x in floor.cycle],
             "bare_cycle": [x * 1000 for x in bare.cycle],
         },
@@ -519,7 +541,7 @@ def _markdown(results: dict[str, Any]) -> str:
             "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for name in ("bare", "floor", "ours", "ours_nocache"):
+        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache"):
             if name not in b:
                 continue
             r = b[name]
@@ -544,6 +566,19 @@ def _markdown(results: dict[str, Any]) -> str:
             f"Ours / bare: cycle {to_bare['cycle']:.2f}×.",
             "",
         ]
+        if "ours_inprocess" in b:
+            ib = b["ratio_inprocess_to_bare"]
+            lines += [
+                "- *ours_inprocess*: ours on a worker whose google-genai client reaches the same "
+                "scripted model through an in-process httpx transport (`worker.testing."
+                "ScriptedModel`): request building and response parsing run, without a socket, "
+                "as the other frameworks' scripted models do. Compared with *bare*.",
+                "",
+                f"Ratio ours_inprocess / bare (medians): cycle **{ib['cycle']:.2f}×**, start → "
+                f"paused {ib['start_to_paused']:.2f}×, answer → final "
+                f"{ib['answer_to_final']:.2f}×.",
+                "",
+            ]
         if "ours_nocache" in b:
             nc = b["ratio_nocache_to_ours"]
             counts = b.get("conversation_cache", {})
@@ -717,7 +752,7 @@ def _plot(results: dict[str, Any], out: Path) -> Path | None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     labels = [
         name
-        for name in ("bare", "floor", "ours", "ours_nocache")
+        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache")
         if f"{name}_cycle" in b["samples_ms"]
     ]
     samples = [b["samples_ms"][f"{name}_cycle"] for name in labels]
@@ -774,13 +809,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 conversation_cache=0,
                 max_cached_workflows=args.cache,
             )
+            inprocess = build_worker(
+                client,
+                agents=[bench_agent],
+                task_queue=INPROCESS_QUEUE,
+                gemini=ScriptedModel(model).client(),
+                max_cached_workflows=args.cache,
+            )
             caches = {
                 "ours": _agent_activities(ours_worker),
                 "ours_nocache": _agent_activities(nocache),
+                "ours_inprocess": _agent_activities(inprocess),
             }
             async with (
                 ours_worker,
                 nocache,
+                inprocess,
                 Worker(
                     client,
                     task_queue=floor_queue,
@@ -798,6 +842,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     server_pid=server.pid,
                     floor_queue=floor_queue,
                     agents_nocache=AgentClient(client, task_queue=NOCACHE_QUEUE),
+                    agents_inprocess=AgentClient(client, task_queue=INPROCESS_QUEUE),
                 )
                 if "b1" in args.only:
                     log.info("B1: %d cycles each", args.cycles)
