@@ -64,6 +64,7 @@ from client.errors import (
 from client.inbox import PausedChat, PausedInterrupt, paused_chats
 from client.stream import EventsGone, TurnStream, follow
 from workflows import AgentWorkflow
+from workflows.compat import GOVERNANCE_PATCH
 from workflows.config import AGENT_NAME, AGENT_STATUS
 from workflows.interrupts import check_resume_fields
 from workflows.limits import (
@@ -329,7 +330,8 @@ class Chat:
             raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
             AgentWorkflow.run,
-            ConversationInput(agent=self.agent),
+            # These rules need no patch marker: one event less in every new conversation.
+            ConversationInput(agent=self.agent, rules=GOVERNANCE_PATCH),
             id=self.id,
             task_queue=self._client.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

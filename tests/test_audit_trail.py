@@ -26,6 +26,7 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+import client.api as client_api
 from activities import Interrupt, ToolContext, tool
 from client import AgentClient, AnswerRecord, Chat, FinishReason, NoWorkerAnswered
 from client.audit import merge, patch_id, read_run
@@ -208,6 +209,8 @@ async def test_the_trail_of_a_conversation_begun_before_the_release(
 
     with monkeypatch.context() as previous:
         previous.setattr(compat, "workflow", _BeforeGovernance())
+        # And a client of that release, which declared no rules in the start input.
+        previous.setattr(client_api, "GOVERNANCE_PATCH", None)
         async with build_worker(client, agents=[auditing], task_queue=tq, gemini=model.client()):
             agents = AgentClient(client, task_queue=tq)
             chat = await agents.chat("auditing")

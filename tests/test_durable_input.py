@@ -34,6 +34,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+import client.api as client_api
 from client import (
     AgentClient,
     CancelRejected,
@@ -990,7 +991,9 @@ def _before_the_rules(patch: Any) -> bool:
     return patch.patch_id not in (DURABLE_INPUT_PATCH, GOVERNANCE_PATCH)
 
 
-async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(client, model):
+async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(
+    client, model, monkeypatch
+):
     """Such runs keep their old rules, so that they replay, but a lone surrogate could never be
     stored by any of them: not even the rejection log takes one in."""
     queue = f"tq-{uuid.uuid4()}"
@@ -1001,6 +1004,8 @@ async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(c
         gemini=model.client(),
         patch_activation_callback=_before_the_rules,
     ):
+        # A client of that time: its start input declares no rules.
+        monkeypatch.setattr(client_api, "GOVERNANCE_PATCH", None)
         chat, _ = await paused_on_approve(AgentClient(client, task_queue=queue), model)
         bad = b'{"respond": [], "identity": "mallory' + LONE_SURROGATE[1:] + b"}"
         await client.get_workflow_handle(chat.id).signal("resume", args=[raw(bad)])

@@ -37,12 +37,33 @@ GOVERNANCE_PATCH = "governance-2026-12"
 
 
 class Rules:
-    """The rules of this run. Construct it in the workflow's ``__init__``."""
+    """The rules of this run. Construct it in the workflow's ``__init__``.
 
-    def __init__(self) -> None:
-        # One marker per run: a new run records only the newest generation, which implies the
-        # older ones; a run begun earlier has no such marker and asks for the one it has.
-        self.governance: bool = workflow.patched(GOVERNANCE_PATCH)
+    Args:
+        declared: The rules the run's input declares (``ConversationInput.rules``). A run our
+            client or continue-as-new begins declares the newest, so it records no marker (an
+            event in every new conversation); a run begun any other way asks as before.
+    """
+
+    def __init__(self, declared: str | None = None) -> None:
+        self.declared = declared == GOVERNANCE_PATCH
+        if self.declared and workflow.unsafe.is_replaying():
+            # The history decides, not the input: a worker from before this rule ignored the
+            # declaration and recorded the marker of the rules it ran (which must be asked for
+            # again, or the replay fails), and a worker that took the declaration recorded none.
+            if workflow.patched(GOVERNANCE_PATCH):
+                self.governance = True
+            elif workflow.patched(DURABLE_INPUT_PATCH):
+                # A worker of the release before ran it. (Workers go out before clients, see
+                # the README: no client that declares reaches a worker older than that.)
+                self.governance = False
+                self.declared = False
+            else:
+                self.governance = True  # declared, and taken by a worker that knows it
+        else:
+            # One marker per run: a new run records only the newest generation, which implies
+            # the older ones; a run begun earlier has no such marker and asks for its own.
+            self.governance = self.declared or workflow.patched(GOVERNANCE_PATCH)
         self.durable: bool = self.governance or workflow.patched(DURABLE_INPUT_PATCH)
         self._edges: bool | None = True if self.durable else None
 

@@ -41,7 +41,12 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows import audit, config, operator_view
-    from workflows.compat import DURABLE_INPUT_PATCH, TURN_EDGES_PATCH, Rules
+    from workflows.compat import (
+        DURABLE_INPUT_PATCH,
+        GOVERNANCE_PATCH,
+        TURN_EDGES_PATCH,
+        Rules,
+    )
     from workflows.history import carry, legacy_carry, page, page_back
     from workflows.interrupts import ResumeError, pydantic_reason
     from workflows.limits import (
@@ -105,7 +110,7 @@ class AgentWorkflow:
     def __init__(self, input: ConversationInput) -> None:
         self._s: ConversationState = input.state or ConversationState(agent=input.agent)
         # Which rules this run has; decided before any handler runs (see workflows.compat).
-        self._rules = Rules()
+        self._rules = Rules(input.rules)
         self._stream = ConversationStream(input.stream, next_offset=self._s.events_total)
         self._m = TurnMachine(
             self._s,
@@ -134,6 +139,11 @@ class AgentWorkflow:
     async def run(self, input: ConversationInput) -> ConversationResult:
         if not self._rules.durable:
             self._rules.edges()  # where runs before the durable-input rules asked: first thing
+        if self._rules.declared:
+            # Let the first task's handlers act first: a conversation our client starts with a
+            # message was started "running", and publishing before the send's handler has
+            # started the turn would write "idle" only to write "running" again.
+            await asyncio.sleep(0)
         self._publish()
         try:
             while True:
@@ -182,7 +192,13 @@ class AgentWorkflow:
                         state.dropped_messages - self._s.dropped_messages,
                     )
                 workflow.continue_as_new(
-                    ConversationInput(agent=self._s.agent, state=state, stream=self._stream.carry())
+                    ConversationInput(
+                        agent=self._s.agent,
+                        state=state,
+                        stream=self._stream.carry(),
+                        # The next run keeps these rules without recording a marker.
+                        rules=GOVERNANCE_PATCH if self._rules.governance else None,
+                    )
                 )
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.

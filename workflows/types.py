@@ -658,6 +658,9 @@ class ConversationInput(_Wire):
     agent: str
     # Set only by continue-as-new.
     state: ConversationState | None = None
+    # The rules the run is begun under, declared by whoever starts it (our client, and
+    # continue-as-new): a run that declares them needs no patch marker (workflows.compat).
+    rules: str | None = None
     # The event stream's newest items and offsets (see workflows.stream).
     stream: WorkflowStreamState | None = None
 

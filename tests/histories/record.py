@@ -12,7 +12,10 @@ then a ``send`` signal with a 70-level junk key) and ``bare_start_v2`` (started 
 message: the turn-edges marker is the run's first command).
 
 ``governance_v1`` was recorded with approval governance (verified votes to a quorum by update
-and signal, an edit through the gate, a deadline that reminds, escalates and cancels).
+and signal, an edit through the gate, a deadline that reminds, escalates and cancels), when a
+new run recorded the ``governance-2026-12`` patch marker; it is kept as that shape, and no
+longer made here. ``governance_v2`` is the same scenario since the client declares the rules in
+the start input: no marker, and the first task publishes after its handlers.
 
 ``spine_v1`` was recorded after the turn-events restructure (every kind of turn event, a turn
 started by signal, an answer with identity and metadata, a close that withdraws an interrupt).
@@ -46,7 +49,7 @@ from worker.standin import GeminiStandIn
 from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
-ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1", "governance_v1")
+ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1", "governance_v2")
 
 
 async def main(names: set[str]) -> None:
@@ -64,8 +67,8 @@ async def main(names: set[str]) -> None:
                     await durable_conversation(agents, model, chat_id="durable_v1")
                 if "spine_v1" in names:
                     await spine_conversation(agents, model, chat_id="spine_v1")
-                if "governance_v1" in names:
-                    await governance_conversation(agents, model, chat_id="governance_v1")
+                if "governance_v2" in names:
+                    await governance_conversation(agents, model, chat_id="governance_v2")
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
