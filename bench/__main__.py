@@ -909,6 +909,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["b2"]:
+        # B2 on its own: N parked on one worker in a process of its own (bench/parked.py).
+        from bench import parked  # only for this command
+
+        parked.main(argv[1:])
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "worker", "temporalio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -42,7 +42,7 @@ from client.api import (
     connect_answering,
     connect_config,
 )
-from worker import build_worker, has_gemini_key
+from worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker, has_gemini_key
 from worker.devserver import (
     adopt_dev_server,
     pid_file,
@@ -72,11 +72,12 @@ DEFAULT_AGENTS = "examples:ALL_AGENTS"
 # are async and wait on the network, so 50 at once costs little CPU. Workflow tasks are CPU work
 # under one GIL: 20 at once keeps the queue moving without starving activities, and a busy worker
 # shows up as schedule-to-start latency while other workers take the rest. A short paused
-# conversation measured about 0.3 MB in the cache here (longer ones hold more), so 1000 of them
-# fit a small box; an evicted one is replayed from history when it is next answered.
+# conversation holds about 0.2 MB in the cache (measured: bench b2), and a paused one is only
+# waiting: it lives in Temporal, and is replayed from history when it is next answered. So the
+# cache holds what the worker is working on, not everything it ever touched (see
+# worker.DEFAULT_MAX_CACHED_WORKFLOWS).
 DEFAULT_MAX_CONCURRENT_ACTIVITIES = 50
 DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS = 20
-DEFAULT_MAX_CACHED_WORKFLOWS = 1000
 DEFAULT_GRACEFUL_SHUTDOWN_SECONDS = 10.0
 
 
