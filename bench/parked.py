@@ -7,7 +7,7 @@ conversation parked, and after all were resumed. The client side (this process) 
 lost. Writes ``bench/results/b2.json``.
 
 A paused conversation lives in Temporal; the worker should hold only what it is working on,
-so its memory with N parked should not grow with N.
+so its memory with N parked should stay bounded (the cache, not N).
 """
 
 from __future__ import annotations

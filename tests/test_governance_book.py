@@ -16,7 +16,18 @@ from workflows import Agent, Escalate, Remind, ToolApproval
 from workflows.audit import apply, outbox_batch
 from workflows.events import answer
 from workflows.interrupts import InterruptBook, ResumeError, Who
-from workflows.types import AnswerRecord, CallState, ConversationState, ResumeInput, TurnEvent
+from workflows.limits import json_size
+from workflows.turn import MIN_NOTICE_BYTES, NOTICES_BUDGET, notice_within
+from workflows.types import (
+    AnswerRecord,
+    CallState,
+    ConversationState,
+    InterruptRequest,
+    Notice,
+    ResumeInput,
+    TurnEvent,
+    Vote,
+)
 
 NOW = datetime.now(UTC)  # tokens are minted against the real clock
 ISSUER = TokenIssuer("EdDSA")
@@ -337,3 +348,25 @@ def test_a_quorum_on_a_gated_call_counts_only_restart_approvals():
     )
     with pytest.raises(ResumeError, match="approve it with a restart"):
         book.check(respond, now=NOW)
+
+
+def test_notices_due_together_share_one_budget():
+    """128 calls falling due at once schedule 128 notices in one workflow task: each is cut to
+    its share (input and metadata to placeholders, then votes), and still parses."""
+    big = InterruptRequest(
+        name="officers",
+        ref="o1",
+        input={"question": "x" * 200_000},
+        metadata={"note": "y" * 50_000},
+        quorum=16,
+        votes=[Vote(identity=f"{'v' * 250}{i}", at=NOW, subject="s" * 32) for i in range(15)],
+    )
+    notice = Notice(chat_id="c", agent="gov", reason="escalation", interrupt=big)
+    share = max(MIN_NOTICE_BYTES, NOTICES_BUDGET // 128)
+    data = notice_within(notice, share)
+    assert json_size(data) <= share
+    kept = Notice.model_validate(data)
+    assert (kept.interrupt.ref, kept.reason) == ("o1", "escalation")
+    assert kept.interrupt.input["omitted"]
+    assert 0 < len(kept.interrupt.votes) < 15
+    assert 128 * share <= NOTICES_BUDGET + 128  # the whole pass stays within its budget

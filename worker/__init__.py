@@ -27,10 +27,10 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Conversations a worker keeps in memory between their workflow tasks (Temporal's own default
 is 1000). Each holds about 0.2 MB here, most of it the sandbox's per-conversation module state;
-a paused conversation is only waiting, and one evicted is replayed from its history (a few ms
-for a short one) when next answered. Measured with ``python -m bench b2 --parked 10000``:
-resident memory stays flat with everything parked, and resuming runs at more than half the
-parking rate. Raise it for workers that keep many conversations busy at once."""
+a paused conversation is only waiting, and one evicted is replayed from its history when next
+answered (63 ms for a 10-turn run, bench B3). Measured with ``python -m bench b2 --parked
+10000``: 200 MiB resident with all of them parked (112 before), and resuming runs at 0.63 of
+the parking rate. Raise it for workers that keep many conversations busy at once."""
 
 # Side-effect-free modules the workflow uses. Passing them through the sandbox avoids
 # re-importing them for every workflow run (time and memory per conversation), and keeps one

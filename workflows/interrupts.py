@@ -24,6 +24,7 @@ on replay.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -465,7 +466,7 @@ class InterruptBook:
             if not who.may_answer(allowed):
                 sender = repr(who.identity) if who.identity else "an answer with no identity"
                 groups = " (groups count only from a verified identity token)"
-                unverified = not who.verified and any(a.startswith("group:") for a in allowed)
+                unverified = not who.verified and any(a.startswith(GROUP_PREFIX) for a in allowed)
                 raise ResumeError(
                     f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
                     f"{sender} may not ({kind}){groups if unverified else ''}"
@@ -615,7 +616,8 @@ class InterruptBook:
             verified=True,
             groups=verified.groups,
             spent=SpentToken(digest=verified.digest, until=verified.expires),
-            subject=verified.subject,
+            # A fingerprint: a token's sub may be kilobytes, and a vote keeps it.
+            subject=_fingerprint(verified.subject),
         )
 
     def quorum(self, call: CallState) -> int:
@@ -817,7 +819,8 @@ class InterruptBook:
             verified = verify_token(token, trust, now=now)
         except IdentityError:
             return  # it could not answer anything anyway
-        if len(self.spent) < MAX_SPENT_TOKENS and verified.expires - now <= MAX_TOKEN_LIFE:
+        live = [s for s in self.spent if s.until > now]
+        if len(live) < MAX_SPENT_TOKENS and verified.expires - now <= MAX_TOKEN_LIFE:
             self._spend(SpentToken(digest=verified.digest, until=verified.expires), now=now)
 
     def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
@@ -976,6 +979,10 @@ class InterruptBook:
             if c.status == "failed" and c.error is not None:
                 return c.error
         return None
+
+
+def _fingerprint(subject: str | None) -> str | None:
+    return hashlib.sha256(subject.encode()).hexdigest()[:32] if subject is not None else None
 
 
 def _voted(call: CallState, who: Who) -> bool:

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         ErrorKind,
         FinishReason,
         FunctionResponse,
+        JsonObject,
         Message,
         ModelInput,
         ModelResult,
@@ -627,17 +628,30 @@ class TurnMachine:
             )
             self._cancel_via = "deadline"
         self._publish()
+        # One deadline often falls due for every call of a message at once (the agent-wide
+        # one): their notices share one budget, so the task that schedules them stays small.
+        budget = max(MIN_NOTICE_BYTES, NOTICES_BUDGET // max(len(notices), 1))
         for call, tool, why in notices:
             # Not awaited: an answer that arrives while a notifying tool runs takes effect at
             # once (a slow pager must not hold up the turn it is about).
-            task = asyncio.create_task(self._notify(call, tool, why))
+            task = asyncio.create_task(self._notify(call, tool, why, budget=budget))
             self._notifying.add(task)
             task.add_done_callback(self._notifying.discard)
 
     async def _notify(
-        self, call: CallState, tool: str, why: Literal["reminder", "escalation"]
+        self,
+        call: CallState,
+        tool: str,
+        why: Literal["reminder", "escalation"],
+        *,
+        budget: int,
     ) -> None:
-        """Run a notifying tool about a paused call; a failure is logged, never the turn's."""
+        """Run a notifying tool about a paused call; a failure is logged, never the turn's.
+
+        Args:
+            budget: The most the notice may take: its input and metadata become placeholders
+                past it, then its votes are cut (the notifier can ask ``pending`` for all).
+        """
         book = self.book(self.s.turn) if self.s.turn else None
         request = book.request_for(call) if book else events.to_request(call)
         notice = Notice(
@@ -658,7 +672,7 @@ class TurnMachine:
                     chat_id=chat_id,
                     tool=tool,
                     ref=call.ref,
-                    args=notice.model_dump(mode="json"),
+                    args=notice_within(notice, budget),
                     idempotency_key=idempotency_key(chat_id, f"{call.ref}\0{since}\0{why}", number),
                 ),
                 result_type=ToolResult,
@@ -760,6 +774,23 @@ class TurnMachine:
         del self.s.messages[n:]
         self.digests.cut(n)
         self.s.model_seen = min(self.s.model_seen, n)
+
+
+NOTICES_BUDGET = 256 * 1024
+"""What the notices of one pass of the deadline policies take together."""
+
+MIN_NOTICE_BYTES = 2 * 1024
+"""What each notice may take however many fall due at once (128 calls: 256 KiB)."""
+
+
+def notice_within(notice: Notice, budget: int) -> JsonObject:
+    """A notice as its tool's input, within ``budget`` bytes."""
+    data = notice.model_dump(mode="json")
+    shrink(data, budget)
+    votes = data["interrupt"]["votes"]
+    while votes and json_size(data) > budget:
+        votes.pop()
+    return data
 
 
 def idempotency_key(chat_id: str, ref: str, run: int) -> str:

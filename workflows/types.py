@@ -292,8 +292,8 @@ class Vote(_Wire):
     identity: str
     verified: bool = False
     at: datetime
-    # A verified vote's account (the token's ``sub``): one account votes once, however its
-    # tokens spell the identity.
+    # A verified vote's account (a fingerprint of the token's ``sub``): one account votes
+    # once, however its tokens spell the identity.
     subject: str | None = None
 
 
