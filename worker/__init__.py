@@ -56,6 +56,10 @@ PASSTHROUGH = (
     "workflows.payloads",
     "workflows.stream",
     "workflows.compat",
+    # Metrics and spans (workflows.telemetry): the tracing interceptor keeps its context in
+    # OpenTelemetry's context variables, which must be the ones the workflow reads.
+    "workflows.telemetry",
+    "opentelemetry",
     "pydantic",
     "pydantic_core",
     "jsonschema",

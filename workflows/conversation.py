@@ -10,7 +10,8 @@ This module is the conversation's front door and its run loop; the rooms behind 
 - :mod:`workflows.audit`, :mod:`workflows.operator_view` and :mod:`workflows.stream`: projections
   (the answer and rejection logs; search attributes, memo and the UI's details panel; the event
   stream clients follow);
-- :mod:`workflows.compat`: which rules this run was begun under, decided once.
+- :mod:`workflows.compat`: which rules this run was begun under, decided once;
+- :mod:`workflows.telemetry`: the product's metrics and trace spans, which issue no commands.
 
 Determinism and replay contract:
 
@@ -326,6 +327,7 @@ class AgentWorkflow:
                     self._m.book(self._s.turn).spend_refused(
                         claimed_token([payload]), now=workflow.now()
                     )
+                self._m.telemetry.rejected("resume", via="update")
                 raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
             if not self._m.book(turn).all_answered():
                 return fit(self._m.paused_result(turn), UPDATE_RESULT_BUDGET)
@@ -337,6 +339,8 @@ class AgentWorkflow:
             self._check_resume(payload)
         except Refused as e:
             workflow.logger.info("resume rejected (update): %s", e.reason)
+            # A metric is no command: a validator may count what it refuses.
+            self._m.telemetry.rejected("resume", via="update")
             raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
 
     @workflow.update
@@ -452,6 +456,7 @@ class AgentWorkflow:
             strict=self._rules.durable,
         )
         audit.reject(self._s, record)
+        self._m.telemetry.rejected(handler, via="signal")
         if handler == "resume" and self._s.turn is not None and self._rules.governance:
             # The payload is in history now: its token, if valid, must answer nothing later.
             self._m.book(self._s.turn).spend_refused(claimed_token(payload), now=workflow.now())

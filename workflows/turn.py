@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         shrink,
         stored_size,
     )
+    from workflows.telemetry import Telemetry
     from workflows.types import (
         DEADLINE_IDENTITY,
         TOOL_APPROVED,
@@ -125,6 +126,8 @@ class TurnMachine:
         # The text the model activity published on the stream during the model call under
         # way (the workflow publishes whatever of the reply did not get there).
         self.streamed_text = ""
+        # Metrics and spans: they issue no commands, so they may be called anywhere.
+        self.telemetry = Telemetry(state.agent)
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -147,6 +150,7 @@ class TurnMachine:
             offset = self.s.events_total - 1  # the last item on the stream, published already
         stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
         audit.apply(self.s, stamped, strict=self.rules.durable, outbox=self.rules.governance)
+        self.telemetry.event(stamped, turn.calls if turn else [])
         return stamped
 
     @property
@@ -222,6 +226,7 @@ class TurnMachine:
             stream=stream,
         )
         self._append(Message(role="user", parts=[Part(text=text)]))
+        self.telemetry.turn_started(self.s.turns)
         self._publish()
 
     def resume(self, resume: ResumeInput, *, via: Literal["update", "signal"]) -> TurnState:
@@ -731,6 +736,10 @@ class TurnMachine:
     def _fail(self, error: ErrorInfo) -> None:
         turn = self.s.turn
         assert turn is not None
+        if turn.phase == "tools":
+            # Interrupts raised and never to be answered: counted as withdrawn.
+            now = workflow.now()
+            self.telemetry.withdrawn(self.book(turn).pending(), now=now, by_deadline=False)
         if self.rules.durable and turn.model_calls > 0:
             # What happened stays in the conversation, so the next turn's model knows that
             # an approved side effect took place: every call of the step keeps a response,
@@ -756,6 +765,9 @@ class TurnMachine:
         via, self._cancel_via = self._cancel_via, "cancel"
         self.cancel = None
         if turn.phase == "tools" and turn.calls:
+            # Before the calls are withdrawn: only those still pending were waiting on a human.
+            pending = self.book(turn).pending()
+            self.telemetry.withdrawn(pending, now=workflow.now(), by_deadline=via == "deadline")
             self.book(turn).cancel(reason, identity=identity, via=via)
             # Every call keeps a response, so the history stays valid for the model.
             self._append(self._tool_message(turn))

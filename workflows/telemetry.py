@@ -1,0 +1,211 @@
+"""What a conversation tells operators as it goes: the product's metrics and trace spans.
+
+The turn state machine (:mod:`workflows.turn`) hands :class:`Telemetry` every turn event it emits
+and the interrupts a turn withdraws; the conversation's handlers tell it of refused resumes and
+signals. Nothing else calls it, so each metric below is counted in exactly one place.
+
+Determinism and replay contract: nothing here issues a workflow command, reads the environment,
+the clock or randomness, or changes the conversation's state, so a history is the same with or
+without it, and the recorded histories replay with tracing on or off.
+
+- Metrics go through ``workflow.metric_meter()``, which records nothing while the workflow
+  replays: a conversation evicted from the cache and replayed is not counted twice. (A workflow
+  task that fails and is retried does run live twice; Temporal's own metrics share that.)
+- Spans are ``temporalio.contrib.opentelemetry.workflow.completed_span``: zero-length spans
+  stamped with workflow time, which the contrib makes only while not replaying, and only when
+  the worker runs its ``TracingInterceptor``. Without the interceptor nothing is made here (the
+  contrib's fallback would make spans on every replay, and warn).
+- Metric labels are bounded: the agent, the tool (a declared tool's name: only those pause), a
+  decision or a handler; never a chat id. Span attributes add the chat id and the ref. Neither
+  ever holds a payload: no tool input or output, message text, answer, identity or token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from opentelemetry.util.types import AttributeValue
+from temporalio import workflow
+from temporalio.common import MetricCounter, MetricHistogramFloat
+from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
+from temporalio.contrib.opentelemetry.workflow import completed_span
+
+from workflows.types import CallState, TurnEvent
+
+# Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
+# README lists them). The worker's Prometheus endpoint takes the buckets from here.
+INTERRUPTS_RAISED = "agent_interrupts_raised"
+INTERRUPTS_ANSWERED = "agent_interrupts_answered"
+INTERRUPTS_EXPIRED = "agent_interrupts_expired"
+INTERRUPT_WAIT = "agent_interrupt_wait_seconds"
+REJECTIONS = "agent_rejections"
+TOOL_CALLS = "agent_tool_calls"
+
+INTERRUPT_WAIT_BUCKETS = (
+    1.0,
+    5.0,
+    15.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+    4 * 3600.0,
+    12 * 3600.0,
+    86400.0,
+    3 * 86400.0,
+    7 * 86400.0,
+)
+"""Seconds: a human answers in a minute or in a week, so the default buckets (milliseconds for
+Temporal's own latencies) would put every wait in the last one."""
+
+# Span names (the README lists them with their attributes).
+SPAN_TURN_START = "agent.turn.start"
+SPAN_TURN_END = "agent.turn.end"
+SPAN_RAISED = "agent.interrupt.raised"
+SPAN_ESCALATED = "agent.interrupt.escalated"
+SPAN_ANSWERED = "agent.interrupt.answered"
+SPAN_EXPIRED = "agent.interrupt.expired"
+SPAN_REJECTED = "agent.rejected"
+SPAN_MODEL_CALL = "agent.model_call"
+SPAN_TOOL_CALL = "agent.tool_call"
+
+RejectedHandler = Literal["resume", "send", "other"]
+
+
+def rejected_handler(name: str) -> RejectedHandler:
+    """A refused signal's name as a bounded label: anyone may send a signal of any name."""
+    if name == "resume":
+        return "resume"
+    return "send" if name == "send" else "other"
+
+
+@dataclass(frozen=True)
+class _Instruments:
+    raised: MetricCounter
+    answered: MetricCounter
+    expired: MetricCounter
+    wait: MetricHistogramFloat
+    rejections: MetricCounter
+
+
+class Telemetry:
+    """The metrics and spans of one conversation's run.
+
+    Args:
+        agent: The agent's name: a label on every metric and an attribute on every span.
+    """
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self._instruments: _Instruments | None = None
+
+    def _metrics(self) -> _Instruments:
+        # Made on first use, inside the workflow (the meter is the running workflow's).
+        if self._instruments is None:
+            meter = workflow.metric_meter().with_additional_attributes({"agent": self.agent})
+            self._instruments = _Instruments(
+                raised=meter.create_counter(
+                    INTERRUPTS_RAISED, "Interrupts raised: a call paused for a human."
+                ),
+                answered=meter.create_counter(
+                    INTERRUPTS_ANSWERED,
+                    "Interrupts answered, by decision (cancelled: withdrawn unanswered).",
+                ),
+                expired=meter.create_counter(
+                    INTERRUPTS_EXPIRED, "Interrupts nobody answered before their deadline."
+                ),
+                wait=meter.create_histogram_float(
+                    INTERRUPT_WAIT,
+                    "Seconds from an interrupt raised to the answer that settled it.",
+                    "s",
+                ),
+                rejections=meter.create_counter(
+                    REJECTIONS, "Resumes and signals the conversation refused."
+                ),
+            )
+        return self._instruments
+
+    def _span(self, name: str, **attributes: AttributeValue | None) -> None:
+        if TracingWorkflowInboundInterceptor._from_context() is None:
+            return  # no tracing on this worker (see the module's docstring)
+        attrs: dict[str, AttributeValue] = {
+            "agent.name": self.agent,
+            "agent.chat_id": workflow.info().workflow_id,
+        }
+        attrs.update({f"agent.{k}": v for k, v in attributes.items() if v is not None})
+        completed_span(name, attributes=attrs)
+
+    # -- what the turn state machine reports --------------------------------------------------
+
+    def turn_started(self, turn: int) -> None:
+        self._span(SPAN_TURN_START, turn=turn)
+
+    def event(self, event: TurnEvent, calls: Sequence[CallState]) -> None:
+        """One emitted turn event; ``calls`` are the turn's (the one it is about is among them)."""
+        if event.kind not in ("interrupt", "answer", "turn_end"):
+            return
+        tool = event.name or ""
+        call = next((c for c in calls if c.ref == event.ref), None) if event.ref else None
+        if event.kind == "turn_end" and event.result is not None:
+            reason = event.result.finish_reason
+            self._span(SPAN_TURN_END, turn=event.turn, finish_reason=str(reason))
+        elif event.kind == "interrupt":
+            source = event.interrupt.source if event.interrupt else None
+            if call is not None and call.escalated:
+                # The same pause with a later deadline, not a new one.
+                self._span(SPAN_ESCALATED, tool=tool, ref=event.ref, turn=event.turn)
+                return
+            self._metrics().raised.add(1, {"tool": tool})
+            self._span(SPAN_RAISED, tool=tool, ref=event.ref, turn=event.turn, source=source)
+        elif event.kind == "answer" and event.answer is not None:
+            answer = event.answer
+            if answer.kind == "cancel":
+                return  # counted by withdrawn(), which knows which calls were still pending
+            if answer.kind == "deadline":
+                self._metrics().expired.add(1, {"tool": tool})
+                self._span(SPAN_EXPIRED, tool=tool, ref=event.ref, turn=event.turn)
+                return
+            decision = answer.decision or "answered"  # (every answer event has one)
+            metrics = self._metrics()
+            metrics.answered.add(1, {"tool": tool, "decision": decision})
+            waited = None
+            if decision != "vote" and call is not None and call.since and event.at:
+                # A vote leaves the call waiting; the answer that settles it ends the wait.
+                waited = max((event.at - call.since).total_seconds(), 0.0)
+                metrics.wait.record(waited, {"tool": tool})
+            self._span(
+                SPAN_ANSWERED,
+                tool=tool,
+                ref=event.ref,
+                turn=event.turn,
+                kind=answer.kind,
+                decision=decision,
+                via=answer.via,
+                waited_seconds=waited,
+            )
+
+    def withdrawn(self, calls: Iterable[CallState], *, now: datetime, by_deadline: bool) -> None:
+        """Interrupts still pending when their turn was cancelled or failed.
+
+        Args:
+            by_deadline: A deadline whose policy cancels the turn did it: the calls whose
+                deadline has passed count as expired, the rest as cancelled.
+        """
+        for call in calls:
+            if by_deadline and call.deadline is not None and call.deadline <= now:
+                self._metrics().expired.add(1, {"tool": call.name})
+                self._span(SPAN_EXPIRED, tool=call.name, ref=call.ref)
+                continue
+            self._metrics().answered.add(1, {"tool": call.name, "decision": "cancelled"})
+            self._span(SPAN_ANSWERED, tool=call.name, ref=call.ref, decision="cancelled")
+
+    # -- what the handlers report ----------------------------------------------------------
+
+    def rejected(self, handler: str, *, via: Literal["update", "signal"]) -> None:
+        """A resume (by update) or a signal the conversation refused."""
+        label = rejected_handler(handler)
+        self._metrics().rejections.add(1, {"handler": label, "via": via})
+        self._span(SPAN_REJECTED, handler=label, via=via)
