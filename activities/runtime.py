@@ -31,6 +31,7 @@ from activities.gemini import (
 )
 from activities.history import ConversationCache
 from activities.streaming import TextPublisher
+from activities.telemetry import ToolOutcome, count_tool_call, span
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
 from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
@@ -44,6 +45,7 @@ from workflows.limits import (
     human_size,
     json_size,
 )
+from workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
 from workflows.types import (
     AgentSpec,
     ErrorKind,
@@ -125,6 +127,20 @@ class AgentActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_call(self, input: ModelInput) -> ModelResult:
         """One Gemini call with the conversation so far; automatic function calling is off."""
+        hosted = self._agents.get(input.agent)
+        with span(
+            SPAN_MODEL_CALL,
+            name=input.agent,
+            chat_id=input.chat_id,
+            model=hosted.model if hosted else None,
+        ) as current:
+            result = await self._model_call(input)
+            current.set_attribute("agent.finish_reason", result.finish_reason or "")
+            calls = sum(1 for p in result.message.parts if p.function_call)
+            current.set_attribute("agent.function_calls", calls)
+            return result
+
+    async def _model_call(self, input: ModelInput) -> ModelResult:
         agent = self._agent(input.agent)
         spec: AgentSpec = agent.spec()
         conv = await self._conversations.resolve(input)
@@ -166,15 +182,34 @@ class AgentActivities:
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, input: ToolInput) -> ToolResult:
         """Run one tool call. An ``Interrupt`` comes back as data; a ``ToolError`` fails it."""
-        agent = self._agent(input.agent)
-        tool = self._tools[agent.name].get(input.tool)
-        if tool is None or tool.interrupt_only:
-            raise ApplicationError(
-                f"agent {agent.name!r} has no runnable tool {input.tool!r}",
-                Status.NOT_FOUND,
-                type=ErrorKind.TOOL_ERROR,
-                non_retryable=True,
-            )
+        with span(
+            SPAN_TOOL_CALL,
+            name=input.agent,
+            chat_id=input.chat_id,
+            tool=input.tool,
+            ref=input.ref,
+            resumed=input.resumed,
+        ) as current:
+            agent = self._agent(input.agent)
+            tool = self._tools[agent.name].get(input.tool)
+            if tool is None or tool.interrupt_only:
+                raise ApplicationError(
+                    f"agent {agent.name!r} has no runnable tool {input.tool!r}",
+                    Status.NOT_FOUND,
+                    type=ErrorKind.TOOL_ERROR,
+                    non_retryable=True,
+                )
+            outcome: ToolOutcome = "error"
+            try:
+                result = await self._tool_call(input, agent, tool)
+                outcome = result.kind
+                return result
+            finally:
+                # A hosted tool's name only, so the label stays bounded.
+                count_tool_call(agent=agent.name, tool=tool.name, outcome=outcome)
+                current.set_attribute("agent.outcome", outcome)
+
+    async def _tool_call(self, input: ToolInput, agent: Agent, tool: Tool[Any]) -> ToolResult:
         try:
             args = tool.input.model_validate(input.args)
         except ValidationError as e:
