@@ -63,6 +63,7 @@ from client.errors import (
 )
 from client.inbox import PausedChat, PausedInterrupt, paused_chats
 from client.stream import EventsGone, TurnStream, follow
+from client.tracing import add_tracing, flush_tracing
 from workflows import AgentWorkflow
 from workflows.compat import GOVERNANCE_PATCH
 from workflows.config import AGENT_NAME, AGENT_STATUS
@@ -173,6 +174,8 @@ class AgentClient:
             target_host, namespace=namespace, profile=profile, config_file=config_file
         )
         config.update(connect_kwargs)
+        # OTEL_EXPORTER_OTLP_ENDPOINT: trace this client's calls (see client/tracing.py).
+        add_tracing(config, service_name="agent-client")
         config["data_converter"] = pydantic_data_converter
         temporal = await connect_answering(config, timeout=connect_timeout)
         return cls(
@@ -799,6 +802,7 @@ def run_script(main: Coroutine[Any, Any, object]) -> NoReturn:
 
 def exit_now(code: int = 0) -> NoReturn:
     """Flush and end the process without interpreter teardown (see :func:`run_script`)."""
+    flush_tracing()  # spans still batched; os._exit skips the exit hook that would send them
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

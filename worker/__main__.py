@@ -31,7 +31,6 @@ from typing import NoReturn, TypeVar
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
 from client.api import (
@@ -42,6 +41,7 @@ from client.api import (
     connect_answering,
     connect_config,
 )
+from client.tracing import add_tracing, flush_tracing
 from worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker, has_gemini_key
 from worker.devserver import (
     adopt_dev_server,
@@ -51,6 +51,7 @@ from worker.devserver import (
     start_dev_server,
     wait_for_port,
 )
+from worker.observability import metrics_runtime
 from worker.peers import unlike_peers, worker_identity
 from worker.search_attributes import (
     MissingSearchAttributes,
@@ -358,9 +359,10 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
     try:
         config["data_converter"] = pydantic_data_converter
         if args.metrics_bind:
-            config["runtime"] = Runtime(
-                telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=args.metrics_bind))
-            )
+            # Temporal's metrics and the product's (interrupts raised, answered, expired...).
+            config["runtime"] = metrics_runtime(args.metrics_bind)
+        # OTEL_EXPORTER_OTLP_ENDPOINT: the worker's workflows and activities join the traces.
+        add_tracing(config, service_name="agent-worker")
         try:
             client = await connect_answering(config)
         except ServerNotAnswering as e:
@@ -472,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except AgentSpecError as e:
         _usage_error(str(e))
     code = asyncio.run(run(args, agents))
+    flush_tracing()  # the spans still batched: os._exit skips the hook that would send them
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown, where the SDK can abort (sdk-python issue 300).
