@@ -1,0 +1,541 @@
+"""Traces and the product's metrics: what a conversation tells operators, and what it never does.
+
+- Tracing (``OTEL_EXPORTER_OTLP_ENDPOINT``): the contrib's ``TracingInterceptor`` on the client and
+  the worker, the product's spans for turns, interrupts, model calls and tools. One conversation
+  is one trace from the client's first call through the workflow to the activities; its spans
+  name the agent, the chat, the tool and the ref, and no payload appears anywhere in them.
+- Metrics: the worker's Prometheus endpoint serves interrupts raised, answered (by decision),
+  expired and refused, and the time a human took, labelled by agent and tool.
+- Neither adds a workflow command: the recorded histories replay with tracing on, and a traced
+  conversation replays with it on or off.
+
+Everything runs against the session's dev server; the only other sockets are on loopback (the
+metrics endpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from activities import interrupt
+from client import FinishReason, ResumeRejected, ToolResponse
+from client.tracing import TRACING_SWITCH, add_tracing, tracing_interceptors
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
+from worker import sandbox_runner
+from worker.observability import metrics_runtime
+from worker.standin import calls, text
+from worker.testing import ScriptedModel, hosted
+from workflows import Agent, AgentWorkflow, ToolApproval
+from workflows.telemetry import (
+    INTERRUPT_WAIT,
+    INTERRUPT_WAIT_BUCKETS,
+    INTERRUPTS_ANSWERED,
+    INTERRUPTS_EXPIRED,
+    INTERRUPTS_RAISED,
+    REJECTIONS,
+    SPAN_ANSWERED,
+    SPAN_MODEL_CALL,
+    SPAN_RAISED,
+    SPAN_TOOL_CALL,
+    SPAN_TURN_END,
+    SPAN_TURN_START,
+    TOOL_CALLS,
+)
+
+HISTORIES = Path(__file__).parent / "histories"
+ROOT = Path(__file__).parent.parent
+
+# Payloads with a face: none of these may appear in any span.
+SECRET_MESSAGE = "zebra-message-7f3a please move the funds"
+SECRET_QUESTION = "zebra-question-91c0 wire 9,999 to account 12-34"
+SECRET_KEY = "zebra-key-55d1"
+SECRET_ANSWER = "zebra-answer-0b6e signed off by the CFO"
+SECRET_TEXT = "zebra-text-c44f all done"
+SECRET_IDENTITY = "zebra-person@example.com"
+SECRETS = (SECRET_MESSAGE, SECRET_QUESTION, SECRET_KEY, SECRET_ANSWER, SECRET_TEXT)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tracing
+
+
+@pytest.fixture(scope="module")
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Every span this process makes from here on, kept in memory.
+
+    OpenTelemetry takes one global tracer provider per process: an SDK one is installed (or the
+    one installed already is used), as an application would, and the exporter stops keeping
+    spans when the module is done.
+    """
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, SdkTracerProvider):
+        provider = SdkTracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter
+    exporter.shutdown()
+
+
+def traced(client: Client) -> Client:
+    """The same connection, with the tracing interceptor (a worker built on it gets it too)."""
+    config = client.config()
+    config["interceptors"] = [TracingInterceptor()]
+    return Client(**config)
+
+
+def of_chat(finished: tuple[ReadableSpan, ...], chat_id: str) -> list[ReadableSpan]:
+    """The spans that name the chat: Temporal's ``temporalWorkflowID`` or our ``agent.chat_id``."""
+    return [
+        s
+        for s in finished
+        if (s.attributes or {}).get("temporalWorkflowID") == chat_id
+        or (s.attributes or {}).get("agent.chat_id") == chat_id
+    ]
+
+
+def named(found: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in found if s.name == name]
+
+
+def ctx(span: ReadableSpan) -> trace.SpanContext:
+    assert span.context is not None
+    return span.context
+
+
+async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads(
+    spans, client, model
+):
+    agent = Agent(
+        f"traced-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve, t.lookup]
+    )
+    model.reply(
+        calls(
+            ("approve", {"question": SECRET_QUESTION}, "r-ask"),
+            ("lookup", {"key": SECRET_KEY}, "r-look"),
+        ),
+        text(SECRET_TEXT),
+    )
+    tracing = traced(client)
+    # No cache: every workflow task replays the run so far, so a span made on replay would show
+    # up twice below.
+    async with hosted(tracing, agents=[agent], model=model, max_cached_workflows=0) as agents:
+        chat = await agents.chat(agent.name)
+        paused = await chat.send(SECRET_MESSAGE)
+        (ask,) = paused.interrupts
+        done = await chat.resume(
+            respond=[ask.respond({"approved": True, "note": SECRET_ANSWER})],
+            identity=SECRET_IDENTITY,
+        )
+    assert done.finish_reason == FinishReason.STOP and done.text == SECRET_TEXT
+    mine = of_chat(spans.get_finished_spans(), chat.id)
+
+    # One trace: the client's first call, the workflow, its activities and the product's spans.
+    (start,) = named(mine, "StartUpdateWithStartWorkflow:AgentWorkflow")
+    assert start.kind == trace.SpanKind.CLIENT
+    trace_id = ctx(start).trace_id
+    run = named(mine, "RunWorkflow:AgentWorkflow")
+    assert run and all(ctx(s).trace_id == trace_id for s in run)
+    for name in (
+        "RunActivity:model_call",
+        "RunActivity:tool_call",
+        SPAN_MODEL_CALL,
+        SPAN_TOOL_CALL,
+        SPAN_TURN_START,
+        SPAN_RAISED,
+        SPAN_ANSWERED,
+        SPAN_TURN_END,
+        "HandleUpdate:resume",
+    ):
+        found = named(mine, name)
+        assert found, f"no {name} span"
+        assert all(ctx(s).trace_id == trace_id for s in found), name
+    # The activities' product spans are children of the contrib's RunActivity spans.
+    (tool_span,) = named(mine, SPAN_TOOL_CALL)
+    (run_tool,) = named(mine, "RunActivity:tool_call")
+    assert tool_span.parent is not None and tool_span.parent.span_id == ctx(run_tool).span_id
+    # The resume came in a trace of its own (a later call from anywhere): the workflow's
+    # handling of it is in the conversation's trace, linked to the caller's.
+    (resume_call,) = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "StartWorkflowUpdate:resume"
+        and (s.attributes or {}).get("temporalWorkflowID") == chat.id
+    ]
+    (handled,) = named(mine, "HandleUpdate:resume")
+    assert [link.context.span_id for link in handled.links] == [ctx(resume_call).span_id]
+
+    # Each product span once, though every task replayed the run (spans are made live only).
+    assert len(named(mine, SPAN_TURN_START)) == 1
+    assert len(named(mine, SPAN_MODEL_CALL)) == 2
+    assert len(named(mine, SPAN_TURN_END)) == 2  # the pause, then the end
+
+    def attrs(name: str) -> dict[str, object]:
+        (only,) = named(mine, name)
+        return dict(only.attributes or {})
+
+    common = {"agent.name": agent.name, "agent.chat_id": chat.id}
+    assert (
+        attrs(SPAN_RAISED).items()
+        >= {
+            **common,
+            "agent.tool": "approve",
+            "agent.ref": "r-ask",
+            "agent.source": "interrupt",
+            "agent.turn": 1,
+        }.items()
+    )
+    answered = attrs(SPAN_ANSWERED)
+    assert (
+        answered.items()
+        >= {
+            **common,
+            "agent.tool": "approve",
+            "agent.ref": "r-ask",
+            "agent.kind": "respond",
+            "agent.decision": "approved",
+            "agent.via": "update",
+        }.items()
+    )
+    waited = answered["agent.waited_seconds"]
+    assert isinstance(waited, float) and waited >= 0
+    assert (
+        attrs(SPAN_TOOL_CALL).items()
+        >= {
+            **common,
+            "agent.tool": "lookup",
+            "agent.ref": "r-look",
+            "agent.outcome": "output",
+            "agent.resumed": False,
+        }.items()
+    )
+    for model_call in named(mine, SPAN_MODEL_CALL):
+        assert (
+            dict(model_call.attributes or {}).items()
+            >= {
+                **common,
+                "agent.model": "gemini-test",
+            }.items()
+        )
+    ends = [dict(s.attributes or {}) for s in named(mine, SPAN_TURN_END)]
+    assert [e["agent.finish_reason"] for e in ends] == ["interrupted", "stop"]
+
+    # No payload anywhere: names, attributes, events, links, status and resource, as exported.
+    everything = "\n".join(s.to_json() for s in spans.get_finished_spans())
+    for secret in (*SECRETS, SECRET_IDENTITY):
+        assert secret not in everything, f"{secret!r} is in a span"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+    # Replay makes no spans and needs no interceptor: the history replays with tracing on (the
+    # spans stay as they were) and off.
+    hist = await client.get_workflow_handle(chat.id).fetch_history()
+    before = len(spans.get_finished_spans())
+    for interceptors in ([TracingInterceptor()], []):
+        replayer = Replayer(
+            workflows=[AgentWorkflow],
+            data_converter=client.data_converter,
+            workflow_runner=sandbox_runner(),
+            interceptors=interceptors,
+        )
+        result = await replayer.replay_workflow(hist, raise_on_replay_failure=True)
+        assert result.replay_failure is None
+    assert len(spans.get_finished_spans()) == before
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)
+async def test_recorded_histories_replay_with_tracing_on(spans, path: Path):
+    """Spans and metrics add no command: what earlier code recorded replays with them on."""
+    hist = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+        interceptors=[TracingInterceptor()],
+    )
+    result = await replayer.replay_workflow(hist, raise_on_replay_failure=True)
+    assert result.replay_failure is None
+
+
+# ----------------------------------------------------------------------------------------------
+# The switch
+
+
+def _run_python(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter (one global tracer provider per process), from the
+    project's root, with ``env`` on top of this environment less the tracing variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_without_the_endpoint_nothing_is_installed(monkeypatch):
+    monkeypatch.delenv(TRACING_SWITCH, raising=False)
+    provider = trace.get_tracer_provider()
+    assert tracing_interceptors(service_name="agent-client") == []
+    config: dict[str, object] = {"target_host": "localhost:7233"}
+    add_tracing(config, service_name="agent-client")
+    assert "interceptors" not in config
+    assert trace.get_tracer_provider() is provider
+
+
+async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
+    """``AgentClient.connect()`` (and so ``agentctl``) in a fresh process: untouched without
+    the variable; with it, the interceptor and a provider exporting over OTLP/HTTP there."""
+    code = f"""
+        import json, sys
+        from opentelemetry import trace
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+        from client import AgentClient, run_script
+
+        async def main():
+            agents = await AgentClient.connect({server_address(client)!r})
+            interceptors = agents.temporal.config().get("interceptors") or []
+            provider = trace.get_tracer_provider()
+            exporters = [
+                p.span_exporter
+                for p in getattr(getattr(provider, "_active_span_processor", None),
+                                 "_span_processors", ())
+            ]
+            print(json.dumps({{
+                "traced": any(isinstance(i, TracingInterceptor) for i in interceptors),
+                "provider": type(provider).__name__,
+                "service": dict(getattr(provider, "resource", None).attributes).get("service.name")
+                if hasattr(provider, "resource") else None,
+                "exporters": [type(e).__name__ for e in exporters],
+                "endpoint": [getattr(e, "_endpoint", None) for e in exporters],
+                "otlp_loaded": "opentelemetry.exporter.otlp.proto.http" in sys.modules,
+            }}))
+
+        run_script(main())  # an exit the SDK cannot turn into an abort
+    """
+    off = json.loads(_run_python(code))
+    assert off == {
+        "traced": False,
+        "provider": "ProxyTracerProvider",
+        "service": None,
+        "exporters": [],
+        "endpoint": [],
+        "otlp_loaded": False,
+    }
+    # Nothing listens there, and no span is made: the exporter never sends.
+    on = json.loads(_run_python(code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"))
+    assert on == {
+        "traced": True,
+        "provider": "TracerProvider",
+        "service": "agent-client",
+        "exporters": ["OTLPSpanExporter"],
+        "endpoint": ["http://127.0.0.1:9/v1/traces"],
+        "otlp_loaded": True,
+    }
+    disabled = json.loads(
+        _run_python(
+            code, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SDK_DISABLED="true"
+        )
+    )
+    assert disabled["traced"] is False and disabled["provider"] == "ProxyTracerProvider"
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Metrics:
+    """The worker's Prometheus endpoint, read as a test would read a dashboard."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def scrape(self) -> list[tuple[str, dict[str, str], float]]:
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(self.url, timeout=5).read().decode()
+        )
+        samples = []
+        for line in body.splitlines():
+            found = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
+            if found:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found.group(2)))
+                samples.append((found.group(1), labels, float(found.group(3))))
+        return samples
+
+
+def values(
+    samples: list[tuple[str, dict[str, str], float]], name: str, *, agent: str, by: tuple[str, ...]
+) -> dict[tuple[str, ...], float]:
+    """``name``'s samples for ``agent``, keyed by the ``by`` labels' values."""
+    return {
+        tuple(labels.get(k, "") for k in by): value
+        for metric, labels, value in samples
+        if metric == name and labels.get("agent") == agent
+    }
+
+
+@pytest.fixture(scope="module")
+async def metered(env: WorkflowEnvironment) -> tuple[Client, Metrics]:
+    """A client on the session's server whose runtime serves Prometheus on a loopback port:
+    what ``AGENT_METRICS_BIND`` gives ``python -m worker``."""
+    bind = f"127.0.0.1:{_free_port()}"
+    client = await Client.connect(
+        server_address(env.client),
+        namespace=env.client.namespace,
+        runtime=metrics_runtime(bind),
+        data_converter=env.client.data_converter,
+    )
+    return client, Metrics(f"http://{bind}/metrics")
+
+
+hurry = interrupt(
+    "hurry",
+    "Ask a human who has a second to answer.",
+    input=t.Ask,
+    output=t.Answer,
+    timeout=timedelta(seconds=1),
+    on_timeout={"approved": False, "note": "timed out"},
+)
+
+
+async def test_interrupts_raised_answered_expired_and_refused_are_counted(metered, client):
+    metrics_client, metrics = metered
+    agent = Agent(
+        f"metered-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.approve, t.charge, t.lookup, hurry],
+        # lookup waits for approval; charge asks for it itself (Interrupt); approve is a question.
+        middleware=[ToolApproval(allow=["charge"])],
+    )
+    model = ScriptedModel(
+        [
+            calls(
+                ("approve", {"question": "q"}, "a1"),
+                ("charge", {"amount": 5}, "a2"),
+                ("lookup", {"key": "k"}, "a3"),
+            ),
+            text("answered"),
+            calls(("hurry", {"question": "quick?"}, "h1")),
+            text("too late"),
+            calls(("approve", {"question": "q"}, "c1")),
+        ]
+    )
+    async with hosted(metrics_client, agents=[agent], model=model) as agents:
+        first = await agents.chat(agent.name)
+        paused = await first.send("go")
+        ask, charge, look = paused.interrupts
+        assert [i.source for i in paused.interrupts] == ["interrupt", "tool", "approval"]
+        # Refused: an update naming no pending ref, a signal doing the same, a message while
+        # paused, and a signal nobody handles.
+        with pytest.raises(ResumeRejected):
+            await first.resume(respond=[ToolResponse(name="approve", ref="nope", output={})])
+        handle = first.handle
+        await handle.signal("resume", {"respond": [{"name": "approve", "ref": "nope"}]})
+        await handle.signal("send", {"text": "hello?"})
+        await handle.signal("frobnicate", {"x": 1})
+        await eventually(first.rejections, lambda r: len(r) == 3)
+        done = await first.resume(answers=[ask.approve(), charge.approve(), look.deny()])
+        assert done.finish_reason == FinishReason.STOP
+
+        # A deadline passes (a real second on the dev server).
+        second = await agents.chat(agent.name)
+        (late,) = (await second.send("hurry")).interrupts
+        assert late.deadline is not None
+        await eventually(
+            second.last_turn,
+            lambda r: r is not None and r.finish_reason == FinishReason.STOP,
+            timeout=15,
+        )
+
+        # Withdrawn unanswered.
+        third = await agents.chat(agent.name)
+        await third.send("again")
+        cancelled = await third.cancel()
+        assert cancelled.finish_reason == FinishReason.CANCELLED
+
+    name = agent.name
+
+    def counted(samples) -> bool:
+        return values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")).get(
+            ("approve", "cancelled")
+        ) == 1 and bool(values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)))
+
+    samples = await eventually(metrics.scrape, counted, timeout=15, interval=0.2)
+    assert values(samples, INTERRUPTS_RAISED, agent=name, by=("tool",)) == {
+        ("approve",): 2,
+        ("charge",): 1,
+        ("lookup",): 1,
+        ("hurry",): 1,
+    }
+    assert values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")) == {
+        ("approve", "approved"): 1,
+        ("charge", "approved"): 1,
+        ("lookup", "denied"): 1,
+        ("approve", "cancelled"): 1,
+    }
+    assert values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)) == {("hurry",): 1}
+    assert values(samples, REJECTIONS, agent=name, by=("handler", "via")) == {
+        ("resume", "update"): 1,
+        ("resume", "signal"): 1,
+        ("send", "signal"): 1,
+        ("other", "signal"): 1,
+    }
+    # The wait of each answer that settled a call; not of the expired or withdrawn ones.
+    assert values(samples, f"{INTERRUPT_WAIT}_count", agent=name, by=("tool",)) == {
+        ("approve",): 1,
+        ("charge",): 1,
+        ("lookup",): 1,
+    }
+    waited = values(samples, f"{INTERRUPT_WAIT}_sum", agent=name, by=("tool",))
+    assert all(0 < v < 60 for v in waited.values())
+    buckets = values(samples, f"{INTERRUPT_WAIT}_bucket", agent=name, by=("tool", "le"))
+    assert {le for tool, le in buckets if tool == "approve"} == {
+        *(f"{b:g}" for b in INTERRUPT_WAIT_BUCKETS),
+        "+Inf",
+    }
+    # The tool activity counts its runs: charge interrupted, then ran once approved.
+    assert values(samples, TOOL_CALLS, agent=name, by=("tool", "outcome")) == {
+        ("charge", "interrupt"): 1,
+        ("charge", "output"): 1,
+    }
+    # Bounded labels only: never a chat id.
+    mine = [labels for _, labels, _ in samples if labels.get("agent") == name]
+    chat_ids = {first.id, second.id, third.id}
+    assert mine and not any(set(labels.values()) & chat_ids for labels in mine)
+    for chat in (first, second, third):
+        await assert_no_workflow_task_failed(client, chat.id)
