@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from client import AgentClient, FinishReason
+from client.codec import data_converter
 from worker.devserver import dev_server_command, wait_for_port
 
 log = logging.getLogger("bench.parked")
@@ -49,7 +49,7 @@ async def serve(address: str, *, cache: int | None = None) -> None:
     from worker import build_worker  # only in the worker
     from worker.testing import ScriptedModel  # only in the worker
 
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    client = await Client.connect(address, data_converter=data_converter())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -104,7 +104,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         assert worker.stdout is not None
         line = await asyncio.to_thread(worker.stdout.readline)
         assert line.strip() == "ready", line
-        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        # AGENT_PAYLOAD_KEYS, as in production: encrypted when set (the worker inherits it).
+        client = await Client.connect(address, data_converter=data_converter())
         agents = AgentClient(client, task_queue=QUEUE)
         # Warm up: the first conversations load what every later one shares.
         run = uuid.uuid4().hex[:6]

@@ -37,10 +37,10 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from client.audit import audit_trail
+from client.codec import PayloadKeys, data_converter
 from client.connection import (
     CONNECT_TIMEOUT,
     DEFAULT_ADDRESS,
@@ -146,6 +146,7 @@ class AgentClient:
         profile: str | None = None,
         config_file: str | None = None,
         connect_timeout: timedelta = CONNECT_TIMEOUT,
+        payload_keys: PayloadKeys | str | None = None,
         **connect_kwargs: Any,
     ) -> AgentClient:
         """Connect to Temporal.
@@ -162,10 +163,15 @@ class AgentClient:
             config_file: the envconfig TOML file.
             connect_timeout: how long the server may take to answer before it counts as not
                 answering (the SDK alone waits 30 s on a port that accepts and never answers).
+            payload_keys: the payload encryption keys (``id:base64key,...`` or
+                :class:`client.codec.PayloadKeys`); ``None`` reads ``AGENT_PAYLOAD_KEYS``. The
+                codec is installed either way: without keys, payloads pass in the clear and
+                an encrypted one fails naming its key id.
             **connect_kwargs: passed on to ``temporalio.client.Client.connect``.
 
         Raises:
-            ConnectionConfigError: the settings are unusable (see :func:`connect_config`).
+            ConnectionConfigError: the settings are unusable (see :func:`connect_config`), or
+                ``AGENT_PAYLOAD_KEYS`` is (``client.codec.PayloadKeysError``).
             ServerNotAnswering: something accepts connections at the address but did not
                 answer within ``connect_timeout``.
             RuntimeError: the SDK's own connection errors (refused, TLS, not gRPC).
@@ -176,7 +182,9 @@ class AgentClient:
         config.update(connect_kwargs)
         # OTEL_EXPORTER_OTLP_ENDPOINT: trace this client's calls (see client/tracing.py).
         add_tracing(config, service_name="agent-client")
-        config["data_converter"] = pydantic_data_converter
+        # The pydantic converter with the payload codec (AGENT_PAYLOAD_KEYS): DESIGN's "Data
+        # protection".
+        config["data_converter"] = data_converter(payload_keys)
         temporal = await connect_answering(config, timeout=connect_timeout)
         return cls(
             temporal,

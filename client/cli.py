@@ -10,8 +10,9 @@ Exit codes (stable; the README documents them):
 - 0: done;
 - 1: refused: the conversation rejected the answer, message or cancellation, or the ref is not
   pending; the reason is printed;
-- 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace or an
-  address that is not HOST:PORT), no such conversation, or it is closed;
+- 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace, an
+  address that is not HOST:PORT, or ``AGENT_PAYLOAD_KEYS`` unusable or lacking the key a
+  conversation was encrypted with), no such conversation, or it is closed;
 - 3: no worker answered within ``--wait``;
 - 4: Temporal could not be reached, did not answer within 10 s, or failed the request;
 - 5: an internal error: a bug in agentctl, or a conversation that failed to answer a query (its
@@ -256,6 +257,10 @@ def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any
         agents = await _connect(settings)
         try:
             await command(agents)
+        except ConnectionConfigError as e:
+            # A payload encrypted with a key AGENT_PAYLOAD_KEYS does not list (the message names
+            # the key id), met wherever the command read it: a setting to fix.
+            raise _Fail(ExitCode.USAGE, str(e)) from None
         except RPCError as e:
             # A Temporal error no command sorted for itself (the server went away mid-command,
             # a permission it refused): not the conversation's verdict, so not "refused".

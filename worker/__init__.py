@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.runtime import AgentActivities
+from client.codec import NO_KEYS, EncryptionCodec
 from worker.peers import worker_identity
 from workflows import Agent, AgentWorkflow
 
@@ -108,16 +109,23 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
 
 
 def with_pydantic_converter(client: Client) -> Client:
-    """The same connection with the pydantic data converter, which every boundary here needs."""
-    if (
-        client.data_converter.payload_converter_class
-        is pydantic_data_converter.payload_converter_class
-    ):
+    """The same connection with the pydantic data converter, which every boundary here needs,
+    and a payload codec.
+
+    A client's own codec is kept (``client.codec.data_converter(keys)`` gives one that
+    encrypts). A client without any gets the encryption codec without keys: payloads pass in
+    the clear, and one encrypted elsewhere fails naming its key id instead of as an unknown
+    encoding.
+    """
+    converter = client.data_converter
+    pydantic = converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    if pydantic and converter.payload_codec is not None:
         return client
     config = client.config()
     config["data_converter"] = dataclasses.replace(
-        client.data_converter,
+        converter,
         payload_converter_class=pydantic_data_converter.payload_converter_class,
+        payload_codec=converter.payload_codec or EncryptionCodec(NO_KEYS),
     )
     return Client(**config)
 
@@ -171,7 +179,10 @@ def build_worker(
     """A worker hosting ``agents`` on ``task_queue``.
 
     Args:
-        client: A connected Temporal client; its data converter is switched to pydantic.
+        client: A connected Temporal client; its data converter is switched to pydantic, and
+            given the payload codec without keys if it has no codec (see
+            ``with_pydantic_converter``): pass one from ``client.codec.data_converter`` to
+            encrypt.
         agents: The agents this worker serves. Their names are durable identifiers.
         task_queue: Where conversations for these agents run.
         gemini: The google-genai client for model calls. ``None``: the real API when

@@ -40,11 +40,11 @@ from google.genai import types as gt
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.runtime import TOOL_ACTIVITY
 from client.api import AgentClient, Chat
+from client.codec import NO_KEYS, PayloadKeys, data_converter
 from worker import build_worker
 from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.offline_model import respond as offline
@@ -197,7 +197,10 @@ def call_every_tool(*names: str) -> Responder:
 
 @asynccontextmanager
 async def dev_server(
-    *, extra_args: Sequence[str] = (), ui_port: int | None = None
+    *,
+    extra_args: Sequence[str] = (),
+    ui_port: int | None = None,
+    payload_keys: PayloadKeys | str = NO_KEYS,
 ) -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal dev server for a test session, started like the embedded default.
 
@@ -206,13 +209,16 @@ async def dev_server(
     pydantic data converter on ``env.client``. ``extra_args`` go to ``temporal server
     start-dev`` (for example more ``--dynamic-config-value`` settings). The Temporal UI is
     served on ``ui_port`` when one is given (on 127.0.0.1); without one the server is headless.
+    ``env.client`` carries the payload codec (``client.codec``): with ``payload_keys``
+    (``id:base64key,...``) it encrypts what it writes, as ``AGENT_PAYLOAD_KEYS`` does in
+    production (which this kit never reads); without, payloads pass in the clear.
     """
     environment = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         dev_server_extra_args=[*DISPATCH_FLAG, *extra_args],
         dev_server_log_level="error",
         search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(payload_keys),
         ui=ui_port is not None,
         ui_port=ui_port,
     )
