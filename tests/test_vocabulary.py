@@ -110,6 +110,8 @@ def test_error_kinds_are_the_strings_on_the_wire() -> None:
         "SEND_REJECTED": "SendRejected",
         "RESUME_REJECTED": "ResumeRejected",
         "CANCEL_REJECTED": "CancelRejected",
+        # The class name of client.codec.PayloadKeyMissing, as a worker records it.
+        "PAYLOAD_KEY_MISSING": "PayloadKeyMissing",
     }
     # Matched against the plain string an ApplicationError carries, in a tuple or as a dict key.
     assert "ResumeRejected" in (ErrorKind.TOOL_ERROR, ErrorKind.RESUME_REJECTED)

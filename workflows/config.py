@@ -28,6 +28,12 @@ TOOL_START_TO_CLOSE = timedelta(minutes=5)
 TOOL_HEARTBEAT = timedelta(seconds=30)
 TOOL_RETRY_ATTEMPTS = 3
 
+# A model or tool call whose input the worker that took it could not decrypt (it lacks the
+# payload key the conversation is written with) never ran: it is scheduled again, not failed,
+# first after this, each time twice as long, at most the second.
+UNDECRYPTABLE_RETRY_FIRST = timedelta(seconds=2)
+UNDECRYPTABLE_RETRY_MAX = timedelta(minutes=10)
+
 # A run continues as new on Temporal's suggestion only after this many events, so a carried
 # state large enough to trip the suggestion at once cannot loop. (Sizes and budgets, including
 # the history bounds that need no suggestion, are in workflows.limits.)

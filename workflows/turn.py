@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -348,7 +348,7 @@ class TurnMachine:
             self._fit_unseen(seen)
         self.streamed_text = ""
         try:
-            result = await workflow.execute_activity(
+            result = await self._execute(
                 config.MODEL_ACTIVITY,
                 ModelInput(
                     agent=self.s.agent,
@@ -469,6 +469,34 @@ class TurnMachine:
         up, and may be copied into many calls' responses)."""
         return cut_stored(text, MAX_NOTE_BYTES) if self.rules.durable else text
 
+    async def _execute(self, activity: str, arg: object, **options: Any) -> Any:
+        """``workflow.execute_activity``, scheduled again while the workers that take it cannot
+        decrypt its input (they lack the payload key this conversation is written with).
+
+        Such an attempt never reached the model or the tool: the worker failed it while
+        decoding, so it is no failure of theirs. An approved tool keeps its one run, and the
+        paused turn goes on once a worker with the key takes the call (``python -m worker``
+        without it stops, naming the key). Each new attempt waits twice as long as the last,
+        within ``config.UNDECRYPTABLE_RETRY_*``; the failed attempts stay in history, each
+        naming the missing key id.
+        """
+        delay = config.UNDECRYPTABLE_RETRY_FIRST
+        while True:
+            try:
+                return await workflow.execute_activity(activity, arg, **options)
+            except ActivityError as e:
+                missing = _undecryptable(e)
+                if missing is None:
+                    raise
+                workflow.logger.error(
+                    "%s did not run: %s; scheduled again in %s",
+                    options.get("summary") or activity,
+                    missing.message,
+                    delay,
+                )
+                await workflow.sleep(delay, summary="waiting for a worker with the payload key")
+                delay = min(delay * 2, config.UNDECRYPTABLE_RETRY_MAX)
+
     def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
         error = _activity_error(err, what=what)
         if not self.rules.durable:
@@ -523,7 +551,7 @@ class TurnMachine:
         run = book.start_run(call)
         chat_id = workflow.info().workflow_id
         try:
-            result = await workflow.execute_activity(
+            result = await self._execute(
                 config.TOOL_ACTIVITY,
                 ToolInput(
                     agent=self.s.agent,
@@ -813,6 +841,17 @@ def idempotency_key(chat_id: str, ref: str, run: int) -> str:
 
 def _over_budget(what: str) -> str:
     return f"{what} did not fit in what this turn can still hold ({human_size(TURN_BUDGET)} in all)"
+
+
+def _undecryptable(err: ActivityError) -> ApplicationError | None:
+    """The failure a worker records when it cannot decrypt an activity's input (the SDK wraps
+    it in "Failed decoding arguments"), wherever it is in the cause chain; else None."""
+    cause = err.cause
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == ErrorKind.PAYLOAD_KEY_MISSING:
+            return cause
+        cause = cause.__cause__
+    return None
 
 
 def _classified(err: ActivityError) -> bool:

@@ -245,6 +245,9 @@ class ErrorKind(StrEnum):
     SEND_REJECTED = "SendRejected"
     RESUME_REJECTED = "ResumeRejected"
     CANCEL_REJECTED = "CancelRejected"
+    PAYLOAD_KEY_MISSING = "PayloadKeyMissing"
+    """Not raised here: the failure a worker records when it cannot decrypt an activity's input
+    (``client.codec.PayloadKeyMissing``, a payload key it lacks). The call never ran."""
 
 
 class Status(StrEnum):
