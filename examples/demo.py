@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import quote
 
-from temporalio.contrib.pydantic import pydantic_data_converter
-
 from client.api import (
     DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
@@ -40,8 +38,10 @@ from client.api import (
     deny,
     run_script,
 )
+from client.codec import PayloadKeys, data_converter, load_keys
 from examples import ALL_AGENTS
 from worker import build_worker, has_gemini_key
+from worker.codec_server import DEFAULT_PORT as CODEC_PORT
 from worker.devserver import (
     RecordedServer,
     pid_file,
@@ -123,6 +123,7 @@ async def demo() -> int:
     try:
         # Without a default, so that "nothing configured" (the dev server's case) shows.
         config = connect_config(default_address=None)
+        keys: PayloadKeys = load_keys()  # AGENT_PAYLOAD_KEYS: encrypt what the demo writes
     except ConnectionConfigError as e:
         print(f"Cannot run the demo: {e}", file=sys.stderr)
         return 2
@@ -135,7 +136,12 @@ async def demo() -> int:
         print(f"Using the Temporal server already listening on {ADDRESS}.")
     else:
         db_file = STATE_DIR / "temporal.db"
-        proc = start_dev_server(db_file=db_file, log_file=STATE_DIR / "dev-server.log")
+        proc = start_dev_server(
+            db_file=db_file,
+            log_file=STATE_DIR / "dev-server.log",
+            # The UI reads encrypted payloads through the codec server `make run` starts.
+            codec_endpoint=f"http://localhost:{CODEC_PORT}" if keys else None,
+        )
         await wait_for_port(PORT, proc=proc)
         started = True
         print(f"Started the Temporal dev server (pid {proc.pid}); data in .temporal/, UI at {UI}")
@@ -145,7 +151,7 @@ async def demo() -> int:
         None if configured or started else recorded_dev_server(pid_file(STATE_DIR / "temporal.db"))
     )
     config["target_host"] = address
-    config["data_converter"] = pydantic_data_converter
+    config["data_converter"] = data_converter(keys)
     try:
         temporal = await connect_answering(config)
     except ServerNotAnswering as e:
@@ -163,6 +169,12 @@ async def demo() -> int:
     if not has_gemini_key():
         print(
             "No GEMINI_API_KEY set: the offline stand-in model answers (fixed rules, not Gemini)."
+        )
+    if keys:
+        print(
+            f"Payloads are encrypted with key {keys.encrypting_id!r} (AGENT_PAYLOAD_KEYS); the UI "
+            f"shows them in the clear while a codec server runs on port {CODEC_PORT} (make run "
+            "starts one)."
         )
 
     chat_id = f"demo-{uuid.uuid4().hex[:8]}"

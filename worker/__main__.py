@@ -7,10 +7,20 @@ Connection settings come from ``temporalio.envconfig`` through ``client.api.conn
 embedded Temporal dev server is started under ``.temporal/`` (unless one already listens on
 ``localhost:7233``); a configured address, even ``localhost:7233``, is never started for.
 
+Payload encryption: ``AGENT_PAYLOAD_KEYS`` (``client.codec``) encrypts what the worker writes and
+decrypts what it reads. A worker that meets a payload encrypted with a key it does not have (a
+conversation written under another key) cannot serve that conversation: it logs the key id and
+the conversation, stops gracefully and exits 3, so that a worker that has the key takes the work
+(Temporal retries the failed workflow task, and the workflow schedules again a model or tool call
+whose input this worker could not read). With ``--dev-server`` and keys, the codec server
+(``worker.codec_server``) runs in this process on port 8081, and a dev server started here shows
+payloads in the clear in its UI through it.
+
 Exit codes: 0 after a graceful stop (or a done ``--setup-search-attributes``); 1 when Temporal
 cannot be reached or does not answer; 2 for a bad ``--agents`` (checked first, before anything
-connects), an unusable configuration, or a namespace without the search attributes (the message
-says what to fix).
+connects), an unusable configuration (``AGENT_PAYLOAD_KEYS`` included), or a namespace without
+the search attributes (the message says what to fix); 3 after stopping because a payload was
+encrypted with a key ``AGENT_PAYLOAD_KEYS`` does not list (the log names the key id).
 """
 
 from __future__ import annotations
@@ -30,7 +40,6 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from client.api import (
@@ -41,8 +50,11 @@ from client.api import (
     connect_answering,
     connect_config,
 )
+from client.codec import PayloadKeyMissing, PayloadKeys, data_converter, load_keys
 from client.tracing import add_tracing, flush_tracing
 from worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker, has_gemini_key
+from worker.codec_server import DEFAULT_PORT as CODEC_PORT
+from worker.codec_server import DEV_UI_ORIGINS, CodecServer
 from worker.devserver import (
     adopt_dev_server,
     pid_file,
@@ -321,7 +333,7 @@ def wants_dev_server(*, requested: bool, configured_address: str | None) -> bool
 
 
 async def _maybe_start_dev_server(
-    args: argparse.Namespace, configured_address: str | None
+    args: argparse.Namespace, configured_address: str | None, *, codec_endpoint: str | None
 ) -> tuple[subprocess.Popen[bytes] | None, int | None]:
     """The dev server this worker started, or the pid of the one it adopted (else None)."""
     if not wants_dev_server(requested=args.dev_server, configured_address=configured_address):
@@ -339,10 +351,32 @@ async def _maybe_start_dev_server(
             else "",
         )
         return None, adopted
-    proc = start_dev_server(db_file=db_file, log_file=STATE_DIR / "dev-server.log")
+    proc = start_dev_server(
+        db_file=db_file, log_file=STATE_DIR / "dev-server.log", codec_endpoint=codec_endpoint
+    )
     await wait_for_port(DEV_SERVER_PORT, proc=proc)
     log.info("Temporal dev server started (UI: http://localhost:8233, data: .temporal/)")
     return proc, None
+
+
+async def _start_codec_server(keys: PayloadKeys) -> CodecServer | None:
+    """``make run``'s codec server, for the embedded dev server's UI (None if the port is
+    taken: the UI then shows payloads encrypted, and the worker runs on)."""
+    try:
+        server = await CodecServer(
+            keys, namespaces=["default"], cors_origins=DEV_UI_ORIGINS, port=CODEC_PORT
+        ).start()
+    except OSError as e:
+        log.warning(
+            "could not start the codec server on 127.0.0.1:%d (%s): the UI will show payloads "
+            "encrypted; run `python -m worker.codec_server --cors-origin %s` elsewhere",
+            CODEC_PORT,
+            e.strerror or e,
+            DEV_UI_ORIGINS[0],
+        )
+        return None
+    log.info("codec server on %s: the UI shows payloads in the clear", server.url)
+    return server
 
 
 async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
@@ -351,13 +385,33 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         config = connect_config(
             profile=args.profile, config_file=args.config_file, default_address=None
         )
+        keys = load_keys()
     except ConnectionConfigError as e:
         log.error("%s", e)
         return 2
-    server, adopted = await _maybe_start_dev_server(args, config.get("target_host"))
+    codec_server: CodecServer | None = None
+    if keys and wants_dev_server(
+        requested=args.dev_server, configured_address=config.get("target_host")
+    ):
+        codec_server = await _start_codec_server(keys)
+    server, adopted = await _maybe_start_dev_server(
+        args,
+        config.get("target_host"),
+        codec_endpoint=f"http://localhost:{CODEC_PORT}" if keys else None,
+    )
     config.setdefault("target_host", DEFAULT_ADDRESS)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    missing: list[PayloadKeyMissing] = []
+
+    def on_missing_key(error: PayloadKeyMissing) -> None:
+        # This worker cannot serve the conversation: leave it to one that can (exit 3).
+        if not missing:
+            missing.append(error)
+            loop.call_soon_threadsafe(stop.set)
+
     try:
-        config["data_converter"] = pydantic_data_converter
+        config["data_converter"] = data_converter(keys, on_missing_key=on_missing_key)
         if args.metrics_bind:
             # Temporal's metrics and the product's (interrupts raised, answered, expired...).
             config["runtime"] = metrics_runtime(args.metrics_bind)
@@ -419,8 +473,6 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             max_cached_workflows=args.max_cached_workflows,
             graceful_shutdown_timeout=timedelta(seconds=args.graceful_shutdown_seconds),
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         async with worker:
@@ -442,9 +494,19 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             # Leaving the block shuts down gracefully: polls stop, running activities get
             # time to finish, and the server hands cached conversations to other workers at
             # once instead of after a sticky-queue timeout.
+            if missing:
+                log.error(
+                    "%s. This worker cannot read that conversation, so it stops (exit 3) and "
+                    "leaves it to a worker that has the key; until one runs, the conversation "
+                    "waits in Temporal (its failed workflow task is retried, and a model or "
+                    "tool call this worker could not read is scheduled again, not failed)",
+                    missing[0],
+                )
             log.info("shutting down gracefully")
-        return 0
+        return 3 if missing else 0
     finally:
+        if codec_server is not None:
+            await codec_server.stop()
         if adopted is not None:
             release_dev_server(STATE_DIR / "temporal.db", adopted)
         if server is not None:

@@ -74,10 +74,18 @@ def dev_server_command(
     port: int = 7233,
     ui_port: int = 8233,
     headless: bool = False,
+    codec_endpoint: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
+    """The ``temporal server start-dev`` command line.
+
+    ``codec_endpoint``: the codec server the UI sends payloads to for display (``make run``
+    with ``AGENT_PAYLOAD_KEYS``: ``worker.codec_server`` on port 8081); the browser calls it.
+    """
     cmd = [temporal_cli(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
     cmd += ["--ui-port", str(ui_port)] if not headless else ["--headless"]
+    if codec_endpoint and not headless:
+        cmd += ["--ui-codec-endpoint", codec_endpoint]
     if db_file is not None:
         cmd += ["--db-filename", str(db_file)]
     cmd += [*DISPATCH_FLAG, *search_attribute_args(), "--log-level", "warn", *extra]
@@ -109,11 +117,17 @@ def start_dev_server(
     port: int = 7233,
     ui_port: int = 8233,
     log_file: Path | None = None,
+    codec_endpoint: str | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the dev server in the background (its own session, so Ctrl-C reaches us first)."""
+    """Start the dev server in the background (its own session, so Ctrl-C reaches us first).
+
+    ``codec_endpoint``: see :func:`dev_server_command`.
+    """
     db_file.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115  # owned by the child
-    cmd = dev_server_command(db_file=db_file, port=port, ui_port=ui_port)
+    cmd = dev_server_command(
+        db_file=db_file, port=port, ui_port=ui_port, codec_endpoint=codec_endpoint
+    )
     log.info("starting Temporal dev server: %s", " ".join(cmd))
     proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
     # `make stop` reads this to stop a server that outlived the command that started it. The
