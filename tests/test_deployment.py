@@ -290,7 +290,7 @@ def test_env_example_holds_no_secret_and_explains_every_variable():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         key, _, value = line.partition("=")
-        if key.endswith(("_KEY", "_DATA", "_SECRET", "_TOKEN")):
+        if key.endswith(("_KEY", "_KEYS", "_DATA", "_SECRET", "_TOKEN")):
             assert value == "", f"{key} has a value in .env.example"
         # Each variable sits under a comment (directly, or in a block of variables the
         # comment right above the block explains).
@@ -314,6 +314,57 @@ def test_grace_period_outlasts_the_workers_graceful_shutdown():
     match = re.fullmatch(r"(\d+)s", str(worker["stop_grace_period"]))
     assert match, worker["stop_grace_period"]
     assert int(match[1]) >= DEFAULT_GRACEFUL_SHUTDOWN_SECONDS + 5
+
+
+def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only():
+    """README, "Production: data protection": the codec server beside the UI, behind the same
+    env file, started by the profile .env.example names, answering the UI's origin only."""
+    from worker.codec_server import parse_args
+
+    spec = compose()
+    codec = spec["services"]["codec"]
+    build = codec["build"]
+    context = build if isinstance(build, str) else build.get("context", ".")
+    assert (ROOT / context / "Dockerfile").resolve() == (ROOT / "Dockerfile").resolve()
+    command = as_command(codec["command"])
+    assert command[:3] == ["python", "-m", "worker.codec_server"]
+    args = parse_args(command[3:])  # the real parser: the flags exist and parse
+    # All interfaces inside its container (the published port must reach it) ...
+    assert args.host == "0.0.0.0"
+    # ... and loopback only on the host: it decrypts for whoever reaches it.
+    (published,) = codec["ports"]
+    host_ip, host_port, container_port = str(published).split(":")
+    assert host_ip == "127.0.0.1" and host_port == container_port == str(args.port)
+    temporal = spec["services"]["temporal"]
+    (ui_port,) = flag_values(as_command(temporal["command"]), "--ui-port")
+    assert args.cors_origin == [f"http://localhost:{ui_port}"]
+    # The keys come from the same env file as the worker's.
+    env_files = codec["env_file"]
+    assert (env_files if isinstance(env_files, list) else [env_files]) == [".env"]
+    assert "AGENT_PAYLOAD_KEYS" not in (codec.get("environment") or {})
+    assert "AGENT_PAYLOAD_KEYS" in env_example()
+    # Without keys it refuses to start, so it runs only with the profile .env.example names.
+    (profile,) = codec["profiles"]
+    example = (ROOT / ".env.example").read_text()
+    assert f"#   COMPOSE_PROFILES={profile}" in example
+    assert "COMPOSE_PROFILES" in env_example()
+
+
+def test_the_ui_reads_payloads_through_the_codec_endpoint_the_env_file_sets():
+    spec = compose()
+    command = as_command(spec["services"]["temporal"]["command"])
+    (flag,) = [arg for arg in command if arg.startswith("--ui-codec-endpoint")]
+    # Compose fills it in from .env; empty (no keys) leaves the UI without a codec server.
+    assert flag == "--ui-codec-endpoint=${TEMPORAL_CODEC_ENDPOINT:-}"
+    values = env_example()
+    assert values["TEMPORAL_CODEC_ENDPOINT"] == "" and values["COMPOSE_PROFILES"] == ""
+    codec = spec["services"]["codec"]
+    (published,) = codec["ports"]
+    # The endpoint .env.example suggests is the codec service as the browser reaches it.
+    assert (
+        f"#   TEMPORAL_CODEC_ENDPOINT=http://localhost:{str(published).split(':')[1]}"
+        in (ROOT / ".env.example").read_text()
+    )
 
 
 # --- Dockerfile -------------------------------------------------------------------------------
