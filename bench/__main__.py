@@ -34,7 +34,6 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from activities import tool
@@ -42,6 +41,7 @@ from activities.runtime import AgentActivities
 from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from client import AgentClient, FinishReason
+from client.codec import data_converter, generate_key, load_keys
 from worker import build_worker, ensure_bytecode, sandbox_runner
 from worker.devserver import dev_server_command, wait_for_port
 from worker.standin import GeminiStandIn, Reply, Request, calls, text
@@ -55,6 +55,7 @@ RESULTS = Path(__file__).parent / "results"
 QUEUE = "bench"
 NOCACHE_QUEUE = "bench-nocache"
 INPROCESS_QUEUE = "bench-inprocess"
+ENCRYPTED_QUEUE = "bench-encrypted"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,6 +203,9 @@ class Bench:
     # an in-process httpx transport (request building and parsing run; no socket), as the other
     # frameworks' scripted models do.
     agents_inprocess: AgentClient
+    # Ours again, with payload encryption (client.codec, a fresh random key) on the client and
+    # on its worker: what AGENT_PAYLOAD_KEYS costs.
+    agents_encrypted: AgentClient
 
     async def ours(
         self,
@@ -210,11 +214,26 @@ class Bench:
         *,
         nocache: bool = False,
         inprocess: bool = False,
+        encrypted: bool = False,
     ) -> None:
         agents = (
-            self.agents_nocache if nocache else self.agents_inprocess if inprocess else self.agents
+            self.agents_nocache
+            if nocache
+            else self.agents_inprocess
+            if inprocess
+            else self.agents_encrypted
+            if encrypted
+            else self.agents
         )
-        variant = "nocache" if nocache else "inprocess" if inprocess else "ours"
+        variant = (
+            "nocache"
+            if nocache
+            else "inprocess"
+            if inprocess
+            else "encrypted"
+            if encrypted
+            else "ours"
+        )
         cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
         t0 = time.perf_counter()
         chat = await agents.chat("benchAgent", chat_id=f"{variant}-{tag}")
@@ -276,24 +295,27 @@ async def b1(
         await bench.ours(f"{run}-w{i}", None)
         await bench.ours(f"{run}-w{i}", None, nocache=True)
         await bench.ours(f"{run}-w{i}", None, inprocess=True)
+        await bench.ours(f"{run}-w{i}", None, encrypted=True)
         await bench.floor(f"{run}-w{i}", None)
         await bench.floor(f"{run}-w{i}", None, bare=True)
     before = _cache_counts(caches)
     ours, nocache, inproc, floor, bare = Phases(), Phases(), Phases(), Phases(), Phases()
+    encrypted = Phases()
     for i in range(cycles):
-        # Interleaved, rotating who goes first, so drift hits all five alike.
-        five: list[Callable[[], Awaitable[None]]] = [
+        # Interleaved, rotating who goes first, so drift hits all six alike.
+        six: list[Callable[[], Awaitable[None]]] = [
             lambda i=i: bench.ours(f"{run}-{i}", ours),
             lambda i=i: bench.ours(f"{run}-{i}", nocache, nocache=True),
             lambda i=i: bench.ours(f"{run}-{i}", inproc, inprocess=True),
+            lambda i=i: bench.ours(f"{run}-{i}", encrypted, encrypted=True),
             lambda i=i: bench.floor(f"{run}-{i}", floor),
             lambda i=i: bench.floor(f"{run}-{i}", bare, bare=True),
         ]
-        for fn in five[i % 5 :] + five[: i % 5]:
+        for fn in six[i % 6 :] + six[: i % 6]:
             await fn()
     after = _cache_counts(caches)
     o, n, f, b = ours.report(), nocache.report(), floor.report(), bare.report()
-    ip = inproc.report()
+    ip, enc = inproc.report(), encrypted.report()
     phases = ("start_to_paused", "answer_to_final", "cycle")
     return {
         "cycles": cycles,
@@ -301,12 +323,14 @@ async def b1(
         "ours": o,
         "ours_nocache": n,
         "ours_inprocess": ip,
+        "ours_encrypted": enc,
         "floor": f,
         "bare": b,
         "ratio_median": {k: o[k]["median_ms"] / f[k]["median_ms"] for k in phases},
         "ratio_to_bare_median": {k: o[k]["median_ms"] / b[k]["median_ms"] for k in phases},
         "ratio_nocache_to_ours": {k: n[k]["median_ms"] / o[k]["median_ms"] for k in phases},
         "ratio_inprocess_to_bare": {k: ip[k]["median_ms"] / b[k]["median_ms"] for k in phases},
+        "ratio_encrypted_to_ours": {k: enc[k]["median_ms"] / o[k]["median_ms"] for k in phases},
         # Model calls that found the earlier messages in the worker's cache (hits) or asked
         # the workflow for them (misses), during the measured cycles: one call per cycle
         # continues a conversation (after the resume).
@@ -318,6 +342,7 @@ async def b1(
             "ours_cycle": [x * 1000 for x in ours.cycle],
             "ours_nocache_cycle": [x * 1000 for x in nocache.cycle],
             "ours_inprocess_cycle": [x * 1000 for x in inproc.cycle],
+            "ours_encrypted_cycle": [x * 1000 for x in encrypted.cycle],
             "floor_cycle": [x * 1000 for x in floor.cycle],
             "bare_cycle": [x * 1000 for x in bare.cycle],
         },
@@ -453,7 +478,7 @@ async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
     twin = await bench.agents_nocache.chat("benchAgent", chat_id=f"long-nocache-{tag}")
     replayer = Replayer(
         workflows=[AgentWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=bench.client.data_converter,  # the codec too: encrypted histories
         workflow_runner=sandbox_runner(),
     )
     rows = []
@@ -541,7 +566,7 @@ def _markdown(results: dict[str, Any]) -> str:
             "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache"):
+        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache", "ours_encrypted"):
             if name not in b:
                 continue
             r = b[name]
@@ -577,6 +602,23 @@ def _markdown(results: dict[str, Any]) -> str:
                 f"Ratio ours_inprocess / bare (medians): cycle **{ib['cycle']:.2f}×**, start → "
                 f"paused {ib['start_to_paused']:.2f}×, answer → final "
                 f"{ib['answer_to_final']:.2f}×.",
+                "",
+            ]
+        if "ours_encrypted" in b:
+            eb = b["ratio_encrypted_to_ours"]
+            lines += [
+                "- *ours_encrypted*: ours with payload encryption (AES-256-GCM, `client.codec`, "
+                "a fresh random key) on the client and its worker, as `AGENT_PAYLOAD_KEYS` turns "
+                "on. Compared with *ours*"
+                + (
+                    ", which is encrypted too in this run (AGENT_PAYLOAD_KEYS was set)."
+                    if results.get("payload_keys")
+                    else "."
+                ),
+                "",
+                f"Ratio ours_encrypted / ours (medians): cycle **{eb['cycle']:.2f}×**, start → "
+                f"paused {eb['start_to_paused']:.2f}×, answer → final "
+                f"{eb['answer_to_final']:.2f}×.",
                 "",
             ]
         if "ours_nocache" in b:
@@ -752,7 +794,7 @@ def _plot(results: dict[str, Any], out: Path) -> Path | None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     labels = [
         name
-        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache")
+        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache", "ours_encrypted")
         if f"{name}_cycle" in b["samples_ms"]
     ]
     samples = [b["samples_ms"][f"{name}_cycle"] for name in labels]
@@ -785,9 +827,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         await wait_for_port(port, proc=server)
-        client = await Client.connect(f"127.0.0.1:{port}", data_converter=pydantic_data_converter)
+        # AGENT_PAYLOAD_KEYS, as in production (unset: the codec passes payloads through).
+        keys = load_keys()
+        client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter(keys))
+        # The same connection, encrypting with a key of its own: B1's ours_encrypted.
+        encrypting = Client(
+            **{
+                **client.config(),
+                "data_converter": data_converter(generate_key("bench")),
+            }
+        )
         model = BenchModel()
-        results: dict[str, Any] = {"machine": _machine(), "quick": args.quick}
+        results: dict[str, Any] = {
+            "machine": _machine(),
+            "quick": args.quick,
+            "payload_keys": bool(keys),
+        }
         # The floor gets cached bytecode too, as build_worker gives ours.
         ensure_bytecode(["bench.floor_workflow"])
         with GeminiStandIn(model) as standin:
@@ -816,15 +871,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 gemini=ScriptedModel(model).client(),
                 max_cached_workflows=args.cache,
             )
+            encrypted = build_worker(
+                encrypting,
+                agents=[bench_agent],
+                task_queue=ENCRYPTED_QUEUE,
+                gemini=gemini,
+                max_cached_workflows=args.cache,
+            )
             caches = {
                 "ours": _agent_activities(ours_worker),
                 "ours_nocache": _agent_activities(nocache),
                 "ours_inprocess": _agent_activities(inprocess),
+                "ours_encrypted": _agent_activities(encrypted),
             }
             async with (
                 ours_worker,
                 nocache,
                 inprocess,
+                encrypted,
                 Worker(
                     client,
                     task_queue=floor_queue,
@@ -843,6 +907,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     floor_queue=floor_queue,
                     agents_nocache=AgentClient(client, task_queue=NOCACHE_QUEUE),
                     agents_inprocess=AgentClient(client, task_queue=INPROCESS_QUEUE),
+                    agents_encrypted=AgentClient(encrypting, task_queue=ENCRYPTED_QUEUE),
                 )
                 if "b1" in args.only:
                     log.info("B1: %d cycles each", args.cycles)

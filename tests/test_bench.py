@@ -26,6 +26,9 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
     samples = b1["samples_ms"]
     assert len(samples["ours_cycle"]) == len(samples["floor_cycle"]) == len(samples["bare_cycle"])
     assert len(samples["ours_cycle"]) == 4
+    # What AGENT_PAYLOAD_KEYS costs: ours with encryption on, against ours.
+    assert len(samples["ours_encrypted_cycle"]) == 4
+    assert set(b1["ratio_encrypted_to_ours"]) == {"start_to_paused", "answer_to_final", "cycle"}
     assert b1["ours"]["workflow_tasks_per_cycle"] >= 5
     assert results["b2"]["finished_right"] == results["b2"]["conversations"] == 20
     assert results["b2"]["lost"] == 0
