@@ -1,0 +1,933 @@
+"""Data protection: payload encryption (``client.codec``) and the codec server.
+
+With ``AGENT_PAYLOAD_KEYS`` set, nothing a conversation holds (the user's message, the model's
+text, tool inputs and outputs, answers, identities, the memo the inbox reads) is stored in
+Temporal in the clear: the raw history and the workflow's description, read by a client without
+the codec, are searched byte by byte for the conversation's distinctive strings. The product's
+readers (``AgentClient``, ``agentctl``) and the codec server read them back with the key; keys
+rotate; a process without the key fails naming it (a worker stops; an activity it could not
+read is scheduled again, not failed). The key parsing and the codec itself are tested without a
+server first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, WorkflowSerializationContext
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.runtime import AgentActivities
+from client import AgentClient, ConnectionConfigError, FinishReason, InterruptRequest
+from client.codec import (
+    ENCODING,
+    ENV_VAR,
+    KEY_ID_METADATA,
+    NO_KEYS,
+    EncryptionCodec,
+    PayloadKeyMissing,
+    PayloadKeys,
+    PayloadKeysError,
+    codec_of,
+    data_converter,
+    generate_key,
+    load_keys,
+)
+from examples import ALL_AGENTS as EXAMPLE_AGENTS
+from tests import agents as t
+from tests.helpers import eventually, server_address, temporal_cli
+from tests.test_operator import AGENTCTL, VISIBILITY_TIMEOUT
+from tests.test_worker_process import Process, bare_environ, free_port
+from worker import build_worker, with_pydantic_converter
+from worker.codec_server import CodecServer
+from worker.devserver import dev_server_command
+from worker.standin import Reply, calls, text
+from worker.testing import ScriptedModel, hosted, offline
+from workflows import Agent
+from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
+from workflows.types import ErrorKind
+
+ROOT = Path(__file__).parent.parent
+# Random keys for this run: nothing here comes from the environment.
+K1 = generate_key("k1")
+K2 = generate_key("k2")
+UI_ORIGIN = "http://localhost:8233"
+OUR_SEARCH_ATTRIBUTES = {AGENT_NAME.name, AGENT_STATUS.name, PENDING_INTERRUPTS.name}
+
+
+def missing_message(key_id: str) -> str:
+    """The start of what every process without the key says (the issue's wording)."""
+    return f"payload encrypted with key id {key_id!r}, which {ENV_VAR} does not list"
+
+
+def key_bytes(entry: str) -> bytes:
+    return base64.b64decode(entry.partition(":")[2])
+
+
+def with_keys(client: Client, keys: str | PayloadKeys) -> Client:
+    """The same connection, with the codec and these keys (as ``AGENT_PAYLOAD_KEYS`` gives)."""
+    return Client(**{**client.config(), "data_converter": data_converter(keys)})
+
+
+def without_codec(client: Client) -> Client:
+    """The same connection with the plain pydantic converter: what anyone with read access to
+    the namespace (or its database) sees."""
+    return Client(**{**client.config(), "data_converter": pydantic_data_converter})
+
+
+# --- key parsing and the codec, no server -------------------------------------------------------
+
+
+def test_keys_parse_in_order_the_first_encrypting():
+    keys = PayloadKeys.parse(f" {K2} ,\n{K1},")  # whitespace and a trailing comma are fine
+    assert keys.ids == ("k2", "k1") and keys.encrypting_id == "k2"
+    assert keys.keys[1][1] == key_bytes(K1)
+    assert PayloadKeys.parse("") == NO_KEYS and not NO_KEYS and NO_KEYS.encrypting_id is None
+    assert load_keys({}) == NO_KEYS
+    assert load_keys({ENV_VAR: K1}).ids == ("k1",)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("k1", "entry 1 is not ID:BASE64KEY"),
+        (f"{K1},nocolon", "entry 2 is not ID:BASE64KEY"),
+        (f"bad id:{K1.partition(':')[2]}", "key id 'bad id' is not usable"),
+        (f"k/1:{K1.partition(':')[2]}", "key id 'k/1' is not usable"),
+        (f"{'k' * 65}:{K1.partition(':')[2]}", "is not usable; an id is 1 to 64"),
+        (f":{K1.partition(':')[2]}", "key id '' is not usable"),
+        ("k1:not base64!!", "the key of 'k1' is not valid base64"),
+        (f"k1:{base64.b64encode(b'x' * 16).decode()}", "key 'k1' is 16 bytes; AES-256 needs 32"),
+        (f"{K1},k1:{K2.partition(':')[2]}", "key id 'k1' is listed twice"),
+    ],
+)
+def test_unusable_keys_are_refused_by_entry_never_quoting_a_key(value, says):
+    with pytest.raises(PayloadKeysError) as caught:
+        PayloadKeys.parse(value)
+    message = str(caught.value)
+    assert message.startswith(f"{ENV_VAR}: ") and says in message
+    for entry in (K1, K2):
+        assert entry.partition(":")[2] not in message
+    # A setting to fix: agentctl and the worker report it as one (exit 2).
+    assert isinstance(caught.value, ConnectionConfigError)
+
+
+def test_keys_never_show_their_bytes():
+    keys = PayloadKeys.parse(f"{K1},{K2}")
+    shown = repr(keys) + str(keys)
+    assert "k1" in shown and "k2" in shown
+    assert K1.partition(":")[2] not in shown and str(key_bytes(K1)) not in shown
+
+
+def test_generated_keys_are_fresh_32_byte_entries():
+    entry = generate_key("rotation-2")
+    assert entry.startswith("rotation-2:") and len(key_bytes(entry)) == 32
+    assert key_bytes(generate_key("x")) != key_bytes(generate_key("x"))
+    dated = generate_key()
+    assert dated.startswith("k20") and PayloadKeys.parse(dated).encrypting_id == dated[:9]
+    with pytest.raises(PayloadKeysError):
+        generate_key("no spaces")
+
+
+async def test_the_codec_round_trips_and_binds_the_key_id():
+    codec = EncryptionCodec(PayloadKeys.parse(K1))
+    original = Payload(metadata={"encoding": b"json/plain", "x": b"y"}, data=b'{"secret": 1}')
+    (sealed,) = await codec.encode([original])
+    assert sealed.metadata["encoding"] == ENCODING and sealed.metadata[KEY_ID_METADATA] == b"k1"
+    assert b"secret" not in sealed.SerializeToString()
+    assert len(sealed.data) == 12 + len(original.SerializeToString()) + 16  # nonce + tag
+    (again,) = await codec.encode([original])
+    assert again.data[:12] != sealed.data[:12]  # a random nonce each time
+    assert await codec.decode([sealed, again]) == [original, original]
+    # Encrypted once only; plaintext (written before encryption was on) still decodes.
+    assert await codec.encode([sealed]) == [sealed]
+    assert await codec.decode([original]) == [original]
+
+    # The id is bound: the same key listed under another id does not open it, nor does
+    # altered data.
+    renamed = EncryptionCodec(PayloadKeys.parse(f"k9:{K1.partition(':')[2]}"))
+    moved = Payload()
+    moved.CopyFrom(sealed)
+    moved.metadata[KEY_ID_METADATA] = b"k9"
+    with pytest.raises(PayloadKeyMissing, match="key id 'k9' does not decrypt with the key"):
+        await renamed.decode([moved])
+    altered = Payload()
+    altered.CopyFrom(sealed)
+    altered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
+    with pytest.raises(PayloadKeyMissing, match="or the payload was altered"):
+        await codec.decode([altered])
+
+
+async def test_without_keys_payloads_pass_and_an_encrypted_one_names_its_key():
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b"1")
+    none = EncryptionCodec(NO_KEYS)
+    assert await none.encode([plain]) == [plain]
+    (sealed,) = await EncryptionCodec(PayloadKeys.parse(K2)).encode([plain])
+    seen: list[PayloadKeyMissing] = []
+    hooked = EncryptionCodec(NO_KEYS, on_missing_key=seen.append)
+    in_chat = hooked.with_context(WorkflowSerializationContext(namespace="ns", workflow_id="c-1"))
+    with pytest.raises(PayloadKeyMissing) as caught:
+        await in_chat.decode([sealed])
+    assert str(caught.value).startswith(missing_message("k2") + " (it is not set), in ")
+    assert "conversation 'c-1'" in str(caught.value) and caught.value.key_id == "k2"
+    assert seen == [caught.value]
+    # With other keys it says which it has, and what to do.
+    with pytest.raises(PayloadKeyMissing) as other:
+        await EncryptionCodec(PayloadKeys.parse(K1)).decode([sealed])
+    assert str(other.value) == (
+        missing_message("k2") + " (it lists k1): add that key to AGENT_PAYLOAD_KEYS, after the "
+        "key that encrypts"
+    )
+    # The failure type the workflow recognises when an activity's input could not be read.
+    assert PayloadKeyMissing.__name__ == ErrorKind.PAYLOAD_KEY_MISSING
+
+
+async def test_rotation_in_the_codec_new_key_first_old_still_decrypts():
+    old = EncryptionCodec(PayloadKeys.parse(K1))
+    rotated = EncryptionCodec(PayloadKeys.parse(f"{K2},{K1}"))
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'"x"')
+    (before,) = await old.encode([plain])
+    (after,) = await rotated.encode([plain])
+    assert after.metadata[KEY_ID_METADATA] == b"k2"
+    assert await rotated.decode([before, after]) == [plain, plain]
+    with pytest.raises(PayloadKeyMissing, match=missing_message("k2")):
+        await old.decode([after])
+
+
+def test_the_data_converter_is_pydantic_with_the_codec_and_reads_the_env_only_when_asked(
+    monkeypatch,
+):
+    monkeypatch.setenv(ENV_VAR, K1)
+    converter = data_converter()
+    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    codec = codec_of(converter)
+    assert codec is not None and codec.keys.ids == ("k1",)
+    explicit = codec_of(data_converter(NO_KEYS))
+    assert explicit is not None and not explicit.keys  # installed, without keys
+    assert codec_of(data_converter(K2)).keys.ids == ("k2",)  # type: ignore[union-attr]  # ours
+    monkeypatch.setenv(ENV_VAR, "k1:short")
+    with pytest.raises(PayloadKeysError):
+        data_converter()
+
+
+def test_the_embedded_dev_server_command_names_the_codec_endpoint():
+    cmd = dev_server_command(db_file=None, codec_endpoint="http://localhost:8081")
+    assert cmd[cmd.index("--ui-codec-endpoint") + 1] == "http://localhost:8081"
+    assert "--ui-codec-endpoint" not in dev_server_command(db_file=None)
+    headless = dev_server_command(db_file=None, headless=True, codec_endpoint="http://x:1")
+    assert "--ui-codec-endpoint" not in headless  # no UI, nothing to point
+
+
+def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_path):
+    environ = bare_environ(tmp_path, PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-m", "worker.codec_server"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2
+    assert "AGENT_PAYLOAD_KEYS is not set" in run.stderr and "--generate-key" in run.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "worker.codec_server"],
+        env={**environ, ENV_VAR: "k1:AAAA"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2 and "key 'k1' is 3 bytes" in bad.stderr
+    made = subprocess.run(
+        [sys.executable, "-m", "worker.codec_server", "--generate-key", "k7"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert PayloadKeys.parse(made.stdout.strip()).ids == ("k7",)
+
+
+# --- reading raw history -----------------------------------------------------------------------
+
+
+def payloads_in(message: Message, path: str = "") -> Iterator[tuple[str, Payload]]:
+    """Every ``Payload`` anywhere in a proto message, with the field path that leads to it."""
+    if isinstance(message, Payload):
+        yield path, message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        where = f"{path}.{field.name}"
+        if field.message_type.GetOptions().map_entry:
+            for key, item in value.items():
+                if isinstance(item, Message):
+                    yield from payloads_in(item, f"{where}[{key}]")
+        elif isinstance(value, Message):
+            yield from payloads_in(value, where)
+        else:  # a repeated field of messages
+            for item in value:
+                yield from payloads_in(item, where)
+
+
+def key_id_of(payload: Payload) -> str | None:
+    if payload.metadata.get("encoding") != ENCODING:
+        return None
+    return payload.metadata[KEY_ID_METADATA].decode()
+
+
+def must_be_plain(path: str) -> bool:
+    """Payloads Temporal must read itself: search attributes (indexed for queries); and the
+    headers that carry tracing context between processes."""
+    return "search_attributes" in path or ".header." in path
+
+
+async def raw_history(client: Client, chat_id: str) -> list[HistoryEvent]:
+    return list((await without_codec(client).get_workflow_handle(chat_id).fetch_history()).events)
+
+
+async def stored_bytes(client: Client, chat_id: str) -> bytes:
+    """Everything Temporal stores about a conversation, as a client without the codec gets it:
+    every event of its history, its description (memo and search attributes) and its entry in
+    the visibility listing."""
+    plain = without_codec(client)
+    events = await raw_history(client, chat_id)
+    desc = await plain.get_workflow_handle(chat_id).describe()
+    listed = [wf.raw_info async for wf in plain.list_workflows(f'WorkflowId = "{chat_id}"')]
+    return b"".join(
+        [e.SerializeToString() for e in events]
+        + [desc.raw_description.SerializeToString()]
+        + [info.SerializeToString() for info in listed]
+    )
+
+
+def secrets_in(blob: bytes, secrets: list[str]) -> list[str]:
+    return [s for s in secrets if s.encode() in blob]
+
+
+# --- one encrypted conversation, driven once for the tests that read it ------------------------
+
+
+@dataclass
+class Secrets:
+    """The distinctive strings of the conversations below: none may be stored in the clear."""
+
+    message: str
+    said: str
+    question: str
+    key: str
+    answer: str
+    identity: str
+    ticket: str
+    reply: str
+
+    @classmethod
+    def fresh(cls) -> Secrets:
+        s = f"zq{uuid.uuid4().hex[:10]}"
+        return cls(
+            message=f"{s}-message",
+            said=f"{s}-said",
+            question=f"{s}-question",
+            key=f"{s}-input",
+            answer=f"{s}-answer",
+            identity=f"{s}@example.com",
+            ticket=f"{s}-ticket",
+            reply=f"{s}-reply streamed in several chunks",
+        )
+
+    def all(self) -> list[str]:
+        values = [getattr(self, name) for name in self.__dataclass_fields__]
+        # The lookup tool's output is its input upper-cased.
+        return [*values, self.key.upper()]
+
+
+def first_reply(s: Secrets) -> Reply:
+    """The model says something and asks twice: an interrupt-only question and a gated lookup."""
+    return Reply.streamed(
+        calls(("approve", {"question": s.question}), ("lookup", {"key": s.key}), say=s.said),
+        pieces=3,
+    )
+
+
+@dataclass
+class Encrypted:
+    client: Client  # with K1
+    agents: AgentClient
+    agent: str
+    task_queue: str
+    paused: str  # left paused on both interrupts
+    done: str  # answered, and finished
+    secrets: Secrets
+    paused_description: bytes  # the raw description while `done` was paused (memo: pending)
+
+
+def answers_for(res_interrupts: list[InterruptRequest], s: Secrets) -> list[Any]:
+    by_name = {i.name: i for i in res_interrupts}
+    return [
+        by_name["approve"].respond({"approved": True, "note": s.answer}),
+        by_name["lookup"].restart({"tool_approved": True}),
+    ]
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def agentctl_env(encrypted: Encrypted, *, keys: str | None) -> dict[str, str]:
+    """agentctl's environment: this server and task queue, and ``AGENT_PAYLOAD_KEYS`` as given
+    (never the shell's)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TEMPORAL_") and k not in (ENV_VAR, "AGENTCTL_IDENTITY")
+    }
+    env.update(
+        TEMPORAL_ADDRESS=server_address(encrypted.client),
+        TEMPORAL_NAMESPACE=encrypted.client.namespace,
+        AGENT_TASK_QUEUE=encrypted.task_queue,
+        COLUMNS="200",
+        NO_COLOR="1",
+    )
+    if keys is not None:
+        env[ENV_VAR] = keys
+    return env
+
+
+async def agentctl(env: dict[str, str], *args: str, timeout: float = 60) -> Ran:
+    proc = await asyncio.create_subprocess_exec(
+        str(AGENTCTL),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return Ran(proc.returncode if proc.returncode is not None else -1, out.decode(), err.decode())
+
+
+@pytest.fixture(scope="module")
+async def encrypted(env: WorkflowEnvironment) -> AsyncIterator[Encrypted]:
+    keyed = with_keys(env.client, K1)
+    agent = t.ops_agent()
+    s = Secrets.fresh()
+    model = ScriptedModel([first_reply(s), first_reply(s), Reply.streamed(text(s.reply), pieces=4)])
+    queue = f"dp-{uuid.uuid4()}"
+    async with hosted(keyed, agents=[agent], model=model, task_queue=queue) as agents:
+        paused = await agents.chat(agent.name, chat_id=f"{agent.name}-paused")
+        turn = paused.send_stream(s.message)
+        seen = [ev async for ev in turn]
+        assert s.said in "".join(ev.text or "" for ev in seen if ev.kind == "text")
+        assert (await turn.result()).finish_reason == FinishReason.INTERRUPTED
+
+        done = await agents.chat(agent.name, chat_id=f"{agent.name}-done")
+        res = await done.send(s.message)
+        assert {i.name for i in res.interrupts} == {"approve", "lookup"}
+        paused_description = (
+            await without_codec(keyed).get_workflow_handle(done.id).describe()
+        ).raw_description.SerializeToString()
+        turn = done.resume_stream(
+            answers=answers_for(res.interrupts, s), identity=s.identity, metadata={"t": s.ticket}
+        )
+        streamed = "".join([ev.text or "" async for ev in turn if ev.kind == "text"])
+        final = await turn.result()
+        assert final.finish_reason == FinishReason.STOP and final.text == s.reply
+        assert streamed == s.reply
+        # The tool ran, on its real input, and the model heard its output.
+        (response,) = [r for r in model.requests[-1].function_responses() if r["name"] == "lookup"]
+        assert response["response"]["value"] == s.key.upper()
+        yield Encrypted(
+            client=keyed,
+            agents=agents,
+            agent=agent.name,
+            task_queue=queue,
+            paused=paused.id,
+            done=done.id,
+            secrets=s,
+            paused_description=paused_description,
+        )
+
+
+async def test_nothing_a_conversation_holds_is_stored_in_the_clear(encrypted: Encrypted):
+    s = encrypted.secrets
+    for chat_id in (encrypted.paused, encrypted.done):
+        blob = await stored_bytes(encrypted.client, chat_id)
+        assert secrets_in(blob, s.all()) == [], chat_id
+    assert secrets_in(encrypted.paused_description, s.all()) == []
+
+    # Every payload is encrypted with the first key, but what Temporal itself must index.
+    for chat_id in (encrypted.paused, encrypted.done):
+        events = await raw_history(encrypted.client, chat_id)
+        found = [(p, pl) for e in events for p, pl in payloads_in(e)]
+        assert found
+        clear = [p for p, pl in found if key_id_of(pl) is None and not must_be_plain(p)]
+        assert clear == [], clear
+        assert {key_id_of(pl) for p, pl in found if not must_be_plain(p)} == {"k1"}
+        # The memo writes (the inbox's pending list, the audit batches) are among them.
+        assert any("upserted_memo" in p for p, _ in found)
+
+
+async def test_search_attributes_hold_only_names_statuses_and_times(encrypted: Encrypted):
+    plain = without_codec(encrypted.client)
+    desc = await plain.get_workflow_handle(encrypted.paused).describe()
+    info = desc.raw_description.workflow_execution_info
+    # The memo is opaque without the key: a client without the codec cannot read it.
+    assert set(info.memo.fields) >= {"pending"}
+    for payload in info.memo.fields.values():
+        assert key_id_of(payload) == "k1"
+    with pytest.raises(Exception, match="encoding"):
+        await desc.memo()
+    attributes = desc.typed_search_attributes
+    assert attributes.get(AGENT_NAME) == encrypted.agent
+    assert attributes.get(AGENT_STATUS) == "interrupted"
+    assert sorted(attributes.get(PENDING_INTERRUPTS) or []) == ["approve", "lookup"]
+    assert attributes.get(INTERRUPTED_SINCE) is not None
+    # Nothing else of ours: Temporal's own attributes aside, these four and no other.
+    custom = {
+        name
+        for name in info.search_attributes.indexed_fields
+        if not name.startswith(("Temporal", "BuildIds"))
+    }
+    assert custom <= {*OUR_SEARCH_ATTRIBUTES, INTERRUPTED_SINCE.name}, custom
+
+
+async def test_the_inbox_agentctl_and_the_audit_read_it_with_the_key(encrypted: Encrypted):
+    s = encrypted.secrets
+    # The inbox decodes the memo (visibility alone).
+    found = await eventually(
+        lambda: encrypted.agents.pending(agent=encrypted.agent),
+        lambda chats: [c.chat_id for c in chats] == [encrypted.paused],
+        timeout=VISIBILITY_TIMEOUT,
+    )
+    inputs = " ".join(i.input for i in found[0].interrupts)
+    assert s.question in inputs and s.key in inputs
+    # The audit trail decodes the memo batches out of the raw history events.
+    (answered, restarted) = sorted(
+        await encrypted.agents.audit(encrypted.done), key=lambda r: r.name
+    )
+    assert answered.output == {"approved": True, "note": s.answer}
+    assert answered.identity == restarted.identity == s.identity
+
+    keyed = agentctl_env(encrypted, keys=K1)
+    pending = await agentctl(keyed, "pending", "--agent", encrypted.agent, "--json")
+    assert pending.code == 0, pending.err
+    (chat,) = pending.json()["conversations"]
+    assert chat["chat_id"] == encrypted.paused and s.question in pending.out
+    show = await agentctl(keyed, "show", encrypted.done, "--json")
+    assert show.code == 0, show.err
+    assert show.json()["last_turn"]["text"] == s.reply
+    audit = await agentctl(keyed, "audit", encrypted.done, "--json")
+    assert audit.code == 0, audit.err
+    assert s.answer in audit.out and s.identity in audit.out
+
+    # Without the key, each says which key it lacks and where to put it (exit 2: a setting).
+    for args in (
+        ("pending", "--agent", encrypted.agent),
+        ("show", encrypted.done),
+        ("audit", encrypted.done),
+    ):
+        run = await agentctl(agentctl_env(encrypted, keys=None), *args)
+        assert run.code == 2, (args, run.out, run.err)
+        assert missing_message("k1") in run.err, (args, run.err)
+        assert s.question not in run.out + run.err
+    other = await agentctl(agentctl_env(encrypted, keys=K2), "audit", encrypted.done)
+    assert other.code == 2 and missing_message("k1") + " (it lists k2)" in other.err
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Any
+    body: str
+
+
+def http(method: str, url: str, *, body: bytes | None = None, headers: dict[str, str]) -> Answer:
+    """One real HTTP request on loopback (blocking: run it in a thread)."""
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return Answer(r.status, r.headers, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return Answer(e.code, e.headers, e.read().decode())
+
+
+async def test_the_codec_server_decodes_them_over_http(encrypted: Encrypted):
+    s = encrypted.secrets
+    client = encrypted.client
+    events = await raw_history(client, encrypted.done)
+    sealed = [p for e in events for _, p in payloads_in(e) if key_id_of(p) == "k1"]
+    body = json_format.MessageToJson(Payloads(payloads=sealed)).encode()
+    async with CodecServer(
+        PayloadKeys.parse(K1), namespaces=[client.namespace], cors_origins=[UI_ORIGIN], port=0
+    ) as server:
+        assert server.url.startswith("http://localhost:")
+        decode, encode = f"{server.url}/decode", f"{server.url}/encode"
+        headers = {
+            "Content-Type": "application/json",
+            "X-Namespace": client.namespace,
+            "Origin": UI_ORIGIN,
+        }
+
+        async def post(url: str, data: bytes, with_headers: dict[str, str]) -> Answer:
+            return await asyncio.to_thread(http, "POST", url, body=data, headers=with_headers)
+
+        r = await post(decode, body, headers)
+        assert r.status == 200, r.body
+        assert r.headers["Access-Control-Allow-Origin"] == UI_ORIGIN
+        decoded = json_format.Parse(r.body, Payloads()).payloads
+        assert len(decoded) == len(sealed)
+        assert all(key_id_of(p) is None for p in decoded)
+        assert secrets_in(b"".join(p.data for p in decoded), s.all()) == s.all()
+
+        # The UI's preflight: allowed for its origin, with the headers it sends.
+        preflight = {
+            "Origin": UI_ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,x-namespace,authorization",
+        }
+        r = await asyncio.to_thread(http, "OPTIONS", decode, headers=preflight)
+        assert r.status == 204
+        allowed = r.headers["Access-Control-Allow-Headers"].replace(" ", "").split(",")
+        assert set(allowed) >= {"content-type", "x-namespace", "authorization"}
+        assert "POST" in r.headers["Access-Control-Allow-Methods"]
+        evil = {**preflight, "Origin": "http://evil.example"}
+        r = await asyncio.to_thread(http, "OPTIONS", decode, headers=evil)
+        assert r.status == 403 and "Access-Control-Allow-Origin" not in r.headers
+        r = await post(decode, body, {**headers, "Origin": "http://evil.example"})
+        assert "Access-Control-Allow-Origin" not in r.headers  # a browser would not read it
+
+        # Only the namespaces it serves.
+        no_namespace = {k: v for k, v in headers.items() if k != "X-Namespace"}
+        for bad, status in ((no_namespace, 400), ({**headers, "X-Namespace": "other"}, 403)):
+            r = await post(decode, body, bad)
+            assert r.status == status and s.question not in r.body
+
+        # Encode (the UI's signal and update forms) and back.
+        mine = Payloads(payloads=[Payload(metadata={"encoding": b"json/plain"}, data=b'"hi"')])
+        r = await post(encode, json_format.MessageToJson(mine).encode(), headers)
+        assert r.status == 200
+        (encoded,) = json_format.Parse(r.body, Payloads()).payloads
+        assert key_id_of(encoded) == "k1"
+        codec = EncryptionCodec(PayloadKeys.parse(K1))
+        assert await codec.decode([encoded]) == [mine.payloads[0]]
+
+        # A payload under a key it lacks: refused, naming the key, not the payload.
+        (foreign,) = await EncryptionCodec(PayloadKeys.parse(K2)).encode([mine.payloads[0]])
+        r = await post(
+            decode, json_format.MessageToJson(Payloads(payloads=[foreign])).encode(), headers
+        )
+        assert r.status == 422 and missing_message("k2") in r.body
+
+        # The Temporal CLI, as an operator runs it: plaintext through the codec endpoint.
+        code, shown = await temporal_cli(
+            client,
+            "workflow",
+            "show",
+            "--workflow-id",
+            encrypted.done,
+            "--output",
+            "json",
+            "--codec-endpoint",
+            server.url,
+        )
+        assert code == 0, shown
+        assert {s.question, s.answer} <= set(secrets_in(payload_data(shown), s.all()))
+    code, shown = await temporal_cli(
+        client, "workflow", "show", "--workflow-id", encrypted.done, "--output", "json"
+    )
+    assert code == 0 and secrets_in(payload_data(shown), s.all()) == []
+
+
+def payload_data(cli_json: str) -> bytes:
+    """The data of every payload in the CLI's JSON output (proto JSON: base64)."""
+    found: list[bytes] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            if "metadata" in value and isinstance(value.get("data"), str):
+                found.append(base64.b64decode(value["data"]))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(json.loads(cli_json[cli_json.index("{") :]))
+    return b"".join(found)
+
+
+async def test_the_raw_check_sees_plaintext_when_no_keys_are_set(client, run_worker, model):
+    """The control for the tests above: the same conversation without keys is stored in the
+    clear, and the byte search finds it."""
+    s = Secrets.fresh()
+    agent = t.ops_agent()
+    model.reply(first_reply(s))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send(s.message)
+        assert res.finish_reason == FinishReason.INTERRUPTED
+    blob = await stored_bytes(client, chat.id)
+    assert {s.message, s.said, s.question, s.key} <= set(secrets_in(blob, s.all()))
+
+
+async def test_error_messages_are_encrypted_and_still_reach_the_conversation(env):
+    """A tool's error can quote its input: with keys, a failure's message and stack trace are
+    encrypted too (history shows "Encoded failure"), and the conversation still reads them."""
+    s = f"zq{uuid.uuid4().hex[:10]}"
+    agent = Agent(
+        f"dp-errors-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.denied, t.boom]
+    )
+    model = ScriptedModel(
+        [calls(("denied", {"key": f"{s}-denied"}), ("boom", {"key": f"{s}-boom"})), text("ok")]
+    )
+    async with hosted(with_keys(env.client, K1), agents=[agent], model=model) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("try both")
+        assert res.finish_reason == FinishReason.FAILED
+        kept = (await chat.history()).model_dump_json()
+    assert f"key {s}-denied is not yours" in kept  # the classified error, decrypted
+    failures = await activity_failures(env.client, chat.id)
+    assert len(failures) >= 2  # denied once, boom retried
+    assert {f.message for f in failures} == {"Encoded failure"}
+    assert all(key_id_of(f.encoded_attributes) == "k1" for f in failures)
+    assert secrets_in(await stored_bytes(env.client, chat.id), [s]) == []
+
+
+# --- rotation and missing keys ---------------------------------------------------------------
+
+
+async def test_keys_rotate_new_payloads_take_the_new_key_and_old_ones_still_read(env):
+    """Old key encrypts; then ``AGENT_PAYLOAD_KEYS=new,old``: what is written from then on
+    carries the new id, and what was written before still decrypts, in the worker (which
+    replays the whole history for every task here) and in the client."""
+    agent = t.ops_agent()
+    s = Secrets.fresh()
+    queue = f"dp-rotate-{uuid.uuid4()}"
+    model = ScriptedModel([first_reply(s), text(s.reply)])
+    old = with_keys(env.client, K1)
+    async with hosted(old, agents=[agent], model=model, task_queue=queue) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send(s.message)
+        assert res.finish_reason == FinishReason.INTERRUPTED
+    written = len(await raw_history(env.client, chat.id))
+
+    rotated = with_keys(env.client, f"{K2},{K1}")
+    async with hosted(
+        rotated, agents=[agent], model=model, task_queue=queue, max_cached_workflows=0
+    ) as agents:
+        chat = await agents.chat(agent.name, chat_id=chat.id)
+        final = await chat.resume(answers=answers_for(res.interrupts, s), identity=s.identity)
+        assert final.finish_reason == FinishReason.STOP and final.text == s.reply
+        audit = await agents.audit(chat.id)
+    assert {r.identity for r in audit} == {s.identity}
+
+    events = await raw_history(env.client, chat.id)
+    assert len(events) > written
+
+    def ids(part: list[HistoryEvent]) -> set[str | None]:
+        return {key_id_of(p) for e in part for path, p in payloads_in(e) if not must_be_plain(path)}
+
+    assert ids(events[:written]) == {"k1"}
+    assert ids(events[written:]) == {"k2"}
+    sealed = [p for e in events for _, p in payloads_in(e) if key_id_of(p)]
+    rotated_codec, old_codec = codec_of(rotated.data_converter), codec_of(old.data_converter)
+    assert rotated_codec is not None and old_codec is not None
+    assert len(await rotated_codec.decode(sealed)) == len(sealed)
+    with pytest.raises(PayloadKeyMissing, match=missing_message("k2")):
+        await old_codec.decode(sealed)
+    assert secrets_in(await stored_bytes(env.client, chat.id), s.all()) == []
+
+
+async def test_a_worker_without_the_key_stops_naming_it_and_one_with_the_key_goes_on(env, tmp_path):
+    """``python -m worker`` without the key a conversation was written with: the workflow task
+    fails with a message naming the key id (in history, for the UI), the worker logs it and
+    stops (exit 3) instead of failing that task for ever, and a worker with the key takes the
+    conversation on from there."""
+    queue = f"dp-nokey-{uuid.uuid4()}"
+    environ = bare_environ(
+        tmp_path,
+        TEMPORAL_ADDRESS=server_address(env.client),
+        TEMPORAL_NAMESPACE=env.client.namespace,
+        AGENT_TASK_QUEUE=queue,
+    )
+    keyed = with_keys(env.client, K1)
+    worker = await Process.start(sys.executable, "-m", "worker", env=environ, cwd=tmp_path)
+    try:
+        await worker.wait_for("worker ready")
+        chat = await AgentClient(keyed, task_queue=queue).chat("bankingAgent")
+        sending = asyncio.create_task(chat.send("Transfer $500 to savings."))
+        assert await worker.wait(timeout=60) == 3, worker.output
+    finally:
+        await worker.stop()
+    output = worker.output
+    assert missing_message("k1") + " (it is not set)" in output
+    assert f"in conversation {chat.id!r}" in output
+    assert "so it stops (exit 3)" in output and "shutting down gracefully" in output
+    events = await raw_history(env.client, chat.id)
+    failures = [
+        e.workflow_task_failed_event_attributes.failure
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert failures, "no workflow task failed"
+    assert missing_message("k1") in failures[0].message
+
+    async with hosted(keyed, agents=EXAMPLE_AGENTS, model=ScriptedModel(offline), task_queue=queue):
+        res = await asyncio.wait_for(sending, 90)
+    assert res.finish_reason == FinishReason.INTERRUPTED
+    assert [i.name for i in res.interrupts] == ["userApproval"]
+
+
+async def test_a_call_a_worker_could_not_decrypt_runs_later_and_is_never_a_tool_failure(env):
+    """An approved tool's one run, taken by a worker without the key: the attempt fails while
+    decoding (the tool never ran), the workflow schedules the call again instead of telling the
+    model it failed, and a worker with the key runs it once."""
+    agent = t.ops_agent()  # lookup is gated
+    queue = f"dp-activity-{uuid.uuid4()}"
+    keyed = with_keys(env.client, K1)
+    model = ScriptedModel([calls(("lookup", {"key": "abc"})), text("done")])
+    async with hosted(keyed, agents=[agent], model=model, task_queue=queue) as agents:
+        chat = await agents.chat(agent.name)
+        (gate,) = (await chat.send("look abc up")).interrupts
+    gemini = model.client()
+    try:
+        # Workflow tasks on a worker with the key; the calls on one without.
+        async with build_worker(
+            keyed, agents=[agent], task_queue=queue, gemini=gemini, no_remote_activities=True
+        ):
+            keyless = Worker(
+                env.client,  # the session's client: the codec, no keys
+                task_queue=queue,
+                activities=AgentActivities([agent], gemini=gemini).activities(),
+            )
+            async with keyless:
+                answering = asyncio.create_task(chat.resume(answers=[gate.approve()]))
+                failures = await eventually(
+                    lambda: activity_failures(env.client, chat.id),
+                    lambda found: len(found) >= 1,
+                    timeout=30,
+                )
+            assert t.RUNS["lookup"] == 0
+            with_key = Worker(
+                keyed,
+                task_queue=queue,
+                activities=AgentActivities([agent], gemini=gemini).activities(),
+            )
+            async with with_key:
+                res = await asyncio.wait_for(answering, 60)
+    finally:
+        await model.release(gemini)
+    assert res.finish_reason == FinishReason.STOP and res.text == "done"
+    assert t.RUNS["lookup"] == 1
+    (sent,) = model.requests[-1].function_responses()
+    assert sent["response"] == {"key": "abc", "value": "ABC"}  # the real output, not an error
+    failure = failures[0]
+    assert failure.message == "Failed decoding arguments"
+    assert failure.cause.application_failure_info.type == ErrorKind.PAYLOAD_KEY_MISSING
+    assert missing_message("k1") in failure.cause.message
+
+
+async def activity_failures(client: Client, chat_id: str) -> list[Any]:
+    return [
+        e.activity_task_failed_event_attributes.failure
+        for e in await raw_history(client, chat_id)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+
+
+# --- wiring -----------------------------------------------------------------------------------
+
+
+async def test_agent_client_connects_with_the_keys_of_the_environment(env, monkeypatch):
+    address, namespace = server_address(env.client), env.client.namespace
+    monkeypatch.setenv(ENV_VAR, K1)
+    agents = await AgentClient.connect(address, namespace=namespace)
+    codec = codec_of(agents.temporal.data_converter)
+    assert codec is not None and codec.keys.ids == ("k1",)
+    explicit = await AgentClient.connect(address, namespace=namespace, payload_keys=K2)
+    assert codec_of(explicit.temporal.data_converter).keys.ids == ("k2",)  # type: ignore[union-attr]  # ours
+    monkeypatch.delenv(ENV_VAR)
+    none = await AgentClient.connect(address, namespace=namespace)
+    assert codec_of(none.temporal.data_converter) is not None  # installed, without keys
+    monkeypatch.setenv(ENV_VAR, "k1:AAAA")
+    with pytest.raises(PayloadKeysError, match="key 'k1' is 3 bytes"):
+        await AgentClient.connect(address, namespace=namespace)
+
+
+def test_build_worker_keeps_a_clients_codec_and_gives_one_to_a_client_without(env):
+    keyed = with_keys(env.client, K1)
+    assert with_pydantic_converter(keyed) is keyed
+    bare = Client(**{**env.client.config(), "data_converter": DataConverter.default})
+    given = with_pydantic_converter(bare).data_converter
+    assert given.payload_converter_class is pydantic_data_converter.payload_converter_class
+    codec = codec_of(given)
+    assert codec is not None and not codec.keys
+    own = EncryptionCodec(PayloadKeys.parse(K2))
+    theirs = Client(
+        **{
+            **env.client.config(),
+            "data_converter": dataclasses.replace(DataConverter.default, payload_codec=own),
+        }
+    )
+    kept = with_pydantic_converter(theirs).data_converter
+    assert kept.payload_codec is own
+    assert kept.payload_converter_class is pydantic_data_converter.payload_converter_class
+
+
+async def test_make_runs_dev_server_points_its_ui_at_the_codec_server(tmp_path):
+    """``make run`` with keys: the embedded server's UI decodes through the codec server (the
+    UI's settings, which the browser reads, name it)."""
+    port, ui = free_port(), free_port()
+    cmd = dev_server_command(
+        db_file=None, port=port, ui_port=ui, codec_endpoint="http://localhost:8081"
+    )
+    server = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+
+    def settings() -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/settings", timeout=2) as r:
+                return json.loads(r.read())
+        except OSError:
+            return None
+
+    try:
+        found = await eventually(
+            lambda: asyncio.to_thread(settings), lambda v: v is not None, timeout=60, interval=0.3
+        )
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 20)
+    assert found is not None and found["Codec"]["Endpoint"] == "http://localhost:8081"
