@@ -27,10 +27,13 @@ HISTORIES = Path(__file__).parent / "histories"
 
 
 def replayer() -> Replayer:
+    # The strict sandbox: the workflow's own code is re-imported for each run and restricted,
+    # so a clock, random or I/O call anywhere a recorded history reaches fails here, where a
+    # worker (which passes that code through, see worker.PASSTHROUGH) would not notice.
     return Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(strict=True),
     )
 
 

@@ -38,11 +38,11 @@ answered (63 ms for a 10-turn run, bench B3). Measured with ``python -m bench b2
 10000``: 200 MiB resident with all of them parked (112 before), and resuming runs at 0.63 of
 the parking rate. Raise it for workers that keep many conversations busy at once."""
 
-# Side-effect-free modules the workflow uses. Passing them through the sandbox avoids
-# re-importing them for every workflow run (time and memory per conversation), and keeps one
-# class per wire type: a model built by a passed-through module must be the same class the
+# Side-effect-free modules the workflow uses, passed through the sandbox in every runner: this
+# avoids re-importing them for every workflow run (time and memory per conversation), and keeps
+# one class per wire type: a model built by a passed-through module must be the same class the
 # workflow validates against.
-PASSTHROUGH = (
+_DATA_AND_LIBRARIES = (
     "workflows.agent",
     "workflows.details",
     "workflows.history",
@@ -51,17 +51,6 @@ PASSTHROUGH = (
     "workflows.interrupts",
     "workflows.config",
     "workflows.identity",
-    # The rooms behind the workflow class: no module-level state, and every workflow call they
-    # make finds the running workflow through the SDK's context, so one copy serves every
-    # conversation. Re-imported per conversation they were most of the cost of starting one
-    # (measured: 12% of a cycle's worker CPU) and of the memory a cached one holds.
-    "workflows.turn",
-    "workflows.events",
-    "workflows.audit",
-    "workflows.operator_view",
-    "workflows.payloads",
-    "workflows.stream",
-    "workflows.compat",
     # Metrics and spans (workflows.telemetry): the tracing interceptor keeps its context in
     # OpenTelemetry's context variables, which must be the ones the workflow reads.
     "workflows.telemetry",
@@ -81,13 +70,22 @@ PASSTHROUGH = (
     "cryptography",
 )
 
+PASSTHROUGH = (
+    *_DATA_AND_LIBRARIES,
+    # The workflow's own code too: the class and the rooms behind it (workflows.turn, .audit,
+    # .operator_view, ...). None has module-level state, and every workflow call they make finds
+    # the running workflow through the SDK's context, so one copy serves every conversation.
+    # Re-imported per conversation, they were most of the cost of starting one (measured: the
+    # rooms 12% of a cycle's worker CPU, then the class's module 2.3 ms of the 26 ms left) and
+    # of the memory a cached one holds. What the sandbox's restrictions checked in them at run
+    # time (no clock, randomness, I/O or environment), the replay tests check instead, replaying
+    # every recorded history in the strict sandbox (sandbox_runner(strict=True)).
+    "workflows",
+)
 
-# The modules the sandbox re-executes for every new workflow instance (the rest pass through).
-SANDBOXED_MODULES = ("workflows", "workflows.conversation")
 
-
-def ensure_bytecode(modules: Sequence[str] = SANDBOXED_MODULES) -> None:
-    """Write the ``.pyc`` of the modules the sandbox re-imports for every conversation.
+def ensure_bytecode(modules: Sequence[str]) -> None:
+    """Write the ``.pyc`` of modules the sandbox re-imports for every workflow run.
 
     The sandbox runs the workflow module afresh for each workflow instance. With
     ``PYTHONDONTWRITEBYTECODE=1`` (common in containers, and set on our CI machine) Python never
@@ -132,9 +130,16 @@ class _Runner(SandboxedWorkflowRunner):
         return _CompiledInstance(det, self.runner_class, self.restrictions)
 
 
-def sandbox_runner() -> SandboxedWorkflowRunner:
-    """The workflow sandbox with this project's pass-through modules (workers and replayers)."""
-    return _Runner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH))
+def sandbox_runner(*, strict: bool = False) -> SandboxedWorkflowRunner:
+    """The workflow sandbox with this project's pass-through modules (workers and replayers).
+
+    Args:
+        strict: Re-import the workflow's own code (``workflows`` but its data modules) for
+            every run, as the SDK does by default, so the sandbox's restrictions see each call
+            it makes. Slower; for replay tests, which check with it what production trusts.
+    """
+    modules = _DATA_AND_LIBRARIES if strict else PASSTHROUGH
+    return _Runner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
 
 
 def with_pydantic_converter(client: Client) -> Client:
@@ -236,7 +241,6 @@ def build_worker(
     worker_kwargs.setdefault("max_cached_workflows", DEFAULT_MAX_CACHED_WORKFLOWS)
     # Names the agents, so a worker with other agents on the same queue can be spotted.
     worker_kwargs.setdefault("identity", worker_identity(agents))
-    ensure_bytecode()
     return Worker(
         with_pydantic_converter(client),
         task_queue=task_queue,

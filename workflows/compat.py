@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-with workflow.unsafe.imports_passed_through():
-    from workflows.limits import MAX_JSON_DEPTH, SERIALIZABLE_DEPTH
+from workflows.limits import MAX_JSON_DEPTH, SERIALIZABLE_DEPTH
 
 TURN_EDGES_PATCH = "turn-edges-2026-11"
 DURABLE_INPUT_PATCH = "durable-input-2026-12"

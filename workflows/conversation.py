@@ -41,61 +41,61 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from workflows import audit, config, operator_view
-    from workflows.compat import (
-        DURABLE_INPUT_PATCH,
-        GOVERNANCE_PATCH,
-        TURN_EDGES_PATCH,
-        Rules,
-    )
-    from workflows.history import carry, legacy_carry, page, page_back
-    from workflows.interrupts import ResumeError, pydantic_reason
-    from workflows.limits import (
-        CAN_HISTORY_BYTES,
-        CAN_HISTORY_EVENTS,
-        MAX_IDENTITY_BYTES,
-        MAX_REASON_BYTES,
-        MAX_RESUME_BYTES,
-        MAX_SEND_BYTES,
-        QUERY_BUDGET,
-        STATE_BUDGET,
-        UPDATE_RESULT_BUDGET,
-        Refused,
-        check_json,
-        check_label,
-        check_size,
-        check_text,
-        json_size,
-    )
-    from workflows.operator_view import OperatorView
-    from workflows.payloads import (
-        RawResume,
-        claimed_identity,
-        claimed_token,
-        fit,
-        only_argument,
-        payload_json,
-        rejected,
-    )
-    from workflows.stream import PUBLISH_SIGNAL, ConversationStream
-    from workflows.turn import TurnMachine, idempotency_key
-    from workflows.types import (
-        CancelInput,
-        ConversationInput,
-        ConversationResult,
-        ConversationState,
-        ErrorKind,
-        HistoryInput,
-        HistoryResult,
-        MessagesInput,
-        MessagesResult,
-        PendingResult,
-        RejectionsResult,
-        ResumeInput,
-        SendInput,
-        StatusResult,
-        TurnResult,
-    )
+from workflows import audit, config, operator_view
+from workflows.compat import (
+    DURABLE_INPUT_PATCH,
+    GOVERNANCE_PATCH,
+    TURN_EDGES_PATCH,
+    Rules,
+)
+from workflows.history import carry, legacy_carry, page, page_back
+from workflows.interrupts import ResumeError, pydantic_reason
+from workflows.limits import (
+    CAN_HISTORY_BYTES,
+    CAN_HISTORY_EVENTS,
+    MAX_IDENTITY_BYTES,
+    MAX_REASON_BYTES,
+    MAX_RESUME_BYTES,
+    MAX_SEND_BYTES,
+    QUERY_BUDGET,
+    STATE_BUDGET,
+    UPDATE_RESULT_BUDGET,
+    Refused,
+    check_json,
+    check_label,
+    check_size,
+    check_text,
+    json_size,
+)
+from workflows.operator_view import OperatorView
+from workflows.payloads import (
+    RawResume,
+    claimed_identity,
+    claimed_token,
+    fit,
+    only_argument,
+    payload_json,
+    rejected,
+)
+from workflows.stream import PUBLISH_SIGNAL, ConversationStream
+from workflows.turn import TurnMachine, idempotency_key
+from workflows.types import (
+    CancelInput,
+    ConversationInput,
+    ConversationResult,
+    ConversationState,
+    ErrorKind,
+    HistoryInput,
+    HistoryResult,
+    MessagesInput,
+    MessagesResult,
+    PendingResult,
+    RejectionsResult,
+    ResumeInput,
+    SendInput,
+    StatusResult,
+    TurnResult,
+)
 
 __all__ = [
     "DURABLE_INPUT_PATCH",

@@ -49,10 +49,10 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter, ValidationError
 
-    from workflows import events
-    from workflows.interrupts import ResumeError, pydantic_reason
-    from workflows.limits import KiB, decode_json, json_size
-    from workflows.types import TurnEvent
+from workflows import events
+from workflows.interrupts import ResumeError, pydantic_reason
+from workflows.limits import KiB, decode_json, json_size
+from workflows.types import TurnEvent
 
 TOPIC = "events"
 """The stream topic turn events are published on."""

@@ -29,48 +29,47 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-with workflow.unsafe.imports_passed_through():
-    from workflows import audit, config, events
-    from workflows.compat import Rules
-    from workflows.history import Digests
-    from workflows.interrupts import InterruptBook, schema_error
-    from workflows.limits import (
-        MAX_NOTE_BYTES,
-        MAX_REF_BYTES,
-        MODEL_INPUT_BUDGET,
-        TURN_BUDGET,
-        cut_stored,
-        human_size,
-        json_size,
-        omitted,
-        shrink,
-        stored_size,
-    )
-    from workflows.telemetry import Telemetry
-    from workflows.types import (
-        DEADLINE_IDENTITY,
-        TOOL_APPROVED,
-        CallState,
-        CancelInput,
-        ConversationState,
-        ErrorInfo,
-        ErrorKind,
-        FinishReason,
-        FunctionResponse,
-        JsonObject,
-        Message,
-        ModelInput,
-        ModelResult,
-        Notice,
-        Part,
-        ResumeInput,
-        Status,
-        ToolInput,
-        ToolResult,
-        TurnEvent,
-        TurnResult,
-        TurnState,
-    )
+from workflows import audit, config, events
+from workflows.compat import Rules
+from workflows.history import Digests
+from workflows.interrupts import InterruptBook, schema_error
+from workflows.limits import (
+    MAX_NOTE_BYTES,
+    MAX_REF_BYTES,
+    MODEL_INPUT_BUDGET,
+    TURN_BUDGET,
+    cut_stored,
+    human_size,
+    json_size,
+    omitted,
+    shrink,
+    stored_size,
+)
+from workflows.telemetry import Telemetry
+from workflows.types import (
+    DEADLINE_IDENTITY,
+    TOOL_APPROVED,
+    CallState,
+    CancelInput,
+    ConversationState,
+    ErrorInfo,
+    ErrorKind,
+    FinishReason,
+    FunctionResponse,
+    JsonObject,
+    Message,
+    ModelInput,
+    ModelResult,
+    Notice,
+    Part,
+    ResumeInput,
+    Status,
+    ToolInput,
+    ToolResult,
+    TurnEvent,
+    TurnResult,
+    TurnState,
+)
 
 Outcome = Literal["done", "continue_as_new"]
 
