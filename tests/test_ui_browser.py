@@ -7,11 +7,17 @@ a paused conversation's interrupt (name, ref, input) where the UI shows it: the 
 its own. The current details are the answer to a query, so a worker must be running while the
 page loads, as one must for an operator.
 
+With payload keys set, everything the UI reads of a conversation reaches the browser encrypted,
+the current details included (the query's answer is a payload, and the worker's codec encrypts
+it). The second test starts ``python -m worker.codec_server`` and the dev server with
+``--ui-codec-endpoint``, and checks that the page shows the interrupt in the current details and
+the memo because the browser had the codec server decode them.
+
 The browser is Debian's ``chromium`` package, driven by ``playwright`` (a test extra) through
-``executable_path``: no browser download. ``.ci/run`` installs the package. Without it the test
-fails under CI (``CI`` set) and is skipped with the install command elsewhere, so that
-``make test`` on a machine without Chromium still tells what it did not check (see the README's
-"Tests").
+``executable_path``: no browser download. ``.ci/run`` installs the package. Without it the
+browser tests fail under CI (``CI`` set) and are skipped with the install command elsewhere, so
+that ``make test`` on a machine without Chromium still tells what it did not check (see the
+README's "Tests").
 
 Only loopback: the browser's background services are off (their connections would be refused
 here anyway), and the page's requests to any other host (the UI asks for a news feed) are
@@ -20,21 +26,30 @@ aborted before they leave.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import re
 import shutil
 import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.async_api import FrameLocator, Page, Route, async_playwright, expect
+from playwright.async_api import FrameLocator, Page, Response, Route, async_playwright, expect
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
 
+from client import Chat, InterruptRequest
+from client.codec import ENCODING, generate_key
+from client.codec import ENV_VAR as PAYLOAD_KEYS_ENV
 from examples import banking_agent
+from worker.devserver import port_open
 from worker.standin import calls
 from worker.testing import ScriptedModel, dev_server, hosted
 
@@ -56,8 +71,12 @@ CHROMIUM_ARGS = [
 ]
 
 UI_TIMEOUT_MS = 45_000
-"""How long the UI may take to show what is asked of it: the app loads its bundle, then asks
-the server (and, for the details, a worker) before it draws anything."""
+"""How long the UI may take to show what is asked of it (playwright's own default for an
+``expect`` is 5 s): the app loads its bundle, then asks the server (and, for the details, a
+worker, and with keys the codec server) before it draws anything. Measured here: about 2 s."""
+
+ASK = {"action": "transfer $512.34 to savings-7f3a", "details": "rent for March"}
+"""What the scripted model asks a human to approve."""
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
@@ -73,7 +92,7 @@ def chromium() -> str:
     if found:
         return found
     message = (
-        f"no Chromium at {DEBIAN_CHROMIUM}: the Temporal UI test drives Debian's chromium "
+        f"no Chromium at {DEBIAN_CHROMIUM}: the Temporal UI tests drive Debian's chromium "
         f"package (install it with `sudo apt-get install -y chromium`, as .ci/run does), or "
         f"set {CHROMIUM_ENV} to a Chromium or Chrome binary"
     )
@@ -89,9 +108,8 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def browser_page(profile: Path) -> AsyncIterator[Page]:
+async def browser_page(executable: str, profile: Path) -> AsyncIterator[Page]:
     """A page in headless Chromium with a fresh profile, whose requests stay on loopback."""
-    executable = chromium()
 
     async def loopback_only(route: Route) -> None:
         if urlsplit(route.request.url).hostname in LOOPBACK:
@@ -129,49 +147,177 @@ async def screenshot(page: Page, path: Path) -> None:
     print(f"screenshot of the Temporal UI: {path}")
 
 
-@pytest.fixture(scope="module")
-async def ui_server() -> AsyncIterator[tuple[WorkflowEnvironment, int]]:
-    """A dev server of this module's own, with its UI (the session's server is headless)."""
-    port = free_port()
-    async with dev_server(ui_port=port) as environment:
-        yield environment, port
-
-
-async def test_the_ui_shows_a_paused_conversations_interrupt_in_its_current_details(
-    ui_server: tuple[WorkflowEnvironment, int], tmp_path: Path
-) -> None:
-    env, ui_port = ui_server
-    ask = {"action": "transfer $512.34 to savings-7f3a", "details": "rent for March"}
-    model = ScriptedModel([calls(("userApproval", ask, "approval-ref-7f3a"))])
+@asynccontextmanager
+async def paused_transfer(
+    env: WorkflowEnvironment, chat_id: str
+) -> AsyncIterator[tuple[Chat, InterruptRequest]]:
+    """A banking conversation paused on ``userApproval``, with a worker serving it (the UI's
+    current details are a query) until the block ends."""
+    model = ScriptedModel([calls(("userApproval", ASK, "approval-ref-7f3a"))])
     async with hosted(env.client, agents=[banking_agent], model=model) as agents:
-        chat = await agents.chat("bankingAgent", chat_id="ui-browser-paused")
+        chat = await agents.chat("bankingAgent", chat_id=chat_id)
         res = await chat.send("Transfer $512.34 to savings-7f3a, for the rent.")
         (interrupt,) = res.interrupts
         assert (interrupt.name, interrupt.ref, interrupt.input) == (
             "userApproval",
             "approval-ref-7f3a",
-            ask,
+            ASK,
         )
+        yield chat, interrupt
 
-        async with browser_page(tmp_path / "chromium-profile") as page:
-            try:
+
+async def expect_interrupt(
+    details: FrameLocator, interrupt: InterruptRequest, chat_id: str
+) -> None:
+    """The current details show the pending interrupt: its heading names the tool and the ref;
+    its list, the input as the JSON the model sent, and the command that answers it. Each
+    waits (bounded) for the UI to draw it."""
+    heading = details.get_by_role("heading", name=re.compile("^Waiting on"))
+    await expect(heading).to_have_text(
+        re.compile(
+            rf"^Waiting on {re.escape(interrupt.name)} \(ref {re.escape(interrupt.ref)}\) since "
+        ),
+        timeout=UI_TIMEOUT_MS,
+    )
+    inputs = details.get_by_role("listitem").filter(has_text=re.compile("^input:"))
+    await expect(inputs).to_have_text(
+        f"input: {json.dumps(interrupt.input)}", timeout=UI_TIMEOUT_MS
+    )
+    command = details.locator("code", has_text="temporal workflow signal")
+    await expect(command).to_contain_text(
+        f"--workflow-id {chat_id} --name resume", timeout=UI_TIMEOUT_MS
+    )
+
+
+@pytest.fixture
+def browser() -> str:
+    """The Chromium to drive, found before any server starts (see :func:`chromium`)."""
+    return chromium()
+
+
+async def test_the_ui_shows_a_paused_conversations_interrupt_in_its_current_details(
+    browser: str,
+    tmp_path: Path,
+) -> None:
+    ui_port = free_port()
+    async with (
+        dev_server(ui_port=ui_port) as env,
+        paused_transfer(env, "ui-browser-paused") as (chat, interrupt),
+        browser_page(browser, tmp_path / "chromium-profile") as page,
+    ):
+        try:
+            details = await open_current_details(page, ui_port=ui_port, workflow_id=chat.id)
+            await expect_interrupt(details, interrupt, chat.id)
+        finally:
+            await screenshot(page, tmp_path / "current-details.png")
+
+
+@asynccontextmanager
+async def codec_server(keys: str, *, cors_origin: str, log: Path) -> AsyncIterator[str]:
+    """``python -m worker.codec_server`` as an operator runs it, in a process of its own; its
+    URL."""
+    port = free_port()
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "worker.codec_server",
+            "--port",
+            str(port),
+            "--cors-origin",
+            cors_origin,
+            env={**os.environ, PAYLOAD_KEYS_ENV: keys},
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not port_open(port):
+            if proc.returncode is not None or loop.time() > deadline:
+                pytest.fail(f"the codec server did not listen on {port}: {log.read_text()}")
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), timeout=10)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,  # not a missing Chromium (pytest.fail), which must still fail
+    reason="worker/codec_server.py answers 404 to the UI's POST /decode?preserveStorageRefs=true "
+    "(and its preflight): it compares self.path, query string included, with '/decode'. Compare "
+    "the path alone; then this passes (checked with that one change) and this marker goes.",
+)
+async def test_with_keys_the_ui_reads_the_interrupt_through_the_codec_server(
+    browser: str,
+    tmp_path: Path,
+) -> None:
+    keys = generate_key("ui-test")
+    ui_port = free_port()
+    ui_origin = f"http://127.0.0.1:{ui_port}"
+    async with (
+        codec_server(keys, cors_origin=ui_origin, log=tmp_path / "codec.log") as codec,
+        dev_server(
+            ui_port=ui_port, payload_keys=keys, extra_args=["--ui-codec-endpoint", codec]
+        ) as env,
+        paused_transfer(env, "ui-browser-encrypted") as (chat, interrupt),
+        browser_page(browser, tmp_path / "chromium-profile") as page,
+    ):
+        # Stored encrypted: the memo as the server holds it (no codec on this path).
+        raw = await env.client.workflow_service.describe_workflow_execution(
+            DescribeWorkflowExecutionRequest(
+                namespace=env.client.namespace,
+                execution=WorkflowExecution(workflow_id=chat.id),
+            )
+        )
+        stored = raw.workflow_execution_info.memo.fields["pending"]
+        assert stored.metadata["encoding"] == ENCODING
+        assert b"savings-7f3a" not in stored.data and interrupt.ref.encode() not in stored.data
+
+        responses: list[Response] = []
+        page.on("response", lambda r: responses.append(r))
+        try:
+            async with page.expect_request(
+                lambda r: r.url.startswith(f"{codec}/decode"), timeout=UI_TIMEOUT_MS
+            ) as first_decode:
                 details = await open_current_details(page, ui_port=ui_port, workflow_id=chat.id)
-                # The pending interrupt's heading names the tool and the ref; its list, the input
-                # as the JSON the model sent. Each waits (bounded) for the UI to draw it.
-                await expect(
-                    details.get_by_role("heading", name=re.compile("^Waiting on"))
-                ).to_have_text(
-                    re.compile(rf"^Waiting on {interrupt.name} \(ref {interrupt.ref}\) since ")
-                )
-                await expect(
-                    details.get_by_role("listitem").filter(has_text=re.compile("^input:"))
-                ).to_have_text(f"input: {json.dumps(interrupt.input)}")
-                # And the command that answers it, for this conversation.
-                await expect(
-                    details.locator("code", has_text="temporal workflow signal")
-                ).to_contain_text(f"--workflow-id {chat.id} --name resume")
-            finally:
-                await screenshot(page, tmp_path / "current-details.png")
+            # Said at once, rather than as a timeout on what the page would have shown (the UI
+            # itself only says "Codec Server could not connect").
+            request = await first_decode.value
+            response = await request.response()
+            assert response is not None and response.ok, (
+                f"the UI's call to the codec server failed: {request.method} {request.url}: "
+                f"{request.failure if response is None else response.status} "
+                f"(the codec server's log: {(tmp_path / 'codec.log').read_text()!r})"
+            )
+            await expect_interrupt(details, interrupt, chat.id)
+            await screenshot(page, tmp_path / "encrypted-current-details.png")
+            # The memo, decoded the same way: the pending list the inbox reads, its input a
+            # JSON string.
+            await page.get_by_role("tab", name="Memo").click()
+            for line in (
+                f'"name": "{interrupt.name}"',
+                f'"ref": "{interrupt.ref}"',
+                f'"input": {json.dumps(json.dumps(interrupt.input))}',
+            ):
+                await expect(page.get_by_text(line)).to_be_visible(timeout=UI_TIMEOUT_MS)
+        finally:
+            await screenshot(page, tmp_path / "encrypted-memo.png")
+
+        # The current details reached the browser encrypted (the answer to the UI's query),
+        # and the page shows them because the codec server decoded them.
+        queried = [r for r in responses if "/query/__temporal_workflow_metadata" in r.url]
+        assert queried, [r.url for r in responses]
+        answer = await queried[0].text()
+        assert base64.b64encode(ENCODING).decode() in answer
+        assert "savings-7f3a" not in answer and interrupt.ref not in answer
+        decodes = [r for r in responses if urlsplit(r.url).path == "/decode"]
+        assert decodes and all(r.url.startswith(codec) and r.ok for r in decodes), [
+            (r.url, r.status) for r in decodes
+        ]
 
 
 @pytest.mark.parametrize(
