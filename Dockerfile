@@ -23,9 +23,9 @@ WORKDIR /src
 COPY . .
 # A regular (not editable) install of the project with its runtime dependencies only: the test
 # and bench extras stay out of the image. The cache mount keeps rebuilds after a code change fast.
-# pip also writes the bytecode here, where the final stage's read-only venv keeps it: the workflow
-# sandbox re-imports the workflow module for every new conversation, and with
-# PYTHONDONTWRITEBYTECODE below nothing else would ever cache it.
+# pip also writes the bytecode here, where the final stage's read-only venv keeps it: with
+# PYTHONDONTWRITEBYTECODE below nothing else would ever cache it, and every start would compile
+# the project from source.
 RUN --mount=type=cache,target=/root/.cache/pip pip install --compile .
 
 FROM ${PYTHON_IMAGE}

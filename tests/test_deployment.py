@@ -411,8 +411,8 @@ def test_image_installs_the_project_without_test_extras():
     installs = [r for r in runs if "pip install" in r]
     assert installs, "the Dockerfile never installs the project"
     assert any(re.search(r"pip install (--compile )?\.(\s|$)", r) for r in installs)
-    # The sandbox re-imports the workflow module per conversation; the read-only venv must
-    # carry its bytecode (the image sets PYTHONDONTWRITEBYTECODE).
+    # The read-only venv must carry the bytecode (the image sets PYTHONDONTWRITEBYTECODE), or
+    # every start compiles the project from source.
     assert not any("--no-compile" in r for r in installs)
     assert not any("[test" in r or "-e " in r or "--editable" in r for r in installs)
     copies = [rest for kw, rest in dockerfile_instructions() if kw == "COPY"]
