@@ -609,6 +609,10 @@ async def test_the_codec_server_decodes_them_over_http(encrypted: Encrypted):
         assert len(decoded) == len(sealed)
         assert all(key_id_of(p) is None for p in decoded)
         assert secrets_in(b"".join(p.data for p in decoded), s.all()) == s.all()
+        # As the UI (2.54) calls it: with a query string, on the same route.
+        r = await post(f"{decode}?preserveStorageRefs=true", body, headers)
+        assert r.status == 200, r.body
+        assert len(json_format.Parse(r.body, Payloads()).payloads) == len(sealed)
 
         # The UI's preflight: allowed for its origin, with the headers it sends.
         preflight = {

@@ -244,13 +244,6 @@ async def codec_server(keys: str, *, cors_origin: str, log: Path) -> AsyncIterat
         await asyncio.wait_for(proc.wait(), timeout=10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # not a missing Chromium (pytest.fail), which must still fail
-    reason="worker/codec_server.py answers 404 to the UI's POST /decode?preserveStorageRefs=true "
-    "(and its preflight): it compares self.path, query string included, with '/decode'. Compare "
-    "the path alone; then this passes (checked with that one change) and this marker goes.",
-)
 async def test_with_keys_the_ui_reads_the_interrupt_through_the_codec_server(
     browser: str,
     tmp_path: Path,

@@ -43,6 +43,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import NoReturn, Self
+from urllib.parse import urlsplit
 
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
@@ -121,8 +122,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse(self, status: int, message: str) -> None:
         self._send(status, (message + "\n").encode(), "text/plain; charset=utf-8", self._cors())
 
+    @property
+    def _route(self) -> str:
+        # The path alone: the UI calls POST /decode?preserveStorageRefs=true (UI 2.54), and a
+        # query string names no other route.
+        return urlsplit(self.path).path
+
     def do_OPTIONS(self) -> None:
-        if self.path not in ("/encode", "/decode"):
+        if self._route not in ("/encode", "/decode"):
             self._refuse(HTTPStatus.NOT_FOUND, "not found")
             return
         headers = self._cors()
@@ -146,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/encode": codec.encrypt,
             "/decode": codec.decrypt,
         }
-        transform = transforms.get(self.path)
+        transform = transforms.get(self._route)
         if transform is None:
             self._refuse(HTTPStatus.NOT_FOUND, "not found: POST /encode or /decode")
             return
@@ -177,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
             # The message names the key id, never a payload.
             self._refuse(HTTPStatus.UNPROCESSABLE_ENTITY, str(e))
             return
-        log.debug("%s %d payloads for namespace %r", self.path[1:], len(done), namespace)
+        log.debug("%s %d payloads for namespace %r", self._route[1:], len(done), namespace)
         answer = json_format.MessageToJson(Payloads(payloads=done), indent=None)
         self._send(HTTPStatus.OK, answer.encode(), "application/json", self._cors())
 
