@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
-from workflows.config import AGENT_NAME, INTERRUPTED_SINCE
+from client.codec import PayloadKeyMissing
+from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 from workflows.types import InterruptSource
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,10 @@ class PausedChat(BaseModel):
     waiting_since: datetime | None = None
     """When its oldest pending interrupt was raised."""
     interrupts: list[PausedInterrupt] = []
+    unreadable: str | None = None
+    """Why its memo could not be read here: it is encrypted with a key this process does not
+    have (the message names the key id). Its interrupts are then only the tool names its search
+    attributes hold (ref ``?``), and it stays in every approver's list, as a maybe."""
 
 
 def check_agent_name(agent: str) -> None:
@@ -109,6 +114,10 @@ def for_approver(chats: Iterable[PausedChat], approver: str) -> list[PausedChat]
     are left out."""
     kept: list[PausedChat] = []
     for chat in chats:
+        if chat.unreadable is not None:
+            # Who may answer is in the memo it cannot read: maybe theirs, never "not theirs".
+            kept.append(chat)
+            continue
         mine = [i for i in chat.interrupts if i.awaits(approver)]
         if mine:
             kept.append(chat.model_copy(update={"interrupts": mine}))
@@ -132,6 +141,20 @@ def paused_chat(wf: WorkflowExecution, pending: object) -> PausedChat:
     )
 
 
+def unreadable_chat(wf: WorkflowExecution, error: PayloadKeyMissing) -> PausedChat:
+    """A listed workflow whose memo this process cannot decrypt: what its search attributes
+    say (agent, since when, the tool names), and why the rest is not shown."""
+    names = wf.typed_search_attributes.get(PENDING_INTERRUPTS) or []
+    shown = f"(encrypted with key id {error.key_id!r}, which AGENT_PAYLOAD_KEYS here lacks)"
+    return PausedChat(
+        chat_id=wf.id,
+        agent=wf.typed_search_attributes.get(AGENT_NAME),
+        waiting_since=wf.typed_search_attributes.get(INTERRUPTED_SINCE),
+        interrupts=[PausedInterrupt(name=n, ref="?", input=shown) for n in names],
+        unreadable=str(error),
+    )
+
+
 async def paused_chats(
     temporal: Client, *, agent: str | None = None, approver: str | None = None
 ) -> list[PausedChat]:
@@ -145,7 +168,14 @@ async def paused_chats(
     found: list[PausedChat] = []
     async for wf in temporal.list_workflows(paused_query(agent)):
         # Only "pending" is decoded: the memo also holds the latest batch of audit records.
-        found.append(paused_chat(wf, await wf.memo_value("pending", None)))
+        try:
+            pending = await wf.memo_value("pending", None)
+        except PayloadKeyMissing as e:
+            # One conversation written with a key this process lacks (another team's, or one
+            # rotated out) must not hide the rest: it is listed from its search attributes.
+            found.append(unreadable_chat(wf, e))
+            continue
+        found.append(paused_chat(wf, pending))
     if approver is not None:
         found = for_approver(found, approver)
     return oldest_first(found)
@@ -162,4 +192,5 @@ __all__ = [
     "paused_chat",
     "paused_chats",
     "paused_query",
+    "unreadable_chat",
 ]

@@ -551,9 +551,20 @@ async def test_the_inbox_agentctl_and_the_audit_read_it_with_the_key(encrypted: 
     assert audit.code == 0, audit.err
     assert s.answer in audit.out and s.identity in audit.out
 
-    # Without the key, each says which key it lacks and where to put it (exit 2: a setting).
+    # Without the key the inbox still lists the chat, from its search attributes, and says
+    # which key would show the rest: one conversation of another key must not hide the others.
+    no_keys = agentctl_env(encrypted, keys=None)
+    keyless = await agentctl(no_keys, "pending", "--agent", encrypted.agent, "--json")
+    assert keyless.code == 0, keyless.err
+    (chat,) = keyless.json()["conversations"]
+    assert chat["chat_id"] == encrypted.paused and chat["agent"] == encrypted.agent
+    assert missing_message("k1") in chat["unreadable"]
+    assert chat["interrupts"] and all(i["ref"] == "?" and i["name"] for i in chat["interrupts"])
+    assert s.question not in keyless.out + keyless.err
+    table = await agentctl(no_keys, "pending", "--agent", encrypted.agent)
+    assert table.code == 0 and encrypted.paused in table.out and "'k1'" in table.out, table.out
+    # For one conversation each says which key it lacks and where to put it (exit 2: a setting).
     for args in (
-        ("pending", "--agent", encrypted.agent),
         ("show", encrypted.done),
         ("audit", encrypted.done),
     ):
