@@ -32,11 +32,12 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Conversations a worker keeps in memory between their workflow tasks (Temporal's own default
-is 1000). Each holds about 0.2 MB here, most of it the sandbox's per-conversation module state;
-a paused conversation is only waiting, and one evicted is replayed from its history when next
-answered (63 ms for a 10-turn run, bench B3). Measured with ``python -m bench b2 --parked
-10000``: 200 MiB resident with all of them parked (112 before), and resuming runs at 0.63 of
-the parking rate. Raise it for workers that keep many conversations busy at once."""
+is 1000). Each holds its state and the sandbox's per-run objects (the workflow's code is shared:
+it passes through the sandbox); a paused conversation is only waiting, and one evicted is
+replayed from its history when next answered (63 ms for a 10-turn run, bench B3). Measured with
+``python -m bench b2 --parked 10000``: 187 MiB resident with all of them parked (113 before),
+and resuming runs at 0.65 of the parking rate. Raise it for workers that keep many
+conversations busy at once."""
 
 # Side-effect-free modules the workflow uses, passed through the sandbox in every runner: this
 # avoids re-importing them for every workflow run (time and memory per conversation), and keeps
