@@ -7,7 +7,8 @@ that client gets it too), and the process gets a tracer provider that sends span
 ``$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces`` over OTLP/HTTP. The exporter reads the rest of
 OpenTelemetry's variables itself (``OTEL_EXPORTER_OTLP_HEADERS``, ``..._TRACES_ENDPOINT``,
 certificates, timeouts); ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the process.
-An application that has set its own global tracer provider keeps it: spans go there instead.
+An application that has set its own global tracer provider keeps it: spans go there instead,
+cut only if its exporter is wrapped in :class:`SanitizingSpanExporter`.
 Unset, or with ``OTEL_SDK_DISABLED=true``, nothing is installed and nothing changes.
 
 The client's spans (``StartUpdateWithStartWorkflow:AgentWorkflow``, ``StartWorkflowUpdate:resume``
@@ -15,21 +16,128 @@ The client's spans (``StartUpdateWithStartWorkflow:AgentWorkflow``, ``StartWorkf
 the trace of the call that started the conversation, and later calls' spans link to it. What the
 product adds is in ``workflows/telemetry.py`` and ``activities/telemetry.py``.
 
+Every span the provider installed here exports goes through :class:`SanitizingSpanExporter`:
+an exception leaves by its type alone. The SDK and the contrib put the exception's message in
+the span's status and its message and stack trace in an ``exception`` event, and those quote
+whatever the code that raised chose: a failing tool's input or a secret it held, the identities
+and approver lists of a refused resume. Payload encryption keeps them out of history; the
+exporter keeps them out of traces.
+
 Configuration is read here, when an entry point asks, never at import.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+import re
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import Status
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 TRACING_SWITCH = "OTEL_EXPORTER_OTLP_ENDPOINT"
 
 # The provider this process installed (None: none, or the application's own is in use).
 _installed: Any = None
+
+# What an exported ``exception`` event keeps: which type, and whether it left the span.
+_KEPT_EXCEPTION_ATTRIBUTES = ("exception.type", "exception.escaped")
+# A status description is kept only as the exception type it starts with ("Type: message").
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+class SanitizingSpanExporter(SpanExporter):
+    """Sends spans on to ``exporter`` as :func:`sanitised` cuts them.
+
+    What :func:`install_tracing` puts in front of every exporter it installs. An application
+    with its own tracer provider gets the same cut by wrapping its exporter in this.
+    """
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self.exporter = exporter
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.exporter.export([sanitised(span) for span in spans])
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+def sanitised(span: ReadableSpan) -> ReadableSpan:
+    """``span`` as it may leave the process: its exceptions by their type alone.
+
+    The status description is cut to the exception type it starts with (the SDK and the contrib
+    write ``"RuntimeError: password is hunter2 (...)"``: ``"RuntimeError"`` is left); one that
+    does not start with a type name is dropped. Each ``exception`` event keeps
+    ``exception.type`` and ``exception.escaped`` only: no ``exception.message``, no
+    ``exception.stacktrace`` (whose text repeats the message, and those of its causes). Names,
+    attributes, links, other events and times are the span's own; a span with nothing to cut
+    is returned as it is.
+    """
+    status = span.status
+    description = _type_name(status.description)
+    events = [_sanitised_event(event) for event in span.events]
+    unchanged = all(a is b for a, b in zip(events, span.events, strict=True))
+    if description == status.description and unchanged:
+        return span
+    return _SanitisedSpan(span, events=events, status=Status(status.status_code, description))
+
+
+def _type_name(description: str | None) -> str | None:
+    if not description:
+        return description
+    head = description.split(":", 1)[0].strip()
+    return head if len(head) <= 200 and _TYPE_NAME.fullmatch(head) else None
+
+
+def _sanitised_event(event: Event) -> Event:
+    if event.name != "exception":
+        return event
+    attributes = event.attributes or {}
+    kept = {k: attributes[k] for k in _KEPT_EXCEPTION_ATTRIBUTES if k in attributes}
+    if len(kept) == len(attributes):
+        return event
+    return Event(event.name, kept, event.timestamp)
+
+
+class _SanitisedSpan(ReadableSpan):
+    """A finished span's copy with other events and status (and the original's counts of
+    what its limits dropped, which the copy's plain collections cannot tell)."""
+
+    def __init__(self, span: ReadableSpan, *, events: Sequence[Event], status: Status) -> None:
+        super().__init__(
+            name=span.name,
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes=span.attributes,
+            events=events,
+            links=span.links,
+            kind=span.kind,
+            status=status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+        self._dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._dropped[0]
+
+    @property
+    def dropped_events(self) -> int:
+        return self._dropped[1]
+
+    @property
+    def dropped_links(self) -> int:
+        return self._dropped[2]
 
 
 def tracing_enabled() -> bool:
@@ -43,7 +151,8 @@ def tracing_interceptors(*, service_name: str) -> list[TracingInterceptor]:
     """The interceptor that traces a Temporal client and its workers, or none when tracing is off.
 
     On the first call with tracing on, installs the global tracer provider (unless the
-    application has its own): a batch processor and an OTLP/HTTP exporter.
+    application has its own; see :func:`install_tracing`): spans go out in batches, sanitised,
+    to the OTLP/HTTP exporter.
 
     Args:
         service_name: ``service.name`` of this process's spans, unless ``OTEL_SERVICE_NAME``
@@ -51,7 +160,7 @@ def tracing_interceptors(*, service_name: str) -> list[TracingInterceptor]:
     """
     if not tracing_enabled():
         return []
-    _install(service_name)
+    install_tracing(service_name=service_name)
     return [TracingInterceptor()]
 
 
@@ -73,30 +182,58 @@ def flush_tracing(timeout: float = 3.0) -> None:
         _installed.force_flush(int(timeout * 1000))
 
 
-def _install(service_name: str) -> None:
+def install_tracing(*, service_name: str, exporter: SpanExporter | None = None) -> bool:
+    """Send this process's spans, sanitised (:class:`SanitizingSpanExporter`), in batches.
+
+    The first call installs the global tracer provider, with a batch processor in front of
+    ``exporter`` wrapped in the sanitiser; without ``exporter``, OTLP/HTTP as OpenTelemetry's
+    variables say (what :func:`tracing_interceptors` asks for). A later call with an exporter
+    adds it, the same way, to the provider installed. A test passes its in-memory exporter here,
+    so what it reads went through what production exports through.
+
+    Args:
+        service_name: ``service.name`` of this process's spans, unless ``OTEL_SERVICE_NAME``
+            says otherwise.
+        exporter: Where the spans go.
+
+    Returns:
+        Whether this process's spans now reach ``exporter`` (or OTLP): False when the
+        application has set a tracer provider of its own, which exports as it was set up to.
+    """
     global _installed
-    # Imported only when tracing is on: a process without it never loads the SDK's exporter.
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if _installed is not None or not isinstance(
+    if _installed is None and not isinstance(
         trace.get_tracer_provider(), trace.ProxyTracerProvider
     ):
-        return  # ours already, or the application's own
+        return False  # the application's own
+    if _installed is not None:
+        if exporter is not None:
+            _installed.add_span_processor(BatchSpanProcessor(SanitizingSpanExporter(exporter)))
+        return True
+    if exporter is None:
+        # Imported only when tracing is on: a process without it never loads the exporter.
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
     named = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
     provider = TracerProvider(resource=Resource.create(named))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(SanitizingSpanExporter(exporter)))
     trace.set_tracer_provider(provider)
     _installed = provider
+    return True
 
 
 __all__ = [
     "TRACING_SWITCH",
+    "SanitizingSpanExporter",
     "add_tracing",
     "flush_tracing",
+    "install_tracing",
+    "sanitised",
     "tracing_enabled",
     "tracing_interceptors",
 ]

@@ -43,7 +43,14 @@ from temporalio.worker import Replayer
 
 from activities import interrupt
 from client import FinishReason, ResumeRejected, ToolResponse
-from client.tracing import TRACING_SWITCH, add_tracing, tracing_interceptors
+from client.tracing import (
+    TRACING_SWITCH,
+    SanitizingSpanExporter,
+    add_tracing,
+    flush_tracing,
+    install_tracing,
+    tracing_interceptors,
+)
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
 from worker import sandbox_runner
@@ -78,6 +85,11 @@ SECRET_ANSWER = "zebra-answer-0b6e signed off by the CFO"
 SECRET_TEXT = "zebra-text-c44f all done"
 SECRET_IDENTITY = "zebra-person@example.com"
 SECRETS = (SECRET_MESSAGE, SECRET_QUESTION, SECRET_KEY, SECRET_ANSWER, SECRET_TEXT)
+# What exception messages quote: a failing tool's input, and a refused answer's identity and
+# the approvers it named.
+SECRET_TOOL_INPUT = "zebra-tool-input-2e8b"
+SECRET_INTRUDER = "zebra-mallory@example.com"
+SECRET_APPROVER = "zebra-treasurer@example.com"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -86,20 +98,23 @@ SECRETS = (SECRET_MESSAGE, SECRET_QUESTION, SECRET_KEY, SECRET_ANSWER, SECRET_TE
 
 @pytest.fixture(scope="module")
 def spans() -> Iterator[InMemorySpanExporter]:
-    """Every span this process makes from here on, kept in memory.
+    """Every span this process makes from here on, as exported: kept in memory.
 
-    OpenTelemetry takes one global tracer provider per process: an SDK one is installed (or the
-    one installed already is used), as an application would, and the exporter stops keeping
-    spans when the module is done.
+    OpenTelemetry takes one global tracer provider per process: ``install_tracing`` installs
+    the one production does (or adds this exporter to it), so the spans read here went through
+    the same batching and the same sanitising exporter as those sent over OTLP. The exporter
+    stops keeping spans when the module is done.
     """
     exporter = InMemorySpanExporter()
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, SdkTracerProvider):
-        provider = SdkTracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    assert install_tracing(service_name="agent-tests", exporter=exporter)
     yield exporter
     exporter.shutdown()
+
+
+def exported(spans: InMemorySpanExporter) -> tuple[ReadableSpan, ...]:
+    """What has been exported so far, the batches still pending sent first."""
+    flush_tracing()
+    return spans.get_finished_spans()
 
 
 def traced(client: Client) -> Client:
@@ -153,7 +168,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
             identity=SECRET_IDENTITY,
         )
     assert done.finish_reason == FinishReason.STOP and done.text == SECRET_TEXT
-    mine = of_chat(spans.get_finished_spans(), chat.id)
+    mine = of_chat(exported(spans), chat.id)
 
     # One trace: the client's first call, the workflow, its activities and the product's spans.
     (start,) = named(mine, "StartUpdateWithStartWorkflow:AgentWorkflow")
@@ -183,7 +198,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
     # handling of it is in the conversation's trace, linked to the caller's.
     (resume_call,) = [
         s
-        for s in spans.get_finished_spans()
+        for s in exported(spans)
         if s.name == "StartWorkflowUpdate:resume"
         and (s.attributes or {}).get("temporalWorkflowID") == chat.id
     ]
@@ -246,7 +261,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
     assert [e["agent.finish_reason"] for e in ends] == ["interrupted", "stop"]
 
     # No payload anywhere: names, attributes, events, links, status and resource, as exported.
-    everything = "\n".join(s.to_json() for s in spans.get_finished_spans())
+    everything = "\n".join(s.to_json() for s in exported(spans))
     for secret in (*SECRETS, SECRET_IDENTITY):
         assert secret not in everything, f"{secret!r} is in a span"
     await assert_no_workflow_task_failed(client, chat.id)
@@ -254,7 +269,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
     # Replay makes no spans and needs no interceptor: the history replays with tracing on (the
     # spans stay as they were) and off.
     hist = await client.get_workflow_handle(chat.id).fetch_history()
-    before = len(spans.get_finished_spans())
+    before = len(exported(spans))
     for interceptors in ([TracingInterceptor()], []):
         replayer = Replayer(
             workflows=[AgentWorkflow],
@@ -264,7 +279,101 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
         )
         result = await replayer.replay_workflow(hist, raise_on_replay_failure=True)
         assert result.replay_failure is None
-    assert len(spans.get_finished_spans()) == before
+    assert len(exported(spans)) == before
+
+
+sign_off = interrupt(
+    "signOff",
+    "Ask the treasurer to sign off.",
+    input=t.Ask,
+    output=t.Answer,
+    approvers=[SECRET_APPROVER],
+)
+
+
+async def test_exceptions_reach_spans_by_their_type_alone(spans, client, model):
+    """The SDK and the contrib write an exception's message into the span's status and its
+    message and stack trace into an ``exception`` event: a tool's error quoting its input, a
+    refused resume naming who tried and who may. What is exported keeps the exception's type."""
+    agent = Agent(
+        f"traced-errors-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.boom, sign_off]
+    )
+    model.reply(
+        # boom raises RuntimeError(f"database password is hunter2 ({key})"), retried 3 times.
+        calls(("boom", {"key": SECRET_TOOL_INPUT}, "b1")),
+        calls(("signOff", {"question": "pay?"}, "s1")),
+        text("paid"),
+    )
+    async with hosted(traced(client), agents=[agent], model=model) as agents:
+        chat = await agents.chat(agent.name)
+        failed = await chat.send("try the tool")
+        assert failed.finish_reason == FinishReason.FAILED
+        (ask,) = (await chat.send("then ask")).interrupts
+        with pytest.raises(ResumeRejected, match=re.escape(SECRET_INTRUDER)):
+            await chat.resume(answers=[ask.approve()], identity=SECRET_INTRUDER)
+        done = await chat.resume(answers=[ask.approve()], identity=SECRET_APPROVER)
+    assert done.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, chat.id)
+    everything = exported(spans)
+    mine = of_chat(everything, chat.id)
+
+    # The failing tool: each attempt's span is an error, by its type alone.
+    attempts = named(mine, "RunActivity:tool_call")
+    assert len(attempts) == 3
+    for attempt in attempts:
+        assert attempt.status.status_code == trace.StatusCode.ERROR
+        assert attempt.status.description == "RuntimeError"
+        (event,) = [e for e in attempt.events if e.name == "exception"]
+        assert set(event.attributes or {}) <= {"exception.type", "exception.escaped"}
+        assert (event.attributes or {})["exception.type"] == "RuntimeError"
+    # The refused resume: its validator's error is recorded on a workflow span (the contrib
+    # names it CompleteWorkflow, though the workflow goes on), which says which error alone.
+    refused = [
+        e
+        for s in mine
+        if s.name not in ("RunActivity:tool_call", SPAN_TOOL_CALL)
+        for e in s.events
+        if e.name == "exception"
+    ]
+    assert refused, "the refused resume left no exception event"
+    for event in refused:
+        assert set(event.attributes or {}) <= {"exception.type", "exception.escaped"}
+        assert (event.attributes or {})[
+            "exception.type"
+        ] == "temporalio.exceptions.ApplicationError"
+
+    # Nowhere in anything exported: names, attributes, events, links, status, resource.
+    text_of_all = "\n".join(s.to_json() for s in everything)
+    for secret in (SECRET_TOOL_INPUT, "hunter2", SECRET_INTRUDER, SECRET_APPROVER):
+        assert secret not in text_of_all, f"{secret!r} is in a span"
+    assert "exception.message" not in text_of_all and "exception.stacktrace" not in text_of_all
+
+
+def test_the_exporter_keeps_a_status_description_only_as_the_type_it_starts_with():
+    provider = SdkTracerProvider()
+    kept = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(SanitizingSpanExporter(kept)))
+    tracer = provider.get_tracer(__name__)
+    with tracer.start_as_current_span("typed") as span:
+        span.set_status(trace.StatusCode.ERROR, "pkg.mod.Refused: 'x@example.com' may not")
+    with tracer.start_as_current_span("untyped") as span:
+        span.set_status(trace.StatusCode.ERROR, "x@example.com may not answer")
+    with tracer.start_as_current_span("other events") as span:
+        span.add_event("retry", {"agent.attempt": 2})
+    with pytest.raises(KeyError), tracer.start_as_current_span("raised"):
+        raise KeyError("x@example.com")
+    typed, untyped, other, raised = kept.get_finished_spans()
+    assert typed.status.description == "pkg.mod.Refused"
+    assert untyped.status.status_code == trace.StatusCode.ERROR
+    assert untyped.status.description is None
+    assert [(e.name, dict(e.attributes or {})) for e in other.events] == [
+        ("retry", {"agent.attempt": 2})
+    ]
+    assert raised.status.description == "KeyError"
+    assert [(e.name, dict(e.attributes or {})) for e in raised.events] == [
+        ("exception", {"exception.type": "KeyError", "exception.escaped": "False"})
+    ]
+    assert "x@example.com" not in "".join(s.to_json() for s in kept.get_finished_spans())
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)
@@ -336,7 +445,9 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
                 "service": dict(getattr(provider, "resource", None).attributes).get("service.name")
                 if hasattr(provider, "resource") else None,
                 "exporters": [type(e).__name__ for e in exporters],
-                "endpoint": [getattr(e, "_endpoint", None) for e in exporters],
+                "sends_to": [type(getattr(e, "exporter", None)).__name__ for e in exporters],
+                "endpoint": [getattr(getattr(e, "exporter", None), "_endpoint", None)
+                             for e in exporters],
                 "otlp_loaded": "opentelemetry.exporter.otlp.proto.http" in sys.modules,
             }}))
 
@@ -348,6 +459,7 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
         "provider": "ProxyTracerProvider",
         "service": None,
         "exporters": [],
+        "sends_to": [],
         "endpoint": [],
         "otlp_loaded": False,
     }
@@ -357,7 +469,9 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
         "traced": True,
         "provider": "TracerProvider",
         "service": "agent-client",
-        "exporters": ["OTLPSpanExporter"],
+        # Every span is cut on its way out (exceptions by their type alone), then sent.
+        "exporters": ["SanitizingSpanExporter"],
+        "sends_to": ["OTLPSpanExporter"],
         "endpoint": ["http://127.0.0.1:9/v1/traces"],
         "otlp_loaded": True,
     }
