@@ -547,7 +547,18 @@ hurry = interrupt(
 )
 
 
-async def test_interrupts_raised_answered_expired_and_refused_are_counted(metered, client):
+@pytest.mark.parametrize(
+    "cached",
+    [
+        pytest.param(True, id="cached"),
+        # Every workflow task replays the run from its start: what was counted live before
+        # must not be counted again.
+        pytest.param(False, id="every-task-replays"),
+    ],
+)
+async def test_interrupts_raised_answered_expired_and_refused_are_counted(
+    metered, client, cached: bool
+):
     metrics_client, metrics = metered
     agent = Agent(
         f"metered-{uuid.uuid4().hex[:8]}",
@@ -569,7 +580,8 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(metere
             calls(("approve", {"question": "q"}, "c1")),
         ]
     )
-    async with hosted(metrics_client, agents=[agent], model=model) as agents:
+    cache = {} if cached else {"max_cached_workflows": 0}
+    async with hosted(metrics_client, agents=[agent], model=model, **cache) as agents:
         first = await agents.chat(agent.name)
         paused = await first.send("go")
         ask, charge, look = paused.interrupts
@@ -623,12 +635,22 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(metere
         ("approve", "cancelled"): 1,
     }
     assert values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)) == {("hurry",): 1}
-    assert values(samples, REJECTIONS, agent=name, by=("handler", "via")) == {
-        ("resume", "update"): 1,
-        ("resume", "signal"): 1,
-        ("send", "signal"): 1,
-        ("other", "signal"): 1,
+    refused = values(samples, REJECTIONS, agent=name, by=("handler", "via"))
+    assert set(refused) == {
+        ("resume", "update"),
+        ("resume", "signal"),
+        ("send", "signal"),
+        ("other", "signal"),
     }
+    if cached:
+        assert all(count == 1 for count in refused.values()), refused
+    else:
+        # A known limit (README, "Metrics"): a refused signal issues no command, and Temporal's
+        # Core replays a workflow task that issued none as part of the next one when that one
+        # brings an update (the resume below), calling it live. Uncached, its refusals count
+        # again; never more than once again (the update's task issues commands).
+        assert refused[("resume", "update")] == 1  # a refused update is in no history
+        assert all(1 <= count <= 2 for count in refused.values()), refused
     # The wait of each answer that settled a call; not of the expired or withdrawn ones.
     assert values(samples, f"{INTERRUPT_WAIT}_count", agent=name, by=("tool",)) == {
         ("approve",): 1,

@@ -9,8 +9,13 @@ the clock or randomness, or changes the conversation's state, so a history is th
 without it, and the recorded histories replay with tracing on or off.
 
 - Metrics go through ``workflow.metric_meter()``, which records nothing while the workflow
-  replays: a conversation evicted from the cache and replayed is not counted twice. (A workflow
-  task that fails and is retried does run live twice; Temporal's own metrics share that.)
+  replays: a conversation evicted from the cache and replayed is not counted twice (the tests
+  run the metrics with the cache off). Two exceptions, both Temporal's: a workflow task that
+  fails and is retried runs live twice (Temporal's own metrics share that); and Temporal's Core
+  replays a task that issued no command as part of the next task when that one brings an
+  update, calling it live, so what such a task counted counts again when the conversation was
+  not in the worker's cache. Of what is counted here, only a refused signal issues no command
+  (an interrupt raised, answered or expired always writes the memo or completes an update).
 - Spans are ``temporalio.contrib.opentelemetry.workflow.completed_span``: zero-length spans
   stamped with workflow time, which the contrib makes only while not replaying, and only when
   the worker runs its ``TracingInterceptor``. Without the interceptor nothing is made here (the
