@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -72,6 +73,7 @@ from workflows.telemetry import (
     SPAN_TURN_END,
     SPAN_TURN_START,
     TOOL_CALLS,
+    UNKNOWN_AGENT,
 )
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -580,7 +582,7 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(
             calls(("approve", {"question": "q"}, "c1")),
         ]
     )
-    cache = {} if cached else {"max_cached_workflows": 0}
+    cache: dict[str, Any] = {} if cached else {"max_cached_workflows": 0}
     async with hosted(metrics_client, agents=[agent], model=model, **cache) as agents:
         first = await agents.chat(agent.name)
         paused = await first.send("go")
@@ -674,4 +676,41 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(
     chat_ids = {first.id, second.id, third.id}
     assert mine and not any(set(labels.values()) & chat_ids for labels in mine)
     for chat in (first, second, third):
+        await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_agent_label_names_only_an_agent_the_worker_hosts(metered, client):
+    """Whoever may start a workflow names its agent: a name no worker hosts labels nothing.
+    Until a model call comes back, the label is ``unknown``; then it is the agent's name."""
+    metrics_client, metrics = metered
+    agent = Agent(f"labelled-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.lookup])
+    forged = f"forged-{uuid.uuid4().hex}"
+    queue = f"test-{uuid.uuid4()}"
+    model = ScriptedModel([text("hello")])
+    async with hosted(metrics_client, agents=[agent], model=model, task_queue=queue) as agents:
+        # A conversation with an agent nobody hosts: its model call fails, its refusals count.
+        stranger = await agents.chat(forged)
+        failed = await stranger.send("hi")
+        assert failed.finish_reason == FinishReason.FAILED
+        await stranger.handle.signal("frobnicate", {"x": 1})
+        await eventually(stranger.rejections, lambda r: len(r) == 1)
+        # A hosted agent's conversation, refused once its model has answered.
+        known = await agents.chat(agent.name)
+        assert (await known.send("hi")).text == "hello"
+        await known.handle.signal("frobnicate", {"x": 1})
+        await eventually(known.rejections, lambda r: len(r) == 1)
+
+    def refusals(samples) -> dict[str, float]:
+        return {
+            labels["agent"]: value
+            for metric, labels, value in samples
+            if metric == REJECTIONS and labels.get("task_queue") == queue
+        }
+
+    samples = await eventually(
+        metrics.scrape, lambda found: len(refusals(found)) == 2, timeout=15, interval=0.2
+    )
+    assert refusals(samples) == {UNKNOWN_AGENT: 1, agent.name: 1}
+    assert not any(forged in labels.values() for _, labels, _ in samples)
+    for chat in (stranger, known):
         await assert_no_workflow_task_failed(client, chat.id)

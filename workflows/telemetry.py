@@ -21,8 +21,13 @@ without it, and the recorded histories replay with tracing on or off.
   the worker runs its ``TracingInterceptor``. Without the interceptor nothing is made here (the
   contrib's fallback would make spans on every replay, and warn).
 - Metric labels are bounded: the agent, the tool (a declared tool's name: only those pause), a
-  decision or a handler; never a chat id. Span attributes add the chat id and the ref. Neither
-  ever holds a payload: no tool input or output, message text, answer, identity or token.
+  decision or a handler; never a chat id. The agent label is the conversation's agent only once
+  a model call in this run has come back, which shows the worker hosts an agent of that name;
+  before, :data:`UNKNOWN_AGENT`. Whoever may start a workflow names its agent (and may hand it
+  any state to carry on from), so a label from the input alone could make series without bound.
+  Span attributes add the chat id and the ref, and name the agent as the conversation does.
+  Neither ever holds a payload: no tool input or output, message text, answer, identity or
+  token.
 """
 
 from __future__ import annotations
@@ -77,6 +82,11 @@ SPAN_REJECTED = "agent.rejected"
 SPAN_MODEL_CALL = "agent.model_call"
 SPAN_TOOL_CALL = "agent.tool_call"
 
+UNKNOWN_AGENT = "unknown"
+"""The metrics' ``agent`` label before a model call of the run has shown that the worker hosts
+the conversation's agent: a refusal before the first message is answered, a conversation naming
+an agent no worker hosts, a run continued-as-new while paused until its next model call."""
+
 RejectedHandler = Literal["resume", "send", "other"]
 
 
@@ -100,17 +110,29 @@ class Telemetry:
     """The metrics and spans of one conversation's run.
 
     Args:
-        agent: The agent's name: a label on every metric and an attribute on every span.
+        agent: The conversation's agent: an attribute on every span, and the metrics' ``agent``
+            label once :meth:`hosted` has been called (:data:`UNKNOWN_AGENT` until then).
     """
 
     def __init__(self, agent: str) -> None:
         self.agent = agent
+        self._label = UNKNOWN_AGENT
         self._instruments: _Instruments | None = None
 
+    def hosted(self) -> None:
+        """A model call for this conversation's agent came back: the worker that ran it looked
+        the agent up by this name (it fails the call for a name it does not host), so the name
+        labels the metrics from here on. Not the name in the agent's definition the call may
+        return, which a forged start could have put in the state it carries."""
+        if self._label != self.agent:
+            self._label = self.agent
+            self._instruments = None
+
     def _metrics(self) -> _Instruments:
-        # Made on first use, inside the workflow (the meter is the running workflow's).
+        # Made on first use, inside the workflow (the meter is the running workflow's), and
+        # again when the label changes.
         if self._instruments is None:
-            meter = workflow.metric_meter().with_additional_attributes({"agent": self.agent})
+            meter = workflow.metric_meter().with_additional_attributes({"agent": self._label})
             self._instruments = _Instruments(
                 raised=meter.create_counter(
                     INTERRUPTS_RAISED, "Interrupts raised: a call paused for a human."

@@ -372,6 +372,7 @@ class TurnMachine:
                 # it is a cancellation, not a model failure.
                 raise asyncio.CancelledError() from None
             raise _TurnFailed(self._error(e, what="model call")) from None
+        self.telemetry.hosted()  # the worker hosts this agent: its name may label metrics
         if result.spec is not None:
             self.s.spec = result.spec
         if self.rules.durable:
