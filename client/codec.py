@@ -11,9 +11,18 @@ its metadata; its data is a 12-byte random nonce followed by the AES-GCM ciphert
 a payload cannot be passed off as written under another id.
 
 The codec is always installed, with keys or without: without keys it passes payloads through
-unchanged, and decoding an encrypted one raises :class:`PayloadKeyMissing`, whose message names
-the key id and the variable, instead of the pydantic converter's "unknown encoding". Payloads
-written before encryption was turned on (no ``binary/encrypted`` encoding) still decode.
+unchanged. Payloads written before encryption was turned on (no ``binary/encrypted`` encoding)
+still decode.
+
+Decoding is lenient: a payload the codec cannot open (a key id it lacks, a failed tag, data too
+short to hold a nonce and a tag) is left as it is, still ``binary/encrypted``. What happens then
+is the payload converter's business (:class:`AgentPayloadConverter`, which
+:func:`data_converter` installs): converting such a payload to a value raises
+:class:`PayloadKeyMissing`, naming the key id, so clients fail as before; but a signal or update
+handler that takes raw payloads (``RawValue``) receives it still encrypted and can refuse it in
+words, and a payload nobody converts (a signal's argument in history) stops nothing. The SDK
+decodes every payload of a workflow activation at once, caller-chosen ones included, so a codec
+that raised would let anyone who can signal a conversation fail its workflow task for ever.
 
 Nothing here reads the environment at import: entry points call :func:`load_keys` (or
 :func:`data_converter` without ``keys``) when they start.
@@ -21,6 +30,7 @@ Nothing here reads the environment at import: entry points call :func:`load_keys
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import copy
@@ -30,22 +40,27 @@ import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Self
+from typing import Any, ClassVar, Self, cast
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.api.failure.v1 import Failure
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
-    DefaultFailureConverterWithEncodedAttributes,
+    DefaultFailureConverter,
+    EncodingPayloadConverter,
     PayloadCodec,
+    PayloadConverter,
     SerializationContext,
     WithSerializationContext,
     WorkflowSerializationContext,
 )
+from temporalio.exceptions import FailureError
 
 from client.errors import ConnectionConfigError
 
@@ -54,6 +69,11 @@ ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # GCM's standard nonce; random per payload (2^32 payloads a key stay safe)
+TAG_BYTES = 16  # GCM's tag, at the end of the ciphertext
+DECODING_FAILED = "Failed decoding arguments"
+"""The message of the error the SDK raises when it cannot convert an activity's or a workflow's
+arguments (``temporalio/worker/_activity.py``, ``_workflow_instance.py``); the error that says
+why is its cause."""
 
 # A key id travels in every payload's metadata and in error messages: short, and nothing that
 # could be taken for the list's own separators or need quoting.
@@ -66,20 +86,24 @@ class PayloadKeysError(ConnectionConfigError):
 
 
 class PayloadKeyMissing(ConnectionConfigError):
-    """A payload was encrypted with a key this process does not have (or with a different key
-    under the same id).
+    """A payload cannot be decrypted here: it was encrypted with a key this process does not
+    have, or (``corrupt``) its id names a key here that does not open it (another key under the
+    same id, or data altered or cut short).
 
     The class name is the failure ``type`` Temporal records when a worker cannot decode an
     activity's input (``workflows.types.ErrorKind.PAYLOAD_KEY_MISSING``): the workflow knows
-    from it that the model or tool never ran, and schedules the call again.
+    from it, under the SDK's "Failed decoding arguments", that the model or tool never ran, and
+    schedules the call again.
 
     Attributes:
-        key_id: The key id the payload names.
+        key_id: The key id the payload names (``?`` when it names none that could be an id).
+        corrupt: This process has a key with that id, and it does not open the payload.
     """
 
-    def __init__(self, message: str, *, key_id: str) -> None:
+    def __init__(self, message: str, *, key_id: str, corrupt: bool = False) -> None:
         super().__init__(message)
         self.key_id = key_id
+        self.corrupt = corrupt
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -200,24 +224,27 @@ def generate_key(key_id: str | None = None) -> str:
 MissingKeyHook = Callable[[PayloadKeyMissing], None]
 
 
+def _shown_id(raw: bytes) -> tuple[str, str]:
+    """A payload's key id as messages show it, and as :attr:`PayloadKeyMissing.key_id` keeps it.
+
+    The id comes from the payload, which whoever wrote it chose: one that could not be an id
+    (too long, control characters, not ASCII) is described by its length, never quoted.
+    """
+    key_id = raw.decode("ascii", "replace")
+    if _KEY_ID.fullmatch(key_id):
+        return repr(key_id), key_id
+    return f"<unusable, {len(raw)} bytes>", "?"
+
+
 class EncryptionCodec(PayloadCodec, WithSerializationContext):
     """AES-256-GCM over whole payloads, with the key id in the metadata (module docstring).
 
     Args:
         keys: The keys; :data:`NO_KEYS` (the default) passes payloads through.
-        on_missing_key: Called with the error, just before it is raised, whenever a payload
-            cannot be decrypted here. ``python -m worker`` uses it to stop: a worker that
-            cannot read a conversation must leave it to workers that can.
     """
 
-    def __init__(
-        self,
-        keys: PayloadKeys = NO_KEYS,
-        *,
-        on_missing_key: MissingKeyHook | None = None,
-    ) -> None:
+    def __init__(self, keys: PayloadKeys = NO_KEYS) -> None:
         self.keys = keys
-        self.on_missing_key = on_missing_key
         # One cipher per key, made once (the codec runs on every payload).
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.keys}
         self._encrypting = keys.encrypting_id
@@ -243,7 +270,15 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
         return [self.encrypt(p) for p in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [self.decrypt(p) for p in payloads]
+        """Each payload decrypted, or left as it is when it cannot be (see the module
+        docstring: the payload converter says why, if anything converts it)."""
+        return [self._open(p) for p in payloads]
+
+    def _open(self, payload: Payload) -> Payload:
+        try:
+            return self.decrypt(payload)
+        except PayloadKeyMissing:
+            return payload
 
     def encrypt(self, payload: Payload) -> Payload:
         """``payload`` encrypted with the first key (already encrypted ones are kept as they
@@ -261,30 +296,47 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
         """The original payload; one that is not encrypted is returned as it is.
 
         Raises:
-            PayloadKeyMissing: no key with the payload's id here, or that key does not open it.
+            PayloadKeyMissing: no key with the payload's id here, or that key does not open it
+                (its data altered, or too short to be a nonce and a tag).
         """
         if payload.metadata.get("encoding") != ENCODING:
             return payload
         raw_id = payload.metadata.get(KEY_ID_METADATA, b"")
-        key_id = raw_id.decode("utf-8", "replace")
-        cipher = self._ciphers.get(key_id)
-        if cipher is None:
-            raise self._missing(
-                key_id,
-                f"payload encrypted with key id {key_id!r}, which {self.keys.source} does not "
-                f"list ({self._listing()}){self._at()}: {self._remedy()}",
-            )
+        cipher = self._ciphers.get(raw_id.decode("ascii", "replace"))
         data = payload.data
+        if cipher is None or len(data) < NONCE_BYTES + TAG_BYTES:
+            raise self.undecryptable(payload)
         try:
-            opened = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], raw_id)
-            return Payload.FromString(opened)
+            return Payload.FromString(
+                cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], raw_id)
+            )
         except (InvalidTag, DecodeError):
-            raise self._missing(
-                key_id,
-                f"payload encrypted with key id {key_id!r} does not decrypt with the key "
-                f"{self.keys.source} gives that id{self._at()}: the id names another key there, "
-                "or the payload was altered",
-            ) from None
+            raise self.undecryptable(payload) from None
+
+    def undecryptable(self, payload: Payload) -> PayloadKeyMissing:
+        """Why an encrypted payload does not decrypt here, as the error to raise: a key id this
+        process lacks, or one it has whose key does not open the payload (``corrupt``)."""
+        shown, key_id = _shown_id(payload.metadata.get(KEY_ID_METADATA, b""))
+        if key_id not in self._ciphers:
+            return PayloadKeyMissing(
+                f"payload encrypted with key id {shown}, which {self.keys.source} does not "
+                f"list ({self._listing()}){self._at()}: {self._remedy()}",
+                key_id=key_id,
+            )
+        size = len(payload.data)
+        if size < NONCE_BYTES + TAG_BYTES:
+            why = (
+                f"is malformed: its data is {size} bytes, shorter than a nonce and a tag "
+                f"({NONCE_BYTES + TAG_BYTES}); it was cut short or altered"
+            )
+        else:
+            why = (
+                f"does not decrypt with the key {self.keys.source} gives that id: the id names "
+                "another key there, or the payload was altered"
+            )
+        return PayloadKeyMissing(
+            f"payload encrypted with key id {shown} {why}{self._at()}", key_id=key_id, corrupt=True
+        )
 
     def _listing(self) -> str:
         ids = self.keys.ids
@@ -298,24 +350,156 @@ class EncryptionCodec(PayloadCodec, WithSerializationContext):
     def _at(self) -> str:
         return f", in {self._where}" if self._where else ""
 
-    def _missing(self, key_id: str, message: str) -> PayloadKeyMissing:
-        error = PayloadKeyMissing(message, key_id=key_id)
-        if self.on_missing_key is not None:
-            self.on_missing_key(error)
-        return error
+
+def _in_workflow_code() -> bool:
+    """Whether a conversion runs for a workflow (its activation, or a handler in it), not for an
+    activity task or a client.
+
+    ``workflow.in_workflow()`` alone does not tell: the SDK converts a workflow's start input,
+    its activities' results and its handlers' arguments in ``activate()``, outside the workflow's
+    event loop, on a worker thread that runs no event loop at all (inside the sandbox, for a
+    sandboxed workflow). Activity tasks and clients convert on the worker's event loop.
+    """
+    if workflow.in_workflow() or workflow.unsafe.in_sandbox():
+        return True
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
+
+
+class EncryptedPayloadConverter(EncodingPayloadConverter, WithSerializationContext):
+    """``binary/encrypted``: what the codec could not open reaches the payload converter still
+    encrypted, and converting it to a value raises :class:`PayloadKeyMissing` with the reason
+    (a key id this process lacks, or a key that does not open it).
+
+    Args:
+        codec: The codec whose keys the messages name (its context names the conversation).
+        on_missing_key: Called with the error just before it is raised, only for an activity's
+            input decoded by an activity worker: the one payload a worker meets that its fleet
+            wrote (the workflow re-encrypts every activity input with the fleet's key) and that
+            no caller chose. ``python -m worker`` stops on it (exit 3). Never called for what a
+            workflow converts (its input, signal, update and query arguments, activity results)
+            or for a client.
+        context: The serialization context (the SDK sets it per task).
+    """
+
+    def __init__(
+        self,
+        codec: EncryptionCodec,
+        on_missing_key: MissingKeyHook | None = None,
+        context: SerializationContext | None = None,
+    ) -> None:
+        self._codec = codec
+        self._on_missing_key = on_missing_key
+        self._context = context
+
+    @property
+    def encoding(self) -> str:
+        return ENCODING.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None  # never writes: the codec encrypts
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        error = self._codec.undecryptable(payload)
+        if (
+            self._on_missing_key is not None
+            and isinstance(self._context, ActivitySerializationContext)
+            and not _in_workflow_code()
+        ):
+            self._on_missing_key(error)
+        raise error
+
+    def with_context(self, context: SerializationContext) -> Self:
+        return type(self)(self._codec.with_context(context), self._on_missing_key, context)
+
+
+class AgentPayloadConverter(PydanticPayloadConverter):
+    """The pydantic payload converter, plus :class:`EncryptedPayloadConverter` for
+    ``binary/encrypted`` (last: it never writes, so values never reach it).
+
+    The SDK makes converters from the class with no arguments (a workflow makes its own), so
+    the keys and the hook ride on a subclass: :meth:`bound` makes one, and :func:`data_converter`
+    installs it.
+    """
+
+    codec: ClassVar[EncryptionCodec] = EncryptionCodec(NO_KEYS)
+    on_missing_key: ClassVar[MissingKeyHook | None] = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        cls = type(self)  # through the class: a function kept on an instance would bind
+        self._set_converters(
+            *self.converters.values(), EncryptedPayloadConverter(cls.codec, cls.on_missing_key)
+        )
+
+    @classmethod
+    def bound(
+        cls, keys: PayloadKeys, on_missing_key: MissingKeyHook | None = None
+    ) -> type[AgentPayloadConverter]:
+        """A subclass whose instances name ``keys`` in their messages and call
+        ``on_missing_key`` (see :class:`EncryptedPayloadConverter`)."""
+        attributes = {
+            "codec": EncryptionCodec(keys),
+            "on_missing_key": staticmethod(on_missing_key) if on_missing_key else None,
+        }
+        return cast("type[AgentPayloadConverter]", type(cls.__name__, (cls,), attributes))
+
+    def with_context(self, context: SerializationContext) -> Self:
+        # Only the encrypted converter takes a context. The SDK's composite would make a whole
+        # new pydantic converter, dropping its cache of type adapters, for every conversion.
+        clone = copy.copy(self)
+        clone.converters = {
+            encoding: c.with_context(context) if isinstance(c, WithSerializationContext) else c
+            for encoding, c in self.converters.items()
+        }
+        return clone
+
+
+def _readable(exception: BaseException) -> str | None:
+    """The message of a failure that names no payload's content, kept readable with keys."""
+    message = exception.message if isinstance(exception, FailureError) else str(exception)
+    if isinstance(exception, PayloadKeyMissing) or message == DECODING_FAILED:
+        return message
+    return None
+
+
+class AgentFailureConverter(DefaultFailureConverter):
+    """With keys: a failure's message and stack trace travel encrypted (a tool's error can quote
+    its input), but for two fixed texts that name no payload's content: the SDK's "Failed
+    decoding arguments" and :class:`PayloadKeyMissing`'s message (key ids, the variable, the
+    conversation's id). A workflow must read them, though written by a worker with other keys,
+    to know that a call never ran; and the failed task says which key id is missing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        message = _readable(exception)
+        if message is not None:
+            failure.message = message  # the stack trace stays encrypted
 
 
 def data_converter(
     keys: PayloadKeys | str | None = None, *, on_missing_key: MissingKeyHook | None = None
 ) -> DataConverter:
     """The pydantic data converter with the payload codec: what every client and worker here
-    connects with. With keys, failure messages and stack traces are encrypted too.
+    connects with. With keys, failure messages and stack traces are encrypted too (but
+    :class:`AgentFailureConverter`'s fixed texts).
 
     Args:
         keys: The keys; a string is parsed as ``AGENT_PAYLOAD_KEYS`` is; ``None`` reads
             ``AGENT_PAYLOAD_KEYS`` now (entry points only). :data:`NO_KEYS` turns encryption off
-            and still installs the codec, so an encrypted payload fails by name.
-        on_missing_key: See :class:`EncryptionCodec`.
+            and still installs the codec and :class:`AgentPayloadConverter`, so an encrypted
+            payload fails by name.
+        on_missing_key: See :class:`EncryptedPayloadConverter`: called for an activity's input
+            that an activity worker cannot decrypt, and for nothing else.
 
     Raises:
         PayloadKeysError: the keys cannot be used.
@@ -326,16 +510,15 @@ def data_converter(
         keys = PayloadKeys.parse(keys)
     converter = dataclasses.replace(
         pydantic_data_converter,
-        payload_codec=EncryptionCodec(keys, on_missing_key=on_missing_key),
+        payload_converter_class=AgentPayloadConverter.bound(keys, on_missing_key),
+        payload_codec=EncryptionCodec(keys),
     )
     if keys:
         # A failure's message and stack trace are not payloads, and a tool's error can quote its
         # input: with keys they travel in the failure's encoded attributes (a payload, so
-        # encrypted), and history shows "Encoded failure" in their place. Without keys they stay
-        # readable, so a worker that lacks a key can say which one in its task failure.
-        converter = dataclasses.replace(
-            converter, failure_converter_class=DefaultFailureConverterWithEncodedAttributes
-        )
+        # encrypted), and history shows "Encoded failure" in their place, but for the fixed
+        # texts that say a payload could not be decrypted (AgentFailureConverter).
+        converter = dataclasses.replace(converter, failure_converter_class=AgentFailureConverter)
     return converter
 
 
@@ -346,12 +529,17 @@ def codec_of(converter: DataConverter) -> EncryptionCodec | None:
 
 
 __all__ = [
+    "DECODING_FAILED",
     "ENCODING",
     "ENV_VAR",
     "KEY_BYTES",
     "KEY_ID_METADATA",
     "NONCE_BYTES",
     "NO_KEYS",
+    "TAG_BYTES",
+    "AgentFailureConverter",
+    "AgentPayloadConverter",
+    "EncryptedPayloadConverter",
     "EncryptionCodec",
     "PayloadKeyMissing",
     "PayloadKeys",

@@ -5,18 +5,21 @@ text, tool inputs and outputs, answers, identities, the memo the inbox reads) is
 Temporal in the clear: the raw history and the workflow's description, read by a client without
 the codec, are searched byte by byte for the conversation's distinctive strings. The product's
 readers (``AgentClient``, ``agentctl``) and the codec server read them back with the key; keys
-rotate; a process without the key fails naming it (a worker stops; an activity it could not
-read is scheduled again, not failed). The key parsing and the codec itself are tested without a
-server first.
+rotate; a process without the key fails naming it. A worker stops only for an activity's input
+(which its fleet wrote), and the call is scheduled again, not failed; what a caller chooses (a
+signal, an update, a query, a start under a foreign key) is refused or fails on its own and
+stops nothing. The key parsing and the codec itself are tested without a server first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -32,20 +35,32 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, WorkflowSerializationContext
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
+from temporalio.common import RawValue
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.converter import (
+    ActivitySerializationContext,
+    DataConverter,
+    DefaultFailureConverter,
+    WorkflowSerializationContext,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.runtime import AgentActivities
 from client import AgentClient, ConnectionConfigError, FinishReason, InterruptRequest
 from client.codec import (
+    DECODING_FAILED,
     ENCODING,
     ENV_VAR,
     KEY_ID_METADATA,
     NO_KEYS,
+    AgentFailureConverter,
+    AgentPayloadConverter,
     EncryptionCodec,
     PayloadKeyMissing,
     PayloadKeys,
@@ -55,9 +70,15 @@ from client.codec import (
     generate_key,
     load_keys,
 )
+from client.errors import AgentError
 from examples import ALL_AGENTS as EXAMPLE_AGENTS
 from tests import agents as t
-from tests.helpers import eventually, server_address, temporal_cli
+from tests.helpers import (
+    assert_no_workflow_task_failed,
+    eventually,
+    server_address,
+    temporal_cli,
+)
 from tests.test_operator import AGENTCTL, VISIBILITY_TIMEOUT
 from tests.test_worker_process import Process, bare_environ, free_port
 from worker import build_worker, with_pydantic_converter
@@ -66,6 +87,7 @@ from worker.devserver import dev_server_command
 from worker.standin import Reply, calls, text
 from worker.testing import ScriptedModel, hosted, offline
 from workflows import Agent
+from workflows import payloads as workflow_payloads
 from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 from workflows.types import ErrorKind
 
@@ -166,42 +188,144 @@ async def test_the_codec_round_trips_and_binds_the_key_id():
     assert await codec.decode([original]) == [original]
 
     # The id is bound: the same key listed under another id does not open it, nor does
-    # altered data.
+    # altered data. Decoding leaves such a payload as it is (the payload converter says why,
+    # if anything converts it); decrypting it says why.
     renamed = EncryptionCodec(PayloadKeys.parse(f"k9:{K1.partition(':')[2]}"))
     moved = Payload()
     moved.CopyFrom(sealed)
     moved.metadata[KEY_ID_METADATA] = b"k9"
-    with pytest.raises(PayloadKeyMissing, match="key id 'k9' does not decrypt with the key"):
-        await renamed.decode([moved])
+    assert await renamed.decode([moved]) == [moved]
+    with pytest.raises(PayloadKeyMissing, match="key id 'k9' does not decrypt with the key") as e:
+        renamed.decrypt(moved)
+    assert e.value.corrupt and e.value.key_id == "k9"
     altered = Payload()
     altered.CopyFrom(sealed)
     altered.data = sealed.data[:-1] + bytes([sealed.data[-1] ^ 1])
+    assert await codec.decode([altered]) == [altered]
     with pytest.raises(PayloadKeyMissing, match="or the payload was altered"):
-        await codec.decode([altered])
+        codec.decrypt(altered)
+    with pytest.raises(PayloadKeyMissing, match="or the payload was altered"):
+        await data_converter(K1).decode([altered])
 
 
-async def test_without_keys_payloads_pass_and_an_encrypted_one_names_its_key():
+@pytest.mark.parametrize("size", [0, 1, 27])
+async def test_data_too_short_for_a_nonce_and_a_tag_is_corrupt_and_says_so(size):
+    """Not a bare ValueError from the cipher: the key id, and that the data is malformed."""
+    codec = EncryptionCodec(PayloadKeys.parse(K1))
+    short = Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"}, data=bytes(size))
+    assert await codec.decode([short]) == [short]
+    with pytest.raises(PayloadKeyMissing) as by_codec:
+        codec.decrypt(short)
+    with pytest.raises(PayloadKeyMissing) as by_converter:
+        await data_converter(K1).decode([short])
+    for caught in (by_codec, by_converter):
+        message = str(caught.value)
+        assert caught.value.corrupt and caught.value.key_id == "k1"
+        assert f"key id 'k1' is malformed: its data is {size} bytes" in message
+        assert "does not list" not in message  # the key is not what is missing
+    # Without the key it is the key that is missing.
+    with pytest.raises(PayloadKeyMissing, match=missing_message("k1")):
+        await data_converter(K2).decode([short])
+
+
+async def test_a_key_id_that_could_be_no_id_is_never_quoted():
+    odd = Payload(
+        metadata={"encoding": ENCODING, KEY_ID_METADATA: b"\x1b[31m" + b"z" * 500}, data=b""
+    )
+    with pytest.raises(PayloadKeyMissing) as caught:
+        await data_converter(K1).decode([odd])
+    assert "key id <unusable, 505 bytes>" in str(caught.value) and "zzz" not in str(caught.value)
+    assert caught.value.key_id == "?"
+
+
+async def test_without_the_key_a_payload_is_left_encrypted_and_converting_it_names_the_key():
     plain = Payload(metadata={"encoding": b"json/plain"}, data=b"1")
     none = EncryptionCodec(NO_KEYS)
     assert await none.encode([plain]) == [plain]
     (sealed,) = await EncryptionCodec(PayloadKeys.parse(K2)).encode([plain])
-    seen: list[PayloadKeyMissing] = []
-    hooked = EncryptionCodec(NO_KEYS, on_missing_key=seen.append)
-    in_chat = hooked.with_context(WorkflowSerializationContext(namespace="ns", workflow_id="c-1"))
+    # The codec never raises on the way in: what it cannot open stays as it is ...
+    assert await none.decode([sealed]) == [sealed]
+    in_chat = data_converter(NO_KEYS).with_context(
+        WorkflowSerializationContext(namespace="ns", workflow_id="c-1")
+    )
+    # ... a handler taking raw payloads (the signals, resume) gets it so, to refuse in words ...
+    assert await in_chat.decode([sealed], [RawValue]) == [RawValue(sealed)]
+    # ... and converting it to a value says which key is missing.
     with pytest.raises(PayloadKeyMissing) as caught:
         await in_chat.decode([sealed])
     assert str(caught.value).startswith(missing_message("k2") + " (it is not set), in ")
     assert "conversation 'c-1'" in str(caught.value) and caught.value.key_id == "k2"
-    assert seen == [caught.value]
+    assert not caught.value.corrupt
     # With other keys it says which it has, and what to do.
     with pytest.raises(PayloadKeyMissing) as other:
-        await EncryptionCodec(PayloadKeys.parse(K1)).decode([sealed])
+        await data_converter(K1).decode([sealed])
     assert str(other.value) == (
         missing_message("k2") + " (it lists k1): add that key to AGENT_PAYLOAD_KEYS, after the "
         "key that encrypts"
     )
     # The failure type the workflow recognises when an activity's input could not be read.
     assert PayloadKeyMissing.__name__ == ErrorKind.PAYLOAD_KEY_MISSING
+
+
+async def test_the_missing_key_hook_fires_for_an_activitys_input_only():
+    """``python -m worker`` stops (exit 3) on the hook: only for a payload its fleet wrote and
+    no caller chose, an activity's input decoded by the activity worker."""
+    seen: list[PayloadKeyMissing] = []
+    converter = data_converter(K1, on_missing_key=seen.append)
+    (sealed,) = await EncryptionCodec(PayloadKeys.parse(K2)).encode(
+        [Payload(metadata={"encoding": b"json/plain"}, data=b"1")]
+    )
+    activity = ActivitySerializationContext(
+        namespace="ns",
+        workflow_id="c-1",
+        workflow_type="AgentWorkflow",
+        activity_type="tool_call",
+        activity_id="1",
+        activity_task_queue="q",
+        is_local=False,
+    )
+    # A client's read (a query's result, a memo, an update's result): no.
+    with pytest.raises(PayloadKeyMissing):
+        await converter.with_context(WorkflowSerializationContext("ns", "c-1")).decode([sealed])
+    with pytest.raises(PayloadKeyMissing):
+        await converter.decode([sealed])
+    # A workflow converting an activity's result (in its activation, on a worker thread that
+    # runs no event loop): no.
+    in_activation = converter.with_context(activity).payload_converter
+    with pytest.raises(PayloadKeyMissing):
+        await asyncio.to_thread(in_activation.from_payloads, [sealed])
+    assert seen == []
+    # An activity worker decoding the activity's input, on its event loop: yes.
+    with pytest.raises(PayloadKeyMissing) as caught:
+        await converter.with_context(activity).decode([sealed])
+    assert seen == [caught.value] and "in conversation 'c-1'" in str(caught.value)
+
+
+async def test_with_keys_failures_are_encrypted_but_for_the_texts_that_say_a_payload_was_not():
+    """A workflow must read, from a worker with other keys, that an activity's input could not
+    be decrypted (the call never ran): those fixed texts stay readable, nothing else does."""
+    converter = data_converter(K1)
+    failure = Failure()
+    try:
+        try:
+            raise PayloadKeyMissing(missing_message("k9") + " (it lists k1)", key_id="k9")
+        except PayloadKeyMissing as e:
+            raise ApplicationError(DECODING_FAILED) from e
+    except ApplicationError as e:
+        await converter.encode_failure(e, failure)
+    assert failure.message == DECODING_FAILED
+    assert failure.cause.message == missing_message("k9") + " (it lists k1)"
+    assert failure.cause.application_failure_info.type == ErrorKind.PAYLOAD_KEY_MISSING
+    # Their stack traces stay encrypted, and any other message is.
+    assert not failure.stack_trace and key_id_of(failure.encoded_attributes) == "k1"
+    secret = Failure()
+    await converter.encode_failure(RuntimeError("password hunter2"), secret)
+    assert secret.message == "Encoded failure" and b"hunter2" not in secret.SerializeToString()
+
+
+def test_the_workflow_knows_an_encrypted_payload_by_the_codecs_own_names():
+    assert workflow_payloads.ENCRYPTED == ENCODING
+    assert workflow_payloads.KEY_ID_METADATA == KEY_ID_METADATA
 
 
 async def test_rotation_in_the_codec_new_key_first_old_still_decrypts():
@@ -213,7 +337,7 @@ async def test_rotation_in_the_codec_new_key_first_old_still_decrypts():
     assert after.metadata[KEY_ID_METADATA] == b"k2"
     assert await rotated.decode([before, after]) == [plain, plain]
     with pytest.raises(PayloadKeyMissing, match=missing_message("k2")):
-        await old.decode([after])
+        old.decrypt(after)
 
 
 def test_the_data_converter_is_pydantic_with_the_codec_and_reads_the_env_only_when_asked(
@@ -221,9 +345,12 @@ def test_the_data_converter_is_pydantic_with_the_codec_and_reads_the_env_only_wh
 ):
     monkeypatch.setenv(ENV_VAR, K1)
     converter = data_converter()
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert issubclass(converter.payload_converter_class, AgentPayloadConverter)
+    assert issubclass(converter.payload_converter_class, PydanticPayloadConverter)
+    assert converter.failure_converter_class is AgentFailureConverter
     codec = codec_of(converter)
     assert codec is not None and codec.keys.ids == ("k1",)
+    assert data_converter(NO_KEYS).failure_converter_class is DefaultFailureConverter
     explicit = codec_of(data_converter(NO_KEYS))
     assert explicit is not None and not explicit.keys  # installed, without keys
     assert codec_of(data_converter(K2)).keys.ids == ("k2",)  # type: ignore[union-attr]  # ours
@@ -776,52 +903,276 @@ async def test_keys_rotate_new_payloads_take_the_new_key_and_old_ones_still_read
     assert ids(events[:written]) == {"k1"}
     assert ids(events[written:]) == {"k2"}
     sealed = [p for e in events for _, p in payloads_in(e) if key_id_of(p)]
-    rotated_codec, old_codec = codec_of(rotated.data_converter), codec_of(old.data_converter)
-    assert rotated_codec is not None and old_codec is not None
-    assert len(await rotated_codec.decode(sealed)) == len(sealed)
+    rotated_codec = codec_of(rotated.data_converter)
+    assert rotated_codec is not None
+    assert [key_id_of(p) for p in await rotated_codec.decode(sealed)] == [None] * len(sealed)
     with pytest.raises(PayloadKeyMissing, match=missing_message("k2")):
-        await old_codec.decode(sealed)
+        await old.data_converter.decode([p for p in sealed if key_id_of(p) == "k2"])
     assert secrets_in(await stored_bytes(env.client, chat.id), s.all()) == []
 
 
-async def test_a_worker_without_the_key_stops_naming_it_and_one_with_the_key_goes_on(env, tmp_path):
-    """``python -m worker`` without the key a conversation was written with: the workflow task
-    fails with a message naming the key id (in history, for the UI), the worker logs it and
-    stops (exit 3) instead of failing that task for ever, and a worker with the key takes the
-    conversation on from there."""
-    queue = f"dp-nokey-{uuid.uuid4()}"
-    environ = bare_environ(
+def worker_environ(
+    env: WorkflowEnvironment, tmp_path: Path, queue: str, keys: str
+) -> dict[str, str]:
+    """``python -m worker``'s environment: this server, a task queue of its own, these keys."""
+    return bare_environ(
         tmp_path,
         TEMPORAL_ADDRESS=server_address(env.client),
         TEMPORAL_NAMESPACE=env.client.namespace,
         AGENT_TASK_QUEUE=queue,
+        AGENT_PAYLOAD_KEYS=keys,
     )
+
+
+async def events_so_far(client: Client, chat_id: str) -> list[HistoryEvent]:
+    """The raw history, or none yet if the conversation has not started."""
+    try:
+        return await raw_history(client, chat_id)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return []
+        raise
+
+
+def task_failures(events: list[HistoryEvent]) -> list[str]:
+    """Each failed workflow task's messages, its causes' included, joined."""
+    found = []
+    for e in events:
+        if e.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            continue
+        failure, messages = e.workflow_task_failed_event_attributes.failure, []
+        while True:
+            messages.append(failure.message)
+            if not failure.HasField("cause"):
+                break
+            failure = failure.cause
+        found.append(" <- ".join(messages))
+    return found
+
+
+async def test_a_worker_with_other_keys_fails_the_task_serves_others_and_stops_on_an_activity(
+    env, tmp_path
+):
+    """``python -m worker`` holding another key (k2), not the conversation's (k1). Its workflow
+    task fails naming the key id (in history, for the UI), and it goes on serving its own
+    conversations: a workflow task's payloads are partly the caller's to choose. An activity's
+    input is not (the workflow writes it with the fleet's key): meeting one under k1, the worker
+    stops (exit 3) instead of failing calls, and a worker with the key takes the call on."""
+    queue = f"dp-otherkey-{uuid.uuid4()}"
     keyed = with_keys(env.client, K1)
-    worker = await Process.start(sys.executable, "-m", "worker", env=environ, cwd=tmp_path)
+    worker = await Process.start(
+        sys.executable,
+        "-m",
+        "worker",
+        env=worker_environ(env, tmp_path, queue, K2),
+        cwd=tmp_path,
+    )
     try:
         await worker.wait_for("worker ready")
         chat = await AgentClient(keyed, task_queue=queue).chat("bankingAgent")
         sending = asyncio.create_task(chat.send("Transfer $500 to savings."))
-        assert await worker.wait(timeout=60) == 3, worker.output
+        failures = await eventually(
+            lambda: events_so_far(env.client, chat.id),
+            lambda events: bool(task_failures(events)),
+            timeout=30,
+        )
+        (failed, *_) = task_failures(failures)
+        # Readable with keys too: the SDK's text, and the key id the task lacked.
+        assert failed.startswith(DECODING_FAILED), failed
+        assert missing_message("k1") + " (it lists k2), in conversation" in failed, failed
+        assert worker.proc.returncode is None, worker.output
+
+        # Its own conversations go on.
+        own = await AgentClient(with_keys(env.client, K2), task_queue=queue).chat("bankingAgent")
+        res = await asyncio.wait_for(own.send("Transfer $500 to savings."), 60)
+        assert [i.name for i in res.interrupts] == ["userApproval"]
+        assert worker.proc.returncode is None, worker.output
+
+        # A worker with k1 takes the k1 conversation's workflow tasks (no activities). The first
+        # send may be gone: Temporal refuses an update while the workflow task is failing. Sent
+        # again, its model call goes to the k2 worker, which cannot read its input and stops.
+        async with hosted(
+            keyed,
+            agents=EXAMPLE_AGENTS,
+            model=ScriptedModel(offline),
+            task_queue=queue,
+            no_remote_activities=True,
+        ):
+            with contextlib.suppress(AgentError):
+                await asyncio.wait_for(sending, 60)
+            await eventually(
+                lambda: raw_history(env.client, chat.id),
+                lambda events: any(
+                    e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events
+                ),
+                timeout=60,
+            )
+            sending = asyncio.create_task(chat.send("Transfer $500 to savings."))
+            assert await worker.wait(timeout=60) == 3, worker.output
     finally:
         await worker.stop()
     output = worker.output
-    assert missing_message("k1") + " (it is not set)" in output
+    assert missing_message("k1") + " (it lists k2)" in output
     assert f"in conversation {chat.id!r}" in output
     assert "so it stops (exit 3)" in output and "shutting down gracefully" in output
-    events = await raw_history(env.client, chat.id)
-    failures = [
-        e.workflow_task_failed_event_attributes.failure
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-    ]
-    assert failures, "no workflow task failed"
-    assert missing_message("k1") in failures[0].message
 
+    # A worker with the key runs the call: it never ran, and was not failed.
     async with hosted(keyed, agents=EXAMPLE_AGENTS, model=ScriptedModel(offline), task_queue=queue):
         res = await asyncio.wait_for(sending, 90)
     assert res.finish_reason == FinishReason.INTERRUPTED
     assert [i.name for i in res.interrupts] == ["userApproval"]
+    # The model call's next attempt records the failed one: readable, though k2 encrypts
+    # failures, so that a workflow would know the call never ran.
+    (attempt, *_) = [
+        e.activity_task_started_event_attributes.last_failure
+        for e in await raw_history(env.client, chat.id)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt > 1
+    ]
+    assert attempt.message == DECODING_FAILED
+    assert attempt.cause.application_failure_info.type == ErrorKind.PAYLOAD_KEY_MISSING
+    assert missing_message("k1") + " (it lists k2)" in attempt.cause.message
+
+
+async def foreign(value: object, key: str = "zz") -> Payload:
+    """``value`` as a payload encrypted with a key none of the workers has."""
+    (payload,) = await data_converter(generate_key(key)).encode([value])
+    return payload
+
+
+async def test_a_signal_update_query_or_start_under_a_foreign_key_stops_nothing(env, tmp_path):
+    """Whoever can signal, update, query or start a conversation chooses those payloads. One
+    encrypted with a key the worker lacks must not stop the worker (every worker would take it
+    in turn) nor fail the conversation's workflow task (a signal stays in history): a signal is
+    recorded as a rejection naming the key id, an update is rejected, a query fails, and a start
+    fails only its own conversation's task. The paused turn still answers."""
+    queue = f"dp-foreign-{uuid.uuid4()}"
+    keyed = with_keys(env.client, K1)
+    worker = await Process.start(
+        sys.executable,
+        "-m",
+        "worker",
+        env=worker_environ(env, tmp_path, queue, K1),
+        cwd=tmp_path,
+    )
+    try:
+        await worker.wait_for("worker ready")
+        agents = AgentClient(keyed, task_queue=queue)
+        chat = await agents.chat("bankingAgent")
+        (ask,) = (await chat.send("Transfer $500 to savings.")).interrupts
+        answer = {"respond": [{"ref": ask.ref, "output": {"approved": True}}]}
+        sealed = await foreign(answer)
+        reason = "encrypted with key id 'zz', which this worker cannot decrypt"
+
+        # A real `temporal workflow signal`, with the payload's metadata as a script sets it.
+        code, out = await temporal_cli(
+            env.client,
+            "workflow",
+            "signal",
+            "--workflow-id",
+            chat.id,
+            "--name",
+            "resume",
+            "--input-meta",
+            "encoding=binary/encrypted",
+            "--input-meta",
+            "encryption-key-id=zz",
+            "--input-base64",
+            "--input",
+            base64.b64encode(sealed.data).decode(),
+        )
+        assert code == 0, out
+        rejections = await eventually(chat.rejections, lambda found: len(found) == 1, timeout=30)
+        assert [(r.via, r.handler, r.reason) for r in rejections] == [("signal", "resume", reason)]
+        # A send signal, through the SDK (the keyed client passes an encrypted payload on).
+        handle = keyed.get_workflow_handle(chat.id)
+        await handle.signal("send", RawValue(await foreign({"text": "hi"})))
+        rejections = await eventually(chat.rejections, lambda found: len(found) == 2, timeout=30)
+        assert (rejections[-1].handler, rejections[-1].reason) == ("send", reason)
+
+        # The resume update takes raw payloads: its validator refuses it in the same words.
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("resume", RawValue(sealed))
+        assert isinstance(refused.value.cause, ApplicationError)
+        assert refused.value.cause.type == ErrorKind.RESUME_REJECTED
+        assert refused.value.cause.message == reason
+        # Typed updates fail converting their argument, before any validator: the SDK rejects
+        # the update (no event in history), naming the key id.
+        for name in ("send", "cancel", "close"):
+            with pytest.raises(WorkflowUpdateFailedError) as typed:
+                await handle.execute_update(name, RawValue(await foreign({"text": "x"})))
+            cause = typed.value.cause
+            assert isinstance(cause, ApplicationError) and cause.message == DECODING_FAILED
+            assert "payload encrypted with key id 'zz'" in str(cause.cause), name
+        # A query fails, and only the query.
+        with pytest.raises(WorkflowQueryFailedError):
+            await handle.query("history", RawValue(await foreign({"offset": 0})))
+
+        # A conversation started with input under that key fails its own workflow task only.
+        started = await keyed.start_workflow(
+            "AgentWorkflow",
+            RawValue(await foreign({"agent": "bankingAgent"})),
+            id=f"dp-foreign-start-{uuid.uuid4()}",
+            task_queue=queue,
+        )
+        failed = await eventually(
+            lambda: events_so_far(env.client, started.id),
+            lambda events: bool(task_failures(events)),
+            timeout=30,
+        )
+        assert "payload encrypted with key id 'zz'" in task_failures(failed)[0]
+        await started.terminate("test: its input was never readable")
+
+        assert worker.proc.returncode is None, worker.output
+        await assert_no_workflow_task_failed(env.client, chat.id)
+        # The paused turn still answers.
+        res = await chat.resume(respond=[ask.respond({"approved": True})])
+        assert res.finish_reason == FinishReason.STOP, res
+        assert "transferred $500.00 to savings" in res.text
+        worker.proc.send_signal(signal.SIGTERM)
+        assert await worker.wait(timeout=60) == 0, worker.output
+    finally:
+        await worker.stop()
+    assert "so it stops" not in worker.output
+
+
+async def test_an_activity_result_the_workflow_cannot_read_fails_its_task_and_stops_nothing(env):
+    """A workflow task that cannot read what its conversation wrote (here a model call's result,
+    written by a worker that encrypts with k1, read by one with k2 only) fails naming the key
+    id; the missing-key hook, which stops ``python -m worker``, is not called for it."""
+    agent = t.ops_agent()
+    queue = f"dp-result-{uuid.uuid4()}"
+    seen: list[PayloadKeyMissing] = []
+    reader = Client(
+        **{**env.client.config(), "data_converter": data_converter(K2, on_missing_key=seen.append)}
+    )
+    model = ScriptedModel([text("hello")])
+    gemini = model.client()
+    try:
+        async with (
+            build_worker(
+                reader, agents=[agent], task_queue=queue, gemini=gemini, no_remote_activities=True
+            ),
+            Worker(
+                with_keys(env.client, f"{K1},{K2}"),  # reads k2, writes k1
+                task_queue=queue,
+                activities=AgentActivities([agent], gemini=gemini).activities(),
+            ),
+        ):
+            chat = await AgentClient(with_keys(env.client, K2), task_queue=queue).chat(agent.name)
+            sending = asyncio.create_task(chat.send("hi"))
+            events = await eventually(
+                lambda: events_so_far(env.client, chat.id),
+                lambda found: bool(task_failures(found)),
+                timeout=30,
+            )
+            sending.cancel()
+    finally:
+        await model.release(gemini)
+    (failed, *_) = task_failures(events)
+    assert missing_message("k1") + " (it lists k2)" in failed, failed
+    assert seen == []
+    await env.client.get_workflow_handle(chat.id).terminate("test: done")
 
 
 async def test_a_call_a_worker_could_not_decrypt_runs_later_and_is_never_a_tool_failure(env):
@@ -905,7 +1256,7 @@ def test_build_worker_keeps_a_clients_codec_and_gives_one_to_a_client_without(en
     assert with_pydantic_converter(keyed) is keyed
     bare = Client(**{**env.client.config(), "data_converter": DataConverter.default})
     given = with_pydantic_converter(bare).data_converter
-    assert given.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert issubclass(given.payload_converter_class, AgentPayloadConverter)
     codec = codec_of(given)
     assert codec is not None and not codec.keys
     own = EncryptionCodec(PayloadKeys.parse(K2))
@@ -917,7 +1268,13 @@ def test_build_worker_keeps_a_clients_codec_and_gives_one_to_a_client_without(en
     )
     kept = with_pydantic_converter(theirs).data_converter
     assert kept.payload_codec is own
-    assert kept.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert issubclass(kept.payload_converter_class, AgentPayloadConverter)
+    # A plain pydantic client (no codec) gets ours too.
+    plain = Client(**{**env.client.config(), "data_converter": pydantic_data_converter})
+    assert issubclass(
+        with_pydantic_converter(plain).data_converter.payload_converter_class,
+        AgentPayloadConverter,
+    )
 
 
 async def test_make_runs_dev_server_points_its_ui_at_the_codec_server(tmp_path):

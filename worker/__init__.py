@@ -14,7 +14,6 @@ from typing import Any
 
 import google.genai as genai
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -22,7 +21,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from activities.runtime import AgentActivities
-from client.codec import NO_KEYS, EncryptionCodec
+from client.codec import NO_KEYS, AgentPayloadConverter, EncryptionCodec
 from worker.peers import worker_identity
 from workflows import Agent, AgentWorkflow
 
@@ -148,18 +147,21 @@ def with_pydantic_converter(client: Client) -> Client:
     and a payload codec.
 
     A client's own codec is kept (``client.codec.data_converter(keys)`` gives one that
-    encrypts). A client without any gets the encryption codec without keys: payloads pass in
-    the clear, and one encrypted elsewhere fails naming its key id instead of as an unknown
-    encoding.
+    encrypts), and so is its payload converter if it is ours (``AgentPayloadConverter``, the
+    pydantic one that names the key id of a payload it cannot decrypt). A client without a
+    codec gets the encryption codec without keys: payloads pass in the clear, and one encrypted
+    elsewhere fails naming its key id instead of as an unknown encoding.
     """
     converter = client.data_converter
-    pydantic = converter.payload_converter_class is pydantic_data_converter.payload_converter_class
-    if pydantic and converter.payload_codec is not None:
+    ours = issubclass(converter.payload_converter_class, AgentPayloadConverter)
+    if ours and converter.payload_codec is not None:
         return client
     config = client.config()
     config["data_converter"] = dataclasses.replace(
         converter,
-        payload_converter_class=pydantic_data_converter.payload_converter_class,
+        payload_converter_class=(
+            converter.payload_converter_class if ours else AgentPayloadConverter
+        ),
         payload_codec=converter.payload_codec or EncryptionCodec(NO_KEYS),
     )
     return Client(**config)
@@ -217,7 +219,12 @@ def build_worker(
         client: A connected Temporal client; its data converter is switched to pydantic, and
             given the payload codec without keys if it has no codec (see
             ``with_pydantic_converter``): pass one from ``client.codec.data_converter`` to
-            encrypt.
+            encrypt. With keys, a payload the worker cannot decrypt stops nothing by itself:
+            a signal's or update's argument reaches the workflow still encrypted and is refused
+            in words; a query fails; a workflow task that cannot read the conversation's own
+            input, state or an activity's result fails naming the key id, and is retried; an
+            activity's input fails the attempt (the workflow schedules it again) and calls
+            ``on_missing_key`` if the converter has one (``client.codec.data_converter``).
         agents: The agents this worker serves. Their names are durable identifiers.
         task_queue: Where conversations for these agents run.
         gemini: The google-genai client for model calls. ``None``: the real API when

@@ -8,19 +8,24 @@ embedded Temporal dev server is started under ``.temporal/`` (unless one already
 ``localhost:7233``); a configured address, even ``localhost:7233``, is never started for.
 
 Payload encryption: ``AGENT_PAYLOAD_KEYS`` (``client.codec``) encrypts what the worker writes and
-decrypts what it reads. A worker that meets a payload encrypted with a key it does not have (a
-conversation written under another key) cannot serve that conversation: it logs the key id and
-the conversation, stops gracefully and exits 3, so that a worker that has the key takes the work
-(Temporal retries the failed workflow task, and the workflow schedules again a model or tool call
-whose input this worker could not read). With ``--dev-server`` and keys, the codec server
-(``worker.codec_server``) runs in this process on port 8081, and a dev server started here shows
-payloads in the clear in its UI through it.
+decrypts what it reads. A payload it cannot decrypt stops it only when the fleet wrote it and no
+caller chose it: an activity's input, which the workflow always writes with the fleet's first
+key. Then this worker lacks a key its fleet writes with: it logs the key id and the
+conversation, stops gracefully and exits 3, so that a worker that has the key takes the call (the
+workflow schedules again a model or tool call whose input this worker could not read; it never
+ran). Anything else it cannot decrypt stops nothing: a signal or update argument under a foreign
+key is refused as malformed, a query fails, and a workflow task that cannot read its
+conversation's input, state or an activity's result fails naming the key id (Temporal retries it,
+on whichever worker polls) while this worker goes on serving other conversations. With
+``--dev-server`` and keys, the codec server (``worker.codec_server``) runs in this process on port
+8081, and a dev server started here shows payloads in the clear in its UI through it.
 
 Exit codes: 0 after a graceful stop (or a done ``--setup-search-attributes``); 1 when Temporal
 cannot be reached or does not answer; 2 for a bad ``--agents`` (checked first, before anything
 connects), an unusable configuration (``AGENT_PAYLOAD_KEYS`` included), or a namespace without
-the search attributes (the message says what to fix); 3 after stopping because a payload was
-encrypted with a key ``AGENT_PAYLOAD_KEYS`` does not list (the log names the key id).
+the search attributes (the message says what to fix); 3 after stopping because an activity's
+input was encrypted with a key ``AGENT_PAYLOAD_KEYS`` does not list, or one it lists under that id
+does not open (the log names the key id).
 """
 
 from __future__ import annotations
@@ -405,7 +410,8 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
     missing: list[PayloadKeyMissing] = []
 
     def on_missing_key(error: PayloadKeyMissing) -> None:
-        # This worker cannot serve the conversation: leave it to one that can (exit 3).
+        # Called only for an activity's input (client.codec.EncryptedPayloadConverter): the
+        # fleet wrote it with a key this worker lacks. Leave the call to one that has it (exit 3).
         if not missing:
             missing.append(error)
             loop.call_soon_threadsafe(stop.set)
@@ -496,10 +502,11 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             # once instead of after a sticky-queue timeout.
             if missing:
                 log.error(
-                    "%s. This worker cannot read that conversation, so it stops (exit 3) and "
-                    "leaves it to a worker that has the key; until one runs, the conversation "
-                    "waits in Temporal (its failed workflow task is retried, and a model or "
-                    "tool call this worker could not read is scheduled again, not failed)",
+                    "%s. That was a model or tool call's input, which the workflow writes with "
+                    "the key its fleet encrypts with: this worker lacks it, so it stops (exit 3) "
+                    "and leaves the call to a worker that has it. The call never ran; the "
+                    "workflow schedules it again (for up to a day), and until a worker with the "
+                    "key takes it the conversation waits",
                     missing[0],
                 )
             log.info("shutting down gracefully")

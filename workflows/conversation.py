@@ -20,6 +20,7 @@ Determinism and replay contract:
   current code; this package imports no agent, tool or model code.
 - Handlers never raise anything but ``ApplicationError`` (and only update handlers, where failing
   the update is meant). Signals take raw payloads and validate them here, so a malformed signal
+  (one encrypted with a key the worker lacks included: ``workflows.payloads.refuse_encrypted``)
   is recorded as a rejection instead of failing the workflow task.
 - Whatever enters the conversation passes the checks and budgets of :mod:`workflows.limits`, so
   its state, every activity input, query result and update result stays serializable and under

@@ -2,8 +2,10 @@
 
 Signals and the ``resume`` update take raw payloads, so that this code, not the data converter,
 decides what is wrong with a bad one and says so (a payload the converter cannot decode would
-otherwise be dropped silently, or fail the workflow task). Results going out are cut to fit
-Temporal's payload limit, with stated placeholders.
+otherwise be dropped silently, or fail the workflow task). That includes a payload encrypted with
+a key the worker lacks: the payload codec leaves it as it is (``client.codec``), and it is
+refused here naming its key id. Results going out are cut to fit Temporal's payload limit, with
+stated placeholders.
 
 Pure code: no workflow calls, so the tests run it without a server.
 """
@@ -11,6 +13,7 @@ Pure code: no workflow calls, so the tests run it without a server.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -24,6 +27,12 @@ from workflows.limits import decode_json, json_size, shrink
 from workflows.types import ErrorKind, ResumeInput
 
 R = TypeVar("R", bound=BaseModel)
+
+# client.codec's ENCODING and KEY_ID_METADATA (the workflow imports nothing from the client; a
+# test checks that they agree).
+ENCRYPTED = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+_KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 RawResume = RawValue
 """The ``resume`` update's and signal's argument: a :class:`~workflows.types.ResumeInput`,
@@ -45,6 +54,22 @@ def raw_resume(resume: ResumeInput, *, converter: PayloadConverter) -> RawResume
     return RawValue(converter.to_payload(resume.model_dump(mode="json", exclude=unused)))
 
 
+def refuse_encrypted(payload: RawValue) -> None:
+    """Refuse a payload the worker could not decrypt (it reaches the workflow still encrypted).
+
+    Raises:
+        ResumeError: naming the payload's key id (or its length, if it could be no id).
+    """
+    metadata = payload.payload.metadata
+    if metadata.get("encoding") != ENCRYPTED:
+        return
+    raw = metadata.get(KEY_ID_METADATA, b"")
+    key_id = raw.decode("ascii", "replace")
+    # Chosen by the sender: quoted only if it could be an id.
+    shown = repr(key_id) if _KEY_ID.fullmatch(key_id) else f"<unusable, {len(raw)} bytes>"
+    raise ResumeError(f"encrypted with key id {shown}, which this worker cannot decrypt")
+
+
 def payload_json(payload: RawValue, *, strict: bool) -> object:
     """The JSON value a raw payload holds.
 
@@ -53,8 +78,10 @@ def payload_json(payload: RawValue, *, strict: bool) -> object:
             be stored (lone surrogates, too deep) here, at the door.
 
     Raises:
-        ResumeError: the payload is empty, not JSON, or not storable.
+        ResumeError: the payload is empty, encrypted with a key the worker lacks, not JSON, or
+            not storable.
     """
+    refuse_encrypted(payload)
     encoding = payload.payload.metadata.get("encoding", b"")
     if encoding == b"binary/null":
         raise ResumeError("the payload is empty; send a JSON object")
