@@ -27,6 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,12 @@ from temporalio.converter import (
     DefaultFailureConverter,
     WorkflowSerializationContext,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities import tool
 from activities.runtime import AgentActivities
 from client import AgentClient, ConnectionConfigError, FinishReason, InterruptRequest
 from client.codec import (
@@ -86,7 +88,7 @@ from worker.codec_server import CodecServer
 from worker.devserver import dev_server_command
 from worker.standin import Reply, calls, text
 from worker.testing import ScriptedModel, hosted, offline
-from workflows import Agent
+from workflows import Agent, config, turn
 from workflows import payloads as workflow_payloads
 from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 from workflows.types import ErrorKind
@@ -326,6 +328,49 @@ async def test_with_keys_failures_are_encrypted_but_for_the_texts_that_say_a_pay
 def test_the_workflow_knows_an_encrypted_payload_by_the_codecs_own_names():
     assert workflow_payloads.ENCRYPTED == ENCODING
     assert workflow_payloads.KEY_ID_METADATA == KEY_ID_METADATA
+    assert turn.DECODING_FAILED == DECODING_FAILED
+
+
+def activity_error(cause: BaseException) -> ActivityError:
+    err = ActivityError(
+        "Activity task failed",
+        scheduled_event_id=5,
+        started_event_id=6,
+        identity="worker",
+        activity_type="tool_call",
+        activity_id="1",
+        retry_state=None,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def test_only_the_sdks_own_decoding_failure_counts_as_an_input_not_decrypted():
+    """The workflow schedules a call again only for the SDK's "Failed decoding arguments" with
+    a PayloadKeyMissing among its causes: a tool's own error of that type has run."""
+    missing = ApplicationError(
+        missing_message("k1") + " (it is not set)", type=ErrorKind.PAYLOAD_KEY_MISSING
+    )
+    sdk = ApplicationError(DECODING_FAILED)
+    sdk.__cause__ = missing
+    assert turn._undecryptable(activity_error(sdk)) == "'k1'"
+    given_up = turn._activity_error(activity_error(sdk), what="tool 'lookup'")
+    assert given_up.message == (
+        "tool 'lookup' did not run: its input could not be decrypted (key id 'k1') by the "
+        "workers that took it"
+    )
+    assert turn._classified(activity_error(sdk))  # it did not run: no "may have taken effect"
+    # Encrypted by a worker with an older failure converter: still that shape, id unknown.
+    hidden = ApplicationError(DECODING_FAILED)
+    hidden.__cause__ = ApplicationError("Encoded failure", type=ErrorKind.PAYLOAD_KEY_MISSING)
+    assert turn._undecryptable(activity_error(hidden)) == "unknown"
+    # A tool's error of that type, raised or wrapped, or the SDK's text without it: not.
+    wrapped = ApplicationError("could not read the other chat")
+    wrapped.__cause__ = missing
+    other = ApplicationError(DECODING_FAILED)
+    other.__cause__ = ValueError("bad JSON")
+    for cause in (missing, wrapped, other, ApplicationError(DECODING_FAILED)):
+        assert turn._undecryptable(activity_error(cause)) is None, cause
 
 
 async def test_rotation_in_the_codec_new_key_first_old_still_decrypts():
@@ -1222,6 +1267,77 @@ async def test_a_call_a_worker_could_not_decrypt_runs_later_and_is_never_a_tool_
     assert failure.message == "Failed decoding arguments"
     assert failure.cause.application_failure_info.type == ErrorKind.PAYLOAD_KEY_MISSING
     assert missing_message("k1") in failure.cause.message
+
+
+@tool("reads_elsewhere", "Reads another conversation, written with a key it lacks.")
+async def reads_elsewhere(inp: t.Key) -> dict[str, str]:
+    t.RUNS["reads_elsewhere"] += 1
+    # As a tool using AgentClient on another team's conversation would fail, told not to retry.
+    raise ApplicationError(
+        missing_message("k9") + " (it lists k1)",
+        type=ErrorKind.PAYLOAD_KEY_MISSING,
+        non_retryable=True,
+    )
+
+
+async def test_a_tool_failing_with_that_type_has_run_once_and_the_model_hears_it(env):
+    """Only the SDK's own "Failed decoding arguments" means a call never ran: a tool that
+    raises an error of type PayloadKeyMissing itself has run, and is not run again and again."""
+    agent = Agent(f"dp-tool-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[reads_elsewhere])
+    model = ScriptedModel([calls(("reads_elsewhere", {"key": "other-chat"})), text("noted")])
+    async with hosted(with_keys(env.client, K1), agents=[agent], model=model) as agents:
+        chat = await agents.chat(agent.name)
+        res = await asyncio.wait_for(chat.send("read the other chat"), 60)
+        assert res.finish_reason == FinishReason.FAILED
+        assert t.RUNS["reads_elsewhere"] == 1
+        res = await asyncio.wait_for(chat.send("what happened?"), 60)
+        assert res.finish_reason == FinishReason.STOP and res.text == "noted"
+    (sent,) = model.requests[-1].function_responses()
+    assert sent["name"] == "reads_elsewhere"
+    assert sent["response"] == {
+        "error": "INTERNAL: tool 'reads_elsewhere' failed",
+        "note": "it may have taken effect",
+    }
+    assert t.RUNS["reads_elsewhere"] == 1
+    history = await raw_history(env.client, chat.id)
+    assert not [e for e in history if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+
+
+async def test_a_call_no_worker_can_decrypt_fails_after_the_give_up_time(env, monkeypatch):
+    """Scheduled again for ``config.UNDECRYPTABLE_GIVE_UP`` (a day; seconds here), then failed
+    as what it is: the call never ran, its input could not be decrypted."""
+    monkeypatch.setattr(config, "UNDECRYPTABLE_GIVE_UP", timedelta(seconds=3))
+    agent = t.ops_agent()  # lookup is gated
+    queue = f"dp-giveup-{uuid.uuid4()}"
+    keyed = with_keys(env.client, K1)
+    model = ScriptedModel([calls(("lookup", {"key": "abc"})), text("done")])
+    async with hosted(keyed, agents=[agent], model=model, task_queue=queue) as agents:
+        chat = await agents.chat(agent.name)
+        (gate,) = (await chat.send("look abc up")).interrupts
+    gemini = model.client()
+    try:
+        async with (
+            build_worker(
+                keyed, agents=[agent], task_queue=queue, gemini=gemini, no_remote_activities=True
+            ),
+            Worker(
+                env.client,  # the session's client: the codec, no keys
+                task_queue=queue,
+                activities=AgentActivities([agent], gemini=gemini).activities(),
+            ),
+        ):
+            res = await asyncio.wait_for(chat.resume(answers=[gate.approve()]), 60)
+            kept = (await chat.history()).model_dump_json()
+    finally:
+        await model.release(gemini)
+    assert res.finish_reason == FinishReason.FAILED
+    assert t.RUNS["lookup"] == 0
+    assert len(await activity_failures(env.client, chat.id)) >= 2  # scheduled again, then not
+    said = (
+        "UNAVAILABLE: tool 'lookup' did not run: its input could not be decrypted (key id 'k1') "
+        "by the workers that took it"
+    )
+    assert said in kept and "may have taken effect" not in kept
 
 
 async def activity_failures(client: Client, chat_id: str) -> list[Any]:

@@ -30,9 +30,11 @@ TOOL_RETRY_ATTEMPTS = 3
 
 # A model or tool call whose input the worker that took it could not decrypt (it lacks the
 # payload key the conversation is written with) never ran: it is scheduled again, not failed,
-# first after this, each time twice as long, at most the second.
+# first after this, each time twice as long, at most the second; for at most the third, from
+# the first such failure, after which the call fails saying its input could not be decrypted.
 UNDECRYPTABLE_RETRY_FIRST = timedelta(seconds=2)
 UNDECRYPTABLE_RETRY_MAX = timedelta(minutes=10)
+UNDECRYPTABLE_GIVE_UP = timedelta(days=1)
 
 # A run continues as new on Temporal's suggestion only after this many events, so a carried
 # state large enough to trip the suggestion at once cannot loop. (Sizes and budgets, including

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -478,20 +479,28 @@ class TurnMachine:
         paused turn goes on once a worker with the key takes the call (``python -m worker``
         without it stops, naming the key). Each new attempt waits twice as long as the last,
         within ``config.UNDECRYPTABLE_RETRY_*``; the failed attempts stay in history, each
-        naming the missing key id.
+        naming the missing key id. After ``config.UNDECRYPTABLE_GIVE_UP`` from the first such
+        failure the call fails (:func:`_activity_error` says its input could not be decrypted).
         """
         delay = config.UNDECRYPTABLE_RETRY_FIRST
+        since = None
         while True:
             try:
                 return await workflow.execute_activity(activity, arg, **options)
             except ActivityError as e:
-                missing = _undecryptable(e)
-                if missing is None:
+                key_id = _undecryptable(e)
+                if key_id is None:
                     raise
+                now = workflow.now()
+                since = since or now
+                if now - since >= config.UNDECRYPTABLE_GIVE_UP:
+                    raise
+                # Fixed text and the key id only: the cause's message is not the workflow's.
                 workflow.logger.error(
-                    "%s did not run: %s; scheduled again in %s",
+                    "%s did not run: the worker that took it could not decrypt its input (key "
+                    "id %s); scheduled again in %s",
                     options.get("summary") or activity,
-                    missing.message,
+                    key_id,
                     delay,
                 )
                 await workflow.sleep(delay, summary="waiting for a worker with the payload key")
@@ -843,28 +852,58 @@ def _over_budget(what: str) -> str:
     return f"{what} did not fit in what this turn can still hold ({human_size(TURN_BUDGET)} in all)"
 
 
-def _undecryptable(err: ActivityError) -> ApplicationError | None:
-    """The failure a worker records when it cannot decrypt an activity's input (the SDK wraps
-    it in "Failed decoding arguments"), wherever it is in the cause chain; else None."""
+DECODING_FAILED = "Failed decoding arguments"
+"""The message of the error the SDK raises when an activity worker cannot convert the activity's
+input (``temporalio/worker/_activity.py``); ``client.codec.DECODING_FAILED``."""
+
+_KEY_ID_IN_MESSAGE = re.compile(r"key id '([A-Za-z0-9._-]{1,64})'")
+
+
+def _undecryptable(err: ActivityError) -> str | None:
+    """The key id (quoted, or ``unknown``) if the attempt failed as the SDK fails an activity
+    whose input the worker could not decrypt; else None.
+
+    Only that shape: the attempt's error is the SDK's own "Failed decoding arguments", and a
+    ``PayloadKeyMissing`` is in *its* causes. A tool that raises an error of that type itself
+    (one reading another conversation through ``AgentClient``, say) has run: its failure is
+    the tool's, and is not scheduled again.
+    """
     cause = err.cause
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type == ErrorKind.PAYLOAD_KEY_MISSING:
-            return cause
-        cause = cause.__cause__
+    if not (isinstance(cause, ApplicationError) and cause.message == DECODING_FAILED):
+        return None
+    inner = cause.__cause__
+    while inner is not None:
+        if isinstance(inner, ApplicationError) and inner.type == ErrorKind.PAYLOAD_KEY_MISSING:
+            found = _KEY_ID_IN_MESSAGE.search(inner.message)
+            return repr(found[1]) if found else "unknown"
+        inner = inner.__cause__
     return None
 
 
 def _classified(err: ActivityError) -> bool:
-    """Whether the tool itself said how it failed (a ``ToolError``)."""
+    """Whether the failure says how it failed: the tool's own ``ToolError``, or an input no
+    worker could decrypt (the call never ran)."""
     cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type in (
+    if isinstance(cause, ApplicationError) and cause.type in (
         ErrorKind.TOOL_ERROR,
         ErrorKind.UNKNOWN_AGENT,
-    )
+    ):
+        return True
+    return _undecryptable(err) is not None
 
 
 def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
     """A classified error for the caller. Unclassified failures keep their text in history only."""
+    key_id = _undecryptable(err)
+    if key_id is not None:
+        # Given up on (config.UNDECRYPTABLE_GIVE_UP): no worker that took it could read it.
+        return ErrorInfo(
+            status=Status.UNAVAILABLE,
+            message=(
+                f"{what} did not run: its input could not be decrypted (key id {key_id}) by "
+                "the workers that took it"
+            ),
+        )
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type in (
         ErrorKind.TOOL_ERROR,
