@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from google.protobuf import json_format
@@ -1338,6 +1340,77 @@ async def test_a_call_no_worker_can_decrypt_fails_after_the_give_up_time(env, mo
         "by the workers that took it"
     )
     assert said in kept and "may have taken effect" not in kept
+
+
+def raw_http(url: str, request: bytes) -> bytes:
+    """Send ``request`` as it is, and read the answer until the server closes."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def post_request(host: str, body: bytes = b"{}", *, length: bytes | None = None) -> bytes:
+    return (
+        b"POST /decode HTTP/1.1\r\nHost: " + host.encode() + b"\r\nX-Namespace: default\r\n"
+        b"Content-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: " + (str(len(body)).encode() if length is None else length) + b"\r\n"
+        b"\r\n" + body
+    )
+
+
+async def test_the_codec_server_answers_every_request_and_only_its_own_host_names(monkeypatch):
+    """A malformed request gets a status and a short message, never a dropped connection; and a
+    request whose Host is not the server's own (a DNS-rebinding page) gets 403."""
+    async with CodecServer(
+        PayloadKeys.parse(K1), port=0, allowed_hosts=["codec.example.com"]
+    ) as server:
+        port = urlsplit(server.url).port
+        assert port is not None
+
+        def status(request: bytes) -> tuple[int, bytes]:
+            answer = raw_http(server.url, request)
+            assert answer.startswith(b"HTTP/1.1 "), answer  # answered, not dropped
+            head, _, body = answer.partition(b"\r\n\r\n")
+            return int(head.split()[1]), body
+
+        async def check(request: bytes) -> tuple[int, bytes]:
+            return await asyncio.to_thread(status, request)
+
+        ok = f"localhost:{port}"
+        assert (await check(post_request(ok)))[0] == 200
+        for host in (
+            f"127.0.0.1:{port}",
+            f"[::1]:{port}",
+            "codec.example.com",
+            "Codec.Example.com:443",
+        ):
+            assert (await check(post_request(host)))[0] == 200, host
+        # DNS rebinding: the attacker's name, the right address and port.
+        for host in (f"evil.example:{port}", "evil.example", f"localhost:{port + 1}", ""):
+            code, body = await check(post_request(host))
+            assert (code, body) == (403, b"host not allowed\n"), host
+        # Content-Length: "\xb2" passes str.isdigit(); too many digits; not a number.
+        for length in (b"\xb2", b"1" * 13, b"-1", b"1_0", b"0x10"):
+            code, body = await check(post_request(ok, length=length))
+            assert code == 400 and b"Content-Length" in body, (length, code, body)
+        # Data too short to be encrypted: refused naming the key id.
+        short = Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: b"k1"}, data=b"x")
+        body = json_format.MessageToJson(Payloads(payloads=[short])).encode()
+        code, said = await check(post_request(ok, body))
+        assert code == 422 and b"key id 'k1' is malformed" in said, said
+        # A fault of its own: 500, a short message, the connection answered.
+        codec = server._codec  # the codec it serves with
+
+        def broken(payload: Payload) -> Payload:
+            raise RuntimeError("a secret in a message")
+
+        monkeypatch.setattr(codec, "decrypt", broken)
+        code, said = await check(post_request(ok, body))
+        assert (code, said) == (500, b"internal error (RuntimeError)\n")
 
 
 async def activity_failures(client: Client, chat_id: str) -> list[Any]:

@@ -338,11 +338,18 @@ def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only(
     temporal = spec["services"]["temporal"]
     (ui_port,) = flag_values(as_command(temporal["command"]), "--ui-port")
     assert args.cors_origin == [f"http://localhost:{ui_port}"]
-    # The keys come from the same env file as the worker's.
-    env_files = codec["env_file"]
-    assert (env_files if isinstance(env_files, list) else [env_files]) == [".env"]
-    assert "AGENT_PAYLOAD_KEYS" not in (codec.get("environment") or {})
-    assert "AGENT_PAYLOAD_KEYS" in env_example()
+    # The keys are the worker's, from .env, but only they and the namespace it serves: not the
+    # whole file (the Gemini and Temporal API keys) in a service that browsers reach.
+    assert "env_file" not in codec
+    environment = codec["environment"]
+    assert environment == {
+        "AGENT_PAYLOAD_KEYS": "${AGENT_PAYLOAD_KEYS:-}",
+        "TEMPORAL_NAMESPACE": "${TEMPORAL_NAMESPACE:-default}",
+    }
+    assert {"AGENT_PAYLOAD_KEYS", "TEMPORAL_NAMESPACE"} <= set(env_example())
+    # What the worker's env file also holds stays out of it.
+    secrets = {"GEMINI_API_KEY", "TEMPORAL_API_KEY"}
+    assert secrets <= set(env_example()) and not secrets & set(environment)
     # Without keys it refuses to start, so it runs only with the profile .env.example names.
     (profile,) = codec["profiles"]
     example = (ROOT / ".env.example").read_text()

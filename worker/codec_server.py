@@ -7,18 +7,26 @@ The Temporal UI (its codec endpoint setting, or the dev server's ``--ui-codec-en
 shape, through the same codec the workers use (:mod:`client.codec`, keys from
 ``AGENT_PAYLOAD_KEYS``).
 
-Whoever can reach it can read every conversation of the namespaces it serves, so:
+Whoever can reach it can read every conversation of the namespaces it serves (``/decode``), and
+encrypt whatever they like under the fleet's key (``/encode``: an encryption oracle), so:
 
 - it listens on 127.0.0.1 unless ``--host`` says otherwise;
+- it answers only requests whose ``Host`` header names it: ``localhost``, ``127.0.0.1`` or
+  ``[::1]`` with its port, the ``--host`` it listens on, or a name given with ``--allowed-host``
+  (a proxy's); others get 403. A web page cannot then reach it by DNS rebinding (a name of the
+  attacker's that resolves to 127.0.0.1 sends that name as ``Host``);
 - a request must name one of its namespaces in ``X-Namespace`` (the header the UI and the CLI
   send); others get 403;
 - browsers get CORS headers only for the origins given with ``--cors-origin`` (the UI's:
   ``http://localhost:8233`` for the dev server, ``https://cloud.temporal.io`` for Temporal
   Cloud); the preflight allows ``content-type``, ``x-namespace`` and ``authorization``;
-- it refuses to start without keys (there would be nothing to decode).
+- it refuses to start without keys (there would be nothing to decode);
+- every request gets an answer, however malformed (400, or 500 for a fault of its own), never
+  a dropped connection.
 
 It checks no ``Authorization`` header itself: put it behind a proxy that does (and terminates
-TLS, which the Cloud UI requires) when it must be reachable beyond one machine.
+TLS, which the Cloud UI requires) when it must be reachable beyond one machine, and name the
+proxy with ``--allowed-host``.
 
 It is the standard library's threaded HTTP server, not a web framework: google-genai sends every
 model call through aiohttp whenever aiohttp is installed, so adding one to the worker's image
@@ -32,8 +40,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -69,6 +79,8 @@ ALLOWED_HEADERS = "content-type, x-namespace, authorization"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # A connection that sends nothing for this long is dropped (a slow client holds a thread).
 IDLE_SECONDS = 30
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit() takes "²"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 def _origin(value: str) -> str:
@@ -82,6 +94,9 @@ class _CodecHTTPServer(ThreadingHTTPServer):
     codec: EncryptionCodec
     namespaces: frozenset[str]
     origins: frozenset[str]
+    hosts: frozenset[str]
+    """Allowed ``Host`` values, lower-case: ``name:port`` must match exactly; a name given
+    without a port matches it with any port or none."""
 
 
 class _CodecHTTPServer6(_CodecHTTPServer):
@@ -128,7 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         # query string names no other route.
         return urlsplit(self.path).path
 
-    def do_OPTIONS(self) -> None:
+    def _options(self) -> None:
         if self._route not in ("/encode", "/decode"):
             self._refuse(HTTPStatus.NOT_FOUND, "not found")
             return
@@ -147,7 +162,38 @@ class _Handler(BaseHTTPRequestHandler):
         assert isinstance(server, _CodecHTTPServer)
         return server
 
+    def _host_allowed(self) -> bool:
+        host = (self.headers.get("Host") or "").strip().lower()
+        if not host:
+            return False
+        allowed = self._config.hosts
+        name = host.rpartition(":")[0] if re.search(r":[0-9]+$", host) else host
+        return host in allowed or name in allowed
+
+    def do_OPTIONS(self) -> None:
+        self._answer(self._options)
+
     def do_POST(self) -> None:
+        self._answer(self._post)
+
+    def _answer(self, handle: Callable[[], None]) -> None:
+        """Every request gets an answer: a fault here is a 500 with a short message (its
+        details go to the log at debug level), never a dropped connection."""
+        try:
+            if not self._host_allowed():
+                self.close_connection = True  # its body, if any, is not read
+                self._refuse(HTTPStatus.FORBIDDEN, "host not allowed")
+                return
+            handle()
+        except Exception as e:  # any request, however malformed, is answered
+            log.debug("%s %s failed", self.command, self._route, exc_info=True)
+            self.close_connection = True
+            with contextlib.suppress(OSError):  # the client has gone
+                self._refuse(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error ({type(e).__name__})"
+                )
+
+    def _post(self) -> None:
         codec = self._config.codec
         transforms: dict[str, Callable[[Payload], Payload]] = {
             "/encode": codec.encrypt,
@@ -157,15 +203,21 @@ class _Handler(BaseHTTPRequestHandler):
         if transform is None:
             self._refuse(HTTPStatus.NOT_FOUND, "not found: POST /encode or /decode")
             return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        length = (self.headers.get("Content-Length") or "").strip()
+        if not length:
+            self.close_connection = True  # a body, if any, is not read
             self._refuse(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
             return
-        if int(length) > MAX_REQUEST_BYTES:
+        if not _CONTENT_LENGTH.fullmatch(length):
+            self.close_connection = True
+            self._refuse(HTTPStatus.BAD_REQUEST, "the Content-Length is not a number of bytes")
+            return
+        size = int(length)
+        if size > MAX_REQUEST_BYTES:
             self.close_connection = True  # the body is not read
             self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request too large")
             return
-        body = self.rfile.read(int(length))
+        body = self.rfile.read(size)
         namespace = self.headers.get("X-Namespace")
         if not namespace:
             self._refuse(HTTPStatus.BAD_REQUEST, "the X-Namespace header is required")
@@ -181,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             done = [transform(p) for p in payloads.payloads]
         except PayloadKeyMissing as e:
-            # The message names the key id, never a payload.
+            # The message names the key id (or says the data is malformed), never a payload.
             self._refuse(HTTPStatus.UNPROCESSABLE_ENTITY, str(e))
             return
         log.debug("%s %d payloads for namespace %r", self._route[1:], len(done), namespace)
@@ -207,6 +259,8 @@ class CodecServer:
         cors_origins: Browser origins allowed to call it (exact ``scheme://host[:port]``).
         host: The interface to listen on (loopback by default).
         port: The port; 0 picks a free one.
+        allowed_hosts: ``Host`` header values it answers besides its own (loopback names and
+            ``host``, with its port): a proxy's name, with or without a port.
 
     Raises:
         PayloadKeysError: no keys.
@@ -220,6 +274,7 @@ class CodecServer:
         cors_origins: Sequence[str] = (),
         host: str = DEFAULT_HOST,
         port: int = DEFAULT_PORT,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         if not keys:
             raise PayloadKeysError(
@@ -230,6 +285,7 @@ class CodecServer:
         self._origins = frozenset(_origin(o) for o in cors_origins)
         self._host = host
         self._port = port
+        self._allowed_hosts = tuple(h.strip().lower() for h in allowed_hosts if h.strip())
         self._server: _CodecHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -242,17 +298,21 @@ class CodecServer:
         """
         kind = _CodecHTTPServer6 if ":" in self._host else _CodecHTTPServer
         server = kind((self._host, self._port), _Handler)
+        port = server.server_address[1]  # the real one, for a port of 0
+        own = f"[{self._host}]" if ":" in self._host else self._host
         server.codec, server.namespaces, server.origins = (
             self._codec,
             self._namespaces,
             self._origins,
+        )
+        server.hosts = frozenset(
+            [*(f"{name}:{port}".lower() for name in (*LOOPBACK_NAMES, own)), *self._allowed_hosts]
         )
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, name="codec-server", daemon=True
         )
         self._thread.start()
-        port = server.server_address[1]  # the real one, for a port of 0
         host = "localhost" if self._host in ("127.0.0.1", "localhost") else self._host
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         return self
@@ -302,6 +362,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "server's UI) or https://cloud.temporal.io; repeat for more (default: none)",
     )
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="a Host header to answer besides localhost, 127.0.0.1 and [::1] with its port and "
+        "the --host it listens on: the name a TLS proxy in front of it forwards; repeat for more "
+        "(others get 403, which stops DNS rebinding)",
+    )
+    p.add_argument(
         "--namespace",
         action="append",
         default=None,
@@ -328,6 +397,7 @@ async def serve(args: argparse.Namespace, keys: PayloadKeys) -> int:
         cors_origins=args.cors_origin,
         host=args.host,
         port=args.port,
+        allowed_hosts=args.allowed_host,
     )
     try:
         await server.start()
