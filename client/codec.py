@@ -78,6 +78,7 @@ why is its cause."""
 # A key id travels in every payload's metadata and in error messages: short, and nothing that
 # could be taken for the list's own separators or need quoting.
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MAX_QUOTED_ID = 32  # see _named
 
 
 class PayloadKeysError(ConnectionConfigError):
@@ -119,17 +120,17 @@ class PayloadKeys:
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
-        for key_id, key in self.keys:
+        for n, (key_id, key) in enumerate(self.keys, start=1):
             if not _KEY_ID.fullmatch(key_id):
-                raise PayloadKeysError(_bad_id(key_id, self.source))
+                raise PayloadKeysError(_bad_id(key_id, self.source, entry=n))
             if len(key) != KEY_BYTES:
                 raise PayloadKeysError(
-                    f"{self.source}: key {key_id!r} is {len(key)} bytes; AES-256 needs "
+                    f"{self.source}: key {_named(key_id, n)} is {len(key)} bytes; AES-256 needs "
                     f"{KEY_BYTES} (generate one with `python -m worker.codec_server "
                     "--generate-key`)"
                 )
             if key_id in seen:
-                raise PayloadKeysError(f"{self.source}: key id {key_id!r} is listed twice")
+                raise PayloadKeysError(f"{self.source}: key id {_named(key_id, n)} is listed twice")
             seen.add(key_id)
 
     @classmethod
@@ -155,12 +156,12 @@ class PayloadKeys:
                     "id:base64key[,id:base64key...])"
                 )
             if not _KEY_ID.fullmatch(key_id):
-                raise PayloadKeysError(_bad_id(key_id, source))
+                raise PayloadKeysError(_bad_id(key_id, source, entry=n))
             try:
                 key = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):
                 raise PayloadKeysError(
-                    f"{source}: the key of {key_id!r} is not valid base64"
+                    f"{source}: key {_named(key_id, n)} is not valid base64"
                 ) from None
             pairs.append((key_id, key))
         return cls(tuple(pairs), source=source)
@@ -185,10 +186,23 @@ NO_KEYS = PayloadKeys()
 """No encryption: payloads pass through, and an encrypted one fails to decode by name."""
 
 
-def _bad_id(key_id: str, source: str) -> str:
-    shown = repr(key_id) if len(key_id) <= 80 else repr(key_id[:80]) + "..."
+def _named(key_id: str, entry: int) -> str:
+    """A usable id as a message names its key: quoted if short. A long one may be a key written
+    where the id goes (unpadded, a key's base64 is 43 letters and digits about a quarter of the
+    time, a usable id), so it is named by its position and length instead."""
+    if len(key_id) <= MAX_QUOTED_ID:
+        return repr(key_id)
+    return f"at entry {entry} (its id is {len(key_id)} characters)"
+
+
+def _bad_id(key_id: str, source: str, *, entry: int | None = None) -> str:
+    """What is wrong with an id that fails the check, by its length and position only: an
+    entry written key first (``base64key:id``) has the key where the id goes, and a message
+    must never print a key."""
+    where = f"entry {entry}: " if entry is not None else ""
     return (
-        f"{source}: key id {shown} is not usable; an id is 1 to 64 letters, digits, '.', '_' or '-'"
+        f"{source}: {where}the key id ({len(key_id)} characters) is not usable; an id is 1 to "
+        "64 letters, digits, '.', '_' or '-', and comes first (id:base64key)"
     )
 
 

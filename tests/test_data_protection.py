@@ -140,11 +140,11 @@ def test_keys_parse_in_order_the_first_encrypting():
     [
         ("k1", "entry 1 is not ID:BASE64KEY"),
         (f"{K1},nocolon", "entry 2 is not ID:BASE64KEY"),
-        (f"bad id:{K1.partition(':')[2]}", "key id 'bad id' is not usable"),
-        (f"k/1:{K1.partition(':')[2]}", "key id 'k/1' is not usable"),
-        (f"{'k' * 65}:{K1.partition(':')[2]}", "is not usable; an id is 1 to 64"),
-        (f":{K1.partition(':')[2]}", "key id '' is not usable"),
-        ("k1:not base64!!", "the key of 'k1' is not valid base64"),
+        (f"bad id:{K1.partition(':')[2]}", "entry 1: the key id (6 characters) is not usable"),
+        (f"{K2},k/1:{K1.partition(':')[2]}", "entry 2: the key id (3 characters) is not usable"),
+        (f"{'k' * 65}:{K1.partition(':')[2]}", "(65 characters) is not usable; an id is 1 to 64"),
+        (f":{K1.partition(':')[2]}", "entry 1: the key id (0 characters) is not usable"),
+        ("k1:not base64!!", "key 'k1' is not valid base64"),
         (f"k1:{base64.b64encode(b'x' * 16).decode()}", "key 'k1' is 16 bytes; AES-256 needs 32"),
         (f"{K1},k1:{K2.partition(':')[2]}", "key id 'k1' is listed twice"),
     ],
@@ -158,6 +158,36 @@ def test_unusable_keys_are_refused_by_entry_never_quoting_a_key(value, says):
         assert entry.partition(":")[2] not in message
     # A setting to fix: agentctl and the worker report it as one (exit 2).
     assert isinstance(caught.value, ConnectionConfigError)
+
+
+# A key whose base64 is all letters and digits: without its padding, a usable id.
+ALNUM_KEY = base64.b64encode(b"A" * 32).decode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"{K1.partition(':')[2]}:k1",  # written key first
+        f"{K2},{K1.partition(':')[2]}:k1",
+        f"{ALNUM_KEY.rstrip('=')}:k1",  # unpadded: passes as an id; "k1" is no base64
+        f"{ALNUM_KEY.rstrip('=')}:key1",  # ... and "key1" is 3 bytes of base64
+        f"{ALNUM_KEY.rstrip('=')}:{K1.partition(':')[2]},{ALNUM_KEY.rstrip('=')}:{K2.partition(':')[2]}",
+    ],
+)
+def test_an_entry_written_key_first_never_shows_the_key(value):
+    """An id that fails the check is never quoted (its length and position only), nor is a
+    long one that passes it: a key written where the id goes could be either."""
+    with pytest.raises(PayloadKeysError) as caught:
+        PayloadKeys.parse(value)
+    message = str(caught.value)
+    assert message.startswith(f"{ENV_VAR}: ") and "entry" in message, message
+    for key in (K1.partition(":")[2], K2.partition(":")[2], ALNUM_KEY):
+        assert key.rstrip("=")[:16] not in message, message
+    with pytest.raises(PayloadKeysError) as built:
+        PayloadKeys(((ALNUM_KEY.rstrip("="), b"x" * 3),))
+    assert ALNUM_KEY[:16] not in str(built.value) and "(its id is 43 characters)" in str(
+        built.value
+    )
 
 
 def test_keys_never_show_their_bytes():
