@@ -18,6 +18,7 @@ import base64
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import signal
 import socket
@@ -1494,6 +1495,32 @@ def test_build_worker_keeps_a_clients_codec_and_gives_one_to_a_client_without(en
         with_pydantic_converter(plain).data_converter.payload_converter_class,
         AgentPayloadConverter,
     )
+
+
+async def test_build_worker_warns_when_the_env_has_keys_and_its_client_has_none(
+    env, monkeypatch, caplog
+):
+    """``AGENT_PAYLOAD_KEYS`` is read by entry points: a client connected without it would have
+    the worker write in the clear, silently but for this warning."""
+    model = ScriptedModel()
+    gemini = model.client()
+    agents = [t.ops_agent()]
+
+    def warnings_for(client: Client) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="worker"):
+            build_worker(client, agents=agents, task_queue=f"dp-{uuid.uuid4()}", gemini=gemini)
+        return [r.getMessage() for r in caplog.records if "IN THE CLEAR" in r.getMessage()]
+
+    monkeypatch.setenv(ENV_VAR, K1)
+    (warning,) = warnings_for(env.client)  # the session's client: the codec, no keys
+    assert ENV_VAR in warning and "data_converter=client.codec.data_converter()" in warning
+    assert K1.partition(":")[2] not in warning
+    bare = Client(**{**env.client.config(), "data_converter": pydantic_data_converter})
+    assert len(warnings_for(bare)) == 1
+    assert warnings_for(with_keys(env.client, K1)) == []
+    monkeypatch.delenv(ENV_VAR)
+    assert warnings_for(env.client) == []
 
 
 async def test_make_runs_dev_server_points_its_ui_at_the_codec_server(tmp_path):

@@ -21,7 +21,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from activities.runtime import AgentActivities
-from client.codec import NO_KEYS, AgentPayloadConverter, EncryptionCodec
+from client.codec import ENV_VAR, NO_KEYS, AgentPayloadConverter, EncryptionCodec
 from worker.peers import worker_identity
 from workflows import Agent, AgentWorkflow
 
@@ -167,6 +167,22 @@ def with_pydantic_converter(client: Client) -> Client:
     return Client(**config)
 
 
+def _warn_if_writing_in_the_clear(client: Client) -> None:
+    """``AGENT_PAYLOAD_KEYS`` is read by entry points, not by ``build_worker``: a client
+    connected without ``client.codec.data_converter()`` would have the worker write every
+    payload in the clear while the environment says to encrypt."""
+    codec = client.data_converter.payload_codec
+    plain = codec is None or (isinstance(codec, EncryptionCodec) and not codec.keys)
+    if plain and os.environ.get(ENV_VAR, "").strip():
+        log.warning(
+            "%s is set, but the client given to build_worker has no payload keys: this worker "
+            "writes payloads IN THE CLEAR. Connect the client with "
+            "data_converter=client.codec.data_converter() (which reads %s)",
+            ENV_VAR,
+            ENV_VAR,
+        )
+
+
 def has_gemini_key(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
     """Whether the real Gemini is configured: an API key, or Vertex AI (google-genai's own
     ``GOOGLE_GENAI_USE_VERTEXAI``, with its project and location from the environment)."""
@@ -219,7 +235,8 @@ def build_worker(
         client: A connected Temporal client; its data converter is switched to pydantic, and
             given the payload codec without keys if it has no codec (see
             ``with_pydantic_converter``): pass one from ``client.codec.data_converter`` to
-            encrypt. With keys, a payload the worker cannot decrypt stops nothing by itself:
+            encrypt (a warning is logged when ``AGENT_PAYLOAD_KEYS`` is set and the client has
+            no keys). With keys, a payload the worker cannot decrypt stops nothing by itself:
             a signal's or update's argument reaches the workflow still encrypted and is refused
             in words; a query fails; a workflow task that cannot read the conversation's own
             input, state or an activity's result fails naming the key id, and is retried; an
@@ -249,8 +266,10 @@ def build_worker(
     worker_kwargs.setdefault("max_cached_workflows", DEFAULT_MAX_CACHED_WORKFLOWS)
     # Names the agents, so a worker with other agents on the same queue can be spotted.
     worker_kwargs.setdefault("identity", worker_identity(agents))
+    client = with_pydantic_converter(client)
+    _warn_if_writing_in_the_clear(client)
     return Worker(
-        with_pydantic_converter(client),
+        client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
         activities=acts.activities(),
