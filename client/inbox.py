@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
-from client.codec import PayloadKeyMissing
+from client.codec import ENV_VAR, PayloadKeyMissing
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 from workflows.types import InterruptSource
 
@@ -145,13 +145,13 @@ def unreadable_chat(wf: WorkflowExecution, error: PayloadKeyMissing) -> PausedCh
     """A listed workflow whose memo this process cannot decrypt: what its search attributes
     say (agent, since when, the tool names), and why the rest is not shown."""
     names = wf.typed_search_attributes.get(PENDING_INTERRUPTS) or []
-    shown = f"(encrypted with key id {error.key_id!r}, which AGENT_PAYLOAD_KEYS here lacks)"
-    return PausedChat(
-        chat_id=wf.id,
-        agent=wf.typed_search_attributes.get(AGENT_NAME),
-        waiting_since=wf.typed_search_attributes.get(INTERRUPTED_SINCE),
-        interrupts=[PausedInterrupt(name=n, ref="?", input=shown) for n in names],
-        unreadable=str(error),
+    why = "whose key here does not open it" if error.corrupt else f"which {ENV_VAR} here lacks"
+    shown = f"(encrypted with key id {error.key_id!r}, {why})"
+    return paused_chat(wf, None).model_copy(
+        update={
+            "interrupts": [PausedInterrupt(name=n, ref="?", input=shown) for n in names],
+            "unreadable": str(error),
+        }
     )
 
 

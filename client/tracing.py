@@ -92,6 +92,10 @@ def sanitised(span: ReadableSpan) -> ReadableSpan:
 def _type_name(description: str | None) -> str | None:
     if not description:
         return description
+    # Only "Type: message", as the SDK and the contrib write it, names a type; a description
+    # without the colon is all message (code of any kind may set one), and is dropped.
+    if ":" not in description:
+        return None
     head = description.split(":", 1)[0].strip()
     return head if len(head) <= 200 and _TYPE_NAME.fullmatch(head) else None
 

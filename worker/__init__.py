@@ -33,8 +33,9 @@ DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Conversations a worker keeps in memory between their workflow tasks (Temporal's own default
 is 1000). Each holds its state and the sandbox's per-run objects (the workflow's code is shared:
 it passes through the sandbox); a paused conversation is only waiting, and one evicted is
-replayed from its history when next answered (63 ms for a 10-turn run, bench B3). Measured with
-``python -m bench b2 --parked 10000``: 187 MiB resident with all of them parked (113 before),
+replayed from its history when next answered (56 ms for a 10-turn run, bench B3). Measured with
+``python -m bench b2 --parked 10000``: 187 MiB resident with all of them parked (113 before
+parking),
 and resuming runs at 0.65 of the parking rate. Raise it for workers that keep many
 conversations busy at once."""
 

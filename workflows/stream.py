@@ -51,8 +51,8 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows import events
 from workflows.interrupts import ResumeError, pydantic_reason
-from workflows.limits import KiB, decode_json, json_size
-from workflows.payloads import refuse_encrypted
+from workflows.limits import KiB, json_size
+from workflows.payloads import payload_json
 from workflows.types import TurnEvent
 
 TOPIC = "events"
@@ -149,8 +149,7 @@ class ConversationStream:
         """
         if len(payload.payload.data) > MAX_PUBLISH_BYTES:
             raise ResumeError(f"a stream publish is at most {MAX_PUBLISH_BYTES // KiB} KiB")
-        refuse_encrypted(payload)
-        body = decode_json(payload.payload.data, strict=True)
+        body = payload_json(payload, strict=True)
         try:
             publish = _PUBLISH.validate_python(body)
         except ValidationError as e:

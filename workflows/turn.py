@@ -475,7 +475,9 @@ class TurnMachine:
         decrypt its input (they lack the payload key this conversation is written with).
 
         Such an attempt never reached the model or the tool: the worker failed it while
-        decoding, so it is no failure of theirs. An approved tool keeps its one run, and the
+        decoding, so it is no failure of theirs. (Only the last attempt is known to be that: a
+        tool allowed several attempts may have run in earlier ones on a worker with the key,
+        and runs again here, as any retry would.) An approved tool keeps its one run, and the
         paused turn goes on once a worker with the key takes the call (``python -m worker``
         without it stops, naming the key). Each new attempt waits twice as long as the last,
         within ``config.UNDECRYPTABLE_RETRY_*``; the failed attempts stay in history, each
