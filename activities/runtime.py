@@ -34,7 +34,7 @@ from activities.streaming import TextPublisher
 from activities.telemetry import ToolOutcome, count_tool_call, span
 from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
 from workflows.agent import Agent
-from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 from workflows.interrupts import pydantic_reason
 from workflows.limits import (
     MAX_CALLS_PER_MESSAGE,
@@ -127,6 +127,7 @@ class AgentActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_call(self, input: ModelInput) -> ModelResult:
         """One Gemini call with the conversation so far; automatic function calling is off."""
+        for_a_conversation(input.chat_id, what="model call")
         hosted = self._agents.get(input.agent)
         with span(
             SPAN_MODEL_CALL,
@@ -146,9 +147,9 @@ class AgentActivities:
         conv = await self._conversations.resolve(input)
         try:
             async with _heartbeating(5.0):
-                if input.stream and input.turn is not None:
+                if input.stream and input.turn is not None and input.stream_key:
                     # The text goes on the conversation's stream as it arrives.
-                    async with TextPublisher(turn=input.turn) as publisher:
+                    async with TextPublisher(turn=input.turn, key=input.stream_key) as publisher:
                         chunks = await stream_model(
                             self._gemini, spec, conv.messages, conv.rest, on_chunk=publisher.feed
                         )
@@ -182,6 +183,9 @@ class AgentActivities:
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, input: ToolInput) -> ToolResult:
         """Run one tool call. An ``Interrupt`` comes back as data; a ``ToolError`` fails it."""
+        # Whether it may run (an approval, a gate) is the conversation's decision, made in the
+        # workflow: only a conversation's own run may ask.
+        for_a_conversation(input.chat_id, what=f"tool call {input.tool[:100]!r}")
         with span(
             SPAN_TOOL_CALL,
             name=input.agent,
@@ -275,6 +279,45 @@ class AgentActivities:
                 kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
             )
         return ToolResult(kind="output", output=output)
+
+
+def for_a_conversation(chat_id: str, *, what: str) -> None:
+    """Refuse an activity not scheduled by the ``AgentWorkflow`` run of chat ``chat_id``.
+
+    Temporal lets whoever may start activities start one on any task queue without a workflow
+    (the dev server accepts standalone activities), or schedule one from a workflow of their
+    own; ``ToolInput`` then says whatever they like (``resumed_metadata: {"tool_approved":
+    true}``), and a tool would run with no approval and no record. The activity's info comes
+    from the server: a standalone activity has no workflow, and a workflow's id and type are
+    what the server ran. (A workflow of another program named ``AgentWorkflow`` on a queue of
+    its own would pass; completing workflow tasks is a worker's right, see the README's "For
+    security reviewers".)
+
+    Raises:
+        ApplicationError: non-retryable ``NotScheduledByConversation``; logged as an error.
+    """
+    info = activity.info()
+    if info.in_workflow and info.workflow_type == WORKFLOW_TYPE and info.workflow_id == chat_id:
+        return
+    source = (
+        f"workflow {info.workflow_type!r} (id {(info.workflow_id or '')[:100]!r})"
+        if info.in_workflow
+        else "no workflow (a standalone activity)"
+    )
+    log.error(
+        "refused a %s on task queue %r: it was scheduled by %s, not by the conversation %r",
+        what,
+        info.task_queue,
+        source,
+        chat_id[:100],
+    )
+    raise ApplicationError(
+        f"refused: a {what} runs only for a conversation, scheduled by its own "
+        f"{WORKFLOW_TYPE} run; this one was scheduled by {source}",
+        Status.PERMISSION_DENIED,
+        type=ErrorKind.NOT_A_CONVERSATION,
+        non_retryable=True,
+    )
 
 
 def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[Status, str] | None:

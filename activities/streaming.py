@@ -21,15 +21,18 @@ import logging
 import time
 from typing import Any
 
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio import activity
+from temporalio.contrib.workflow_streams import PublishEntry, PublishInput
 
 from workflows.events import split_text
 from workflows.stream import (
     MAX_ITEM_BYTES,
     MAX_TEXT_BATCHES,
+    PUBLISH_SIGNAL,
     TEXT_BATCH_SECONDS,
     TEXT_BATCHES_PER_STEP,
     TOPIC,
+    encode_item,
 )
 from workflows.types import TurnEvent
 
@@ -49,16 +52,26 @@ class TextPublisher:
 
     Publishing never fails the model call: after a publish that does not get through, nothing
     more is sent, and the workflow publishes what the stream lacks when the call completes.
+
+    Args:
+        turn: The turn the text is for.
+        key: The call's publisher id (``ModelInput.stream_key``): the workflow takes text only
+            from publishes that carry it, as ``"<key>:<attempt>"`` so each attempt of a retried
+            call counts its batches afresh.
     """
 
-    def __init__(self, *, turn: int, interval: float = TEXT_BATCH_SECONDS) -> None:
+    def __init__(self, *, turn: int, key: str, interval: float = TEXT_BATCH_SECONDS) -> None:
         self._turn = turn
         self._interval = interval
-        # The client's own background flusher is not started (no ``async with``): this class
-        # decides when to send, and sends at most three items per signal, which the workflow
-        # takes (workflows.stream.MAX_PUBLISH_BYTES).
-        self._client = WorkflowStreamClient.from_within_activity()
-        self._topic = self._client.topic(TOPIC, type=TurnEvent)
+        info = activity.info()
+        self._publisher_id = f"{key}:{info.attempt}"
+        # The signal is sent here, not through the library's WorkflowStreamClient: its
+        # publisher id is its own random one, and this class decides when to send (at most
+        # three items per signal, which the workflow takes: workflows.stream.MAX_PUBLISH_BYTES).
+        client = activity.client()
+        self._handle = client.get_workflow_handle(info.workflow_id or "")
+        self._converter = client.data_converter.payload_converter
+        self._sequence = 0
         self._buffer: list[str] = []
         self._queue: list[TurnEvent] = []
         self._last = -self._interval
@@ -111,10 +124,17 @@ class TextPublisher:
     async def _send(self) -> None:
         while self._queue and not self._failed:
             batch, self._queue = self._queue[:3], self._queue[3:]
-            for event in batch:
-                self._topic.publish(event)
+            self._sequence += 1
+            publish = PublishInput(
+                items=[
+                    PublishEntry(topic=TOPIC, data=encode_item(self._converter.to_payload(e)))
+                    for e in batch
+                ],
+                publisher_id=self._publisher_id,
+                sequence=self._sequence,
+            )
             try:
-                await self._client.flush()
+                await self._handle.signal(PUBLISH_SIGNAL, publish)
             except Exception:  # the stream is a view; the model call goes on
                 # Nothing more from here: a batch could grow past what the workflow takes, and
                 # text out of order is worse than text that arrives with the reply.

@@ -78,7 +78,7 @@ from workflows.limits import (
     check_text,
     human_size,
 )
-from workflows.payloads import RawResume, raw_resume
+from workflows.payloads import RawResume, raw_resume, raw_start
 from workflows.types import (
     AnswerRecord,
     CancelInput,
@@ -342,7 +342,10 @@ class Chat:
         start = WithStartWorkflowOperation(
             AgentWorkflow.run,
             # These rules need no patch marker: one event less in every new conversation.
-            ConversationInput(agent=self.agent, rules=GOVERNANCE_PATCH),
+            raw_start(
+                ConversationInput(agent=self.agent, rules=GOVERNANCE_PATCH),
+                converter=self._client.temporal.data_converter.payload_converter,
+            ),
             id=self.id,
             task_queue=self._client.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from workflows.identity import check_trust
 from workflows.limits import (
+    MAX_AGENT_NAME_BYTES,
     MAX_IDENTITY_BYTES,
     MAX_ON_TIMEOUT_BYTES,
     MAX_QUORUM,
@@ -259,6 +260,11 @@ class Agent:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("an agent needs a name")
+        try:
+            # A start names the agent, and is refused past this (workflows.payloads).
+            check_label(self.name, what="an agent's name", limit=MAX_AGENT_NAME_BYTES)
+        except Refused as e:
+            raise ValueError(e.reason) from None
         names = [t.name for t in self.tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
+from typing import Literal
 
 from workflows.history import trim_answers
 from workflows.limits import (
@@ -110,8 +111,9 @@ def rejection(
     raw: bytes,
     identity: str | None,
     strict: bool,
+    via: Literal["signal", "start"] = "signal",
 ) -> Rejection:
-    """The record of a refused signal.
+    """The record of a refused signal (or of what a start asked for that it may not).
 
     Args:
         raw: The payload's bytes (only their digest is kept).
@@ -132,7 +134,7 @@ def rejection(
         fingerprint = legacy_digest(raw)
     return Rejection(
         at=at,
-        via="signal",
+        via=via,
         handler=handler,
         reason=reason,
         identity=identity,

@@ -10,6 +10,9 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
+WORKFLOW_TYPE = "AgentWorkflow"
+"""The conversation's workflow type; the activities act only for a run of it."""
+
 MODEL_ACTIVITY = "model_call"
 TOOL_ACTIVITY = "tool_call"
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -58,6 +58,7 @@ from workflows.limits import (
     MAX_REASON_BYTES,
     MAX_RESUME_BYTES,
     MAX_SEND_BYTES,
+    MAX_TURN_WAITERS,
     QUERY_BUDGET,
     STATE_BUDGET,
     UPDATE_RESULT_BUDGET,
@@ -70,12 +71,16 @@ from workflows.limits import (
 )
 from workflows.operator_view import OperatorView
 from workflows.payloads import (
+    ENCRYPTED,
     RawResume,
+    RawStart,
     claimed_identity,
     claimed_token,
+    continued_here,
     fit,
     only_argument,
     payload_json,
+    read_start,
     rejected,
 )
 from workflows.stream import PUBLISH_SIGNAL, ConversationStream
@@ -106,14 +111,24 @@ __all__ = [
 ]
 
 
-@workflow.defn(name="AgentWorkflow")
+@workflow.defn(name=config.WORKFLOW_TYPE)
 class AgentWorkflow:
     @workflow.init
-    def __init__(self, input: ConversationInput) -> None:
-        self._s: ConversationState = input.state or ConversationState(agent=input.agent)
+    def __init__(self, input: RawStart) -> None:
+        # A start is a request: only this conversation's own continue-as-new hands on state
+        # (workflows.payloads.read_start says what is taken from any other start).
+        carried = continued_here(workflow.info())
+        if input.payload.metadata.get("encoding") == ENCRYPTED:
+            # Written with a key this worker lacks (the codec left it as it was): perhaps a real
+            # conversation that workers with the key can read. The payload converter raises its
+            # PayloadKeyMissing, whose message names the key id (and stays readable with keys):
+            # this task fails, for a worker with the key to take; nothing is closed or lost.
+            workflow.payload_converter().from_payload(input.payload)
+        start, refusal = read_start(input, carried=carried)
+        self._s: ConversationState = start.state or ConversationState(agent=start.agent)
         # Which rules this run has; decided before any handler runs (see workflows.compat).
-        self._rules = Rules(input.rules)
-        self._stream = ConversationStream(input.stream, next_offset=self._s.events_total)
+        self._rules = Rules(start.rules)
+        self._stream = ConversationStream(start.stream, next_offset=self._s.events_total)
         self._m = TurnMachine(
             self._s,
             rules=self._rules,
@@ -124,21 +139,38 @@ class AgentWorkflow:
         # This conversation's own update handlers in progress (the stream's followers, which
         # wait as long as they like, are counted apart: see _can_now).
         self._busy = 0
+        # Updates that wait without doing anything (await_turn), and a close under way: each
+        # kind has a share of Temporal's ten in-flight updates (see MAX_TURN_WAITERS).
+        self._turn_waiters = 0
+        self._closing = False
         self._turn_task: asyncio.Task[str] | None = None
         # What the search attributes say, as last written (see _publish).
         self._published: tuple[object, ...] | None = None
         # What the memo holds (carried over by continue-as-new), so only changes need an
         # upsert. None: no "pending" memo, which runs from before the turn-edges patch
-        # replace with [] on their first publish (see _publish).
-        self._memo_pending: list[dict[str, Any]] | None = workflow.memo_value("pending", None)
+        # replace with [] on their first publish (see _publish). A memo a start brought is
+        # not this conversation's: its keys are removed at the first publish.
+        self._memo_pending: list[dict[str, Any]] | None = (
+            workflow.memo_value("pending", None) if carried else None
+        )
+        self._memo_scrub = [] if carried else sorted(workflow.info().raw_memo)
         # Whether the memo still holds the last batch of answer records (see _publish).
-        self._memo_answers = workflow.memo_value("answers", None) is not None
+        self._memo_answers = carried and workflow.memo_value("answers", None) is not None
+        # The start could not name a conversation at all: it ends at once, closed.
+        self._unusable = not start.agent
+        if refusal is not None:
+            self._reject(handler="start", reason=refusal, payload=[input], via="start")
 
     # ------------------------------------------------------------------------------------------
     # Main loop
 
     @workflow.run
-    async def run(self, input: ConversationInput) -> ConversationResult:
+    async def run(self, input: RawStart) -> ConversationResult:
+        if self._unusable:
+            # Nothing to converse with: closed at once, the refusal in its rejection log.
+            self._s.closed = True
+            self._publish()
+            return self._result()
         if not self._rules.durable:
             self._rules.edges()  # where runs before the durable-input rules asked: first thing
         if self._rules.declared:
@@ -324,10 +356,8 @@ class AgentWorkflow:
             except Refused as e:
                 # Only reachable when a duplicate passed validation in the same task. The
                 # accepted update's payload is in history: spend its token.
-                if self._s.turn is not None and self._rules.governance:
-                    self._m.book(self._s.turn).spend_refused(
-                        claimed_token([payload]), now=workflow.now()
-                    )
+                if self._rules.governance:
+                    self._m.spend_refused(claimed_token([payload]))
                 self._m.telemetry.rejected("resume", via="update")
                 raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
             if not self._m.book(turn).all_answered():
@@ -376,19 +406,40 @@ class AgentWorkflow:
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""
         with self._working():
-            await workflow.wait_condition(
-                lambda: self._s.turn is None or self._m.waiting_on_human()
-            )
+            # Also checked here: validators of one task may all run before any handler.
+            self.validate_await_turn()
+            self._turn_waiters += 1
+            try:
+                await workflow.wait_condition(
+                    lambda: self._s.turn is None or self._m.waiting_on_human()
+                )
+            finally:
+                self._turn_waiters -= 1
             result = self._m.last_result()
             return fit(result, UPDATE_RESULT_BUDGET) if result is not None else None
+
+    @await_turn.validator
+    def validate_await_turn(self) -> None:
+        if self._turn_waiters >= MAX_TURN_WAITERS:
+            # Each waits as long as the turn runs, holding one of Temporal's ten in-flight
+            # updates: the rest stay free for send, resume and cancel.
+            raise rejected(
+                ErrorKind.TOO_MANY_WAITING,
+                f"{MAX_TURN_WAITERS} callers already wait for this turn to stop; wait for "
+                "them, or follow the turn on its stream (Chat.events)",
+            )
 
     @workflow.update
     async def close(self, input: CancelInput) -> ConversationResult:
         """End the conversation: withdraw anything pending and complete the workflow."""
         with self._working():
-            self._check_cancel_input(input)
-            if self._s.turn is not None:
-                await self._withdraw(input)
+            self.validate_close(input)
+            self._closing = True
+            try:
+                if self._s.turn is not None:
+                    await self._withdraw(input)
+            finally:
+                self._closing = False
             self._s.closed = True
             return self._result()
 
@@ -396,6 +447,8 @@ class AgentWorkflow:
     def validate_close(self, input: CancelInput) -> None:
         if self._s.closed:
             raise rejected(ErrorKind.SEND_REJECTED, "this conversation is already closed")
+        if self._closing:
+            raise rejected(ErrorKind.CANCEL_REJECTED, "this conversation is being closed already")
         self._check_cancel_input(input)
 
     # ------------------------------------------------------------------------------------------
@@ -411,8 +464,9 @@ class AgentWorkflow:
             elif name == "send":
                 self._send_signal(payload)
             elif name == PUBLISH_SIGNAL:
+                turn = self._s.turn
                 self._m.streamed_text += self._stream.accept_publish(
-                    payload, streaming=self._m.streaming()
+                    payload, key=self._m.streaming_key(), turn=turn.turn if turn else 0
                 )
                 self._s.events_total = self._stream.next_offset
             else:
@@ -446,28 +500,40 @@ class AgentWorkflow:
             raise ResumeError(problem)
         self._m.start(input.text, stream=input.stream)
 
-    def _reject(self, *, handler: str, reason: str, payload: Sequence[RawValue]) -> None:
-        """Record a refused signal (an update's refusal goes back to its caller instead)."""
+    def _reject(
+        self,
+        *,
+        handler: str,
+        reason: str,
+        payload: Sequence[RawValue],
+        via: Literal["signal", "start"] = "signal",
+    ) -> None:
+        """Record a refused signal, or what a start asked for that it may not (an update's
+        refusal goes back to its caller instead)."""
         record = audit.rejection(
             at=workflow.now(),
             handler=handler,
             reason=reason,
             raw=b"".join(p.payload.data for p in payload),
-            identity=claimed_identity(payload),
+            identity=claimed_identity(payload) if via == "signal" else None,
             strict=self._rules.durable,
+            via=via,
         )
         audit.reject(self._s, record)
-        self._m.telemetry.rejected(handler, via="signal")
-        if handler == "resume" and self._s.turn is not None and self._rules.governance:
+        self._m.telemetry.rejected(handler, via=via)
+        if handler == "resume" and self._rules.governance:
             # The payload is in history now: its token, if valid, must answer nothing later.
-            self._m.book(self._s.turn).spend_refused(claimed_token(payload), now=workflow.now())
+            self._m.spend_refused(claimed_token(payload))
         workflow.logger.warning(
-            "rejected %r signal from %r: %s",
+            "rejected %r %s from %r: %s",
             record.handler,
-            record.identity or "unknown sender",
+            via,
+            record.identity or ("the starter" if via == "start" else "unknown sender"),
             record.reason,
         )
-        self._publish()
+        if via == "signal":
+            # (A start's refusal is published by the run's first publish, in run.)
+            self._publish()
 
     # ------------------------------------------------------------------------------------------
     # Checks shared by the signal and update paths
@@ -624,8 +690,13 @@ class AgentWorkflow:
         # run's history, which Temporal keeps after the run closes, so the full trail is
         # readable across runs (``agentctl audit``) whatever the state's budget sheds.
         answers = audit.outbox_batch(self._s) if self._s.audit_outbox else []
-        if view.memo_pending != self._memo_pending or answers:
-            memo: dict[str, Any] = {"pending": view.memo_pending}
+        scrub = self._memo_scrub
+        if view.memo_pending != self._memo_pending or answers or scrub:
+            # Keys a start brought go (None removes a key); "pending" too when nothing is.
+            memo: dict[str, Any] = dict.fromkeys(scrub)
+            if view.memo_pending or "pending" not in scrub:
+                memo["pending"] = view.memo_pending
+            self._memo_scrub = []
             if answers:
                 memo["answers"] = answers
             elif self._memo_answers:

@@ -35,6 +35,7 @@ from workflows.types import (
     TurnAnswer,
     TurnEvent,
     TurnResult,
+    input_digest,
 )
 
 MAX_EVENTS_KEPT = 128
@@ -181,6 +182,7 @@ def to_request(
         quorum=quorum,
         votes=list(call.votes),
         editable=editable,
+        input_digest=input_digest(call.args),
     )
 
 

@@ -20,9 +20,12 @@ credential); they name what was expected (the issuer, the audience, the key id) 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -84,8 +87,10 @@ class VerifiedIdentity:
     expires: datetime
     """When the token expires (``exp``), aware UTC."""
     digest: str
-    """A fingerprint of the token (32 hex digits of its SHA-256), to refuse it a second time
-    without keeping the token itself."""
+    """A fingerprint of what the token signs (32 hex digits of the SHA-256 of its header and
+    claims, as sent), to refuse it a second time without keeping the token itself. Not of the
+    signature: one signed token can be spelled with other signature bytes (ECDSA's
+    ``(r, n - s)``), and each spelling would be a new token to a digest of the whole text."""
     subject: str | None = None
     """The ``sub`` claim: the account, however the identity is spelled (one person's tokens
     may carry an email or not); votes are counted once per subject."""
@@ -253,8 +258,9 @@ def verify_token(token: str, trust: TrustSpec, *, now: datetime) -> VerifiedIden
         )
     if not token.isascii():
         raise IdentityError(_MALFORMED)
+    signed = _canonical_signing_input(token)
     try:
-        return _verify(token, trust, now=now, digest=hashlib.sha256(raw).hexdigest()[:32])
+        return _verify(token, trust, now=now, digest=hashlib.sha256(signed).hexdigest()[:32])
     except IdentityError:
         raise
     except Exception:  # noqa: BLE001  # a bug or an unforeseen library error: still a refusal
@@ -262,6 +268,38 @@ def verify_token(token: str, trust: TrustSpec, *, now: datetime) -> VerifiedIden
 
 
 _MALFORMED = "the identity token is malformed: it is not a JWT (header.claims.signature)"
+_NON_CANONICAL = (
+    "the identity token is not in canonical form: each of its three parts must be base64url "
+    "without padding, spelled as its bytes encode (as identity providers issue them)"
+)
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def _canonical_signing_input(token: str) -> bytes:
+    """The token's signing input (``header.claims``), once each of its three parts is known to
+    be canonical base64url: no padding, no other alphabet, and no unused trailing bits set.
+
+    Python's decoder (and PyJWT's) accepts other spellings of the same bytes (``token + "=="``;
+    a last character with stray low bits), which would each look like a new token. The header
+    and claims cannot be re-spelled without breaking the signature, so they name the token; the
+    signature is checked for canonical form here and refused if not.
+
+    Raises:
+        IdentityError: not three parts, or one is not canonical base64url.
+    """
+    parts = token.split(".")
+    if len(parts) != 3 or not all(_SEGMENT.fullmatch(p) for p in parts):
+        if "=" in token and len(parts) == 3:
+            raise IdentityError(_NON_CANONICAL)
+        raise IdentityError(_MALFORMED)
+    for part in parts:
+        try:
+            raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        except (binascii.Error, ValueError):
+            raise IdentityError(_MALFORMED) from None
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != part:
+            raise IdentityError(_NON_CANONICAL)
+    return f"{parts[0]}.{parts[1]}".encode("ascii")
 
 
 def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> VerifiedIdentity:

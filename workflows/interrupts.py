@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from workflows import events
 from workflows.events import to_request
 from workflows.history import pre_governance_call_size
-from workflows.identity import MAX_TOKEN_BYTES, IdentityError, verify_token
+from workflows.identity import MAX_TOKEN_BYTES, IdentityError, VerifiedIdentity, verify_token
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
     MAX_JSON_DEPTH,
@@ -55,6 +55,7 @@ from workflows.limits import (
     json_size,
     names_within,
 )
+from workflows.tokens import MAX_SPENT_TOKENS, MAX_TOKEN_LIFE, TokenFacts, has_room, is_spent, spend
 from workflows.types import (
     DEADLINE_IDENTITY,
     AgentSpec,
@@ -73,6 +74,7 @@ from workflows.types import (
     TurnEvent,
     Vote,
     gate_metadata,
+    input_digest,
     timed_out_output,
 )
 
@@ -89,16 +91,9 @@ VOTE_BYTES = 400
 GROUP_PREFIX = "group:"
 """An approver that names a group (its members come from a verified token's groups claim)."""
 
-MAX_SPENT_TOKENS = 512
-"""Spent identity tokens a conversation remembers (each until it can no longer be accepted);
-with tokens living at most :data:`MAX_TOKEN_LIFE`, that is 512 answers a day."""
-
-MAX_TOKEN_LIFE = timedelta(days=1)
-"""The longest an identity token may still be valid when it is used."""
-
 ENTRY_KEYS = {
-    "respond": ("name", "ref", "output"),
-    "restart": ("name", "ref", "input", "resumed_metadata"),
+    "respond": ("name", "ref", "output", "input_digest"),
+    "restart": ("name", "ref", "input", "resumed_metadata", "input_digest"),
 }
 """The keys a resume entry may have; any other is most likely a typo, and rejects the resume."""
 
@@ -114,8 +109,8 @@ class Who:
     identity: str | None
     verified: bool = False
     groups: tuple[str, ...] = ()
-    # The token this answer spends (see ConversationState.spent_tokens).
-    spent: SpentToken | None = None
+    # The token this answer spends (see ConversationState.spent_tokens, workflows.tokens).
+    spent: TokenFacts | None = None
     # A verified identity's account (the token's ``sub``).
     subject: str | None = None
 
@@ -460,6 +455,14 @@ class InterruptBook:
                 raise ResumeError(self._not_pending(ref, pending))
             if call.name != name:
                 raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
+        for r in [*resume.respond, *resume.restart]:
+            shown = r.input_digest
+            if shown is not None and shown != input_digest(pending[r.ref].args):
+                # An approval of what was shown must never approve something else.
+                raise ResumeError(
+                    f"{r.name!r} (ref {r.ref!r}) no longer has the input this answer was shown "
+                    "(it was edited since): answer the input it has now (pending lists it)"
+                )
         who = self.who(resume, now=now)
         for kind, name, ref in entries:
             allowed = self.approvers(pending[ref])
@@ -595,10 +598,12 @@ class InterruptBook:
                 f"identity {resume.identity!r} does not match the identity token's "
                 f"{verified.identity!r}: leave out identity, or send your own token"
             )
-        if any(s.digest == verified.digest for s in self.spent):
+        facts = token_facts(verified)
+        if is_spent(self.spent, facts):
             raise ResumeError(
-                "this identity token was already used to answer in this conversation: each "
-                "answer needs a fresh token (the one used is in the conversation's history)"
+                "this identity token was already used or offered to answer in this "
+                "conversation: each answer needs a fresh token (the one used is in the "
+                "conversation's history)"
             )
         if verified.expires - now > MAX_TOKEN_LIFE:
             # Every token is remembered until it expires, so their number stays bounded.
@@ -606,16 +611,16 @@ class InterruptBook:
                 "the identity token is valid for more than a day: use a short-lived token "
                 "(minutes), as identity providers issue for this"
             )
-        if len([s for s in self.spent if s.until > now]) >= MAX_SPENT_TOKENS:
+        if not has_room(self.spent, facts, now=now):
             raise ResumeError(
-                f"{MAX_SPENT_TOKENS} answers with identity tokens not yet expired: try again "
-                "once the oldest have expired"
+                f"{MAX_SPENT_TOKENS} different accounts have answered here with identity tokens "
+                "not yet expired: try again once the oldest have expired"
             )
         return Who(
             identity=verified.identity,
             verified=True,
             groups=verified.groups,
-            spent=SpentToken(digest=verified.digest, until=verified.expires),
+            spent=facts,
             # A fingerprint: a token's sub may be kilobytes, and a vote keeps it.
             subject=_fingerprint(verified.subject),
         )
@@ -800,18 +805,19 @@ class InterruptBook:
             or (approved and gate.quorum <= 1 and who.may_answer(gate.approvers))
         )
 
-    def _spend(self, token: SpentToken, *, now: datetime | None) -> None:
-        """Remember a used token until it can no longer be accepted (its expiry plus the
-        leeway). Never forgotten sooner: :meth:`who` refuses tokens that live over a day, and
-        answers while :data:`MAX_SPENT_TOKENS` live ones are remembered."""
-        if now is not None:
-            self.spent[:] = [s for s in self.spent if s.until > now]
-        if all(s.digest != token.digest for s in self.spent):
-            self.spent.append(token)
+    def _spend(self, token: TokenFacts, *, now: datetime | None) -> None:
+        """Remember a used token until it can no longer be accepted (see workflows.tokens;
+        :meth:`who` has checked there is room)."""
+        spend(self.spent, token, now=now or EPOCH)
 
     def spend_refused(self, token: str | None, *, now: datetime) -> None:
         """Spend a valid token whose answer was refused after it reached history (a rejected
-        signal, an update its handler refused): its copy there must answer nothing later."""
+        signal, an update its handler refused): its copy there must answer nothing later.
+
+        Only a token that could answer something in this conversation is spent (its account
+        is an approver of some tool here, or some tool takes anyone's answer): a token that can
+        answer nothing is no threat in history, and spending it would let anyone fill the book
+        with their own refused tokens (each account's share is bounded in workflows.tokens)."""
         trust = self.spec.trust if self.spec else None
         if token is None or trust is None or not self.governance:
             return
@@ -819,9 +825,27 @@ class InterruptBook:
             verified = verify_token(token, trust, now=now)
         except IdentityError:
             return  # it could not answer anything anyway
-        live = [s for s in self.spent if s.until > now]
-        if len(live) < MAX_SPENT_TOKENS and verified.expires - now <= MAX_TOKEN_LIFE:
-            self._spend(SpentToken(digest=verified.digest, until=verified.expires), now=now)
+        if verified.expires - now > MAX_TOKEN_LIFE or not self.could_answer(verified):
+            return  # refused for good (too long-lived), or nothing here it could answer
+        spend(self.spent, token_facts(verified), now=now)
+
+    def could_answer(self, verified: VerifiedIdentity) -> bool:
+        """Whether the account a token proves may answer any interrupt this agent can raise:
+        a call the gate pauses, an interrupt-only tool, or a tool that raises one."""
+        spec = self.spec
+        if spec is None:
+            return False
+        who = Who(identity=verified.identity, verified=True, groups=verified.groups)
+        gate = spec.approval
+        lists: list[list[str]] = []
+        for tool in spec.tools:
+            if tool.interrupt_only:
+                lists.append(tool.approvers)
+            elif gate is not None and tool.name not in gate.allow:
+                lists.append(gate.approvers)
+            else:
+                lists.append([])  # a tool that raises an interrupt: anyone may answer it
+        return any(who.may_answer(approvers) for approvers in lists)
 
     def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
         """Answer every pending call whose deadline has passed with its timeout default.
@@ -983,6 +1007,13 @@ class InterruptBook:
 
 def _fingerprint(subject: str | None) -> str | None:
     return hashlib.sha256(subject.encode()).hexdigest()[:32] if subject is not None else None
+
+
+def token_facts(verified: VerifiedIdentity) -> TokenFacts:
+    """What a verified token leaves in the spent book: what it signs, its account (``sub``, or
+    the identity it names) and until when it could be accepted."""
+    account = _fingerprint(verified.subject or verified.identity) or ""
+    return TokenFacts(digest=verified.digest, subject=account, until=verified.expires)
 
 
 def _voted(call: CallState, who: Who) -> bool:

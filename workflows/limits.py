@@ -73,6 +73,11 @@ TEMPORAL_TASK_LIMIT = 4 * MiB
 TEMPORAL_UPDATES_IN_FLIGHT = 10
 """``history.maxInFlightUpdates``: updates one workflow may have accepted and unfinished."""
 
+MAX_TURN_WAITERS = 2
+"""``await_turn`` updates (``Chat.last_turn()``) waiting at once. With the stream's followers
+(``workflows.stream.MAX_FOLLOWERS``, 4) and one close, the updates that wait take at most 7 of
+Temporal's 10 in flight: send, resume and cancel always find a slot."""
+
 # --------------------------------------------------------------------------------------------
 # The door: each thing that enters a conversation, on its own.
 
@@ -88,6 +93,10 @@ MAX_RESUME_BYTES = 1 * MiB
 
 MAX_IDENTITY_BYTES = 256
 """The longest identity a resume or cancel may carry, in UTF-8 bytes."""
+
+MAX_AGENT_NAME_BYTES = 200
+"""The longest agent name, in UTF-8 bytes: a start names one, and it is a search attribute
+(Temporal allows 2 KiB a value) and a metric label."""
 
 MAX_REASON_BYTES = 1 * KiB
 """The longest cancel or close reason (it is copied into every withdrawn call's response)."""

@@ -128,6 +128,8 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
         "ref": request.ref,
         "input": truncate(json.dumps(request.input), MEMO_INPUT_CHARS),
         "source": request.source,
+        # An answer built from the inbox entry carries it: it answers only the input shown.
+        "input_digest": request.input_digest,
     }
     if request.since is not None:
         entry["since"] = request.since.isoformat()
@@ -160,8 +162,11 @@ def search_attribute_updates(
     """The updates that make ``current`` say what ``view`` says (none when it already does)."""
     names = list(view.pending_names)
     updates: list[SearchAttributeUpdate] = []
-    if current.get(config.AGENT_NAME) != agent:
-        updates.append(config.AGENT_NAME.value_set(agent))
+    if current.get(config.AGENT_NAME) != (agent or None):
+        # A start that named no usable agent ("") names none here either.
+        updates.append(
+            config.AGENT_NAME.value_set(agent) if agent else config.AGENT_NAME.value_unset()
+        )
     if current.get(config.AGENT_STATUS) != view.status:
         updates.append(config.AGENT_STATUS.value_set(view.status))
     if (current.get(config.PENDING_INTERRUPTS) or []) != names:

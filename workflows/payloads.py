@@ -7,7 +7,8 @@ a key the worker lacks: the payload codec leaves it as it is (``client.codec``),
 refused here naming its key id. Results going out are cut to fit Temporal's payload limit, with
 stated placeholders.
 
-Pure code: no workflow calls, so the tests run it without a server.
+Pure code: no workflow calls (:func:`continued_here` reads a ``workflow.Info`` it is handed),
+so the tests run it without a server.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel
+from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
 from workflows.interrupts import ResumeError
-from workflows.limits import decode_json, json_size, shrink
-from workflows.types import ErrorKind, ResumeInput
+from workflows.limits import (
+    MAX_AGENT_NAME_BYTES,
+    Refused,
+    check_label,
+    decode_json,
+    json_size,
+    shrink,
+)
+from workflows.types import ConversationInput, ErrorKind, ResumeInput
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -39,6 +48,69 @@ RawResume = RawValue
 carried raw so the workflow decodes and judges it itself (:func:`raw_resume` makes one). The
 SDK hands a handler raw payloads only when its parameter is typed exactly ``RawValue``, which is
 why this is an alias and not a type of its own."""
+
+
+RawStart = RawValue
+"""The workflow's input: a :class:`~workflows.types.ConversationInput`, carried raw for the same
+reason as :data:`RawResume` (a start is a request, and a malformed one must not fail the
+workflow task); :func:`raw_start` makes one, :func:`read_start` reads it."""
+
+
+def raw_start(start: ConversationInput, *, converter: PayloadConverter) -> RawStart:
+    """A conversation's start input as the workflow takes it."""
+    return RawValue(converter.to_payload(start.model_dump(mode="json", exclude_none=True)))
+
+
+def continued_here(info: workflow.Info) -> bool:
+    """Whether Temporal says this run continued from a run of this chat by continue-as-new,
+    the only way carried state may arrive.
+
+    A run begun by a retry or a cron schedule also names the run before it, but its input is
+    the one the chat was first started with (anyone's): retries have ``attempt`` above 1, cron
+    runs a ``cron_schedule``. The SDK does not expose the initiator itself.
+    """
+    return info.continued_run_id is not None and info.attempt == 1 and not info.cron_schedule
+
+
+def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, str | None]:
+    """The run's input, and what it asked for that was refused (None: nothing).
+
+    Continue-as-new's input is the conversation's own: taken whole (a fault there fails the
+    workflow task, to be retried by a worker that can read it, rather than lose the state).
+    Any other start is a request: only the agent's name and the rules are taken; ``state``
+    and ``stream`` are refused; one that names no usable agent gives an agent of ``""`` (the
+    run then closes at once).
+
+    (A start this worker cannot decrypt never reaches here: see ``AgentWorkflow.__init__``.)
+
+    Raises:
+        ResumeError: a carried input that cannot be read.
+        pydantic.ValidationError: a carried input that does not parse.
+    """
+    if carried:
+        body = payload_json(payload, strict=False)
+        return ConversationInput.model_validate(body), None
+    unusable = ConversationInput(agent="")
+    try:
+        body = payload_json(payload, strict=True)
+    except Refused as e:
+        return unusable, f"the start input is unusable: {e.reason}"
+    if not isinstance(body, dict) or not isinstance(body.get("agent"), str) or not body["agent"]:
+        return unusable, "the start input names no agent: it is a JSON object with 'agent'"
+    agent: str = body["agent"]
+    try:
+        check_label(agent, what="the agent's name", limit=MAX_AGENT_NAME_BYTES)
+    except Refused as e:
+        return unusable, f"the start input names no usable agent: {e.reason}"
+    rules = body.get("rules")
+    start = ConversationInput(agent=agent, rules=rules if isinstance(rules, str) else None)
+    carrying = [k for k in ("state", "stream") if body.get(k) is not None]
+    if not carrying:
+        return start, None
+    return start, (
+        f"a start may not carry {' or '.join(repr(k) for k in carrying)}: only this "
+        "conversation's own continue-as-new hands them on; it began afresh"
+    )
 
 
 def raw_resume(resume: ResumeInput, *, converter: PayloadConverter) -> RawResume:

@@ -25,13 +25,16 @@ What it costs, and its bounds:
 
 The library registers its handlers itself; two are replaced here. Its publish signal is routed
 to the workflow's raw signal handler, so a malformed publish is recorded as a rejection instead of
-failing the workflow task, and only the model's text, while a model call streams, is taken. Its
+failing the workflow task, and only the model's text, while a model call streams, from that call
+(the publisher id it was given in its input), is taken: whatever a signal from outside sends
+reaches no follower as the model's, and nothing of it is kept beyond the text. Its
 poll update is wrapped to cut each result to :data:`POLL_BUDGET` and to be counted apart from the
 conversation's own handlers, so a follower never holds up continue-as-new or the end of a run.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 
 from temporalio import workflow
@@ -122,6 +125,8 @@ class ConversationStream:
         self._stream = WorkflowStream(prior)
         self._topic = self._stream.topic(TOPIC, type=TurnEvent)
         self.polls = 0
+        # The last publish taken: (publisher id's key, (attempt, sequence)).
+        self._mark: tuple[str, tuple[int, int]] | None = None
         # The library's publish signal goes to the workflow's raw signal handler instead (see
         # accept_publish), and its poll update through poll() below.
         workflow.set_signal_handler(PUBLISH_SIGNAL, None)
@@ -139,8 +144,18 @@ class ConversationStream:
             self._topic.publish(item)
         return first
 
-    def accept_publish(self, payload: RawValue, *, streaming: bool) -> str:
-        """Take a publish signal: the model activity's text, while a model call streams.
+    def accept_publish(self, payload: RawValue, *, key: str | None, turn: int) -> str:
+        """Take a publish signal: the text of the model call streaming now, from that call.
+
+        The call's activity publishes as ``"<key>:<attempt>"`` (``ModelInput.stream_key``), with
+        a sequence that grows within an attempt; a batch at or below the last one taken is a
+        duplicate (a retried signal) and is dropped. Nothing of a publish is kept but its text,
+        re-made as this turn's events: the library's own per-publisher state stays empty, so
+        nothing a signal sends can grow what continue-as-new carries.
+
+        Args:
+            key: The streaming call's publisher id (None: no call is streaming).
+            turn: The turn it is streaming for.
 
         Returns the text it added ("" for a duplicate batch).
 
@@ -154,19 +169,30 @@ class ConversationStream:
             publish = _PUBLISH.validate_python(body)
         except ValidationError as e:
             raise ResumeError(f"malformed stream publish: {pydantic_reason(e)}") from None
-        if not streaming:
+        if key is None:
             raise ResumeError("nothing is streaming: only a model call in progress publishes")
+        owner, _, attempt_text = publish.publisher_id.rpartition(":")
+        if owner != key or not attempt_text.isascii() or not attempt_text.isdigit():
+            raise ResumeError(
+                "only the model call streaming now publishes on this conversation's stream"
+            )
+        if not publish.items:
+            raise ResumeError("a stream publish carries the model's text: it has no items")
         texts = []
         for entry in publish.items:
             if entry.topic != TOPIC:
                 raise ResumeError(f"unknown stream topic {entry.topic[:40]!r}")
-            event = _text_event(entry.data)
-            if event is None:
+            text = _published_text(entry.data)
+            if text is None:
                 raise ResumeError("only the model's text is published from outside the workflow")
-            texts.append(event.text or "")
-        before = self.next_offset
-        self._stream._on_publish(publish)
-        return "".join(texts) if self.next_offset > before else ""
+            texts.append(text)
+        mark = (int(attempt_text[:12]), publish.sequence)
+        if self._mark is not None and self._mark[0] == key and mark <= self._mark[1]:
+            return ""  # that batch was taken already
+        self._mark = (key, mark)
+        for text in texts:
+            self._topic.publish(TurnEvent(kind="text", turn=turn, text=text))
+        return "".join(texts)
 
     def _validate_poll(self, payload: PollInput) -> None:
         self._stream._validate_poll(payload)
@@ -213,18 +239,23 @@ class ConversationStream:
         return self._stream.get_state()
 
 
-def _text_event(wire: str) -> TurnEvent | None:
-    """The text event a published item holds, or None if it holds anything else."""
-    try:
-        from temporalio.contrib.workflow_streams._types import _decode_payload
+def encode_item(payload: Payload) -> str:
+    """A stream item as the publish signal carries it: base64 of the serialized ``Payload``
+    (the library's documented wire form, ``PublishEntry.data``)."""
+    return base64.b64encode(payload.SerializeToString()).decode("ascii")
 
-        payload = _decode_payload(wire)
+
+def _published_text(wire: str) -> str | None:
+    """The text of the text event a published item holds, or None if it holds anything else."""
+    try:
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(wire, validate=True))
         event = TurnEvent.model_validate(json.loads(payload.data))
     except Exception:  # noqa: BLE001  # anything malformed is simply not a text event
         return None
     if event.kind != "text" or not event.text or json_size(event) > MAX_ITEM_BYTES:
         return None
-    return event
+    return event.text
 
 
 def _cap(result: PollResult, budget: int) -> PollResult:

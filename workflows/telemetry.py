@@ -20,7 +20,8 @@ without it, and the recorded histories replay with tracing on or off.
   stamped with workflow time, which the contrib makes only while not replaying, and only when
   the worker runs its ``TracingInterceptor``. Without the interceptor nothing is made here (the
   contrib's fallback would make spans on every replay, and warn).
-- Metric labels are bounded: the agent, the tool (a declared tool's name: only those pause), a
+- Metric labels are bounded: the agent, the tool (a tool the agent's definition declares, else
+  :data:`UNKNOWN_TOOL`; only declared tools pause), a
   decision or a handler; never a chat id. The agent label is the conversation's agent only once
   a model call in this run has come back, which shows the worker hosts an agent of that name;
   before, :data:`UNKNOWN_AGENT`. Whoever may start a workflow names its agent (and may hand it
@@ -32,7 +33,7 @@ without it, and the recorded histories replay with tracing on or off.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -43,7 +44,7 @@ from temporalio.common import MetricCounter, MetricHistogramFloat
 from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
 from temporalio.contrib.opentelemetry.workflow import completed_span
 
-from workflows.types import CallState, TurnEvent
+from workflows.types import AgentSpec, CallState, TurnEvent
 
 # Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
 # README lists them). The worker's Prometheus endpoint takes the buckets from here.
@@ -87,14 +88,16 @@ UNKNOWN_AGENT = "unknown"
 the conversation's agent: a refusal before the first message is answered, a conversation naming
 an agent no worker hosts, a run continued-as-new while paused until its next model call."""
 
-RejectedHandler = Literal["resume", "send", "other"]
+UNKNOWN_TOOL = "unknown"
+"""The metrics' ``tool`` label for a name the agent's definition does not declare."""
+
+RejectedHandler = Literal["resume", "send", "start", "other"]
 
 
 def rejected_handler(name: str) -> RejectedHandler:
     """A refused signal's name as a bounded label: anyone may send a signal of any name."""
-    if name == "resume":
-        return "resume"
-    return "send" if name == "send" else "other"
+    labels: dict[str, RejectedHandler] = {"resume": "resume", "send": "send", "start": "start"}
+    return labels.get(name, "other")
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,17 @@ class Telemetry:
             label once :meth:`hosted` has been called (:data:`UNKNOWN_AGENT` until then).
     """
 
-    def __init__(self, agent: str) -> None:
+    def __init__(self, agent: str, *, spec: Callable[[], AgentSpec | None] = lambda: None) -> None:
         self.agent = agent
+        self._spec = spec
         self._label = UNKNOWN_AGENT
         self._instruments: _Instruments | None = None
+
+    def _tool(self, name: str) -> str:
+        """A tool's name as a label: only a tool the agent's definition declares (which comes
+        from a worker hosting the agent; only such tools pause), else :data:`UNKNOWN_TOOL`."""
+        spec = self._spec()
+        return name if spec is not None and spec.tool(name) is not None else UNKNOWN_TOOL
 
     def hosted(self) -> None:
         """A model call for this conversation's agent came back: the worker that ran it looked
@@ -174,7 +184,7 @@ class Telemetry:
         """One emitted turn event; ``calls`` are the turn's (the one it is about is among them)."""
         if event.kind not in ("interrupt", "answer", "turn_end"):
             return
-        tool = event.name or ""
+        tool = self._tool(event.name or "")
         call = next((c for c in calls if c.ref == event.ref), None) if event.ref else None
         if event.kind == "turn_end" and event.result is not None:
             reason = event.result.finish_reason
@@ -222,17 +232,18 @@ class Telemetry:
                 deadline has passed count as expired, the rest as cancelled.
         """
         for call in calls:
+            tool = self._tool(call.name)
             if by_deadline and call.deadline is not None and call.deadline <= now:
-                self._metrics().expired.add(1, {"tool": call.name})
-                self._span(SPAN_EXPIRED, tool=call.name, ref=call.ref)
+                self._metrics().expired.add(1, {"tool": tool})
+                self._span(SPAN_EXPIRED, tool=tool, ref=call.ref)
                 continue
-            self._metrics().answered.add(1, {"tool": call.name, "decision": "cancelled"})
-            self._span(SPAN_ANSWERED, tool=call.name, ref=call.ref, decision="cancelled")
+            self._metrics().answered.add(1, {"tool": tool, "decision": "cancelled"})
+            self._span(SPAN_ANSWERED, tool=tool, ref=call.ref, decision="cancelled")
 
     # -- what the handlers report ----------------------------------------------------------
 
-    def rejected(self, handler: str, *, via: Literal["update", "signal"]) -> None:
-        """A resume (by update) or a signal the conversation refused."""
+    def rejected(self, handler: str, *, via: Literal["update", "signal", "start"]) -> None:
+        """A resume (by update), a signal or a start's request the conversation refused."""
         label = rejected_handler(handler)
         self._metrics().rejections.add(1, {"handler": label, "via": via})
         self._span(SPAN_REJECTED, handler=label, via=via)

@@ -126,8 +126,11 @@ class TurnMachine:
         # The text the model activity published on the stream during the model call under
         # way (the workflow publishes whatever of the reply did not get there).
         self.streamed_text = ""
+        # The streaming model call's own publisher id (ModelInput.stream_key): only its
+        # publishes reach the stream (workflows.stream). None: no call is streaming.
+        self.stream_key: str | None = None
         # Metrics and spans: they issue no commands, so they may be called anywhere.
-        self.telemetry = Telemetry(state.agent)
+        self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -243,6 +246,18 @@ class TurnMachine:
         turn = self.s.turn
         return turn is not None and turn.stream and turn.phase == "model"
 
+    def streaming_key(self) -> str | None:
+        """The publisher id the streaming model call publishes with (None: none streams)."""
+        return self.stream_key if self.streaming() else None
+
+    def spend_refused(self, token: str | None) -> None:
+        """Spend the identity token of an answer refused after it reached history, if it could
+        answer something here (see ``InterruptBook.spend_refused``)."""
+        book = InterruptBook(
+            [], spec=self.s.spec, spent=self.s.spent_tokens, governance=self.rules.governance
+        )
+        book.spend_refused(token, now=workflow.now())
+
     # ------------------------------------------------------------------------------------------
     # The machine
 
@@ -347,6 +362,9 @@ class TurnMachine:
         if self.rules.durable:
             self._fit_unseen(seen)
         self.streamed_text = ""
+        # A fresh publisher id for each streaming call: known to the workflow and the activity
+        # it schedules, not to a signal from outside (unless it reads history: see the README).
+        self.stream_key = str(workflow.uuid4()) if turn.stream else None
         try:
             result = await self._execute(
                 config.MODEL_ACTIVITY,
@@ -360,6 +378,7 @@ class TurnMachine:
                     history_size=len(messages),
                     stream=turn.stream,
                     turn=turn.turn if turn.stream else None,
+                    stream_key=self.stream_key,
                 ),
                 result_type=ModelResult,
                 start_to_close_timeout=config.MODEL_START_TO_CLOSE,
@@ -373,6 +392,8 @@ class TurnMachine:
                 # it is a cancellation, not a model failure.
                 raise asyncio.CancelledError() from None
             raise _TurnFailed(self._error(e, what="model call")) from None
+        finally:
+            self.stream_key = None  # the call is over: nothing more of it is taken
         self.telemetry.hosted()  # the worker hosts this agent: its name may label metrics
         if result.spec is not None:
             self.s.spec = result.spec

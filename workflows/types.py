@@ -9,6 +9,8 @@ defaults, never by renaming or removing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
@@ -231,6 +233,14 @@ def timed_out_output() -> JsonObject:
     return {"error": TIMED_OUT, APPROVED: False}
 
 
+def input_digest(args: JsonObject) -> str:
+    """What names a call's input exactly: an answer built from an interrupt request carries it
+    (``input_digest``), so an answer to an input shown before an edit is refused, not applied
+    to what the call holds now. Keys sorted, numbers as JSON spells them (``500`` is not
+    ``500.0``), the same test as ``workflows.interrupts.same_json``."""
+    return hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:32]
+
+
 # --------------------------------------------------------------------------------------------
 # Error kinds. A StrEnum equals its string, so these are the very values on the wire.
 
@@ -245,6 +255,10 @@ class ErrorKind(StrEnum):
     SEND_REJECTED = "SendRejected"
     RESUME_REJECTED = "ResumeRejected"
     CANCEL_REJECTED = "CancelRejected"
+    TOO_MANY_WAITING = "TooManyWaiting"
+    NOT_A_CONVERSATION = "NotScheduledByConversation"
+    """An activity that acts on the world was started other than by a conversation's own
+    ``AgentWorkflow`` run (a standalone activity, another workflow): it did nothing."""
     PAYLOAD_KEY_MISSING = "PayloadKeyMissing"
     """Not raised here: the failure a worker records when it cannot decrypt an activity's input
     (``client.codec.PayloadKeyMissing``, a payload key it lacks). The call never ran."""
@@ -277,6 +291,9 @@ class ToolResponse(_Wire):
     name: str
     ref: str
     output: JsonObject
+    # The digest of the input the answer was shown (InterruptRequest.input_digest): refused
+    # when the call's input is no longer that one. None: the answer does not say.
+    input_digest: str | None = None
 
 
 class ToolRestart(_Wire):
@@ -287,6 +304,8 @@ class ToolRestart(_Wire):
     # Optional; a changed input is an edit, which only a tool declared editable accepts.
     input: JsonObject | None = None
     resumed_metadata: JsonObject = Field(default_factory=dict)
+    # As ToolResponse.input_digest.
+    input_digest: str | None = None
 
 
 class Vote(_Wire):
@@ -319,12 +338,17 @@ class InterruptRequest(_Wire):
     votes: list[Vote] = Field(default_factory=list)
     # A restart may change the input (``restart(..., input=...)``).
     editable: bool = False
+    # What names ``input`` exactly (see input_digest()), whatever this request shows of it; the
+    # answers built here carry it, so they answer only the input shown.
+    input_digest: str = ""
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
-        return ToolResponse(name=self.name, ref=self.ref, output=output)
+        return ToolResponse(
+            name=self.name, ref=self.ref, output=output, input_digest=self.input_digest or None
+        )
 
     def restart(
         self,
@@ -347,6 +371,7 @@ class InterruptRequest(_Wire):
             ref=self.ref,
             input=input,
             resumed_metadata=resumed_metadata or {},
+            input_digest=self.input_digest or None,
         )
 
     def approve(self) -> ToolResponse | ToolRestart:
@@ -356,9 +381,7 @@ class InterruptRequest(_Wire):
         conditional tool gets ``restart`` with ``{"tool_approved": true}``, so it runs with its
         original input.
         """
-        if self.source == "interrupt":
-            return self.respond({APPROVED: True})
-        return self.restart({TOOL_APPROVED: True})
+        return approval(self.source, self.name, self.ref, input_digest=self.input_digest)
 
     def deny(self, reason: str = "") -> ToolResponse:
         """The denying answer: the tool does not run; the model is told it was declined.
@@ -366,15 +389,44 @@ class InterruptRequest(_Wire):
         Args:
             reason: Why, passed on to the model.
         """
-        if self.source == "interrupt":
-            return self.respond({APPROVED: False, FEEDBACK: reason})
-        return self.respond({"error": DENIED_BY_USER, "reason": reason or NO_REASON_GIVEN})
+        return denial(self.source, self.name, self.ref, reason, input_digest=self.input_digest)
 
     def input_as(self, model: type[M]) -> M:
         return model.model_validate(self.input)
 
     def metadata_as(self, model: type[M]) -> M:
         return model.model_validate(self.metadata)
+
+
+def approval(
+    source: InterruptSource, name: str, ref: str, *, input_digest: str | None = None
+) -> ToolResponse | ToolRestart:
+    """The approving answer to a paused call of ``source``: ``respond {"approved": true}`` for
+    an interrupt-only tool, ``restart {"tool_approved": true}`` for a gated or conditional one
+    (an interrupt request and an inbox entry build theirs here)."""
+    shown = input_digest or None
+    if source == "interrupt":
+        return ToolResponse(name=name, ref=ref, output={APPROVED: True}, input_digest=shown)
+    return ToolRestart(
+        name=name, ref=ref, resumed_metadata={TOOL_APPROVED: True}, input_digest=shown
+    )
+
+
+def denial(
+    source: InterruptSource,
+    name: str,
+    ref: str,
+    reason: str = "",
+    *,
+    input_digest: str | None = None,
+) -> ToolResponse:
+    """The denying answer to a paused call of ``source`` (the tool does not run)."""
+    output: JsonObject = (
+        {APPROVED: False, FEEDBACK: reason}
+        if source == "interrupt"
+        else {"error": DENIED_BY_USER, "reason": reason or NO_REASON_GIVEN}
+    )
+    return ToolResponse(name=name, ref=ref, output=output, input_digest=input_digest or None)
 
 
 class ErrorInfo(_Wire):
@@ -503,10 +555,10 @@ class TurnEvent(_Wire):
 
 
 class Rejection(_Wire):
-    """An answer or message the conversation refused, kept for operators."""
+    """An answer, message or start the conversation refused, kept for operators."""
 
     at: datetime
-    via: Literal["update", "signal"]
+    via: Literal["update", "signal", "start"]
     handler: str
     reason: str
     identity: str | None = None
@@ -619,8 +671,18 @@ class TurnState(_Wire):
 
 
 class SpentToken(_Wire):
+    """An identity token that may no longer answer here (see ``workflows.tokens``).
+
+    ``kind="token"``: the one token whose signed part has ``digest``. ``kind="subject"``: every
+    token of the account ``subject`` that stops being accepted by ``until`` (what an account's
+    own entries are folded into when it has used or offered too many).
+    """
+
     digest: str
     until: datetime
+    # A fingerprint of the token's account (``sub``, or the identity it names).
+    subject: str | None = None
+    kind: Literal["token", "subject"] = "token"
 
 
 class ConversationState(_Wire):
@@ -658,13 +720,17 @@ class ConversationState(_Wire):
 
 
 class ConversationInput(_Wire):
+    """The workflow's input. A start is a request: it names the agent (and the rules, see
+    ``workflows.compat``); ``state`` and ``stream`` are taken only from the conversation's own
+    continue-as-new (the run refuses them from any other start, and records that it did)."""
+
     agent: str
     # Set only by continue-as-new.
     state: ConversationState | None = None
     # The rules the run is begun under, declared by whoever starts it (our client, and
     # continue-as-new): a run that declares them needs no patch marker (workflows.compat).
     rules: str | None = None
-    # The event stream's newest items and offsets (see workflows.stream).
+    # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
     stream: WorkflowStreamState | None = None
 
 
@@ -701,6 +767,10 @@ class ModelInput(_Wire):
     # Publish the reply's text on the conversation's stream as it arrives, as this turn's.
     stream: bool = False
     turn: int | None = None
+    # When streaming: this call's own publisher id on the stream; the workflow takes text only
+    # from publishes that carry it (workflows.stream), so a signal from outside cannot pass for
+    # the model.
+    stream_key: str | None = None
 
 
 class MessagesInput(_Wire):
