@@ -19,6 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient
 from tests import agents as test_agents
+from tests.helpers import Metrics, free_port, server_address
+from worker.observability import metrics_runtime
 from worker.testing import ScriptedModel, dev_server, hosted
 from workflows import Agent
 
@@ -64,3 +66,17 @@ def run_worker(
         return hosted(client, agents=agents, model=model, **kwargs)
 
     return start
+
+
+@pytest.fixture(scope="module")
+async def metered(env: WorkflowEnvironment) -> tuple[Client, Metrics]:
+    """A client on the session's server whose runtime serves Prometheus on a loopback port:
+    what ``AGENT_METRICS_BIND`` gives ``python -m worker``."""
+    bind = f"127.0.0.1:{free_port()}"
+    client = await Client.connect(
+        server_address(env.client),
+        namespace=env.client.namespace,
+        runtime=metrics_runtime(bind),
+        data_converter=env.client.data_converter,
+    )
+    return client, Metrics(f"http://{bind}/metrics")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -133,3 +136,43 @@ def fake_dev_server() -> subprocess.Popen[str]:
     )
     assert server.stdout is not None and server.stdout.readline() == "up\n"  # it has exec'd
     return server
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+Sample = tuple[str, dict[str, str], float]
+
+
+class Metrics:
+    """The worker's Prometheus endpoint, read as a test would read a dashboard."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def scrape(self) -> list[Sample]:
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(self.url, timeout=5).read().decode()
+        )
+        samples = []
+        for line in body.splitlines():
+            found = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
+            if found:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found.group(2)))
+                samples.append((found.group(1), labels, float(found.group(3))))
+        return samples
+
+
+def metric_values(
+    samples: list[Sample], name: str, *, agent: str, by: tuple[str, ...]
+) -> dict[tuple[str, ...], float]:
+    """``name``'s samples for ``agent``, keyed by the ``by`` labels' values."""
+    return {
+        tuple(labels.get(k, "") for k in by): value
+        for metric, labels, value in samples
+        if metric == name and labels.get("agent") == agent
+    }

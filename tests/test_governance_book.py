@@ -17,6 +17,7 @@ from workflows.audit import apply, outbox_batch
 from workflows.events import answer
 from workflows.interrupts import InterruptBook, ResumeError, Who
 from workflows.limits import json_size
+from workflows.tokens import live
 from workflows.turn import MIN_NOTICE_BYTES, NOTICES_BUDGET, notice_within
 from workflows.types import (
     AnswerRecord,
@@ -298,7 +299,7 @@ def test_a_spent_token_is_remembered_until_the_leeway_has_passed_too():
         now=NOW,
     )
     later = NOW + timedelta(seconds=30)  # expired, but within the minute of leeway
-    book._spend(book.spent[0], now=later)  # pruning as the next answer would
+    book.spent[:] = live(book.spent, later)  # pruning as the next answer would
     assert len(book.spent) == 1
     entry = {"name": "deploy", "ref": "p1", "resumed_metadata": {"tool_approved": True}}
     with pytest.raises(ResumeError, match="already used"):

@@ -15,15 +15,12 @@ metrics endpoint).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -39,7 +36,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from activities import interrupt
@@ -53,9 +49,8 @@ from client.tracing import (
     tracing_interceptors,
 )
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
+from tests.helpers import assert_no_workflow_task_failed, eventually, metric_values, server_address
 from worker import sandbox_runner
-from worker.observability import metrics_runtime
 from worker.standin import calls, text
 from worker.testing import ScriptedModel, hosted
 from workflows import Agent, AgentWorkflow, ToolApproval
@@ -489,56 +484,6 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
 # Metrics
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Metrics:
-    """The worker's Prometheus endpoint, read as a test would read a dashboard."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def scrape(self) -> list[tuple[str, dict[str, str], float]]:
-        body = await asyncio.to_thread(
-            lambda: urllib.request.urlopen(self.url, timeout=5).read().decode()
-        )
-        samples = []
-        for line in body.splitlines():
-            found = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
-            if found:
-                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', found.group(2)))
-                samples.append((found.group(1), labels, float(found.group(3))))
-        return samples
-
-
-def values(
-    samples: list[tuple[str, dict[str, str], float]], name: str, *, agent: str, by: tuple[str, ...]
-) -> dict[tuple[str, ...], float]:
-    """``name``'s samples for ``agent``, keyed by the ``by`` labels' values."""
-    return {
-        tuple(labels.get(k, "") for k in by): value
-        for metric, labels, value in samples
-        if metric == name and labels.get("agent") == agent
-    }
-
-
-@pytest.fixture(scope="module")
-async def metered(env: WorkflowEnvironment) -> tuple[Client, Metrics]:
-    """A client on the session's server whose runtime serves Prometheus on a loopback port:
-    what ``AGENT_METRICS_BIND`` gives ``python -m worker``."""
-    bind = f"127.0.0.1:{_free_port()}"
-    client = await Client.connect(
-        server_address(env.client),
-        namespace=env.client.namespace,
-        runtime=metrics_runtime(bind),
-        data_converter=env.client.data_converter,
-    )
-    return client, Metrics(f"http://{bind}/metrics")
-
-
 hurry = interrupt(
     "hurry",
     "Ask a human who has a second to answer.",
@@ -619,25 +564,25 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(
     name = agent.name
 
     def counted(samples) -> bool:
-        return values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")).get(
+        return metric_values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")).get(
             ("approve", "cancelled")
-        ) == 1 and bool(values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)))
+        ) == 1 and bool(metric_values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)))
 
     samples = await eventually(metrics.scrape, counted, timeout=15, interval=0.2)
-    assert values(samples, INTERRUPTS_RAISED, agent=name, by=("tool",)) == {
+    assert metric_values(samples, INTERRUPTS_RAISED, agent=name, by=("tool",)) == {
         ("approve",): 2,
         ("charge",): 1,
         ("lookup",): 1,
         ("hurry",): 1,
     }
-    assert values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")) == {
+    assert metric_values(samples, INTERRUPTS_ANSWERED, agent=name, by=("tool", "decision")) == {
         ("approve", "approved"): 1,
         ("charge", "approved"): 1,
         ("lookup", "denied"): 1,
         ("approve", "cancelled"): 1,
     }
-    assert values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)) == {("hurry",): 1}
-    refused = values(samples, REJECTIONS, agent=name, by=("handler", "via"))
+    assert metric_values(samples, INTERRUPTS_EXPIRED, agent=name, by=("tool",)) == {("hurry",): 1}
+    refused = metric_values(samples, REJECTIONS, agent=name, by=("handler", "via"))
     assert set(refused) == {
         ("resume", "update"),
         ("resume", "signal"),
@@ -654,20 +599,20 @@ async def test_interrupts_raised_answered_expired_and_refused_are_counted(
         assert refused[("resume", "update")] == 1  # a refused update is in no history
         assert all(1 <= count <= 2 for count in refused.values()), refused
     # The wait of each answer that settled a call; not of the expired or withdrawn ones.
-    assert values(samples, f"{INTERRUPT_WAIT}_count", agent=name, by=("tool",)) == {
+    assert metric_values(samples, f"{INTERRUPT_WAIT}_count", agent=name, by=("tool",)) == {
         ("approve",): 1,
         ("charge",): 1,
         ("lookup",): 1,
     }
-    waited = values(samples, f"{INTERRUPT_WAIT}_sum", agent=name, by=("tool",))
+    waited = metric_values(samples, f"{INTERRUPT_WAIT}_sum", agent=name, by=("tool",))
     assert all(0 < v < 60 for v in waited.values())
-    buckets = values(samples, f"{INTERRUPT_WAIT}_bucket", agent=name, by=("tool", "le"))
+    buckets = metric_values(samples, f"{INTERRUPT_WAIT}_bucket", agent=name, by=("tool", "le"))
     assert {le for tool, le in buckets if tool == "approve"} == {
         *(f"{b:g}" for b in INTERRUPT_WAIT_BUCKETS),
         "+Inf",
     }
     # The tool activity counts its runs: charge interrupted, then ran once approved.
-    assert values(samples, TOOL_CALLS, agent=name, by=("tool", "outcome")) == {
+    assert metric_values(samples, TOOL_CALLS, agent=name, by=("tool", "outcome")) == {
         ("charge", "interrupt"): 1,
         ("charge", "output"): 1,
     }

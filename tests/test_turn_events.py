@@ -479,19 +479,18 @@ def test_a_poll_result_is_cut_to_its_budget_and_resumes_where_it_was_cut():
 
 
 def test_only_text_events_are_taken_from_outside_the_workflow():
-    from temporalio.contrib.workflow_streams._types import _encode_payload
-    from temporalio.converter import DataConverter
+    from temporalio.contrib.pydantic import pydantic_data_converter
 
     def wire(event: object) -> str:
-        return _encode_payload(DataConverter.default.payload_converter.to_payload(event))
+        return stream.encode_item(pydantic_data_converter.payload_converter.to_payload(event))
 
     text_event = TurnEvent(kind="text", text="hi").model_dump(mode="json")
-    assert stream._text_event(wire(text_event)) is not None
+    assert stream._published_text(wire(text_event)) == "hi"
     forged = TurnEvent(kind="turn_end", result=TurnResult(finish_reason=FinishReason.STOP))
-    assert stream._text_event(wire(forged.model_dump(mode="json"))) is None
-    assert stream._text_event(wire({"kind": "text", "text": ""})) is None
-    assert stream._text_event(wire({"kind": "text", "text": "x" * 20_000})) is None
-    assert stream._text_event("not base64 at all") is None
+    assert stream._published_text(wire(forged.model_dump(mode="json"))) is None
+    assert stream._published_text(wire({"kind": "text", "text": ""})) is None
+    assert stream._published_text(wire({"kind": "text", "text": "x" * 20_000})) is None
+    assert stream._published_text("not base64 at all") is None
 
 
 def test_text_pieces_are_as_long_as_the_limit_allows():

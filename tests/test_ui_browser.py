@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,6 +48,7 @@ from client import Chat, InterruptRequest
 from client.codec import ENCODING, generate_key
 from client.codec import ENV_VAR as PAYLOAD_KEYS_ENV
 from examples import banking_agent
+from tests.helpers import free_port
 from worker.devserver import port_open
 from worker.standin import calls
 from worker.testing import ScriptedModel, dev_server, hosted
@@ -103,12 +103,6 @@ def chromium() -> str:
     if os.environ.get(SKIP_ENV, "").strip() == "1":
         pytest.skip(f"{message} (skipped: {SKIP_ENV}=1)")
     pytest.fail(f"{message}; or set {SKIP_ENV}=1 to skip the browser tests knowingly")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @asynccontextmanager

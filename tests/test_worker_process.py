@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
-import socket
 import sys
 import textwrap
 import urllib.request
@@ -26,7 +25,7 @@ from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient, ConnectionConfigError, FinishReason, connect_config
-from tests.helpers import eventually, server_address
+from tests.helpers import eventually, free_port, server_address
 from worker.__main__ import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
@@ -141,12 +140,6 @@ async def worker_cli(*args: str, env: dict[str, str], cwd: Path) -> Process:
 
 async def client_probe(*, env: dict[str, str], cwd: Path) -> Process:
     return await run_to_end(sys.executable, "-c", CLIENT_PROBE, env=env, cwd=cwd)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
