@@ -28,6 +28,7 @@ from temporalio.api.common.v1 import Payload, Payloads
 from client.codec import EncryptionCodec, PayloadKeys, generate_key
 from worker.codec_server import (
     MAX_BYTES_IN_FLIGHT,
+    MAX_CONNECTIONS,
     MAX_REQUEST_BYTES,
     CodecServer,
     Limits,
@@ -36,6 +37,7 @@ from worker.codec_server import (
 KEYS = PayloadKeys.parse(generate_key("k1"))  # random for this run
 CODEC = EncryptionCodec(KEYS)
 PROC_STATUS = Path("/proc/self/status")
+MIB = 1024 * 1024
 
 
 # --- a raw HTTP client ----------------------------------------------------------------------
@@ -319,7 +321,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_time():
 
 
 async def test_a_client_that_does_not_read_its_answer_is_cut_off():
-    async with serving(limits=Limits(response_seconds=0.5)) as server:
+    async with serving(limits=Limits(response_seconds=0.5, linger_seconds=0.1)) as server:
         # A small window, and the answer (13 MiB, more than the kernel buffers) never read.
         raw = await Raw.connect(server, receive_buffer=4096)
         await raw.send(request(server, sealed(plain(b"x" * 10 * MIB))))
@@ -348,6 +350,31 @@ async def test_connections_over_the_limit_wait_until_one_closes():
         assert (await third.response()).status == 200
         third.close()
         holders[1].close()
+
+
+async def test_slow_clients_take_no_thread_each_and_no_more_than_the_connection_limit():
+    """The issue's second attack: 150 slow clients got 152 threads. Connections are tasks on
+    the server's one loop; past MAX_CONNECTIONS they wait in the kernel's backlog."""
+    async with serving() as server:
+        threads = threading.active_count()
+        clients = [await Raw.connect(server) for _ in range(150)]
+        for client in clients:
+            await client.send(b"POST /decode HTTP/1.1\r\nHost: loc")  # begun, never finished
+        await eventually(
+            lambda: server.load.connections == MAX_CONNECTIONS,
+            what=f"{MAX_CONNECTIONS} connections taken, not {server.load.connections}",
+        )
+        assert threading.active_count() == threads
+        for client in clients:
+            client.close()
+        await eventually(lambda: server.load.connections == 0, what="all closed")
+
+
+def test_limits_refuse_what_could_never_be_served():
+    with pytest.raises(ValueError, match="max_request_bytes must not exceed"):
+        Limits(max_request_bytes=2 * MIB, max_bytes_in_flight=1 * MIB)
+    with pytest.raises(ValueError, match="request_seconds must be positive"):
+        Limits(request_seconds=0)
 
 
 async def test_stopping_closes_open_connections():
@@ -387,8 +414,6 @@ async def test_at_most_the_limit_of_requests_are_processed_at_once_off_the_event
 
 
 # --- bytes in flight --------------------------------------------------------------------------
-
-MIB = 1024 * 1024
 
 
 async def test_bodies_over_the_byte_budget_wait_for_room(monkeypatch: pytest.MonkeyPatch):
