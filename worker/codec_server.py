@@ -38,9 +38,10 @@ phase has no deadline for a whole request. A client over a limit gets an answer,
 connection is closed after it whenever its request was not read to the end:
 
 - **Framing**: a body comes with a ``Content-Length`` (the UI and the CLI send one). A request
-  with a ``Transfer-Encoding`` as well gets 400, one with a ``Transfer-Encoding`` alone 411, and
-  either is closed: the bytes behind it are never read as a request, so a proxy in front that
-  frames by the other header cannot smuggle one past it. Conflicting or malformed lengths: 400.
+  with a ``Transfer-Encoding`` as well gets 400, one with ``Transfer-Encoding: chunked`` alone
+  411 (any other coding: 400), and either is closed: the bytes behind it are never read as a
+  request, so a proxy in front that frames by the other header cannot smuggle one past it.
+  Conflicting or malformed lengths: 400. Methods other than ``POST`` and ``OPTIONS``: 405.
 - **Size**: a body over :data:`MAX_REQUEST_BYTES` (16 MiB) gets 413 before any of it is read;
   the request line and headers over :data:`MAX_HEADER_BYTES` (64 KiB) or
   :data:`MAX_HEADERS` (100) fields get 431.
@@ -59,10 +60,10 @@ connection is closed after it whenever its request was not read to the end:
   read and freed when its answer is sent. A request that does not fit waits, first come first
   served, for up to :data:`ADMISSION_SECONDS` (10), then gets 503 with ``Retry-After: 1``. A body
   is turned into its answer payload by payload, never all held twice, so the process holds two
-  to three times the budget at most, and gives it back once answered (on glibc, with the mmap
-  threshold fixed: :data:`MALLOC_MMAP_THRESHOLD`). Tested: six concurrent 16 MiB decodes peak
-  under four times the budget and leave under half of it resident; they took the standard
-  library's server from 104 to 676 MB.
+  to three times the budget at the peak (measured), and gives it back once answered (on glibc,
+  with the mmap threshold fixed: :data:`MALLOC_MMAP_THRESHOLD`). Tested: six concurrent 16 MiB
+  decodes peak under four times the budget and leave under half of it resident; they took the
+  standard library's server from 104 to 676 MB.
 - **CPU**: at most :data:`MAX_CONCURRENT_REQUESTS` (4) requests are parsed, decrypted and
   rendered at once, in a pool of that many threads; others wait their turn, their bodies held.
 
