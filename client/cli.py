@@ -592,7 +592,7 @@ def pending(
         if as_json:
             print_json(PendingOutput(conversations=found))
             return
-        print_paused(found, agent=agent, approver=approver)
+        print_paused(found, agent=agent, approver=approver, task_queue=agents.task_queue)
 
     _run(ctx, command)
 
