@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
+from client.audit import UntrustedRun
 from client.inbox import PausedChat, PausedInterrupt
 from workflows.details import shell_word, visible
 from workflows.types import (
@@ -87,6 +89,9 @@ class AuditOutput(BaseModel):
     chat_id: str
     # Every answer on record, oldest first, across all the conversation's runs.
     answers: list[AnswerRecord] = []
+    # The runs under the chat's id left out of the trail, oldest first: only there when there
+    # are any, so the output of a chat with none is as the first release printed it.
+    untrusted: list[UntrustedRun] = Field(default_factory=list, exclude_if=lambda runs: not runs)
 
 
 def print_json(model: BaseModel) -> None:
@@ -491,9 +496,27 @@ def answer_summary(record: AnswerRecord) -> str:
     return ""
 
 
-def print_audit(chat_id: str, answers: list[AnswerRecord]) -> None:
+def print_audit(
+    chat_id: str, answers: list[AnswerRecord], *, untrusted: Sequence[UntrustedRun] = ()
+) -> None:
     """``agentctl audit``'s answer for a person: every answer on record, oldest first; a table,
-    or a list when the terminal is too narrow for one."""
+    or a list when the terminal is too narrow for one. Then a warning for each run under the
+    chat's id that the trail leaves out."""
+    _print_trail(chat_id, answers)
+    for run in untrusted:
+        n = run.claimed
+        claims = f" with the {n} answer record{'' if n == 1 else 's'} it claimed" if n else ""
+        out.print(
+            Text(
+                f"warning: run {visible(run.run_id)} (started "
+                f"{run.started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC) left out of the trail"
+                f"{claims}: {visible(run.reason)}",
+                style="bold yellow",
+            )
+        )
+
+
+def _print_trail(chat_id: str, answers: list[AnswerRecord]) -> None:
     if not answers:
         out.print(f"No answers on record for {safe(chat_id)}.")
         return
