@@ -8,12 +8,12 @@ each time a run applies answers it writes them to its memo under ``answers``
 event in that run's history, which Temporal keeps after the run closes (for the namespace's
 retention period). Reading them needs no worker.
 
-Runs begun before that rule (no ``governance-2026-12`` patch marker) wrote no such batches: for
-those the trail falls back on the answers each one carried into its successor (the
-continue-as-new input) and, when the newest run is one of them, on what its state holds now
-(the ``history`` query, which a worker answers). A run no worker has taken up yet (no workflow
-task completed) has applied no answers: what it was carried in with stands for it. Records found
-twice are counted once.
+Runs begun before that rule (no ``governance-2026-12`` patch marker, and no declaration of it
+in their input) wrote no such batches: for those the trail falls back on the answers each one
+carried into its successor (the continue-as-new input) and, when the newest run is one of them,
+on what its state holds now (the ``history`` query, which a worker answers). A run no worker has
+taken up yet (no workflow task completed) has applied no answers: what its predecessor carried
+into it stands for it. Records found twice are counted once.
 
 Whoever holds the namespace's credentials can start a workflow under a closed chat's id
 (Temporal's default id-reuse policy allows it), of any type, on any task queue, with any input
@@ -526,7 +526,9 @@ async def audit_trail(
         if run.run_id in why_not
     ]
     for run in untrusted:
-        log.warning("audit of %r: run %s left out: %s", chat_id, run.run_id, run.reason)
+        # Info, not a warning: the report carries them, and agentctl (no logging set up) would
+        # print a warning a second time, through Python's last-resort handler.
+        log.info("audit of %r: run %s left out: %s", chat_id, run.run_id, run.reason)
     return AuditReport(records=merge(batches, fallback), untrusted=untrusted)
 
 
