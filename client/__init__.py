@@ -21,6 +21,7 @@ from client.api import (
     exit_now,
     run_script,
 )
+from client.audit import AuditReport, UntrustedRun
 from workflows.types import (
     AnswerRecord,
     ErrorInfo,
@@ -38,6 +39,7 @@ __all__ = [
     "AgentClient",
     "AgentError",
     "AnswerRecord",
+    "AuditReport",
     "CancelRejected",
     "Chat",
     "ConnectionConfigError",
@@ -57,6 +59,7 @@ __all__ = [
     "TurnEvent",
     "TurnResult",
     "TurnStream",
+    "UntrustedRun",
     "approve",
     "connect_config",
     "deny",

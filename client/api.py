@@ -39,7 +39,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from client.audit import audit_trail
+from client.audit import AuditReport, audit_trail
 from client.codec import PayloadKeys, data_converter
 from client.connection import (
     CONNECT_TIMEOUT,
@@ -235,7 +235,8 @@ class AgentClient:
         state keeps only the newest answers), so it needs no worker, and it holds what the
         state has long shed. Temporal keeps a closed run's history for the namespace's
         retention period: answers in runs older than that are gone, except those the next run
-        carried in.
+        carried in. Only the conversation's own runs count (see :meth:`audit_report`, which
+        also names the runs left out).
 
         Args:
             chat_id: The conversation.
@@ -248,6 +249,25 @@ class AgentClient:
             NoWorkerAnswered: the conversation's newest run began before this release and no
                 worker answered within ``worker_timeout``.
         """
+        report = await self.audit_report(chat_id, worker_timeout=worker_timeout)
+        return report.records
+
+    async def audit_report(
+        self, chat_id: str, *, worker_timeout: timedelta | None = timedelta(seconds=10)
+    ) -> AuditReport:
+        """The audit trail (:meth:`audit`), and every run under ``chat_id`` left out of it.
+
+        A run counts only when it is the conversation's own: an ``AgentWorkflow`` on this
+        client's task queue, the chat's first run or one it continued as new into (see
+        ``client/audit.py``). Anyone with the namespace's credentials can start another run
+        under a closed chat's id, with any memo and input; such a run is listed in
+        ``untrusted``, with why and how many records it claimed, and none of them is in
+        ``records``.
+
+        Raises:
+            AgentError: no conversation ``chat_id``, or Temporal failed the request.
+            NoWorkerAnswered: as :meth:`audit`.
+        """
         handle = self._temporal.get_workflow_handle(chat_id)
         try:
             desc = await handle.describe()
@@ -255,8 +275,10 @@ class AgentClient:
             raise rpc_error(e, chat_id) from e
         agent = desc.typed_search_attributes.get(AGENT_NAME) or ""
 
-        async def latest_answers() -> list[AnswerRecord]:
-            chat = Chat(self, agent=agent, chat_id=chat_id)
+        async def latest_answers(run_id: str) -> list[AnswerRecord]:
+            # That run, by its id: the newest run under the chat's id may not be the
+            # conversation's, and a run on another queue is answered by whatever polls it.
+            chat = _RunOfChat(self, agent=agent, chat_id=chat_id, run_id=run_id)
             try:
                 return (await chat.history(worker_timeout=worker_timeout)).answers
             except NoWorkerAnswered as e:
@@ -269,7 +291,11 @@ class AgentClient:
 
         try:
             return await audit_trail(
-                self._temporal, chat_id, latest_run=desc.run_id, latest_answers=latest_answers
+                self._temporal,
+                chat_id,
+                task_queue=self.task_queue,
+                latest_run=desc.run_id,
+                latest_answers=latest_answers,
             )
         except RPCError as e:
             raise rpc_error(e, chat_id) from e
@@ -732,6 +758,21 @@ class Chat:
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
             raise no_worker(worker_timeout, queued=False) from None
+
+
+class _RunOfChat(Chat):
+    """One run of a conversation, to read its state: queries go to that run, not to whichever
+    run is newest under the chat's id."""
+
+    def __init__(self, client: AgentClient, *, agent: str, chat_id: str, run_id: str) -> None:
+        super().__init__(client, agent=agent, chat_id=chat_id)
+        self._run_id = run_id
+
+    @property
+    def handle(self) -> WorkflowHandle[AgentWorkflow, ConversationResult]:
+        return self._client.temporal.get_workflow_handle_for(
+            AgentWorkflow.run, self.id, run_id=self._run_id
+        )
 
 
 def _sort_answers(

@@ -1,4 +1,5 @@
-"""A conversation's whole audit trail, read from the histories of all its runs.
+"""A conversation's whole audit trail, read from the histories of all its runs, trusting only
+what this product wrote.
 
 The conversation's state keeps only its newest answer records (the log has a budget, and old
 records are shed when it continues as new). The full trail is in Temporal's history instead:
@@ -7,14 +8,41 @@ each time a run applies answers it writes them to its memo under ``answers``
 event in that run's history, which Temporal keeps after the run closes (for the namespace's
 retention period). Reading them needs no worker.
 
-Runs begun before that rule (no ``governance-2026-12`` patch marker) wrote no such batches: for
-those the trail falls back on the answers each one carried into its successor (the
-continue-as-new input) and, when the newest run is one of them, on what its state holds now
-(the ``history`` query, which a worker answers). A run no worker has taken up yet (no workflow
-task completed) has applied no answers: what it was carried in with stands for it. Records found
-twice are counted once.
+Runs begun before that rule (no ``governance-2026-12`` patch marker, and no declaration of it
+in their input) wrote no such batches: for those the trail falls back on the answers each one
+carried into its successor (the continue-as-new input) and, when the newest run is one of them,
+on what its state holds now (the ``history`` query, which a worker answers). A run no worker has
+taken up yet (no workflow task completed) has applied no answers: what its predecessor carried
+into it stands for it. Records found twice are counted once.
 
-:func:`merge` is pure; :func:`audit_trail` does the reading.
+Whoever holds the namespace's credentials can start a workflow under a closed chat's id
+(Temporal's default id-reuse policy allows it), of any type, on any task queue, with any input
+and memo: a run no worker ever runs can claim "approved by cfo@example.com (verified)". So a
+run's records count only when the run is the conversation's own (:func:`judge`):
+
+- its workflow type is ``AgentWorkflow`` and it ran on this client's task queue, the one this
+  deployment's workers poll (a worker runs the workflow's code: what it wrote is the product's);
+- it is the conversation's chain: the earliest-started head (a fresh start whose input is a
+  request, carrying no state, or a run whose predecessor's history is gone past retention),
+  then every run that continued from a chain run by a continue-as-new the workflow itself made
+  (Temporal records ``continued_execution_run_id`` with initiator ``WORKFLOW``). A run reset
+  from a chain run is in the chain too: Temporal copies its start event, and the workers that
+  poll its queue carry it on.
+
+Any other run under the id (a later fresh start, a retry, a cron run, another type or task
+queue, or one that continued from such a run) is untrusted: its records are left out, and the
+:class:`AuditReport` names it, with why and how many records it claimed. Records come only from
+the memo writes of trusted runs (``WorkflowPropertiesModified``: commands a worker completed),
+never from a start event's memo or input; the fallbacks for runs begun before the governance
+rules read a continue-as-new input only across such a workflow-made continue-as-new, and ask a
+worker only about a trusted run, by its run id.
+
+This product's client starts every chat with ``id_reuse_policy=REJECT_DUPLICATE`` (and
+``id_conflict_policy=USE_EXISTING``: a send attaches to the open run): a closed chat's id never
+begins a second conversation through it, so a later fresh start under a chat's id was made by
+something else, and is reported.
+
+:func:`merge` and :func:`judge` are pure; :func:`audit_trail` does the reading.
 """
 
 from __future__ import annotations
@@ -22,18 +50,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import ContinueAsNewInitiator, EventType
+from temporalio.api.history.v1 import WorkflowExecutionStartedEventAttributes
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.compat import GOVERNANCE_PATCH
+from client.codec import PayloadKeyMissing
+from client.identifiers import WORKFLOW_TYPE
+from workflows.compat import DURABLE_INPUT_PATCH, GOVERNANCE_PATCH
 from workflows.types import AnswerRecord, ConversationInput
 
 log = logging.getLogger(__name__)
@@ -45,7 +76,34 @@ _PATCH_MARKER = "core_patch"
 # How many runs' histories are read at once.
 _PARALLEL_READS = 8
 
+_BY_WORKFLOW = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
+_BY_RETRY = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_RETRY
+_BY_CRON = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_CRON_SCHEDULE
+
 RecordKey = tuple[datetime, str, str, str | None]
+
+
+class UntrustedRun(BaseModel):
+    """A run under the chat's id whose records the trail leaves out (see the module docstring)."""
+
+    run_id: str
+    started: datetime
+    reason: str
+    """Why it is not the conversation's, in words."""
+    claimed: int = 0
+    """How many answer records it carried (its memo writes, its start memo and input)."""
+    workflow_type: str = ""
+    task_queue: str = ""
+    """As its start event says; whoever started it chose both."""
+
+
+class AuditReport(BaseModel):
+    """A conversation's audit trail, and the runs under its id that are not part of it."""
+
+    records: list[AnswerRecord] = []
+    """Every answer the conversation applied, once each, oldest first."""
+    untrusted: list[UntrustedRun] = []
+    """Oldest first."""
 
 
 def record_key(record: AnswerRecord) -> RecordKey:
@@ -98,20 +156,37 @@ def patch_id(details: Any) -> str | None:
 
 @dataclass
 class RunTrail:
-    """What one run's history holds for the trail."""
+    """What one run's history holds for the trail, nothing of it decoded yet (whoever wrote an
+    untrusted run chose its payloads, and their encoding)."""
 
     run_id: str
     started: datetime
-    # The run it continued from, if any.
+    # The run it continued from, if any, and how (a ContinueAsNewInitiator).
     previous: str | None = None
+    initiator: int = 0
+    # The run whose start event this is: itself, or, for a reset, the run reset from (Temporal
+    # copies the start event, and says so).
+    origin: str = ""
+    workflow_type: str = ""
+    task_queue: str = ""
     # Begun under the governance rules: its answers are all in its memo batches.
     governed: bool = False
+    # A worker of the release before the governance rules ran it (it recorded the marker of
+    # the durable-input rules): whatever its input declared, it runs without them.
+    older_rules: bool = False
     # A workflow task has completed: the rules it runs under are decided (a run not taken up
     # by a worker yet has applied no answer of its own).
     begun: bool = False
-    batches: list[AnswerRecord] = field(default_factory=list)
-    # The continue-as-new input's payload, kept only for a run without the governance rules.
+    # The memo's ``answers`` batches, as written.
+    batches: list[Payload] = field(default_factory=list)
+    # The continue-as-new input's payload (the workflow's own hand-over), kept only for a run
+    # without the governance rules.
     carried: Payload | None = None
+
+    @property
+    def fresh(self) -> bool:
+        """Started, not continued from another run."""
+        return not self.previous
 
 
 async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | None:
@@ -127,6 +202,10 @@ async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | No
                     run_id=run_id,
                     started=event.event_time.ToDatetime(tzinfo=UTC),
                     previous=attrs.continued_execution_run_id or None,
+                    initiator=attrs.initiator,
+                    origin=attrs.original_execution_run_id or run_id,
+                    workflow_type=attrs.workflow_type.name,
+                    task_queue=attrs.task_queue.name,
                 )
             elif run is None:
                 continue
@@ -134,25 +213,180 @@ async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | No
                 run.begun = True
             elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
                 attrs = event.marker_recorded_event_attributes
-                if attrs.marker_name == _PATCH_MARKER and patch_id(attrs.details) == (
-                    GOVERNANCE_PATCH
-                ):
+                patch = patch_id(attrs.details) if attrs.marker_name == _PATCH_MARKER else None
+                if patch == GOVERNANCE_PATCH:
                     run.governed = True
+                elif patch == DURABLE_INPUT_PATCH:
+                    run.older_rules = True
             elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if MEMO_KEY in fields:
-                    (batch,) = await temporal.data_converter.decode([fields[MEMO_KEY]])
-                    run.batches.extend(records(batch))
+                    run.batches.append(fields[MEMO_KEY])
                     run.governed = True
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                payloads = event.workflow_execution_continued_as_new_event_attributes.input
-                if not run.governed and payloads.payloads:  # only a run before the rules needs it
-                    run.carried = payloads.payloads[0]
+                attrs = event.workflow_execution_continued_as_new_event_attributes
+                payloads = attrs.input.payloads
+                # Only a run before the rules needs it. This event is the workflow's own
+                # continue-as-new command (retry and cron runs close with their own events);
+                # the server leaves its initiator unspecified (Server 1.32), so only the two
+                # other kinds are refused, should it ever name them here.
+                if not run.governed and attrs.initiator not in (_BY_RETRY, _BY_CRON) and payloads:
+                    run.carried = payloads[0]
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None  # past the namespace's retention, or never there
         raise
     return run
+
+
+def judge(
+    runs: Mapping[str, RunTrail],
+    gone: Set[str],
+    *,
+    task_queue: str,
+    head_is_request: bool = True,
+) -> dict[str, str]:
+    """Why each run that is not the conversation's own is not (trusted runs are left out).
+
+    Args:
+        runs: Every run read, by run id.
+        gone: Run ids a run continued from whose history Temporal no longer has.
+        task_queue: The task queue this deployment's workers poll.
+        head_is_request: Whether the conversation's first run (:func:`head`), when a fresh
+            start, began with a request (no state carried): only continue-as-new carries one.
+    """
+    first = head(runs, gone)
+    verdicts: dict[str, str | None] = {}
+
+    def verdict(run: RunTrail) -> str | None:
+        if run.run_id not in verdicts:
+            # Runs link back to older runs only; should a chain ever loop, it vouches for none.
+            verdicts[run.run_id] = "its chain of runs loops"
+            verdicts[run.run_id] = _why_not(run)
+        return verdicts[run.run_id]
+
+    def _why_not(run: RunTrail) -> str | None:
+        foreign = _foreign(run, task_queue=task_queue)
+        if foreign is not None:
+            return foreign
+        if run.previous and run.initiator == _BY_RETRY:
+            return "a retry: it began again with the first run's input, not what a run carried"
+        if run.previous and run.initiator == _BY_CRON:
+            return "a cron run: it began with its starter's input, not what a run carried"
+        if run.previous and run.initiator != _BY_WORKFLOW:
+            return "it continued from another run in a way Temporal does not name"
+        if run.fresh or run.previous in gone:
+            if first is not None and run.origin == first.origin:
+                if run.fresh and not head_is_request:
+                    return (
+                        "it was started with a conversation's state, which only "
+                        "continue-as-new carries"
+                    )
+                return None
+            if run.fresh:
+                return (
+                    "a later start under the chat's id (this product's client never begins a "
+                    "second conversation under one id)"
+                )
+            return "it continued from a run whose history is gone, after the conversation began"
+        before = runs.get(run.previous or "")
+        if before is None:
+            return "it continued from a run that could not be read"
+        if verdict(before) is not None:
+            return f"it continued from run {before.run_id}, which is not trusted"
+        return None
+
+    for run in runs.values():
+        verdict(run)
+    return {run_id: why for run_id, why in verdicts.items() if why is not None}
+
+
+def _foreign(run: RunTrail, *, task_queue: str) -> str | None:
+    """Why a run is not one this deployment's workers ran, if it is not."""
+    if run.workflow_type != WORKFLOW_TYPE:
+        return f"a workflow of another type than {WORKFLOW_TYPE}"
+    if run.task_queue != task_queue:
+        return f"it ran on another task queue than {task_queue!r}, which this client's workers poll"
+    return None
+
+
+def head(runs: Mapping[str, RunTrail], gone: Set[str]) -> RunTrail | None:
+    """The conversation's first run still in history: the earliest-started fresh start, or
+    run whose predecessor's history is gone (its runs before it past retention)."""
+    heads = [
+        r for r in runs.values() if r.fresh or (r.initiator == _BY_WORKFLOW and r.previous in gone)
+    ]
+    return min(heads, key=lambda r: (r.started, r.origin), default=None)
+
+
+async def is_request(temporal: Client, payload: Payload | None) -> bool:
+    """Whether a start input is a conversation request (``ConversationInput`` without the
+    ``state`` and ``stream`` that only continue-as-new carries).
+
+    Raises:
+        PayloadKeyMissing: it is encrypted with a key this process lacks.
+    """
+    if payload is None:
+        return False
+    try:
+        (value,) = await temporal.data_converter.decode([payload])
+    except PayloadKeyMissing:
+        raise
+    except Exception:  # noqa: BLE001  # whatever its starter sent: not a request we can read
+        return False
+    if not isinstance(value, dict):
+        return False
+    return value.get("state") is None and value.get("stream") is None
+
+
+async def declared(temporal: Client, chat_id: str, run: RunTrail) -> bool:
+    """Whether a run without a governance marker or memo batch runs under those rules all the
+    same: its input declares them, and no worker of the release before took it up (as
+    ``workflows.compat.Rules`` decides). Such a run wrote a batch for every answer it applied,
+    so none is in its state alone."""
+    if run.governed or run.older_rules:
+        return run.governed
+    value = await _decoded(temporal, await start_input(temporal, chat_id, run.run_id))
+    return isinstance(value, dict) and value.get("rules") == GOVERNANCE_PATCH
+
+
+async def claimed(temporal: Client, chat_id: str, run: RunTrail) -> int:
+    """How many answer records an untrusted run carried: in its memo writes, its start memo
+    and its start input. Nothing in it is trusted, so what does not decode counts as none."""
+    found = 0
+    attrs = await start_event(temporal, chat_id, run.run_id)
+    start_memo = attrs.memo.fields.get(MEMO_KEY) if attrs is not None else None
+    for payload in [*run.batches, *([start_memo] if start_memo is not None else [])]:
+        found += len(_parsed(await _decoded(temporal, payload)))
+    if attrs is not None and attrs.input.payloads:
+        value = await _decoded(temporal, attrs.input.payloads[0])
+        state = value.get("state") if isinstance(value, dict) else None
+        if isinstance(state, dict):
+            for key in ("answers", "audit_outbox"):
+                found += len(_parsed(state.get(key)))
+    return found
+
+
+async def _decoded(temporal: Client, payload: Payload | None) -> object:
+    if payload is None:
+        return None
+    try:
+        (value,) = await temporal.data_converter.decode([payload])
+    except Exception:  # noqa: BLE001  # what does not decode reads as absent; callers say what that means
+        return None
+    return value
+
+
+def _parsed(items: object) -> list[AnswerRecord]:
+    if not isinstance(items, list):
+        return []
+    found: list[AnswerRecord] = []
+    for item in items:
+        try:
+            found.append(AnswerRecord.model_validate(item))
+        except (ValidationError, RecursionError):
+            continue
+    return found
 
 
 async def carried_answers(temporal: Client, payload: Payload | None) -> list[AnswerRecord]:
@@ -164,13 +398,26 @@ async def carried_answers(temporal: Client, payload: Payload | None) -> list[Ans
     return [*state.answers, *state.audit_outbox] if state is not None else []
 
 
-async def start_input(temporal: Client, chat_id: str, run_id: str) -> Payload | None:
-    """A run's own input (what its predecessor carried into it)."""
+async def start_event(
+    temporal: Client, chat_id: str, run_id: str
+) -> WorkflowExecutionStartedEventAttributes | None:
+    """A run's start event (its input and memo), or None when Temporal no longer has it."""
     handle = temporal.get_workflow_handle(chat_id, run_id=run_id)
-    async for event in handle.fetch_history_events():
-        payloads = event.workflow_execution_started_event_attributes.input.payloads
-        return payloads[0] if payloads else None
+    try:
+        async for event in handle.fetch_history_events():
+            return event.workflow_execution_started_event_attributes
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
     return None
+
+
+async def start_input(temporal: Client, chat_id: str, run_id: str) -> Payload | None:
+    """A run's own input (what its predecessor carried into it, or what its starter sent)."""
+    attrs = await start_event(temporal, chat_id, run_id)
+    payloads = attrs.input.payloads if attrs is not None else []
+    return payloads[0] if payloads else None
 
 
 async def list_runs(temporal: Client, chat_id: str) -> list[str]:
@@ -184,18 +431,24 @@ async def audit_trail(
     temporal: Client,
     chat_id: str,
     *,
+    task_queue: str,
     latest_run: str,
-    latest_answers: Callable[[], Awaitable[list[AnswerRecord]]],
-) -> list[AnswerRecord]:
-    """Every answer the conversation ``chat_id`` applied, once each, oldest first.
+    latest_answers: Callable[[str], Awaitable[list[AnswerRecord]]],
+) -> AuditReport:
+    """Every answer the conversation ``chat_id`` applied, once each, oldest first, and the
+    runs under its id that are not the conversation's (see the module docstring).
 
     Args:
+        task_queue: The task queue this deployment's workers poll: only runs there are trusted.
         latest_run: The run id of its newest run (visibility may not list it yet).
-        latest_answers: The answer records its state holds now; asked only when the newest
-            run was begun before the governance rules (it needs a worker).
+        latest_answers: The answer records a run's state holds now, by run id; asked only
+            about the conversation's newest trusted run, when it was begun before the
+            governance rules (it needs a worker).
 
     Raises:
         temporalio.service.RPCError: reading a history or the visibility listing failed.
+        client.codec.PayloadKeyMissing: a trusted run's records are encrypted with a key this
+            process lacks.
     """
     runs: dict[str, RunTrail] = {}
     gone: set[str] = set()
@@ -222,36 +475,81 @@ async def audit_trail(
                 if r.previous and r.previous not in runs and r.previous not in gone
             )
         )
-    ordered = sorted(runs.values(), key=lambda r: r.started)
+    first = head(runs, gone)
+    request = True
+    if first is not None and first.fresh and _foreign(first, task_queue=task_queue) is None:
+        # Read only once its starter is known to be on this deployment's queue: an input
+        # anyone chose is not decoded (an encoding that fails would fail the whole trail).
+        request = await is_request(temporal, await start_input(temporal, chat_id, first.run_id))
+    why_not = judge(runs, gone, task_queue=task_queue, head_is_request=request)
+    ordered = sorted(runs.values(), key=lambda r: (r.started, r.run_id))
+    trusted = [run for run in ordered if run.run_id not in why_not]
+
+    batches: list[AnswerRecord] = []
     fallback: list[AnswerRecord] = []
-    for run in ordered:
+    for run in trusted:
+        for payload in run.batches:
+            (batch,) = await temporal.data_converter.decode([payload])
+            batches += records(batch)
         if run.previous in gone:
             # Its predecessor's history is gone: what it carried in is all that is left of it.
+            # (Trusted, so the workflow itself continued as new into it.)
             fallback += await carried_answers(
                 temporal, await start_input(temporal, chat_id, run.run_id)
             )
         if run.begun and not run.governed:
             fallback += await carried_answers(temporal, run.carried)
-    newest = runs.get(latest_run)
+    newest = runs.get(latest_run) if latest_run not in why_not else None
+    newest = newest or (trusted[-1] if trusted else None)
     if newest is not None and not newest.begun:
-        # Nothing applied here yet: what it holds is what it was carried in with.
-        fallback += await carried_answers(
-            temporal, await start_input(temporal, chat_id, latest_run)
+        # Nothing applied here yet: what it holds is what it was carried in with (a fresh
+        # start carries nothing).
+        if newest.previous:
+            fallback += await carried_answers(
+                temporal, await start_input(temporal, chat_id, newest.run_id)
+            )
+    elif (
+        newest is not None and not newest.governed and not await declared(temporal, chat_id, newest)
+    ):
+        fallback += await latest_answers(newest.run_id)
+
+    untrusted = [
+        UntrustedRun(
+            run_id=run.run_id,
+            started=run.started,
+            reason=why_not[run.run_id],
+            claimed=await claimed(temporal, chat_id, run),
+            workflow_type=run.workflow_type,
+            task_queue=run.task_queue,
         )
-    elif newest is None or not newest.governed:
-        fallback += await latest_answers()
-    return merge((r for run in ordered for r in run.batches), fallback)
+        for run in ordered
+        if run.run_id in why_not
+    ]
+    for run in untrusted:
+        # Info, not a warning: the report carries them, and agentctl (no logging set up) would
+        # print a warning a second time, through Python's last-resort handler.
+        log.info("audit of %r: run %s left out: %s", chat_id, run.run_id, run.reason)
+    return AuditReport(records=merge(batches, fallback), untrusted=untrusted)
 
 
 __all__ = [
     "MEMO_KEY",
+    "AuditReport",
     "RunTrail",
+    "UntrustedRun",
     "audit_trail",
     "carried_answers",
+    "claimed",
+    "declared",
+    "head",
+    "is_request",
+    "judge",
     "list_runs",
     "merge",
     "patch_id",
     "read_run",
     "record_key",
     "records",
+    "start_event",
+    "start_input",
 ]

@@ -65,6 +65,7 @@ from client.api import (
     deny,
     exit_now,
 )
+from client.audit import AuditReport
 from client.chat_loop import ChatClosed, ChatSession
 from client.inbox import PausedChat, check_agent_name
 from client.views import (
@@ -592,7 +593,7 @@ def pending(
         if as_json:
             print_json(PendingOutput(conversations=found))
             return
-        print_paused(found, agent=agent, approver=approver)
+        print_paused(found, agent=agent, approver=approver, task_queue=agents.task_queue)
 
     _run(ctx, command)
 
@@ -613,13 +614,18 @@ def audit(
 
     async def command(agents: AgentClient) -> None:
         chat, desc = await _open(agents, chat_id, running=False)
-        answers: list[AnswerRecord] = await _ask(
-            chat, desc, lambda: chat.audit(worker_timeout=_wait(wait)), answering=False
+        report: AuditReport = await _ask(
+            chat,
+            desc,
+            lambda: agents.audit_report(chat_id, worker_timeout=_wait(wait)),
+            answering=False,
         )
         if as_json:
-            print_json(AuditOutput(chat_id=chat_id, answers=answers))
+            print_json(
+                AuditOutput(chat_id=chat_id, answers=report.records, untrusted=report.untrusted)
+            )
             return
-        print_audit(chat_id, answers)
+        print_audit(chat_id, report.records, untrusted=report.untrusted)
 
     _run(ctx, command)
 

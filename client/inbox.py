@@ -6,6 +6,14 @@ A paused conversation says so in its search attributes (``AgentStatus="interrupt
 approval governance, since when, until when, who may answer and the votes so far). Reading them
 needs no worker, so the inbox works while none runs.
 
+Whoever holds the namespace's credentials can start a workflow that says it is paused, with any
+memo: of another type, on a task queue no worker polls, in an encoding nobody reads, nested past
+any parser's limit. The inbox lists what it can read and marks the rest: a chat whose memo does
+not decode or parse is listed from its search attributes, ``unreadable`` with the reason (never
+the memo's text), and one chat's memo never hides another. Only ``AgentWorkflow`` runs are
+listed, each with its task queue, since a run on a queue this deployment's workers do not poll
+was never written by them.
+
 The models here are also ``agentctl pending --json``'s schema: evolve them by adding fields.
 """
 
@@ -19,13 +27,17 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
 from client.codec import ENV_VAR, PayloadKeyMissing
+from client.identifiers import WORKFLOW_TYPE
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 from workflows.types import InterruptSource
 
 log = logging.getLogger(__name__)
 
-PAUSED_QUERY = 'AgentStatus="interrupted" AND ExecutionStatus="Running"'
-"""Every conversation waiting on a human (a closed workflow waits on no one)."""
+PAUSED_QUERY = (
+    f'WorkflowType="{WORKFLOW_TYPE}" AND AgentStatus="interrupted" AND ExecutionStatus="Running"'
+)
+"""Every conversation waiting on a human (a closed workflow waits on no one); a workflow of
+another type that sets the same search attributes is not a conversation."""
 
 
 class PausedInterrupt(BaseModel):
@@ -73,8 +85,15 @@ class PausedChat(BaseModel):
     interrupts: list[PausedInterrupt] = []
     unreadable: str | None = None
     """Why its memo could not be read here: it is encrypted with a key this process does not
-    have (the message names the key id). Its interrupts are then only the tool names its search
-    attributes hold (ref ``?``), and it stays in every approver's list, as a maybe."""
+    have (the message names the key id), or it does not decode or parse (the reason says which,
+    and never quotes it). Its interrupts are then only the tool names its search attributes
+    hold (ref ``?``), and it stays in every approver's list, as a maybe."""
+    unreadable_entries: int = 0
+    """How many of its memo's pending entries did not parse and are left out of
+    ``interrupts``."""
+    task_queue: str | None = None
+    """The task queue it runs on. A chat on a queue none of this deployment's workers poll was
+    never written by them: what its memo says is whatever its starter chose."""
 
 
 def check_agent_name(agent: str) -> None:
@@ -98,15 +117,26 @@ def paused_query(agent: str | None = None) -> str:
 def memo_interrupts(items: object) -> list[PausedInterrupt]:
     """The memo's ``pending`` entries; an entry that does not parse is left out (a memo some
     other program wrote: show what can be shown)."""
+    return read_entries(items)[0]
+
+
+def read_entries(items: object) -> tuple[list[PausedInterrupt], int]:
+    """The memo's ``pending`` entries that parse, and how many did not (see
+    :func:`memo_interrupts`)."""
     if not isinstance(items, list):
-        return []
+        return [], 0
     found: list[PausedInterrupt] = []
+    left_out = 0
     for item in items:
         try:
             found.append(PausedInterrupt.model_validate(item))
-        except ValidationError:
-            log.debug("memo entry left out of the inbox: it does not parse")
-    return found
+        except (ValidationError, RecursionError):
+            # Pydantic stops at its own depth limit; the guard is for Python's, should an entry
+            # reach it first.
+            left_out += 1
+    if left_out:
+        log.debug("%d memo entries left out of the inbox: they do not parse", left_out)
+    return found, left_out
 
 
 def for_approver(chats: Iterable[PausedChat], approver: str) -> list[PausedChat]:
@@ -132,27 +162,60 @@ def oldest_first(chats: Iterable[PausedChat]) -> list[PausedChat]:
 
 
 def paused_chat(wf: WorkflowExecution, pending: object) -> PausedChat:
-    """One listed workflow as the inbox shows it; ``pending`` is its memo's ``pending``."""
+    """One listed workflow as the inbox shows it; ``pending`` is its memo's ``pending``.
+
+    A ``pending`` that is there but not a list makes the chat :func:`unreadable_chat`.
+    """
+    if pending is not None and not isinstance(pending, list):
+        return unreadable_chat(wf, "its memo's pending calls are not a list")
+    interrupts, left_out = read_entries(pending)
+    return _listed(wf).model_copy(update={"interrupts": interrupts, "unreadable_entries": left_out})
+
+
+def _listed(wf: WorkflowExecution) -> PausedChat:
+    """What a listed workflow's search attributes and visibility say, with no memo read."""
     return PausedChat(
         chat_id=wf.id,
         agent=wf.typed_search_attributes.get(AGENT_NAME),
         waiting_since=wf.typed_search_attributes.get(INTERRUPTED_SINCE),
-        interrupts=memo_interrupts(pending),
+        task_queue=wf.task_queue or None,
     )
 
 
-def unreadable_chat(wf: WorkflowExecution, error: PayloadKeyMissing) -> PausedChat:
-    """A listed workflow whose memo this process cannot decrypt: what its search attributes
-    say (agent, since when, the tool names), and why the rest is not shown."""
+def unreadable_chat(wf: WorkflowExecution, error: PayloadKeyMissing | str) -> PausedChat:
+    """A listed workflow whose memo this process cannot read: what its search attributes say
+    (agent, since when, the tool names), and why the rest is not shown.
+
+    Args:
+        error: The key that is missing, or why the memo does not read, in words that never
+            quote it (:func:`memo_problem`).
+    """
     names = wf.typed_search_attributes.get(PENDING_INTERRUPTS) or []
-    why = "whose key here does not open it" if error.corrupt else f"which {ENV_VAR} here lacks"
-    shown = f"(encrypted with key id {error.key_id!r}, {why})"
-    return paused_chat(wf, None).model_copy(
+    if isinstance(error, PayloadKeyMissing):
+        why = "whose key here does not open it" if error.corrupt else f"which {ENV_VAR} here lacks"
+        shown, reason = f"(encrypted with key id {error.key_id!r}, {why})", str(error)
+    else:
+        shown, reason = "(its memo could not be read)", error
+    return _listed(wf).model_copy(
         update={
             "interrupts": [PausedInterrupt(name=n, ref="?", input=shown) for n in names],
-            "unreadable": str(error),
+            "unreadable": reason,
         }
     )
+
+
+def memo_problem(error: Exception) -> str:
+    """Why a memo did not decode, in words: never the exception's message, which quotes the
+    memo (pydantic's does) or names an encoding its writer chose."""
+    if isinstance(error, RecursionError):
+        return "its memo nests too deep to read"
+    if isinstance(error, KeyError):
+        # The SDK's converter raises KeyError("Unknown payload encoding ...").
+        return "its memo is in an encoding this client does not read"
+    if isinstance(error, ValueError):
+        # json's and pydantic's errors (invalid JSON, past the parser's depth limit, not UTF-8)
+        return "its memo is not valid JSON, or nests too deep to read"
+    return f"its memo could not be read ({type(error).__name__})"
 
 
 async def paused_chats(
@@ -170,12 +233,13 @@ async def paused_chats(
         # Only "pending" is decoded: the memo also holds the latest batch of audit records.
         try:
             pending = await wf.memo_value("pending", None)
+            found.append(paused_chat(wf, pending))
         except PayloadKeyMissing as e:
             # One conversation written with a key this process lacks (another team's, or one
             # rotated out) must not hide the rest: it is listed from its search attributes.
             found.append(unreadable_chat(wf, e))
-            continue
-        found.append(paused_chat(wf, pending))
+        except Exception as e:  # noqa: BLE001  # any memo at all: one chat never hides another
+            found.append(unreadable_chat(wf, memo_problem(e)))
     if approver is not None:
         found = for_approver(found, approver)
     return oldest_first(found)
@@ -188,9 +252,11 @@ __all__ = [
     "check_agent_name",
     "for_approver",
     "memo_interrupts",
+    "memo_problem",
     "oldest_first",
     "paused_chat",
     "paused_chats",
     "paused_query",
+    "read_entries",
     "unreadable_chat",
 ]

@@ -23,6 +23,16 @@ whatever the code that raised chose: a failing tool's input or a secret it held,
 and approver lists of a refused resume. Payload encryption keeps them out of history; the
 exporter keeps them out of traces.
 
+Names are cut too. The contrib names the spans of the side that receives a call after what the
+call names (``HandleSignal:<signal>``, ``HandleQuery:<query>``, ``ValidateUpdate:<update>``,
+``HandleUpdate:<update>``, ``RunWorkflow:<type>``, ``RunActivity:<type>``...), and the caller
+chose that: the workflow's dynamic signal handler takes a signal of any name, so anyone could
+name a span with a kilobyte of text of their own (as much as Temporal takes in a name). Such a
+span keeps the name only when it is one the product defines (:data:`KNOWN_NAMES`), and is
+``<Prefix>:(other)`` otherwise. The spans of the side that makes a call (``StartWorkflow:``,
+``SignalWorkflow:``, ``StartActivity:``...) are named by this process's own code, and keep
+their names.
+
 Configuration is read here, when an entry point asks, never at import.
 """
 
@@ -30,7 +40,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence, Set
+from types import MappingProxyType
 from typing import Any
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -38,7 +49,61 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
+from client.identifiers import WORKFLOW_TYPE
+
 TRACING_SWITCH = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        # The workflow's dynamic handler takes these (workflows/conversation.py on_signal; the
+        # stream's publish, workflows/stream.py) and records any other as a rejection.
+        "signal": frozenset({"resume", "send", "__temporal_workflow_stream_publish"}),
+        "update": frozenset(
+            {"send", "resume", "cancel", "close", "await_turn", "__temporal_workflow_stream_poll"}
+        ),
+        "query": frozenset(
+            {
+                "pending",
+                "status",
+                "history",
+                "messages",
+                "rejections",
+                # temporalio.contrib.workflow_streams registers these two.
+                "__temporal_workflow_stream_poll",
+                "__temporal_workflow_stream_offset",
+                # Every workflow answers these (the SDK's own).
+                "__stack_trace",
+                "__enhanced_stack_trace",
+                "__temporal_workflow_metadata",
+            }
+        ),
+        "workflow": frozenset({WORKFLOW_TYPE}),
+        # workflows/config.py MODEL_ACTIVITY and TOOL_ACTIVITY.
+        "activity": frozenset({"model_call", "tool_call"}),
+        "nexus operation": frozenset(),
+    }
+)
+"""The handler, workflow and activity names the product defines, by kind: what a span named
+after a received call may show. ``tests/test_durable_names.py`` fails when the workflow gains a
+handler this does not know."""
+
+OTHER_NAME = "(other)"
+"""What stands for a name the product does not define, in a span's name."""
+
+# The contrib's prefixes for the side that receives a call, and the kind of name after each.
+_RECEIVED: Mapping[str, str] = MappingProxyType(
+    {
+        "HandleSignal": "signal",
+        "HandleQuery": "query",
+        "ValidateUpdate": "update",
+        "HandleUpdate": "update",
+        "RunWorkflow": "workflow",
+        "CompleteWorkflow": "workflow",
+        "RunActivity": "activity",
+        "RunStartNexusOperationHandler": "nexus operation",
+        "RunCancelNexusOperationHandler": "nexus operation",
+    }
+)
 
 # The provider this process installed (None: none, or the application's own is in use).
 _installed: Any = None
@@ -54,13 +119,19 @@ class SanitizingSpanExporter(SpanExporter):
 
     What :func:`install_tracing` puts in front of every exporter it installs. An application
     with its own tracer provider gets the same cut by wrapping its exporter in this.
+
+    Args:
+        exporter: Where the spans go.
+        also_known: Names of the application's own workflows, activities and handlers that its
+            spans keep (an application that hosts more than the agents on its workers).
     """
 
-    def __init__(self, exporter: SpanExporter) -> None:
+    def __init__(self, exporter: SpanExporter, *, also_known: Iterable[str] = ()) -> None:
         self.exporter = exporter
+        self.also_known = frozenset(also_known)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.exporter.export([sanitised(span) for span in spans])
+        return self.exporter.export([sanitised(span, also_known=self.also_known) for span in spans])
 
     def shutdown(self) -> None:
         self.exporter.shutdown()
@@ -69,24 +140,41 @@ class SanitizingSpanExporter(SpanExporter):
         return self.exporter.force_flush(timeout_millis)
 
 
-def sanitised(span: ReadableSpan) -> ReadableSpan:
-    """``span`` as it may leave the process: its exceptions by their type alone.
+def sanitised(span: ReadableSpan, *, also_known: Set[str] = frozenset()) -> ReadableSpan:
+    """``span`` as it may leave the process: its exceptions by their type alone, and a name
+    taken from a received call only when the product defines it (:func:`span_name`).
 
     The status description is cut to the exception type it starts with (the SDK and the contrib
     write ``"RuntimeError: password is hunter2 (...)"``: ``"RuntimeError"`` is left); one that
     does not start with a type name is dropped. Each ``exception`` event keeps
     ``exception.type`` and ``exception.escaped`` only: no ``exception.message``, no
-    ``exception.stacktrace`` (whose text repeats the message, and those of its causes). Names,
-    attributes, links, other events and times are the span's own; a span with nothing to cut
+    ``exception.stacktrace`` (whose text repeats the message, and those of its causes).
+    Attributes, links, other events and times are the span's own; a span with nothing to cut
     is returned as it is.
     """
     status = span.status
     description = _type_name(status.description)
     events = [_sanitised_event(event) for event in span.events]
+    name = span_name(span.name, also_known=also_known)
     unchanged = all(a is b for a, b in zip(events, span.events, strict=True))
-    if description == status.description and unchanged:
+    if description == status.description and unchanged and name == span.name:
         return span
-    return _SanitisedSpan(span, events=events, status=Status(status.status_code, description))
+    return _SanitisedSpan(
+        span, name=name, events=events, status=Status(status.status_code, description)
+    )
+
+
+def span_name(name: str, *, also_known: Set[str] = frozenset()) -> str:
+    """A span's name as it may leave the process: ``<Prefix>:<name>`` for a call received
+    (``HandleSignal:``, ``HandleQuery:``, ``ValidateUpdate:``, ``HandleUpdate:``,
+    ``RunWorkflow:``, ``CompleteWorkflow:``, ``RunActivity:``, the Nexus handlers') keeps the
+    name only when :data:`KNOWN_NAMES` or ``also_known`` has it, and is ``<Prefix>:(other)``
+    otherwise. Every other name is left as it is."""
+    prefix, colon, called = name.partition(":")
+    kind = _RECEIVED.get(prefix) if colon else None
+    if kind is None or called in KNOWN_NAMES[kind] or called in also_known:
+        return name
+    return f"{prefix}:{OTHER_NAME}"
 
 
 def _type_name(description: str | None) -> str | None:
@@ -111,12 +199,14 @@ def _sanitised_event(event: Event) -> Event:
 
 
 class _SanitisedSpan(ReadableSpan):
-    """A finished span's copy with other events and status (and the original's counts of
-    what its limits dropped, which the copy's plain collections cannot tell)."""
+    """A finished span's copy with another name, events and status (and the original's counts
+    of what its limits dropped, which the copy's plain collections cannot tell)."""
 
-    def __init__(self, span: ReadableSpan, *, events: Sequence[Event], status: Status) -> None:
+    def __init__(
+        self, span: ReadableSpan, *, name: str, events: Sequence[Event], status: Status
+    ) -> None:
         super().__init__(
-            name=span.name,
+            name=name,
             context=span.context,
             parent=span.parent,
             resource=span.resource,
@@ -232,12 +322,15 @@ def install_tracing(*, service_name: str, exporter: SpanExporter | None = None) 
 
 
 __all__ = [
+    "KNOWN_NAMES",
+    "OTHER_NAME",
     "TRACING_SWITCH",
     "SanitizingSpanExporter",
     "add_tracing",
     "flush_tracing",
     "install_tracing",
     "sanitised",
+    "span_name",
     "tracing_enabled",
     "tracing_interceptors",
 ]

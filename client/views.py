@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
+from client.audit import UntrustedRun
 from client.inbox import PausedChat, PausedInterrupt
 from workflows.details import shell_word, visible
 from workflows.types import (
@@ -87,6 +89,9 @@ class AuditOutput(BaseModel):
     chat_id: str
     # Every answer on record, oldest first, across all the conversation's runs.
     answers: list[AnswerRecord] = []
+    # The runs under the chat's id left out of the trail, oldest first: only there when there
+    # are any, so the output of a chat with none is as the first release printed it.
+    untrusted: list[UntrustedRun] = Field(default_factory=list, exclude_if=lambda runs: not runs)
 
 
 def print_json(model: BaseModel) -> None:
@@ -208,11 +213,38 @@ def _may_answer(i: PausedInterrupt) -> str:
     return "\n".join(lines)
 
 
-def paused_view(found: list[PausedChat], *, title: str) -> RenderableType:
+def _cut(text: str, limit: int = 80) -> str:
+    """Untrusted text on one line, controls visible, at most ``limit`` characters."""
+    text = visible(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def chat_notes(chat: PausedChat, *, task_queue: str | None = None) -> list[str]:
+    """What ``pending`` says about a chat besides its interrupts: why its memo could not be
+    read, how many of its entries were left out, and a task queue that is not ``task_queue``
+    (this client's)."""
+    notes: list[str] = []
+    if chat.unreadable is not None:
+        notes.append(f"unreadable: {_cut(chat.unreadable, 400)}")
+    if chat.unreadable_entries:
+        n = chat.unreadable_entries
+        notes.append(f"{n} {'entry' if n == 1 else 'entries'} could not be read")
+    if task_queue is not None and chat.task_queue not in (None, task_queue):
+        notes.append(
+            f"on task queue {_cut(chat.task_queue or '')!r}, not this client's "
+            f"{_cut(task_queue)!r}: whatever polls that queue wrote what it says"
+        )
+    return notes
+
+
+def paused_view(
+    found: list[PausedChat], *, title: str, task_queue: str | None = None
+) -> RenderableType:
     """``pending``'s table; a list instead when the terminal is too narrow for one.
 
     Who may answer and the deadline get columns only when some interrupt has them (runs
-    begun before approval governance record neither).
+    begun before approval governance record neither). A chat's notes (:func:`chat_notes`)
+    follow the table, or its interrupts in the list.
     """
     now = datetime.now(UTC)
     interrupts = [i for c in found for i in c.interrupts]
@@ -261,7 +293,14 @@ def paused_view(found: list[PausedChat], *, title: str) -> RenderableType:
                         else Text("-")
                     )
                 table.add_row(*cells, end_section=n == len(rows) - 1)
-        return table
+        # Notes go under the table, a line each (the console does not wrap them): in a cell
+        # they would wrap, and a reason is read whole.
+        notes = [
+            Text.assemble("  ", (visible(c.chat_id), "bold"), f": {note}", style="yellow")
+            for c in found
+            for note in chat_notes(c, task_queue=task_queue)
+        ]
+        return Group(table, *notes) if notes else table
     lines = [Text(title, style="italic"), Text()]
     for c in found:
         # Two lines: a generated chat id (`chat-<uuid>`, 41 characters) with the agent and the
@@ -275,6 +314,9 @@ def paused_view(found: list[PausedChat], *, title: str) -> RenderableType:
                 lines.append(Text(f"    may answer {_may_answer(i).replace(chr(10), ' · ')}"))
             if i.deadline is not None:
                 lines.append(Text(f"    deadline {_deadline(i.deadline, now=now)}"))
+        lines += [
+            Text(f"  {note}", style="yellow") for note in chat_notes(c, task_queue=task_queue)
+        ]
         lines.append(Text())
     return Group(*lines)
 
@@ -336,9 +378,16 @@ def paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
 
 
 def print_paused(
-    found: list[PausedChat], *, agent: str | None, approver: str | None = None
+    found: list[PausedChat],
+    *,
+    agent: str | None,
+    approver: str | None = None,
+    task_queue: str | None = None,
 ) -> None:
-    """``agentctl pending``'s answer for a person: oldest first, as ``found`` is sorted."""
+    """``agentctl pending``'s answer for a person: oldest first, as ``found`` is sorted.
+
+    ``task_queue`` is this client's: a chat on another is said to be.
+    """
     scope = (f" for agent {agent}" if agent else "") + (
         f" that {approver} may answer" if approver else ""
     )
@@ -346,7 +395,7 @@ def print_paused(
         out.print(f"No paused conversations{safe(scope)}.")
         return
     title = visible(f"Paused conversations{scope}: {len(found)}")
-    out.print(paused_view(found, title=title))
+    out.print(paused_view(found, title=title, task_queue=task_queue))
     out.print("Answer with: agentctl approve|deny CHAT_ID REF, or agentctl show CHAT_ID")
 
 
@@ -447,9 +496,27 @@ def answer_summary(record: AnswerRecord) -> str:
     return ""
 
 
-def print_audit(chat_id: str, answers: list[AnswerRecord]) -> None:
+def print_audit(
+    chat_id: str, answers: list[AnswerRecord], *, untrusted: Sequence[UntrustedRun] = ()
+) -> None:
     """``agentctl audit``'s answer for a person: every answer on record, oldest first; a table,
-    or a list when the terminal is too narrow for one."""
+    or a list when the terminal is too narrow for one. Then a warning for each run under the
+    chat's id that the trail leaves out."""
+    _print_trail(chat_id, answers)
+    for run in untrusted:
+        n = run.claimed
+        claims = f" with the {n} answer record{'' if n == 1 else 's'} it claimed" if n else ""
+        out.print(
+            Text(
+                f"warning: run {visible(run.run_id)} (started "
+                f"{run.started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC) left out of the trail"
+                f"{claims}: {visible(run.reason)}",
+                style="bold yellow",
+            )
+        )
+
+
+def _print_trail(chat_id: str, answers: list[AnswerRecord]) -> None:
     if not answers:
         out.print(f"No answers on record for {safe(chat_id)}.")
         return

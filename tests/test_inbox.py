@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from activities import interrupt
 from client import AgentClient, FinishReason, PausedChat, PausedInterrupt
@@ -23,6 +26,7 @@ from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
 from worker.standin import calls
 from worker.testing import TokenIssuer
 from workflows import Agent, ToolApproval
+from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -230,3 +234,125 @@ def test_memo_entries_of_every_generation_are_read_and_filtered():
     assert seen(for_approver(chats, ALICE)) == [("c", ["r0", "r1"])]
     assert seen(for_approver(chats, BOB)) == [("c", ["r0"])]  # Bob voted on r1
     assert seen(for_approver([PausedChat(chat_id="c", interrupts=entries[1:])], CAROL)) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Memos nobody should have to read
+
+
+def raw(data: bytes, encoding: bytes = b"json/plain") -> Payload:
+    """A memo value as its starter chose it, bytes and metadata: the SDK passes a ``Payload``
+    through as it is."""
+    return Payload(metadata={"encoding": encoding}, data=data)
+
+
+async def start_paused_looking(
+    client: Client, *, agent: str, pending: Payload | None, workflow: str = "AgentWorkflow"
+) -> str:
+    """A workflow whose search attributes say it is a chat paused on ``approve``, on a task
+    queue nobody polls, with ``pending`` as its memo's pending calls: what anyone with the
+    namespace's credentials can start."""
+    chat_id = f"{agent}-poison-{uuid.uuid4().hex[:8]}"
+    await client.start_workflow(
+        workflow,
+        {"agent": agent},
+        id=chat_id,
+        task_queue=f"nobody-polls-{uuid.uuid4()}",
+        memo={"pending": pending} if pending is not None else None,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(AGENT_NAME, agent),
+                SearchAttributePair(AGENT_STATUS, "interrupted"),
+                SearchAttributePair(PENDING_INTERRUPTS, ["approve"]),
+                SearchAttributePair(INTERRUPTED_SINCE, datetime(2030, 1, 1, tzinfo=UTC)),
+            ]
+        ),
+    )
+    return chat_id
+
+
+async def test_a_memo_that_does_not_read_marks_its_chat_and_never_hides_the_others(
+    run_worker, model, client
+):
+    agent = Agent(f"inbox-poison-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    tq = f"inbox-{uuid.uuid4()}"
+    model.reply(calls(("approve", {"question": "order paper?"}, "q1")))
+    async with run_worker(agents=[agent], task_queue=tq) as agents:
+        real = await agents.chat(agent.name)
+        (asked,) = (await real.send("order paper")).interrupts
+    good = {"name": "approve", "ref": "g1", "input": "{}"}
+    deep = b"[" * 100_000 + b"]" * 100_000
+    poisoned = {
+        "encoding": await start_paused_looking(
+            client, agent=agent.name, pending=raw(b"zz", b"binary/weird")
+        ),
+        "json": await start_paused_looking(client, agent=agent.name, pending=raw(b"{not json")),
+        "deep": await start_paused_looking(client, agent=agent.name, pending=raw(deep)),
+        "shape": await start_paused_looking(
+            client, agent=agent.name, pending=raw(json.dumps({"name": "approve"}).encode())
+        ),
+        # Entries that parse are listed; the others are counted.
+        "entries": await start_paused_looking(
+            client,
+            agent=agent.name,
+            pending=raw(json.dumps([good, {"ref": "no name"}, "junk", [[[]]]]).encode()),
+        ),
+    }
+    # Another workflow type that says the same is not a conversation: not listed at all.
+    other = await start_paused_looking(
+        client, agent=agent.name, pending=raw(json.dumps([good]).encode()), workflow="Impostor"
+    )
+    ids = [real.id, *poisoned.values()]
+    inbox = AgentClient(client, task_queue=tq)
+
+    def listed(chats: list[PausedChat]) -> bool:
+        return {c.chat_id for c in chats} >= set(ids)
+
+    everything = await eventually(inbox.pending, listed, timeout=VISIBILITY_TIMEOUT)
+    by_id = {c.chat_id: c for c in everything}
+    assert other not in by_id
+    # The real chat is intact, and its task queue is this client's.
+    mine = by_id[real.id]
+    assert mine.unreadable is None and mine.unreadable_entries == 0 and mine.task_queue == tq
+    assert [(i.name, i.ref, i.since) for i in mine.interrupts] == [("approve", "q1", asked.since)]
+    reasons = {
+        "encoding": "its memo is in an encoding this client does not read",
+        "json": "its memo is not valid JSON, or nests too deep to read",
+        "deep": "its memo is not valid JSON, or nests too deep to read",
+        "shape": "its memo's pending calls are not a list",
+    }
+    for kind, reason in reasons.items():
+        chat = by_id[poisoned[kind]]
+        assert chat.unreadable == reason, kind
+        # Listed from its search attributes: the agent, since when, and the tool names.
+        assert chat.agent == agent.name and chat.waiting_since == datetime(2030, 1, 1, tzinfo=UTC)
+        assert [(i.name, i.ref) for i in chat.interrupts] == [("approve", "?")], kind
+        assert chat.task_queue is not None and chat.task_queue.startswith("nobody-polls-")
+    partly = by_id[poisoned["entries"]]
+    assert partly.unreadable is None and partly.unreadable_entries == 3
+    assert [i.ref for i in partly.interrupts] == ["g1"]
+    # An approver's inbox keeps what it cannot read, as a maybe.
+    assert set(poisoned.values()) <= {c.chat_id for c in await inbox.pending(approver=ALICE)}
+
+    # agentctl lists them all, and succeeds: for the namespace, and for the agent.
+    run = await agentctl(client, "pending", "--json", task_queue=tq)
+    assert run.code == 0, run.err
+    shown = {c["chat_id"]: c for c in run.json()["conversations"]}
+    assert set(ids) <= set(shown) and other not in shown
+    assert shown[poisoned["encoding"]]["unreadable"] == reasons["encoding"]
+    assert shown[poisoned["entries"]]["unreadable_entries"] == 3
+    assert shown[real.id]["task_queue"] == tq
+    table = await agentctl(client, "pending", "--agent", agent.name, task_queue=tq)
+    assert table.code == 0, table.err
+    assert f"Paused conversations for agent {agent.name}: {len(ids)}" in table.out
+    # Each note on a line of its own, under the table, naming its chat.
+    for kind, reason in reasons.items():
+        assert f"  {poisoned[kind]}: unreadable: {reason}" in table.out.splitlines(), kind
+    assert f"  {poisoned['entries']}: 3 entries could not be read" in table.out.splitlines()
+    elsewhere = [line for line in table.out.splitlines() if "not this client's" in line]
+    assert sorted(line.split(":")[0].strip() for line in elsewhere) == sorted(poisoned.values())
+    # The reasons never quote what the memo held.
+    for quoted in ("binary/weird", "not json", "[[[", "junk", "no name"):
+        assert quoted not in table.out and quoted not in run.out
+    for chat_id in [real.id, *poisoned.values(), other]:
+        await client.get_workflow_handle(chat_id).terminate("test over")

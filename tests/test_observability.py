@@ -46,10 +46,17 @@ from client.tracing import (
     add_tracing,
     flush_tracing,
     install_tracing,
+    span_name,
     tracing_interceptors,
 )
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually, metric_values, server_address
+from tests.helpers import (
+    assert_no_workflow_task_failed,
+    cli_signal,
+    eventually,
+    metric_values,
+    server_address,
+)
 from worker import sandbox_runner
 from worker.standin import calls, text
 from worker.testing import ScriptedModel, hosted
@@ -371,6 +378,89 @@ def test_the_exporter_keeps_a_status_description_only_as_the_type_it_starts_with
         ("exception", {"exception.type": "KeyError", "exception.escaped": "False"})
     ]
     assert "x@example.com" not in "".join(s.to_json() for s in kept.get_finished_spans())
+
+
+# A signal name anyone may send: the workflow's dynamic handler takes every name, and the
+# contrib names the worker's span after it. Temporal takes names of up to 1,000 bytes by
+# default (``limit.maxIDLength``; a server may allow more): this one is just under.
+ODD_SIGNAL = (
+    ("zebra-signal-6d2a " + "évil \u202e{not ours}: " * 60).encode()[:990].decode(errors="ignore")
+)
+
+
+async def test_a_signal_of_any_name_names_no_span_after_it(spans, client, model):
+    """The real path: a traced conversation, a signal named with a kilobyte of odd text sent
+    with the real ``temporal`` CLI, and the spans as exported. The worker's span for it is
+    ``HandleSignal:(other)``; the product's own handler names are kept."""
+    assert 900 < len(ODD_SIGNAL.encode()) <= 1000
+    agent = Agent(f"traced-names-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    model.reply(calls(("approve", {"question": "ok?"}, "n1")))
+    async with hosted(traced(client), agents=[agent], model=model) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hello")
+        code, out = await cli_signal(client, chat.id, ODD_SIGNAL, "{}")
+        assert code == 0, out
+        # A known name with a bad payload: refused by the workflow, its span keeps the name.
+        code, out = await cli_signal(client, chat.id, "resume", '{"respond": 1}')
+        assert code == 0, out
+        refused = await eventually(chat.rejections, lambda r: len(r) == 2)
+    assert [r.handler for r in refused][1] == "resume"
+    mine = of_chat(exported(spans), chat.id)
+    names = [s.name for s in mine]
+    assert names.count("HandleSignal:(other)") == 1
+    assert names.count("HandleSignal:resume") == 1
+    assert "HandleUpdate:send" in names and "RunWorkflow:AgentWorkflow" in names
+    everything = "\n".join(s.to_json() for s in exported(spans))
+    assert "zebra-signal-6d2a" not in everything and "{not ours}" not in everything
+    assert all(len(s.name) < 200 for s in exported(spans))
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+def test_span_names_keep_only_the_names_the_product_defines():
+    kept = [
+        "HandleSignal:resume",
+        "HandleSignal:__temporal_workflow_stream_publish",
+        "HandleQuery:__temporal_workflow_metadata",
+        "ValidateUpdate:resume",
+        "HandleUpdate:__temporal_workflow_stream_poll",
+        "RunWorkflow:AgentWorkflow",
+        "CompleteWorkflow:AgentWorkflow",
+        "RunActivity:tool_call",
+        # Named by this process's own calls, and the product's own spans: left as they are.
+        "StartWorkflowUpdate:resume",
+        "SignalWorkflow:anything at all",
+        "StartActivity:tool_call",
+        SPAN_TURN_START,
+        "no prefix",
+    ]
+    assert [span_name(n) for n in kept] == kept
+    cut = {
+        "HandleSignal:resume ": "HandleSignal:(other)",
+        "HandleSignal:a:b": "HandleSignal:(other)",
+        "HandleQuery:pendingx": "HandleQuery:(other)",
+        "HandleQuery:resume": "HandleQuery:(other)",  # an update's name, not a query's
+        "ValidateUpdate:status": "ValidateUpdate:(other)",
+        "HandleUpdate:x" * 1000: "HandleUpdate:(other)",
+        "RunWorkflow:Impostor": "RunWorkflow:(other)",
+        "RunActivity:shell": "RunActivity:(other)",
+        "RunStartNexusOperationHandler:svc/op": "RunStartNexusOperationHandler:(other)",
+    }
+    assert {n: span_name(n) for n in cut} == cut
+    # An application that hosts its own workflows on the worker names them.
+    assert span_name("RunWorkflow:Billing", also_known={"Billing"}) == "RunWorkflow:Billing"
+    provider = SdkTracerProvider()
+    kept_spans = InMemorySpanExporter()
+    exporter = SanitizingSpanExporter(kept_spans, also_known=["Billing"])
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer(__name__)
+    for name in ("HandleSignal:whatever", "RunWorkflow:Billing", "HandleQuery:status"):
+        with tracer.start_as_current_span(name, attributes={"temporalWorkflowID": "c"}):
+            pass
+    assert [(s.name, dict(s.attributes or {})) for s in kept_spans.get_finished_spans()] == [
+        ("HandleSignal:(other)", {"temporalWorkflowID": "c"}),
+        ("RunWorkflow:Billing", {"temporalWorkflowID": "c"}),
+        ("HandleQuery:status", {"temporalWorkflowID": "c"}),
+    ]
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)
