@@ -63,8 +63,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from client.codec import PayloadKeyMissing
-from client.identifiers import WORKFLOW_TYPE
 from workflows.compat import DURABLE_INPUT_PATCH, GOVERNANCE_PATCH
+from workflows.config import WORKFLOW_TYPE
 from workflows.types import AnswerRecord, ConversationInput
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
 from client.codec import ENV_VAR, PayloadKeyMissing
-from client.identifiers import WORKFLOW_TYPE
-from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
+from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS, WORKFLOW_TYPE
 from workflows.types import InterruptSource
 
 log = logging.getLogger(__name__)

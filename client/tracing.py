@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from client.identifiers import WORKFLOW_TYPE
+from workflows.config import WORKFLOW_TYPE
 
 TRACING_SWITCH = "OTEL_EXPORTER_OTLP_ENDPOINT"
 

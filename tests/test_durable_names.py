@@ -1,9 +1,9 @@
 """The names the client reads Temporal by are the workflow's own.
 
-The client compares what visibility and histories say with ``client.identifiers.WORKFLOW_TYPE``,
+The client compares what visibility and histories say with ``workflows.config.WORKFLOW_TYPE``,
 and the span exporter keeps a received call's name only when ``client.tracing.KNOWN_NAMES`` has
-it. Both are written down in ``client/`` (``workflows/`` is the workflow's), so these tests ask a
-running conversation for its definition (the SDK's built-in ``__temporal_workflow_metadata``
+it. The exporter's list is written down in ``client/``, so these tests ask a running
+conversation for its definition (the SDK's built-in ``__temporal_workflow_metadata``
 query: the handlers as the worker registered them, those the stream adds at run time too, with
 no private SDK member) and fail when the workflow gains a name the client does not know.
 """
@@ -15,13 +15,12 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from client.identifiers import WORKFLOW_TYPE
 from client.tracing import KNOWN_NAMES
 from tests import agents as t
 from tests.helpers import events_of, eventually, history
 from worker.standin import calls, text
 from workflows import Agent
-from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 from workflows.stream import PUBLISH_SIGNAL
 
 
