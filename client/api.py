@@ -111,17 +111,19 @@ class _Closed(Exception):
     """The conversation's workflow is no longer running (a query with NOT_OPEN said so)."""
 
 
-def approve(interrupt: InterruptRequest) -> ToolResponse | ToolRestart:
+def approve(interrupt: InterruptRequest | PausedInterrupt) -> ToolResponse | ToolRestart:
     """The approving answer for an interrupt, in the form its kind needs.
 
     An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or conditional
     tool gets ``restart`` with ``{"tool_approved": true}`` so it runs with its original input.
-    Same as ``interrupt.approve()``.
+    Same as ``interrupt.approve()``; an inbox entry (:class:`PausedInterrupt`) works alike.
+    Either way the answer carries the digest of the input shown: it is refused if the call's
+    input has changed since (an edit).
     """
     return interrupt.approve()
 
 
-def deny(interrupt: InterruptRequest, reason: str = "") -> ToolResponse:
+def deny(interrupt: InterruptRequest | PausedInterrupt, reason: str = "") -> ToolResponse:
     """The denying answer: the tool does not run; the model is told it was declined.
 
     Same as ``interrupt.deny(reason)``.

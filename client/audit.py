@@ -22,8 +22,9 @@ run's records count only when the run is the conversation's own (:func:`judge`):
 
 - its workflow type is ``AgentWorkflow`` and it ran on this client's task queue, the one this
   deployment's workers poll (a worker runs the workflow's code: what it wrote is the product's);
-- it is the conversation's chain: the earliest-started head (a fresh start whose input is a
-  request, carrying no state, or a run whose predecessor's history is gone past retention),
+- it is the conversation's chain: the earliest-started head (a fresh start, or a run whose
+  predecessor's history is gone past retention; a fresh start's input is a request, since the
+  workflow refuses the state only continue-as-new hands on),
   then every run that continued from a chain run by a continue-as-new the workflow itself made
   (Temporal records ``continued_execution_run_id`` with initiator ``WORKFLOW``). A run reset
   from a chain run is in the chain too: Temporal copies its start event, and the workers that
@@ -62,7 +63,6 @@ from temporalio.api.history.v1 import WorkflowExecutionStartedEventAttributes
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.codec import PayloadKeyMissing
 from workflows.compat import DURABLE_INPUT_PATCH, GOVERNANCE_PATCH
 from workflows.config import WORKFLOW_TYPE
 from workflows.types import AnswerRecord, ConversationInput
@@ -244,7 +244,6 @@ def judge(
     gone: Set[str],
     *,
     task_queue: str,
-    head_is_request: bool = True,
 ) -> dict[str, str]:
     """Why each run that is not the conversation's own is not (trusted runs are left out).
 
@@ -252,8 +251,6 @@ def judge(
         runs: Every run read, by run id.
         gone: Run ids a run continued from whose history Temporal no longer has.
         task_queue: The task queue this deployment's workers poll.
-        head_is_request: Whether the conversation's first run (:func:`head`), when a fresh
-            start, began with a request (no state carried): only continue-as-new carries one.
     """
     first = head(runs, gone)
     verdicts: dict[str, str | None] = {}
@@ -277,11 +274,6 @@ def judge(
             return "it continued from another run in a way Temporal does not name"
         if run.fresh or run.previous in gone:
             if first is not None and run.origin == first.origin:
-                if run.fresh and not head_is_request:
-                    return (
-                        "it was started with a conversation's state, which only "
-                        "continue-as-new carries"
-                    )
                 return None
             if run.fresh:
                 return (
@@ -317,26 +309,6 @@ def head(runs: Mapping[str, RunTrail], gone: Set[str]) -> RunTrail | None:
         r for r in runs.values() if r.fresh or (r.initiator == _BY_WORKFLOW and r.previous in gone)
     ]
     return min(heads, key=lambda r: (r.started, r.origin), default=None)
-
-
-async def is_request(temporal: Client, payload: Payload | None) -> bool:
-    """Whether a start input is a conversation request (``ConversationInput`` without the
-    ``state`` and ``stream`` that only continue-as-new carries).
-
-    Raises:
-        PayloadKeyMissing: it is encrypted with a key this process lacks.
-    """
-    if payload is None:
-        return False
-    try:
-        (value,) = await temporal.data_converter.decode([payload])
-    except PayloadKeyMissing:
-        raise
-    except Exception:  # noqa: BLE001  # whatever its starter sent: not a request we can read
-        return False
-    if not isinstance(value, dict):
-        return False
-    return value.get("state") is None and value.get("stream") is None
 
 
 async def declared(temporal: Client, chat_id: str, run: RunTrail) -> bool:
@@ -475,13 +447,7 @@ async def audit_trail(
                 if r.previous and r.previous not in runs and r.previous not in gone
             )
         )
-    first = head(runs, gone)
-    request = True
-    if first is not None and first.fresh and _foreign(first, task_queue=task_queue) is None:
-        # Read only once its starter is known to be on this deployment's queue: an input
-        # anyone chose is not decoded (an encoding that fails would fail the whole trail).
-        request = await is_request(temporal, await start_input(temporal, chat_id, first.run_id))
-    why_not = judge(runs, gone, task_queue=task_queue, head_is_request=request)
+    why_not = judge(runs, gone, task_queue=task_queue)
     ordered = sorted(runs.values(), key=lambda r: (r.started, r.run_id))
     trusted = [run for run in ordered if run.run_id not in why_not]
 
@@ -542,7 +508,6 @@ __all__ = [
     "claimed",
     "declared",
     "head",
-    "is_request",
     "judge",
     "list_runs",
     "merge",

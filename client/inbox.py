@@ -28,7 +28,14 @@ from temporalio.client import Client, WorkflowExecution
 
 from client.codec import ENV_VAR, PayloadKeyMissing
 from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS, WORKFLOW_TYPE
-from workflows.types import InterruptSource
+from workflows.types import (
+    InterruptSource,
+    JsonObject,
+    ToolResponse,
+    ToolRestart,
+    approval,
+    denial,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,34 @@ class PausedInterrupt(BaseModel):
     quorum: int = 1
     votes: list[str] = []
     """Who has approved so far, when it needs a quorum."""
+    input_digest: str = ""
+    """What names the call's whole input (``InterruptRequest.input_digest``): the answers built
+    here carry it, so they answer only the input this entry was written for."""
+
+    def approve(self) -> ToolResponse | ToolRestart:
+        """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with
+        ``Chat.resume`` on this entry's chat)."""
+        return approval(self._source(), self.name, self.ref, input_digest=self.input_digest)
+
+    def deny(self, reason: str = "") -> ToolResponse:
+        """The denying answer, as ``InterruptRequest.deny()`` builds it."""
+        return denial(self._source(), self.name, self.ref, reason, input_digest=self.input_digest)
+
+    def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
+        """The answer that supplies the tool's output, as ``InterruptRequest.respond()``."""
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
+        shown = self.input_digest or None
+        return ToolResponse(name=self.name, ref=self.ref, output=output, input_digest=shown)
+
+    def _source(self) -> InterruptSource:
+        if self.source is None:
+            # Approving takes a respond or a restart depending on the kind of pause.
+            raise ValueError(
+                f"the inbox entry for {self.name!r} (ref {self.ref!r}) does not say what kind "
+                "of pause it is: answer it from Chat.pending()"
+            )
+        return self.source
 
     def awaits(self, approver: str) -> bool:
         """Whether ``approver`` may answer this interrupt and has not voted on it yet.

@@ -162,6 +162,7 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
                 "ref": i.ref,
                 "input": json.dumps(i.input),
                 "source": i.source,
+                "input_digest": i.input_digest,
                 "since": i.since.isoformat() if i.since else None,
             }
             for i in rb.interrupts
@@ -336,8 +337,14 @@ async def test_agentctl_show_approve_restart_and_rejections(run_worker, model, c
         assert ok.code == 0, ok.err
         done = ok.json()
         assert done["identity"] == "alice@example.com"
+        # Built from what agentctl showed: it answers only that input (input_digest).
         assert done["respond"] == [
-            {"name": "approve", "ref": approve_i.ref, "output": {"approved": True}}
+            {
+                "name": "approve",
+                "ref": approve_i.ref,
+                "output": {"approved": True},
+                "input_digest": approve_i.input_digest,
+            }
         ]
         assert done["restart"] == []
         assert done["turn"]["finish_reason"] == "interrupted"
@@ -357,6 +364,7 @@ async def test_agentctl_show_approve_restart_and_rejections(run_worker, model, c
                 # The original input is not sent back (it could be a placeholder).
                 "input": None,
                 "resumed_metadata": {"tool_approved": True},
+                "input_digest": lookup_i.input_digest,
             }
         ]
         # Partial answers accumulate: nothing runs until every interrupt has its answer.

@@ -23,7 +23,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from client import AgentError, FinishReason, ResumeRejected, TurnResult
+from client import (
+    AgentClient,
+    AgentError,
+    FinishReason,
+    PausedInterrupt,
+    ResumeRejected,
+    TurnResult,
+    approve,
+)
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -311,6 +319,16 @@ def unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def stray_bits(token: str) -> str:
+    """The same token with a set bit where its signature's last character has unused ones
+    (64 bytes take 86 characters: the last carries 2 bits): decoders read the same bytes."""
+    last = B64URL.index(token[-1])
+    return token[:-1] + B64URL[last ^ 1]
+
+
 def high_s(token: str) -> str:
     """The same signed token with ECDSA's other valid signature, ``(r, n - s)``."""
     head, claims, sig = token.split(".")
@@ -339,7 +357,7 @@ async def test_case3_a_token_from_history_answers_nothing_however_it_is_respelle
         respelled = {
             "padding": token + "==",
             "high-s": high_s(token),
-            "stray bits": token[:-1] + chr(ord(token[-1]) ^ 1),
+            "stray bits": stray_bits(token),
         }
         refusals = {}
         for how, copy in respelled.items():
@@ -362,10 +380,7 @@ async def test_case3_a_token_from_history_answers_nothing_however_it_is_respelle
         )
     assert "already used" in refusals["high-s"]
     assert "not in canonical form" in refusals["padding"]
-    assert (
-        "not in canonical form" in refusals["stray bits"]
-        or "does not verify" in (refusals["stray bits"])
-    )
+    assert "not in canonical form" in refusals["stray bits"]
     assert done.text == "second paid"
     assert t.RUNS["charge"] == 2  # once per approval: 10, then 20
     await assert_no_workflow_task_failed(client, chat.id)
@@ -634,13 +649,26 @@ editing = Agent(
 )
 
 
+async def inbox_entries(agents: AgentClient, chat_id: str, digest: str) -> list[PausedInterrupt]:
+    """The chat's entries in the inbox, once visibility shows the input with ``digest``."""
+
+    async def listed() -> list[PausedInterrupt]:
+        chats = await agents.pending(agent="editingGate")
+        return [i for c in chats if c.chat_id == chat_id for i in c.interrupts]
+
+    return await eventually(listed, lambda found: [i.input_digest for i in found] == [digest])
+
+
 async def test_a_stale_approval_never_approves_an_edited_call(run_worker, model, client):
     """ops is shown version 2; eve proposes version 9 (an edit, back through the gate); ops's
-    approval of what it was shown is refused, by update and by signal: it would approve 9."""
+    approval of what it was shown is refused, by update, by signal and from its inbox entry:
+    it would approve 9. An approval of what is pending now, from the inbox too, runs it."""
     model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("released"))
     async with run_worker(agents=[editing]) as agents:
         chat = await agents.chat("editingGate")
         (shown,) = (await chat.send("release api 2")).interrupts
+        # What an approver's inbox shows of it (visibility alone, no worker).
+        (entry,) = await inbox_entries(agents, chat.id, shown.input_digest)
         edit = shown.restart({}, input={"service": "api", "version": "9"})
         (regated,) = (await chat.resume(answers=[edit], identity="eve@example.com")).interrupts
         assert (regated.ref, regated.input["version"]) == ("r1", "9")
@@ -652,8 +680,11 @@ async def test_a_stale_approval_never_approves_an_edited_call(run_worker, model,
             "resume", {"restart": [stale], "identity": "ops@example.com"}
         )
         await eventually(chat.rejections, lambda r: len(r) == 1)
+        with pytest.raises(ResumeRejected, match="no longer has the input this answer was shown"):
+            await chat.resume(answers=[approve(entry)], identity="ops@example.com")
         assert t.RUNS["release"] == 0
-        done = await chat.resume(answers=[regated.approve()], identity="ops@example.com")
+        (fresh,) = await inbox_entries(agents, chat.id, regated.input_digest)
+        done = await chat.resume(answers=[approve(fresh)], identity="ops@example.com")
     assert done.text == "released" and t.RUNS["release"] == 1
     assert t.CONTEXTS[-1].original_input == {"service": "api", "version": "2"}
     await assert_no_workflow_task_failed(client, chat.id)

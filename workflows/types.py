@@ -292,8 +292,9 @@ class ToolResponse(_Wire):
     ref: str
     output: JsonObject
     # The digest of the input the answer was shown (InterruptRequest.input_digest): refused
-    # when the call's input is no longer that one. None: the answer does not say.
-    input_digest: str | None = None
+    # when the call's input is no longer that one. None: the answer does not say (and the key
+    # is left off the wire, which scripts and recorded histories spell without it).
+    input_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolRestart(_Wire):
@@ -305,7 +306,7 @@ class ToolRestart(_Wire):
     input: JsonObject | None = None
     resumed_metadata: JsonObject = Field(default_factory=dict)
     # As ToolResponse.input_digest.
-    input_digest: str | None = None
+    input_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Vote(_Wire):
