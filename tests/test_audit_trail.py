@@ -292,7 +292,9 @@ def forged_start(agent: str, ref: str) -> dict[str, object]:
     return {"agent": agent, "rules": GOVERNANCE_PATCH, "state": state}
 
 
-async def test_the_trail_leaves_out_runs_started_under_a_closed_chats_id(small_histories, model):
+async def test_case4_the_trail_leaves_out_runs_started_under_a_closed_chats_id(
+    small_histories, model
+):
     """Temporal's default id-reuse policy lets anyone start a new run under a closed chat's id,
     with a memo and an input full of made-up records. The trail reads only the conversation's
     own runs (``AgentWorkflow``, on this client's task queue, its first run and those it

@@ -215,7 +215,7 @@ class Gate:
         "Content-Length: {n}\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
     ],
 )
-async def test_a_request_with_both_length_headers_is_refused_and_the_connection_closed(
+async def test_case10_a_request_with_both_length_headers_is_refused_and_the_connection_closed(
     framing: str,
 ):
     async with serving() as server:
@@ -280,7 +280,7 @@ async def test_conflicting_or_malformed_lengths_are_refused_and_the_connection_c
 
 
 @pytest.mark.parametrize("dribbled", ["head", "body"])
-async def test_a_client_that_dribbles_its_request_is_cut_off_at_the_deadline(dribbled: str):
+async def test_case10_a_client_that_dribbles_its_request_is_cut_off_at_the_deadline(dribbled: str):
     """One byte at a time never trips a per-read timeout; the whole request has a deadline."""
     body = sealed(plain(b'"hello"'))
     async with serving(limits=Limits(request_seconds=1.0)) as server:
@@ -352,7 +352,7 @@ async def test_connections_over_the_limit_wait_until_one_closes():
         holders[1].close()
 
 
-async def test_slow_clients_take_no_thread_each_and_no_more_than_the_connection_limit():
+async def test_case10_slow_clients_take_no_thread_each_and_no_more_than_the_connection_limit():
     """The issue's second attack: 150 slow clients got 152 threads. Connections are tasks on
     the server's one loop; past MAX_CONNECTIONS they wait in the kernel's backlog."""
     async with serving() as server:
@@ -506,7 +506,7 @@ class PeakRss:
         return self.sampled - self.start
 
 
-async def test_concurrent_large_decodes_keep_the_process_within_a_bound_of_the_byte_budget():
+async def test_case10_concurrent_large_decodes_keep_the_process_within_a_bound_of_the_byte_budget():
     """The issue's attack: six concurrent 16 MiB decodes took the standard library's server
     from 104 to 676 MB. Now at most MAX_BYTES_IN_FLIGHT of bodies are held at once, each turned
     into its answer payload by payload; the process's peak (its clients' included: they hash

@@ -271,7 +271,7 @@ async def start_paused_looking(
     return chat_id
 
 
-async def test_a_memo_that_does_not_read_marks_its_chat_and_never_hides_the_others(
+async def test_case6_a_memo_that_does_not_read_marks_its_chat_and_never_hides_the_others(
     run_worker, model, client
 ):
     agent = Agent(f"inbox-poison-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
