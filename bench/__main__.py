@@ -42,6 +42,7 @@ from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from client import AgentClient, FinishReason
 from client.codec import data_converter, generate_key, load_keys
+from client.connection import connect_answering
 from worker import build_worker, ensure_bytecode, sandbox_runner
 from worker.devserver import dev_server_command, wait_for_port
 from worker.standin import GeminiStandIn, Reply, Request, calls, text
@@ -831,7 +832,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await wait_for_port(port, proc=server)
         # AGENT_PAYLOAD_KEYS, as in production (unset: the codec passes payloads through).
         keys = load_keys()
-        client = await Client.connect(f"127.0.0.1:{port}", data_converter=data_converter(keys))
+        client = await connect_answering(
+            {"target_host": f"127.0.0.1:{port}", "data_converter": data_converter(keys)}
+        )
         # The same connection, encrypting with a key of its own: B1's ours_encrypted.
         encrypting = Client(
             **{

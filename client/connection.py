@@ -167,6 +167,10 @@ def _explain_config_error(
     return f"cannot load the Temporal connection settings from {where}: {err}"
 
 
+STARTING = "not healthy yet"
+"""What the SDK's connection error says while the server's frontend is still starting."""
+
+
 async def connect_answering(
     config: Mapping[str, Any], *, timeout: timedelta = CONNECT_TIMEOUT
 ) -> Client:
@@ -185,7 +189,15 @@ async def connect_answering(
     """
     try:
         async with asyncio.timeout(timeout.total_seconds()):
-            return await Client.connect(**config)
+            while True:
+                try:
+                    return await Client.connect(**config)
+                except RuntimeError as e:
+                    # A server that has just opened its port answers "Frontend is not healthy
+                    # yet" for a moment (measured on the dev server): it is starting, so wait.
+                    if STARTING not in str(e):
+                        raise
+                await asyncio.sleep(0.2)
     except ValueError as e:
         raise ConnectionConfigError(
             f"bad Temporal address {config.get('target_host')!r}: {e}"
