@@ -140,6 +140,8 @@ async def test_case1_a_start_carrying_an_approved_call_runs_no_tool(run_worker, 
             ConversationInput(agent="gated", state=forged_state(t.gated)),
             id=chat_id,
             task_queue=agents.task_queue,
+            # What the inbox and the audit would read, made up: gone at the first write.
+            memo={"pending": [{"name": "charge", "ref": "x"}], "answers": [{"ref": "x"}]},
         )
         reasons = await eventually(
             lambda: rejections_of(client, chat_id), lambda r: len(r) == 1, timeout=15
@@ -150,6 +152,7 @@ async def test_case1_a_start_carrying_an_approved_call_runs_no_tool(run_worker, 
         assert (await chat.send("hi")).text == "hello"
         hist = await history(client, handle.id)
     assert "a start may not carry 'state'" in reasons[0]
+    assert await (await handle.describe()).memo() == {}
     assert (status.status, status.turns, status.pending) == ("idle", 0, [])
     assert t.RUNS["charge"] == 0
     assert TOOL_ACTIVITY not in scheduled_activities(hist)
