@@ -138,6 +138,7 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
             approvers=[ALICE, BOB],
             quorum=2,
             votes=[ALICE],
+            input_digest=wire.input_digest,
         )
     ]
     assert wire.deadline is not None and wire.since is not None
@@ -150,6 +151,7 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
             input=json.dumps(question.input),
             source="interrupt",
             since=question.since,
+            input_digest=question.input_digest,
         )
     ]
     assert [(i.source, i.approvers) for i in third.interrupts] == [
