@@ -53,13 +53,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import ContinueAsNewInitiator, EventType
 from temporalio.api.history.v1 import WorkflowExecutionStartedEventAttributes
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -104,6 +105,10 @@ class AuditReport(BaseModel):
     """Every answer the conversation applied, once each, oldest first."""
     untrusted: list[UntrustedRun] = []
     """Oldest first."""
+    gone: list[str] = []
+    """Runs the trail's runs continued from whose history Temporal no longer has (past the
+    namespace's retention, or deleted): their answers are only what was carried out of them.
+    A run deleted before its retention is a gap someone made; this names it."""
 
 
 def record_key(record: AnswerRecord) -> RecordKey:
@@ -244,6 +249,7 @@ def judge(
     gone: Set[str],
     *,
     task_queue: str,
+    retained_since: datetime | None = None,
 ) -> dict[str, str]:
     """Why each run that is not the conversation's own is not (trusted runs are left out).
 
@@ -251,8 +257,12 @@ def judge(
         runs: Every run read, by run id.
         gone: Run ids a run continued from whose history Temporal no longer has.
         task_queue: The task queue this deployment's workers poll.
+        retained_since: Runs that closed after this are still within the namespace's
+            retention (None: unknown). A run continued from one that is gone although it
+            closed then (when the run began) had its predecessor deleted: a gap someone made.
     """
-    first = head(runs, gone)
+    early = _deleted_early(runs, gone, retained_since)
+    first = head(runs, gone - early)
     verdicts: dict[str, str | None] = {}
 
     def verdict(run: RunTrail) -> str | None:
@@ -272,6 +282,11 @@ def judge(
             return "a cron run: it began with its starter's input, not what a run carried"
         if run.previous and run.initiator != _BY_WORKFLOW:
             return "it continued from another run in a way Temporal does not name"
+        if run.previous in early:
+            return (
+                f"it continued from run {run.previous}, whose history was deleted before the "
+                "namespace's retention ran out: what it handed on cannot be checked"
+            )
         if run.fresh or run.previous in gone:
             if first is not None and run.origin == first.origin:
                 return None
@@ -300,6 +315,19 @@ def _foreign(run: RunTrail, *, task_queue: str) -> str | None:
     if run.task_queue != task_queue:
         return f"it ran on another task queue than {task_queue!r}, which this client's workers poll"
     return None
+
+
+def _deleted_early(
+    runs: Mapping[str, RunTrail], gone: Set[str], retained_since: datetime | None
+) -> set[str]:
+    """The gone runs that closed (when their successor began) within retention."""
+    if retained_since is None:
+        return set()
+    return {
+        r.previous
+        for r in runs.values()
+        if r.previous in gone and r.previous is not None and r.started > retained_since
+    }
 
 
 def head(runs: Mapping[str, RunTrail], gone: Set[str]) -> RunTrail | None:
@@ -392,6 +420,22 @@ async def start_input(temporal: Client, chat_id: str, run_id: str) -> Payload | 
     return payloads[0] if payloads else None
 
 
+async def _retained_since(temporal: Client) -> datetime | None:
+    """When the namespace's retention begins now: a run closed since is still kept (None when
+    the namespace cannot be described, or keeps histories for ever)."""
+    try:
+        desc = await temporal.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=temporal.namespace)
+        )
+    except RPCError:
+        return None
+    ttl = desc.config.workflow_execution_retention_ttl
+    if not ttl.seconds and not ttl.nanos:
+        return None
+    # A little slack: deletion past retention is a background task, not to the second.
+    return datetime.now(UTC) - ttl.ToTimedelta() + timedelta(hours=1)
+
+
 async def list_runs(temporal: Client, chat_id: str) -> list[str]:
     """Every run visibility lists for the chat id, closed ones too."""
     if '"' in chat_id or "\\" in chat_id:
@@ -447,7 +491,9 @@ async def audit_trail(
                 if r.previous and r.previous not in runs and r.previous not in gone
             )
         )
-    why_not = judge(runs, gone, task_queue=task_queue)
+    why_not = judge(
+        runs, gone, task_queue=task_queue, retained_since=await _retained_since(temporal)
+    )
     ordered = sorted(runs.values(), key=lambda r: (r.started, r.run_id))
     trusted = [run for run in ordered if run.run_id not in why_not]
 
@@ -495,7 +541,7 @@ async def audit_trail(
         # Info, not a warning: the report carries them, and agentctl (no logging set up) would
         # print a warning a second time, through Python's last-resort handler.
         log.info("audit of %r: run %s left out: %s", chat_id, run.run_id, run.reason)
-    return AuditReport(records=merge(batches, fallback), untrusted=untrusted)
+    return AuditReport(records=merge(batches, fallback), untrusted=untrusted, gone=sorted(gone))
 
 
 __all__ = [

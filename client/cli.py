@@ -622,10 +622,15 @@ def audit(
         )
         if as_json:
             print_json(
-                AuditOutput(chat_id=chat_id, answers=report.records, untrusted=report.untrusted)
+                AuditOutput(
+                    chat_id=chat_id,
+                    answers=report.records,
+                    untrusted=report.untrusted,
+                    gone=report.gone,
+                )
             )
             return
-        print_audit(chat_id, report.records, untrusted=report.untrusted)
+        print_audit(chat_id, report.records, untrusted=report.untrusted, gone=report.gone)
 
     _run(ctx, command)
 

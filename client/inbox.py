@@ -263,7 +263,12 @@ async def paused_chats(
         temporalio.service.RPCError: the visibility query failed.
     """
     found: list[PausedChat] = []
+    now = datetime.now(UTC)
     async for wf in temporal.list_workflows(paused_query(agent)):
+        if wf.execution_time is not None and wf.execution_time > now:
+            # A delayed start (start_delay): no worker has run it, so what its memo and search
+            # attributes say is only what its starter wrote. It waits on no one yet.
+            continue
         # Only "pending" is decoded: the memo also holds the latest batch of audit records.
         try:
             pending = await wf.memo_value("pending", None)

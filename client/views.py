@@ -92,6 +92,8 @@ class AuditOutput(BaseModel):
     # The runs under the chat's id left out of the trail, oldest first: only there when there
     # are any, so the output of a chat with none is as the first release printed it.
     untrusted: list[UntrustedRun] = Field(default_factory=list, exclude_if=lambda runs: not runs)
+    # Runs the trail continued from that Temporal no longer has (only there when there are any).
+    gone: list[str] = Field(default_factory=list, exclude_if=lambda runs: not runs)
 
 
 def print_json(model: BaseModel) -> None:
@@ -497,7 +499,11 @@ def answer_summary(record: AnswerRecord) -> str:
 
 
 def print_audit(
-    chat_id: str, answers: list[AnswerRecord], *, untrusted: Sequence[UntrustedRun] = ()
+    chat_id: str,
+    answers: list[AnswerRecord],
+    *,
+    untrusted: Sequence[UntrustedRun] = (),
+    gone: Sequence[str] = (),
 ) -> None:
     """``agentctl audit``'s answer for a person: every answer on record, oldest first; a table,
     or a list when the terminal is too narrow for one. Then a warning for each run under the
@@ -512,6 +518,14 @@ def print_audit(
                 f"{run.started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC) left out of the trail"
                 f"{claims}: {visible(run.reason)}",
                 style="bold yellow",
+            )
+        )
+    for run_id in gone:
+        out.print(
+            Text(
+                f"note: run {visible(run_id)}, which the trail continued from, is no longer in "
+                "Temporal's history (past retention, or deleted): only what it carried on is here",
+                style="yellow",
             )
         )
 

@@ -750,3 +750,16 @@ def test_the_governance_marker_is_recognised():
     assert patch_id(marker(body)) == GOVERNANCE_PATCH
     assert patch_id(marker(b"not json")) is None
     assert patch_id({}) is None
+
+
+def test_a_chain_whose_predecessor_was_deleted_within_retention_is_not_trusted():
+    """A run's predecessor gone past retention starts the chain; one gone while it should
+    still be kept (the run began after retention's start) was deleted: what it handed on
+    cannot be checked, so neither that run nor what follows it is trusted."""
+    kept = [trail("b", 10, previous="a"), trail("c", 20, previous="b")]
+    runs = {r.run_id: r for r in kept}
+    began = kept[0].started
+    assert judge(runs, {"a"}, task_queue="agents", retained_since=began + timedelta(days=1)) == {}
+    early = judge(runs, {"a"}, task_queue="agents", retained_since=began - timedelta(days=1))
+    assert early["b"].startswith("it continued from run a, whose history was deleted")
+    assert early["c"] == "it continued from run b, which is not trusted"

@@ -87,6 +87,7 @@ def test_a_token_from_the_trusted_issuer_proves_who_answered(alg: str) -> None:
         # What it signs (header and claims), not how its signature is spelled.
         digest=hashlib.sha256(token.rsplit(".", 1)[0].encode()).hexdigest()[:32],
         subject=jwt.decode(token, options={"verify_signature": False})["sub"],
+        issued=NOW,
     )
     assert verified.expires.tzinfo is UTC
     assert jwt.get_unverified_header(token)["alg"] == alg

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from workflows.tokens import (
+    MAX_OFFERED,
     MAX_PER_SUBJECT,
     MAX_SPENT_TOKENS,
     TokenFacts,
@@ -20,9 +21,12 @@ from workflows.types import SpentToken
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def token(subject: str, n: int, *, minutes: int = 10) -> TokenFacts:
+def token(subject: str, n: int, *, minutes: int = 10, issued: int | None = None) -> TokenFacts:
+    """The ``n``-th token of ``subject``: issued ``n`` minutes in (or at ``issued``), valid
+    ``minutes`` after that."""
+    at = NOW + timedelta(minutes=n if issued is None else issued)
     return TokenFacts(
-        digest=f"{subject}-{n}", subject=subject, until=NOW + timedelta(minutes=minutes + n)
+        digest=f"{subject}-{n}", subject=subject, until=at + timedelta(minutes=minutes), issued=at
     )
 
 
@@ -70,3 +74,28 @@ def test_a_full_book_folds_its_heaviest_account_and_refuses_only_past_distinct_a
     assert has_room(book, token("user7", 3), now=NOW)
     assert spend(book, token("user7", 3), now=NOW)
     assert len(book) == MAX_SPENT_TOKENS
+
+
+def test_a_fold_spends_tokens_as_old_as_those_folded_and_never_a_fresh_one():
+    """An approver's tokens harvested from other conversations' histories (issued earlier,
+    some valid for a day) and offered here fold the approver's entries: only tokens issued no
+    later than they were. A fresh short-lived token, which expires before them, still answers."""
+    book: list[SpentToken] = []
+    harvested = [token("cfo", n, minutes=24 * 60 - n) for n in range(MAX_PER_SUBJECT + 1)]
+    for t in harvested:
+        spend(book, t, now=NOW)
+    assert any(e.kind == "subject" for e in book)
+    assert all(is_spent(book, t) for t in harvested)
+    fresh = token("cfo", 0, minutes=5, issued=MAX_PER_SUBJECT + 1)
+    assert fresh.until < max(t.until for t in harvested)
+    assert not is_spent(book, fresh)
+
+
+def test_refused_tokens_of_unnamed_accounts_never_take_an_approvers_room():
+    book: list[SpentToken] = []
+    for n in range(MAX_SPENT_TOKENS + MAX_OFFERED):  # a sign-up flood at the issuer
+        assert spend(book, token(f"signup{n}", 0), now=NOW, offered=True)
+    assert len(book) == MAX_OFFERED  # the oldest forgotten
+    assert is_spent(book, token(f"signup{MAX_SPENT_TOKENS + MAX_OFFERED - 1}", 0))
+    approver = token("cfo", 0)
+    assert has_room(book, approver, now=NOW) and spend(book, approver, now=NOW)

@@ -54,6 +54,8 @@ from workflows.interrupts import ResumeError, pydantic_reason
 from workflows.limits import (
     CAN_HISTORY_BYTES,
     CAN_HISTORY_EVENTS,
+    GUARD_HISTORY_BYTES,
+    GUARD_HISTORY_EVENTS,
     MAX_IDENTITY_BYTES,
     MAX_REASON_BYTES,
     MAX_RESUME_BYTES,
@@ -72,6 +74,7 @@ from workflows.limits import (
 from workflows.operator_view import OperatorView
 from workflows.payloads import (
     ENCRYPTED,
+    NO_START,
     RawResume,
     RawStart,
     claimed_identity,
@@ -86,6 +89,7 @@ from workflows.payloads import (
 from workflows.stream import PUBLISH_SIGNAL, ConversationStream
 from workflows.turn import TurnMachine, idempotency_key
 from workflows.types import (
+    HISTORY_IDENTITY,
     CancelInput,
     ConversationInput,
     ConversationResult,
@@ -114,7 +118,7 @@ __all__ = [
 @workflow.defn(name=config.WORKFLOW_TYPE)
 class AgentWorkflow:
     @workflow.init
-    def __init__(self, input: RawStart) -> None:
+    def __init__(self, input: RawStart = NO_START) -> None:
         # A start is a request: only this conversation's own continue-as-new hands on state
         # (workflows.payloads.read_start says what is taken from any other start).
         carried = continued_here(workflow.info())
@@ -165,7 +169,7 @@ class AgentWorkflow:
     # Main loop
 
     @workflow.run
-    async def run(self, input: RawStart) -> ConversationResult:
+    async def run(self, input: RawStart = NO_START) -> ConversationResult:
         if self._unusable:
             # Nothing to converse with: closed at once, the refusal in its rejection log.
             self._s.closed = True
@@ -186,7 +190,11 @@ class AgentWorkflow:
                 )
                 if self._s.turn is not None:
                     self._turn_task = asyncio.create_task(self._m.drive())
-                    outcome = await self._turn_task
+                    guard = asyncio.create_task(self._guard_history())
+                    try:
+                        outcome = await self._turn_task
+                    finally:
+                        guard.cancel()
                     self._turn_task = None
                     task = asyncio.current_task()
                     if self._rules.edges() and task is not None and task.cancelling():
@@ -319,10 +327,45 @@ class AgentWorkflow:
         """Cancel the current turn: withdraw what is pending, or stop it while it runs (a model
         call in flight is abandoned, a tool is told to stop); its result once it has stopped."""
         seen = self._m.stops
+        self._stop_turn(input)
+        return await self._stopped_since(seen)
+
+    def _stop_turn(self, input: CancelInput) -> None:
         self._m.cancel = input
         if self._turn_task is not None and not self._m.waiting_on_human():
             self._turn_task.cancel()
-        return await self._stopped_since(seen)
+
+    async def _guard_history(self) -> None:
+        """Stop a running turn whose run's history nears Temporal's limits.
+
+        A run continues as new only while no turn runs (or at a pause); a tool or model call
+        that runs long, under a flood of signals (each refused, each in history), would take
+        the run to the server's limits, where it is terminated and everything in it is out of
+        reach. Well before that (:data:`~workflows.limits.GUARD_HISTORY_BYTES`), the turn is
+        cancelled as a caller's cancel would (the model is told what may have taken effect),
+        and the run then continues as new. No command unless it acts.
+        """
+        await workflow.wait_condition(self._history_near_limit)
+        if self._m.cancel is None and not self._m.waiting_on_human():
+            workflow.logger.warning(
+                "the run's history nears Temporal's limits while a turn runs: cancelling the "
+                "turn so the conversation can continue as new"
+            )
+            self._stop_turn(
+                CancelInput(
+                    reason="the conversation's history neared Temporal's limits while this "
+                    "turn ran (a flood of signals or updates); it was stopped to keep the "
+                    "conversation",
+                    identity=HISTORY_IDENTITY,
+                )
+            )
+
+    def _history_near_limit(self) -> bool:
+        info = workflow.info()
+        return (
+            info.get_current_history_size() >= GUARD_HISTORY_BYTES
+            or info.get_current_history_length() >= GUARD_HISTORY_EVENTS
+        )
 
     @workflow.update
     async def send(self, input: SendInput) -> TurnResult:
@@ -465,9 +508,10 @@ class AgentWorkflow:
                 self._send_signal(payload)
             elif name == PUBLISH_SIGNAL:
                 turn = self._s.turn
-                self._m.streamed_text += self._stream.accept_publish(
+                attempt, added = self._stream.accept_publish(
                     payload, key=self._m.streaming_key(), turn=turn.turn if turn else 0
                 )
+                self._m.streamed[attempt] = self._m.streamed.get(attempt, "") + added
                 self._s.events_total = self._stream.next_offset
             else:
                 raise ResumeError(

@@ -94,6 +94,9 @@ class VerifiedIdentity:
     subject: str | None = None
     """The ``sub`` claim: the account, however the identity is spelled (one person's tokens
     may carry an email or not); votes are counted once per subject."""
+    issued: datetime | None = None
+    """When the issuer issued it (``iat``), if it says: an account's spent tokens are folded
+    into "every token issued by then" (``workflows.tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,7 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         expires=expires + timedelta(seconds=leeway),
         digest=digest,
         subject=sub if isinstance(sub := claims.get("sub"), str) and sub else None,
+        issued=_datetime(iat, "iat") if (iat := _time_claim(claims, "iat")) is not None else None,
     )
 
 

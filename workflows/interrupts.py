@@ -29,7 +29,7 @@ import json
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
@@ -814,10 +814,12 @@ class InterruptBook:
         """Spend a valid token whose answer was refused after it reached history (a rejected
         signal, an update its handler refused): its copy there must answer nothing later.
 
-        Only a token that could answer something in this conversation is spent (its account
-        is an approver of some tool here, or some tool takes anyone's answer): a token that can
-        answer nothing is no threat in history, and spending it would let anyone fill the book
-        with their own refused tokens (each account's share is bounded in workflows.tokens)."""
+        Only a token that could answer something in this conversation is spent: a token that
+        can answer nothing is no threat in history, and spending it would let anyone fill the
+        book with their own refused tokens. One whose account an approver list names is kept
+        with the accepted answers (each account's share bounded); one that could answer only
+        what anyone may answer goes to a pool of its own, oldest forgotten first, so no number
+        of accounts takes the room an approver's answer needs (see workflows.tokens)."""
         trust = self.spec.trust if self.spec else None
         if token is None or trust is None or not self.governance:
             return
@@ -825,16 +827,18 @@ class InterruptBook:
             verified = verify_token(token, trust, now=now)
         except IdentityError:
             return  # it could not answer anything anyway
-        if verified.expires - now > MAX_TOKEN_LIFE or not self.could_answer(verified):
+        could = self.could_answer(verified)
+        if verified.expires - now > MAX_TOKEN_LIFE or could is None:
             return  # refused for good (too long-lived), or nothing here it could answer
-        spend(self.spent, token_facts(verified), now=now)
+        spend(self.spent, token_facts(verified), now=now, offered=could == "anyone")
 
-    def could_answer(self, verified: VerifiedIdentity) -> bool:
-        """Whether the account a token proves may answer any interrupt this agent can raise:
-        a call the gate pauses, an interrupt-only tool, or a tool that raises one."""
+    def could_answer(self, verified: VerifiedIdentity) -> Literal["named", "anyone"] | None:
+        """What the account a token proves could answer of the interrupts this agent can raise
+        (a call the gate pauses, an interrupt-only tool, a tool that raises one): one whose
+        approver list admits it (``"named"``), only ones anyone may answer, or none."""
         spec = self.spec
         if spec is None:
-            return False
+            return None
         who = Who(identity=verified.identity, verified=True, groups=verified.groups)
         gate = spec.approval
         lists: list[list[str]] = []
@@ -844,8 +848,10 @@ class InterruptBook:
             elif gate is not None and tool.name not in gate.allow:
                 lists.append(gate.approvers)
             else:
-                lists.append([])  # a tool that raises an interrupt: anyone may answer it
-        return any(who.may_answer(approvers) for approvers in lists)
+                lists.append([])  # a tool that may raise an interrupt: anyone may answer it
+        if any(approvers and who.may_answer(approvers) for approvers in lists):
+            return "named"
+        return "anyone" if any(not approvers for approvers in lists) else None
 
     def expire(self, now: datetime, *, room: Callable[[], int] | None = None) -> list[CallState]:
         """Answer every pending call whose deadline has passed with its timeout default.
@@ -1013,7 +1019,9 @@ def token_facts(verified: VerifiedIdentity) -> TokenFacts:
     """What a verified token leaves in the spent book: what it signs, its account (``sub``, or
     the identity it names) and until when it could be accepted."""
     account = _fingerprint(verified.subject or verified.identity) or ""
-    return TokenFacts(digest=verified.digest, subject=account, until=verified.expires)
+    return TokenFacts(
+        digest=verified.digest, subject=account, until=verified.expires, issued=verified.issued
+    )
 
 
 def _voted(call: CallState, who: Who) -> bool:

@@ -188,6 +188,13 @@ where the server is configured not to suggest it."""
 CAN_HISTORY_EVENTS = 4096
 """The same, counted in events."""
 
+GUARD_HISTORY_BYTES = 32 * MiB
+"""History at which a running turn is stopped so the run can continue as new (Temporal
+terminates a run at 50 MiB): only a flood while a turn runs gets a run here."""
+
+GUARD_HISTORY_EVENTS = 32_768
+"""The same in events (Temporal terminates a run at 51,200)."""
+
 
 class Refused(Exception):
     """Input that may not enter a conversation; ``reason`` says why, without quoting it."""

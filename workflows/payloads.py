@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
@@ -54,6 +55,13 @@ RawStart = RawValue
 """The workflow's input: a :class:`~workflows.types.ConversationInput`, carried raw for the same
 reason as :data:`RawResume` (a start is a request, and a malformed one must not fail the
 workflow task); :func:`raw_start` makes one, :func:`read_start` reads it."""
+
+
+NO_START = RawValue(Payload())
+"""What a start without an input gives (``temporal workflow start`` without ``--input``): the
+SDK passes no argument then, and this default stands in, to be refused like any bad start. (A
+start with two or more arguments is decoded before any code of ours runs, and fails its
+workflow task: the README's "For security reviewers" says so.)"""
 
 
 def raw_start(start: ConversationInput, *, converter: PayloadConverter) -> RawStart:
@@ -91,6 +99,8 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
         body = payload_json(payload, strict=False)
         return ConversationInput.model_validate(body), None
     unusable = ConversationInput(agent="")
+    if not payload.payload.data and not payload.payload.metadata:
+        return unusable, "the start has no input: it is a JSON object with 'agent'"
     try:
         body = payload_json(payload, strict=True)
     except Refused as e:

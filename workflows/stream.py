@@ -53,8 +53,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter, ValidationError
 
 from workflows import events
+from workflows.config import MODEL_RETRY
 from workflows.interrupts import ResumeError, pydantic_reason
-from workflows.limits import KiB, json_size
+from workflows.limits import CAN_HISTORY_BYTES, CAN_HISTORY_EVENTS, KiB, json_size
 from workflows.payloads import payload_json
 from workflows.types import TurnEvent
 
@@ -97,6 +98,17 @@ CARRY_BYTES = 64 * KiB
 the turns around the hand-over; every byte is in the next run's first history event (bench B3
 measured 192 KiB adding a sixth to a 1,000-turn conversation's replay)."""
 
+STREAM_DRAINING = "StreamDraining"
+"""The refusal type the library's subscriber waits on and retries (its own for a run about to
+continue as new; spelled here, as the library exports it only privately: a test checks it)."""
+
+POLL_HISTORY_BYTES = 2 * CAN_HISTORY_BYTES
+"""Past this much history a run takes no more polls (twice where it continues as new, far under
+Temporal's 50 MiB): see ``ConversationStream._validate_poll``."""
+
+POLL_HISTORY_EVENTS = 2 * CAN_HISTORY_EVENTS
+"""The same in events (Temporal terminates a run at 51,200)."""
+
 POLL_BUDGET = 48 * KiB
 """The most one poll returns (items past it come with the next poll, at once)."""
 
@@ -125,8 +137,9 @@ class ConversationStream:
         self._stream = WorkflowStream(prior)
         self._topic = self._stream.topic(TOPIC, type=TurnEvent)
         self.polls = 0
-        # The last publish taken: (publisher id's key, (attempt, sequence)).
-        self._mark: tuple[str, tuple[int, int]] | None = None
+        # The last batch taken of each attempt of the call streaming under _marks_key.
+        self._marks_key: str | None = None
+        self._marks: dict[int, int] = {}
         # The library's publish signal goes to the workflow's raw signal handler instead (see
         # accept_publish), and its poll update through poll() below.
         workflow.set_signal_handler(PUBLISH_SIGNAL, None)
@@ -144,12 +157,13 @@ class ConversationStream:
             self._topic.publish(item)
         return first
 
-    def accept_publish(self, payload: RawValue, *, key: str | None, turn: int) -> str:
+    def accept_publish(self, payload: RawValue, *, key: str | None, turn: int) -> tuple[int, str]:
         """Take a publish signal: the text of the model call streaming now, from that call.
 
-        The call's activity publishes as ``"<key>:<attempt>"`` (``ModelInput.stream_key``), with
-        a sequence that grows within an attempt; a batch at or below the last one taken is a
-        duplicate (a retried signal) and is dropped. Nothing of a publish is kept but its text,
+        The call's activity publishes as ``"<key>:<attempt>"`` (``ModelInput.stream_key``; an
+        attempt the call's retry policy allows), with a sequence that grows within an attempt;
+        a batch at or below the last one taken of its attempt is a duplicate (a retried signal)
+        and is dropped. Nothing of a publish is kept but its text,
         re-made as this turn's events: the library's own per-publisher state stays empty, so
         nothing a signal sends can grow what continue-as-new carries.
 
@@ -157,7 +171,7 @@ class ConversationStream:
             key: The streaming call's publisher id (None: no call is streaming).
             turn: The turn it is streaming for.
 
-        Returns the text it added ("" for a duplicate batch).
+        Returns the attempt it came from and the text it added ("" for a duplicate batch).
 
         Raises:
             ResumeError: anything else, in words for the rejection log.
@@ -172,7 +186,12 @@ class ConversationStream:
         if key is None:
             raise ResumeError("nothing is streaming: only a model call in progress publishes")
         owner, _, attempt_text = publish.publisher_id.rpartition(":")
-        if owner != key or not attempt_text.isascii() or not attempt_text.isdigit():
+        attempts = MODEL_RETRY.maximum_attempts
+        if (
+            owner != key
+            or not (attempt_text.isascii() and attempt_text.isdigit())
+            or not 1 <= int(attempt_text[:6]) <= attempts
+        ):
             raise ResumeError(
                 "only the model call streaming now publishes on this conversation's stream"
             )
@@ -186,16 +205,34 @@ class ConversationStream:
             if text is None:
                 raise ResumeError("only the model's text is published from outside the workflow")
             texts.append(text)
-        mark = (int(attempt_text[:12]), publish.sequence)
-        if self._mark is not None and self._mark[0] == key and mark <= self._mark[1]:
-            return ""  # that batch was taken already
-        self._mark = (key, mark)
+        # Each attempt counts its own batches: a publish under another attempt's number (one
+        # who read the key in history) cannot make the real attempt's batches look taken.
+        if self._marks_key != key:
+            self._marks_key, self._marks = key, {}
+        attempt = int(attempt_text)
+        if publish.sequence <= self._marks.get(attempt, 0):
+            return attempt, ""  # that batch was taken already
+        self._marks[attempt] = publish.sequence
         for text in texts:
             self._topic.publish(TurnEvent(kind="text", turn=turn, text=text))
-        return "".join(texts)
+        return attempt, "".join(texts)
 
     def _validate_poll(self, payload: PollInput) -> None:
         self._stream._validate_poll(payload)
+        info = workflow.info()
+        if (
+            info.get_current_history_size() >= POLL_HISTORY_BYTES
+            or info.get_current_history_length() >= POLL_HISTORY_EVENTS
+        ):
+            # Each delivery writes its result to history, and a run can only continue as new at
+            # a pause: polls while a long tool runs could take the run to Temporal's limits,
+            # where the server terminates it. A refused poll writes nothing; the library's
+            # subscriber waits and asks again, and is let in once the run has continued as new.
+            raise ApplicationError(
+                "this run's history is long: following resumes once it continues as new (at "
+                "the turn's next pause or end)",
+                type=STREAM_DRAINING,
+            )
         if self.polls >= MAX_FOLLOWERS:
             raise ApplicationError(
                 f"this conversation has {MAX_FOLLOWERS} followers waiting already; stop one, "

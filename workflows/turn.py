@@ -123,9 +123,9 @@ class TurnMachine:
         self._notifying: set[asyncio.Task[None]] = set()
         # Set when this run's state proved too large to carry over; cleared when a turn ends.
         self.can_blocked = False
-        # The text the model activity published on the stream during the model call under
-        # way (the workflow publishes whatever of the reply did not get there).
-        self.streamed_text = ""
+        # The text published on the stream during the model call under way, by attempt (the
+        # workflow publishes whatever of the reply did not get there).
+        self.streamed: dict[int, str] = {}
         # The streaming model call's own publisher id (ModelInput.stream_key): only its
         # publishes reach the stream (workflows.stream). None: no call is streaming.
         self.stream_key: str | None = None
@@ -361,7 +361,7 @@ class TurnMachine:
         seen = min(self.s.model_seen, len(messages))
         if self.rules.durable:
             self._fit_unseen(seen)
-        self.streamed_text = ""
+        self.streamed = {}
         # A fresh publisher id for each streaming call: known to the workflow and the activity
         # it schedules, not to a signal from outside (unless it reads history: see the README).
         self.stream_key = str(workflow.uuid4()) if turn.stream else None
@@ -416,12 +416,16 @@ class TurnMachine:
         self._append(result.message)
         self.s.model_seen = len(self.s.messages)
         text = result.message.text()
-        streamed, self.streamed_text = self.streamed_text, ""
+        attempts, self.streamed = self.streamed, {}
         if text:
-            # What the stream lacks of the reply: all of it when nothing streamed; the rest when
-            # a publish did not get through; all of it again after a retried call streamed
-            # text of its own (the turn's result has the reply that counted).
-            rest = text[len(streamed) :] if text.startswith(streamed) else text
+            # What the stream lacks of the reply: all of it when nothing streamed; the rest
+            # after the attempt whose text it begins with (the one that answered; a publish may
+            # not have got through); all of it again when none (the turn's result has the
+            # reply that counted).
+            streamed = max(
+                (t for t in attempts.values() if text.startswith(t)), key=len, default=""
+            )
+            rest = text[len(streamed) :]
             if rest:
                 self.emit(events.text(rest))
             else:

@@ -219,6 +219,10 @@ NO_REASON_GIVEN = "no reason given"
 DEADLINE_IDENTITY = "system:deadline"
 """The identity on record for what a deadline did (answered with its default, or cancelled)."""
 
+HISTORY_IDENTITY = "system:history"
+"""The identity on record when a running turn was stopped because the run's history neared
+Temporal's limits (see ``AgentWorkflow._guard_history``)."""
+
 TIMED_OUT = "timed out"
 """The ``error`` of the answer given when nobody answered an interrupt before its deadline."""
 
@@ -674,16 +678,20 @@ class TurnState(_Wire):
 class SpentToken(_Wire):
     """An identity token that may no longer answer here (see ``workflows.tokens``).
 
-    ``kind="token"``: the one token whose signed part has ``digest``. ``kind="subject"``: every
-    token of the account ``subject`` that stops being accepted by ``until`` (what an account's
-    own entries are folded into when it has used or offered too many).
+    ``kind="token"``: the one token whose signed part has ``digest``; ``"offered"``: the same,
+    for a refused token of an account no approver list names (a pool of its own, oldest
+    forgotten first). ``kind="subject"``: every token of the account ``subject`` issued by
+    ``issued`` (without one, that stops being accepted by ``until``): what an account's own
+    entries are folded into when it has used or offered too many.
     """
 
     digest: str
     until: datetime
     # A fingerprint of the token's account (``sub``, or the identity it names).
     subject: str | None = None
-    kind: Literal["token", "subject"] = "token"
+    kind: Literal["token", "subject", "offered"] = "token"
+    # The token's ``iat`` (for a fold: the latest of those it folded).
+    issued: datetime | None = None
 
 
 class ConversationState(_Wire):
