@@ -134,16 +134,18 @@ def merge(*sources: Iterable[AnswerRecord]) -> list[AnswerRecord]:
     return kept
 
 
-def records(items: object) -> list[AnswerRecord]:
-    """The answer records of one memo batch; an item that does not parse is left out."""
+def records(items: object, *, quiet: bool = False) -> list[AnswerRecord]:
+    """The answer records of one memo batch; an item that does not parse is left out (with a
+    warning, unless ``quiet``: what an untrusted run claims is only counted)."""
     if not isinstance(items, list):
         return []
     found: list[AnswerRecord] = []
     for item in items:
         try:
             found.append(AnswerRecord.model_validate(item))
-        except ValidationError:
-            log.warning("an answer record in the memo does not parse; left out of the trail")
+        except (ValidationError, RecursionError):
+            if not quiet:
+                log.warning("an answer record in the memo does not parse; left out of the trail")
     return found
 
 
@@ -357,13 +359,13 @@ async def claimed(temporal: Client, chat_id: str, run: RunTrail) -> int:
     attrs = await start_event(temporal, chat_id, run.run_id)
     start_memo = attrs.memo.fields.get(MEMO_KEY) if attrs is not None else None
     for payload in [*run.batches, *([start_memo] if start_memo is not None else [])]:
-        found += len(_parsed(await _decoded(temporal, payload)))
+        found += len(records(await _decoded(temporal, payload), quiet=True))
     if attrs is not None and attrs.input.payloads:
         value = await _decoded(temporal, attrs.input.payloads[0])
         state = value.get("state") if isinstance(value, dict) else None
         if isinstance(state, dict):
             for key in ("answers", "audit_outbox"):
-                found += len(_parsed(state.get(key)))
+                found += len(records(state.get(key), quiet=True))
     return found
 
 
@@ -375,18 +377,6 @@ async def _decoded(temporal: Client, payload: Payload | None) -> object:
     except Exception:  # noqa: BLE001  # what does not decode reads as absent; callers say what that means
         return None
     return value
-
-
-def _parsed(items: object) -> list[AnswerRecord]:
-    if not isinstance(items, list):
-        return []
-    found: list[AnswerRecord] = []
-    for item in items:
-        try:
-            found.append(AnswerRecord.model_validate(item))
-        except (ValidationError, RecursionError):
-            continue
-    return found
 
 
 async def carried_answers(temporal: Client, payload: Payload | None) -> list[AnswerRecord]:

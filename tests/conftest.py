@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient
 from tests import agents as test_agents
-from tests.helpers import Metrics, free_port, server_address
+from tests.helpers import SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
 from worker.observability import metrics_runtime
 from worker.testing import ScriptedModel, dev_server, hosted
 from workflows import Agent
@@ -34,6 +34,15 @@ logging.getLogger("httpx2").setLevel(logging.WARNING)
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     """One dev server for the whole session, started like the embedded default."""
     async with dev_server() as environment:
+        yield environment
+
+
+@pytest.fixture(scope="session")
+async def small_histories() -> AsyncIterator[WorkflowEnvironment]:
+    """A second dev server, which suggests continue-as-new after
+    :data:`~tests.helpers.SUGGEST_AFTER_EVENTS` events instead of thousands."""
+    suggest = f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}"
+    async with dev_server(extra_args=["--dynamic-config-value", suggest]) as environment:
         yield environment
 
 

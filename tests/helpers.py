@@ -19,6 +19,10 @@ from worker.standin import Request
 
 T = TypeVar("T")
 
+SUGGEST_AFTER_EVENTS = 40
+"""Where the ``small_histories`` dev server (conftest) suggests continue-as-new: a few turns
+cross the line, idle or paused."""
+
 
 async def history(client: Client, workflow_id: str) -> WorkflowHistory:
     return await client.get_workflow_handle(workflow_id).fetch_history()

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.testing import WorkflowEnvironment
 
 import client.api as client_api
 from activities import Interrupt, ToolContext, tool
@@ -37,21 +35,13 @@ from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_operator import AGENTCTL, Run, agentctl, agentctl_env, agentctl_in_a_terminal
 from worker import build_worker
 from worker.standin import calls, text
-from worker.testing import TokenIssuer, dev_server
+from worker.testing import TokenIssuer
 from workflows import Agent, TrustedIssuer, compat
 from workflows.compat import GOVERNANCE_PATCH
 
-SUGGEST_AFTER_EVENTS = 40
 NOTE = "n" * 4000
 """A note that keeps each answer's record just under the 4 KiB it is kept whole up to, so a few
 dozen answers pass the state's 128 KiB budget for them."""
-
-
-@pytest.fixture(scope="module")
-async def small_histories() -> AsyncIterator[WorkflowEnvironment]:
-    suggest = f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}"
-    async with dev_server(extra_args=["--dynamic-config-value", suggest]) as env:
-        yield env
 
 
 class Target(BaseModel):

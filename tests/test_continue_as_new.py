@@ -8,40 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from client import AgentClient, FinishReason
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, events_of, eventually
+from tests.helpers import (
+    SUGGEST_AFTER_EVENTS,
+    assert_no_workflow_task_failed,
+    events_of,
+    eventually,
+)
 from worker import build_worker
-from worker.devserver import DISPATCH_FLAG, temporal_cli
 from worker.standin import calls, text
-from workflows.config import SEARCH_ATTRIBUTES
 from workflows.types import TurnEvent
-
-SUGGEST_AFTER_EVENTS = 40
-
-
-@pytest.fixture(scope="module")
-async def small_histories() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=[
-            *DISPATCH_FLAG,
-            "--dynamic-config-value",
-            f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}",
-        ],
-        dev_server_log_level="error",
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-    )
-    async with env:
-        yield env
 
 
 async def _runs(client, chat_id: str) -> list[str]:

@@ -647,24 +647,6 @@ async def test_a_restart_input_must_equal_the_original_as_json(run_worker, model
 # 7. Continue-as-new stays possible however long the conversation
 
 
-@pytest.fixture(scope="module")
-async def early_server() -> AsyncIterator[WorkflowEnvironment]:
-    """A server that suggests continue-as-new after 40 events, so a run ends every few turns."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli_path(),
-        dev_server_extra_args=[
-            *DISPATCH_FLAG,
-            "--dynamic-config-value",
-            "limit.historyCount.suggestContinueAsNew=40",
-        ],
-        dev_server_log_level="error",
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-    )
-    async with env:
-        yield env
-
-
 CALLS_PER_STEP = 128
 
 
@@ -676,8 +658,8 @@ def many_calls() -> dict[str, Any]:
     return calls(*[("nosuch", {}) for _ in range(CALLS_PER_STEP)])
 
 
-async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(early_server, model):
-    client = early_server.client
+async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(small_histories, model):
+    client = small_histories.client
     queue = f"tq-{uuid.uuid4()}"
     turns, steps = 20, 16  # 40,960 calls; their refs alone would be 1.6 MB
     # Each turn ends with a long answer, so what continue-as-new carries is mostly text rather
@@ -709,10 +691,10 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(early_serve
     await no_task_failed_in_any_run(client, chat.id)
 
 
-async def test_an_audit_log_of_large_answers_still_continues_as_new(early_server, model):
+async def test_an_audit_log_of_large_answers_still_continues_as_new(small_histories, model):
     """The audit log kept at least 50 records whatever their metadata: 600 KB each made the
     state too large to carry. Metadata is now at most 16 KiB, and kept as a digest over 4 KiB."""
-    client = early_server.client
+    client = small_histories.client
     queue = f"tq-{uuid.uuid4()}"
     turns = 6
     for n in range(turns):
@@ -953,10 +935,10 @@ async def random_operation(
     return "answer-refused"
 
 
-async def test_random_maximum_size_inputs_never_break_a_conversation(early_server):
+async def test_random_maximum_size_inputs_never_break_a_conversation(small_histories):
     """Ten conversations of eight random operations each; after every one, every query and
     the state continue-as-new would carry stay within their limits; no workflow task fails."""
-    client = early_server.client
+    client = small_histories.client
     queue = f"tq-{uuid.uuid4()}"
     rng = random.Random(20261201)
     model = ScriptedModel(Plan(rng))
