@@ -654,6 +654,32 @@ PROTO_JSON_BODIES = [
 ]
 
 
+async def test_a_request_carries_at_most_the_payload_limit():
+    """Real payloads at the limit are all decoded; one more is refused whole, before any is
+    decrypted; so is a body whose count of JSON values no such number of payloads could reach,
+    before it is parsed."""
+    async with serving(limits=Limits(max_payloads=64)) as server:
+        for count, status in ((64, 200), (65, 400)):
+            raw = await Raw.connect(server)
+            await raw.send(request(server, sealed(*[plain(b'"%d"' % i) for i in range(count)])))
+            answer = await raw.response()
+            raw.close()
+            assert answer.status == status, (count, answer)
+            if status == 200:
+                decoded = json_format.Parse(answer.body, Payloads()).payloads
+                assert [p.data for p in decoded] == [b'"%d"' % i for i in range(count)]
+            else:
+                refusal = b"the body is not the JSON of Payloads (at most 64 payloads)\n"
+                assert answer.body == refusal
+        # One payload, but metadata of 64 * 16 keys: refused by its count alone.
+        metadata = {f"k{i}": "QQ==" for i in range(64 * 16)}
+        body = json.dumps({"payloads": [{"metadata": metadata}]}).encode()
+        raw = await Raw.connect(server)
+        await raw.send(request(server, body))
+        assert (await raw.response()).status == 400
+        raw.close()
+
+
 async def test_a_body_is_read_exactly_as_protobuf_json_reads_it():
     """The server reads the large ``data`` field itself (to avoid json_format's copies of it):
     for each body, it accepts what json_format.Parse accepts, with the same payloads (decoding
@@ -673,7 +699,7 @@ async def test_a_body_is_read_exactly_as_protobuf_json_reads_it():
             raw.close()
             if expected is None:
                 assert answer.status == 400, (text[:80], answer)
-                assert answer.body == b"the body is not the JSON of Payloads\n"
+                assert answer.body.startswith(b"the body is not the JSON of Payloads")
             else:
                 assert answer.status == 200, (text[:80], answer)
                 assert json_format.Parse(answer.body, Payloads()) == expected, text[:80]

@@ -13,8 +13,10 @@ encrypt whatever they like under the fleet's key (``/encode``: an encryption ora
 - it listens on 127.0.0.1 unless ``--host`` says otherwise;
 - it answers only requests whose ``Host`` header names it: ``localhost``, ``127.0.0.1`` or
   ``[::1]`` with its port, the ``--host`` it listens on, or a name given with ``--allowed-host``
-  (a proxy's); others get 403. A web page cannot then reach it by DNS rebinding (a name of the
-  attacker's that resolves to 127.0.0.1 sends that name as ``Host``);
+  (a proxy's); others get 403, as does anything that is not a host and a port. A web page
+  cannot then reach it by DNS rebinding (a name of the attacker's that resolves to 127.0.0.1
+  sends that name as ``Host``). The target must be a path (``/decode``): one in absolute form
+  (``http://other/decode``) or ``//other/decode`` names an authority of its own, and gets 400;
 - a request must name one of its namespaces in ``X-Namespace`` (the header the UI and the CLI
   send); others get 403;
 - browsers get CORS headers only for the origins given with ``--cors-origin`` (the UI's:
@@ -38,27 +40,41 @@ phase has no deadline for a whole request. A client over a limit gets an answer,
 connection is closed after it whenever its request was not read to the end:
 
 - **Framing**: a body comes with a ``Content-Length`` (the UI and the CLI send one). A request
-  with a ``Transfer-Encoding`` as well gets 400, one with ``Transfer-Encoding: chunked`` alone
-  411 (any other coding: 400), and either is closed: the bytes behind it are never read as a
-  request, so a proxy in front that frames by the other header cannot smuggle one past it.
-  Conflicting or malformed lengths: 400. Methods other than ``POST`` and ``OPTIONS``: 405.
+  of any method (a preflight too) with a ``Transfer-Encoding`` as well gets 400, one with a
+  ``Transfer-Encoding`` alone 411, and either is closed: the bytes behind it are never read as
+  a request, so a proxy in front that frames by the other header cannot smuggle one past it.
+  Conflicting or malformed lengths: 400. Methods other than ``POST`` and ``OPTIONS``: 405
+  (to a ``HEAD``, without a body).
 - **Size**: a body over :data:`MAX_REQUEST_BYTES` (16 MiB) gets 413 before any of it is read;
   the request line and headers over :data:`MAX_HEADER_BYTES` (64 KiB) or
-  :data:`MAX_HEADERS` (100) fields get 431.
+  :data:`MAX_HEADERS` (100) fields get 431. A body carries at most :data:`MAX_PAYLOADS`
+  (4096) payloads, and at most 16 JSON values for each of them, counted by its brackets and
+  separators before it is parsed (400 otherwise): a body of empty payloads (``{}``, three
+  bytes) or of empty lists would otherwise cost a thread minutes, millions of Python objects,
+  and an answer forty times its size. An answer is about its body's size, plus at most about
+  130 bytes a payload (an encode's wrapping), and goes out in chunks of
+  :data:`SEND_CHUNK_BYTES` (256 KiB), the loop free for other clients between them.
 - **Time**: a request's line, headers and body must arrive within :data:`REQUEST_SECONDS` (30)
   of its first byte, however slowly they trickle (408, then closed); a connection that starts no
   request for :data:`IDLE_SECONDS` (15: a new one, or one kept alive between requests) is
   closed; a client that does not take its answer within :data:`RESPONSE_SECONDS` (30) is cut
-  off. After an answer that closes, what the client still sends is read and thrown away for up
-  to :data:`LINGER_SECONDS` (2), so that it reads the answer rather than a reset.
+  off, with a reset: what is still queued for it in the kernel is dropped, not fed to it from
+  an orphaned socket for as long as it reads. After an answer that closes, what the client
+  still sends is read and thrown away for up to :data:`LINGER_SECONDS` (2), so that it reads
+  the answer rather than a reset.
 - **Connections**: at most :data:`MAX_CONNECTIONS` (64) at once; the next is not accepted until
   one closes, and waits in the kernel's queue (:data:`LISTEN_BACKLOG`, 128). Every connection's
   life is bounded by the deadlines above, so a slot always frees; and file descriptors (shared
   with the worker when it runs inside one) stay bounded too.
-- **Memory**: the bodies being read, decoded or answered at once add up to at most
+- **Memory**: a body of up to :data:`CONNECTION_BODY_BYTES` (64 KiB: the UI's and the CLI's
+  decodes) is held in its connection's own room, as its head is, so 4 MiB at most in all
+  (64 connections). Larger bodies being read, decoded or answered at once add up to at most
   :data:`MAX_BYTES_IN_FLIGHT` (32 MiB) by their ``Content-Length``, reserved before a body is
   read and freed when its answer is sent. A request that does not fit waits, first come first
-  served, for up to :data:`ADMISSION_SECONDS` (10), then gets 503 with ``Retry-After: 1``. A body
+  served, for up to :data:`ADMISSION_SECONDS` (10), then gets 503 with ``Retry-After: 1``. So a
+  client that claims large bodies and sends nothing of them can keep other large requests
+  waiting, for as long as :data:`REQUEST_SECONDS` lets it hold each claim, but never a small
+  one. A body
   is turned into its answer payload by payload, never all held twice, so the process holds two
   to three times the budget at the peak (measured), and gives it back once answered (on glibc,
   with the mmap threshold fixed: :data:`MALLOC_MMAP_THRESHOLD`). Tested: six concurrent 16 MiB
@@ -69,6 +85,8 @@ connection is closed after it whenever its request was not read to the end:
 
 **Threads.** The server runs its own event loop in a thread of its own (``codec-server``), and
 the CPU work (JSON, AES-GCM, base64) runs in its pool (``codec-server-work``), not on that loop.
+The pool's threads are daemons: a decode under way at ``stop()`` is not waited for, by ``stop()``
+or by the process's exit.
 ``make run`` starts it inside the worker process (``worker/__main__.py``), and a request's
 sockets, deadlines and waits must never be the worker's event loop's business, nor the worker's
 activities theirs: a busy worker does not stall the UI's decodes, and no client, however slow or
@@ -93,20 +111,22 @@ import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import json
 import logging
 import os
+import queue
 import re
 import signal
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, NoReturn, Self
-from urllib.parse import urlsplit
+from typing import Any, NoReturn, Self, TypeVar
 
 import h11
 from google.protobuf import json_format
@@ -123,12 +143,17 @@ from client.codec import (
 
 log = logging.getLogger("worker.codec_server")
 
+_T = TypeVar("_T")
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 DEV_UI_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 """The embedded dev server's UI, under both names a browser may use for it."""
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+# RFC 3986's host (an IP literal in brackets, or a reg-name: no ":", "@", "/" or space) and an
+# optional port.
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]*)?")
 
 # The limits (module docstring). Each is the default of a field of Limits, for tests and for a
 # team that embeds the server with other needs.
@@ -157,6 +182,19 @@ LINGER_SECONDS = 2.0
 MAX_CONNECTIONS = 64
 # The work is CPU under one GIL: more threads would not go faster, only hold more memory.
 MAX_CONCURRENT_REQUESTS = 4
+# A connection's own room for one small body, as it has for its head: the UI's and the CLI's
+# decodes are a few kilobytes, and a client that claims large bodies and sends nothing (so
+# holding the shared budget for REQUEST_SECONDS) cannot keep them waiting.
+CONNECTION_BODY_BYTES = 64 * 1024
+# An event's payloads are a handful. A body of empty ones ({} apiece) would cost a thread
+# seconds and be answered forty times its size (each grows by its encryption's ~130 bytes).
+MAX_PAYLOADS = 4096
+# JSON values (counted by their brackets and separators, before parsing) a payload may bring:
+# its object, metadata, keys and values. More are refused unparsed: 16 MiB of `[],` would be
+# five million Python lists.
+_VALUES_PER_PAYLOAD = 16
+# An answer's pieces are sent in chunks of about this, the loop free between them.
+SEND_CHUNK_BYTES = 256 * 1024
 LISTEN_BACKLOG = 128
 READ_BYTES = 64 * 1024
 # A Content-Length of more digits is refused as malformed (400), not as too large (413).
@@ -185,6 +223,8 @@ class Limits:
     max_headers: int = MAX_HEADERS
     max_connections: int = MAX_CONNECTIONS
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS
+    connection_body_bytes: int = CONNECTION_BODY_BYTES
+    max_payloads: int = MAX_PAYLOADS
     request_seconds: float = REQUEST_SECONDS
     idle_seconds: float = IDLE_SECONDS
     response_seconds: float = RESPONSE_SECONDS
@@ -278,7 +318,10 @@ class _ByteBudget:
             if entry[1].done() and not entry[1].cancelled():
                 self.release(size)  # granted just as the wait ended: hand it on
             else:
-                self._waiting.remove(entry)
+                # Its future was cancelled when the wait ended, but a release may have run
+                # since, before this task did, and dropped the entry (see _grant).
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(entry)
                 self._grant()  # it may have been first in line, holding up smaller ones
             raise
         return loop.time() - began
@@ -288,8 +331,16 @@ class _ByteBudget:
         self._grant()
 
     def _grant(self) -> None:
-        while self._waiting and self._waiting[0][0] <= self._free:
-            size, granted = self._waiting.popleft()
+        while self._waiting:
+            size, granted = self._waiting[0]
+            if granted.done():
+                # Its wait ended (its admission time, or stop()) and its task has not yet run
+                # to leave the queue: it takes nothing, and holds up nobody.
+                self._waiting.popleft()
+                continue
+            if size > self._free:
+                return
+            self._waiting.popleft()
             self._free -= size
             granted.set_result(None)
 
@@ -363,13 +414,28 @@ def _base64(value: object) -> bytes:
 _URL_SAFE = str.maketrans("-_", "+/")
 
 
-def _parse(body: bytearray) -> list[Payload]:
+class _TooManyPayloads(ValueError):
+    """More payloads in one body than :attr:`Limits.max_payloads`."""
+
+
+def _json_values(body: bytearray) -> int:
+    """At least the number of JSON values in ``body`` less one (each but the first follows a
+    comma or a colon, or opens with a bracket), found without parsing it; brackets and
+    separators inside strings count too, which only errs high."""
+    return sum(body.count(mark) for mark in (b",", b":", b"{", b"["))
+
+
+def _parse(body: bytearray, *, max_payloads: int) -> list[Payload]:
     """The payloads of a request's body, emptying ``body`` as soon as it has been read (so that
     the text, the JSON and the payloads are never all held at once).
 
     Raises:
+        _TooManyPayloads: more than ``max_payloads``, or more JSON values than they could hold
+            (counted before the body is parsed).
         _NotPayloads, json_format.ParseError, ValueError, RecursionError: not ``Payloads``.
     """
+    if _json_values(body) > _VALUES_PER_PAYLOAD * max_payloads:
+        raise _TooManyPayloads
     text = body.decode("utf-8")  # strict, as json_format.Parse
     body.clear()
     document = json.loads(text, object_pairs_hook=_unique_keys)
@@ -382,6 +448,8 @@ def _parse(body: bytearray) -> list[Payload]:
         return []
     if not isinstance(items, list):
         raise _NotPayloads("payloads is not a list")
+    if len(items) > max_payloads:
+        raise _TooManyPayloads
     payloads: list[Payload] = []
     for i, item in enumerate(items):
         items[i] = None  # its text goes as its payload comes
@@ -405,13 +473,43 @@ def _render(payload: Payload) -> list[bytes]:
     return [opening.encode(), base64.b64encode(data), b'"}']
 
 
-def _answer(body: bytearray, transform: Callable[[Payload], Payload]) -> _Reply:
+class _Chunks:
+    """An answer's pieces joined into chunks of about :data:`SEND_CHUNK_BYTES`, each one send:
+    a payload renders as three pieces, some a few bytes long. A piece that large goes alone,
+    never copied."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self._open = bytearray()
+
+    def add(self, piece: bytes) -> None:
+        if len(piece) >= SEND_CHUNK_BYTES:
+            self.flush()
+            self.chunks.append(piece)
+            return
+        self._open += piece
+        if len(self._open) >= SEND_CHUNK_BYTES:
+            self.flush()
+
+    def flush(self) -> list[bytes]:
+        if self._open:
+            self.chunks.append(bytes(self._open))
+            self._open = bytearray()
+        return self.chunks
+
+
+def _answer(
+    body: bytearray, transform: Callable[[Payload], Payload], *, max_payloads: int
+) -> _Reply:
     """``POST /decode`` or ``/encode`` of a body read in full: its work off the event loop."""
     try:
-        payloads = _parse(body)
+        payloads = _parse(body, max_payloads=max_payloads)
     except (json_format.ParseError, ValueError, RecursionError):
-        return _text(400, "the body is not the JSON of Payloads")
-    pieces = [b'{"payloads":[']
+        # One answer for both: a body refused by its count of JSON values, before it is
+        # parsed, may be either.
+        return _text(400, f"the body is not the JSON of Payloads (at most {max_payloads} payloads)")
+    answer = _Chunks()
+    answer.add(b'{"payloads":[')
     for i in range(len(payloads)):
         try:
             done = transform(payloads[i])
@@ -420,10 +518,11 @@ def _answer(body: bytearray, transform: Callable[[Payload], Payload]) -> _Reply:
             return _text(HTTPStatus.UNPROCESSABLE_ENTITY, str(e))
         payloads[i] = Payload()  # the input goes as its answer comes
         if i:
-            pieces.append(b",")
-        pieces += _render(done)
-    pieces.append(b"]}")
-    return _Reply(status=200, body=pieces, content_type="application/json")
+            answer.add(b",")
+        for piece in _render(done):
+            answer.add(piece)
+    answer.add(b"]}")
+    return _Reply(status=200, body=answer.flush(), content_type="application/json")
 
 
 class _Headers:
@@ -467,6 +566,53 @@ class _Config:
     limits: Limits
 
 
+class _Pool(concurrent.futures.Executor):
+    """A fixed number of daemon threads. ``ThreadPoolExecutor``'s threads are joined when the
+    interpreter exits, so a decode under way at ``stop()`` would hold the process (the worker's,
+    under ``make run``) for as long as it takes; these are not waited for."""
+
+    def __init__(self, workers: int, *, name: str) -> None:
+        self._jobs: queue.SimpleQueue[
+            tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None
+        ] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(
+        self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
+        return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, call = job
+            del job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call())
+                except BaseException as e:  # noqa: BLE001  # the caller's to see, as the stdlib pool does
+                    future.set_exception(e)
+            # Not kept while waiting for the next job: a body or an answer can be 16 MiB.
+            del future, call
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            with contextlib.suppress(queue.Empty):
+                while (job := self._jobs.get_nowait()) is not None:
+                    job[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+
 class _Server:
     """The serving side, on its own loop in its own thread: accepts, and runs each connection."""
 
@@ -475,10 +621,7 @@ class _Server:
         self.limits = config.limits
         self.listener = listener
         self.budget = _ByteBudget(self.limits.max_bytes_in_flight)
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.limits.max_concurrent_requests,
-            thread_name_prefix="codec-server-work",
-        )
+        self.pool = _Pool(self.limits.max_concurrent_requests, name="codec-server-work")
         # Created on the server's loop (in serve()), the only place they are used.
         self.slots: asyncio.Semaphore | None = None
         self.threads: asyncio.Semaphore | None = None
@@ -554,7 +697,8 @@ class _Server:
         self.processing += 1
         try:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, _answer, body, transform)
+            work = functools.partial(_answer, max_payloads=self.limits.max_payloads)
+            return await loop.run_in_executor(self.pool, work, body, transform)
         finally:
             self.processing -= 1
             self.threads.release()
@@ -578,6 +722,10 @@ class _Connection:
             h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes
         )
         self.loop = asyncio.get_running_loop()
+        self.head_only = False
+        """The request is a HEAD: its answer has no body."""
+        self.cut_off = False
+        """It did not take its answer in time: what is still queued for it is dropped."""
 
     async def serve(self) -> None:
         linger = True
@@ -590,13 +738,18 @@ class _Connection:
         except OSError:
             linger = False  # the client has gone
         finally:
-            await self._close(linger=linger)
+            await self._close(linger=linger and not self.cut_off)
 
     async def _close(self, *, linger: bool) -> None:
-        """Close, first letting the client read what was sent (module docstring)."""
+        """Close, first letting the client read what was sent (module docstring); for a client
+        cut off, at once and abortively (a reset): a graceful close would leave the kernel
+        feeding it the megabytes still queued, from an orphaned socket, for as long as it
+        reads."""
         sock = self.sock
         try:
-            if linger:
+            if self.cut_off:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            elif linger:
                 sock.shutdown(socket.SHUT_WR)
                 async with asyncio.timeout(self.limits.linger_seconds):
                     while await self.loop.sock_recv(sock, READ_BYTES):
@@ -641,6 +794,7 @@ class _Connection:
                     return False
                 if not isinstance(event, h11.Request):
                     raise RuntimeError(f"h11 gave {type(event).__name__} for a request")
+                self.head_only = event.method == b"HEAD"
                 headers = _Headers(list(event.headers))
                 cors = self._cors(headers)
                 reply = await self._handle(event, headers, deadline, held)
@@ -670,11 +824,17 @@ class _Connection:
         head = len(request.target) + sum(len(k) + len(v) for k, v in request.headers)
         if len(request.headers) > limits.max_headers or head > limits.max_header_bytes:
             raise _Refused(_text(431, "the request line and headers are too large", close=True))
+        # Before anything else, whatever the method: the bytes behind a request framed two ways
+        # are never read as a request (an OPTIONS, too, can be chunked).
+        if headers.all("transfer-encoding"):
+            if headers.all("content-length"):
+                raise _Refused(_text(400, "both Content-Length and Transfer-Encoding", close=True))
+            raise _Refused(
+                _text(411, "a Content-Length is required (no Transfer-Encoding)", close=True)
+            )
         if not self._host_allowed(headers.one("host")):
             raise _Refused(_text(403, "host not allowed", close=True))  # its body is not read
-        # The path alone: the UI calls POST /decode?preserveStorageRefs=true (UI 2.54), and a
-        # query string names no other route.
-        route = urlsplit(request.target.decode("ascii")).path
+        route = self._route(request.target)
         if request.method == b"OPTIONS":
             return self._preflight(route, headers)
         if request.method != b"POST":
@@ -700,15 +860,16 @@ class _Connection:
             raise _Refused(_text(400, "the X-Namespace header is required", close=True))
         if namespace not in self.config.namespaces:
             raise _Refused(_text(403, f"namespace {namespace!r} is not served here", close=True))
-        try:
-            waited = await self.server.budget.acquire(size, timeout=limits.admission_seconds)
-        except TimeoutError:
-            raise _Refused(
-                _text(503, "busy: try again", close=True, headers=[("Retry-After", "1")])
-            ) from None
-        held.callback(self.server.budget.release, size)  # once its answer is sent
-        # The wait for room was the server's, not the client's: it does not count against it.
-        deadline += waited
+        if size > limits.connection_body_bytes:  # else it fits the connection's own room
+            try:
+                waited = await self.server.budget.acquire(size, timeout=limits.admission_seconds)
+            except TimeoutError:
+                raise _Refused(
+                    _text(503, "busy: try again", close=True, headers=[("Retry-After", "1")])
+                ) from None
+            held.callback(self.server.budget.release, size)  # once its answer is sent
+            # The wait for room was the server's, not the client's: it does not count.
+            deadline += waited
         if self.h11.they_are_waiting_for_100_continue:
             go_on = h11.InformationalResponse(status_code=100, headers=[])
             async with asyncio.timeout_at(deadline):
@@ -716,17 +877,22 @@ class _Connection:
         body = await self._body(size, deadline)
         return await self.server.process(body, transform)
 
+    @staticmethod
+    def _route(target: bytes) -> str:
+        """The path of an origin-form target (``/decode?...``), or the refusal. A target in
+        absolute form (``http://host/decode``) names an authority of its own, which RFC 9112
+        says stands in for the Host just checked; ``//host/decode`` is read that way by some
+        (and is not ``/decode`` to a proxy that guards the path): neither is served. The query
+        is dropped: the UI calls ``POST /decode?preserveStorageRefs=true`` (UI 2.54), and a
+        query names no other route."""
+        if not target.startswith(b"/") or target.startswith(b"//"):
+            raise _Refused(_text(400, "the request target must be a path: /decode", close=True))
+        return target.partition(b"?")[0].decode("latin-1")
+
     def _content_length(self, headers: _Headers) -> int:
-        """The body's length, or the refusal: a body has exactly one length, given up front."""
+        """The body's length, or the refusal: a body has exactly one length, given up front
+        (a Transfer-Encoding has been refused already, in :meth:`_handle`)."""
         lengths = headers.all("content-length")  # h11 has made sure they are one number
-        if headers.all("transfer-encoding"):
-            # Framed two ways: a proxy in front may have read it the other way, and whatever
-            # follows its body by our count would be a request it never saw.
-            if lengths:
-                raise _Refused(_text(400, "both Content-Length and Transfer-Encoding", close=True))
-            raise _Refused(
-                _text(411, "a Content-Length is required (no Transfer-Encoding)", close=True)
-            )
         if not lengths:
             raise _Refused(_text(411, "a Content-Length is required", close=True))
         if len(lengths[0]) > _MAX_LENGTH_DIGITS:
@@ -750,12 +916,14 @@ class _Connection:
                 filled += len(event.data)
 
     def _host_allowed(self, host: str | None) -> bool:
-        host = (host or "").strip().lower()
-        if not host:
+        """Whether ``host`` is one of its names (``name:port`` exactly, or a name allowed with
+        any port). Read as RFC 9110 spells a Host, ``uri-host [":" port]``, and nothing looser:
+        ``localhost:8081:1`` or ``a@localhost:8081`` is no name of its."""
+        found = _HOST.fullmatch((host or "").strip().lower())
+        if found is None:
             return False
         allowed = self.config.hosts
-        name = host.rpartition(":")[0] if re.search(r":[0-9]+$", host) else host
-        return host in allowed or name in allowed
+        return found[0] in allowed or found["name"] in allowed
 
     def _cors(self, headers: _Headers) -> list[tuple[str, str]]:
         origins = headers.all("origin")
@@ -805,12 +973,17 @@ class _Connection:
         try:
             async with asyncio.timeout(self.limits.response_seconds):
                 await self._write([h.send(response)])
-                for piece in reply.body:
+                # A HEAD's answer is its head (h11 would refuse the body).
+                for piece in () if self.head_only else reply.body:
                     if piece:
                         await self._write(h.send_with_data_passthrough(h11.Data(data=piece)) or [])
+                        # sock_sendall does not yield when the kernel takes the whole chunk:
+                        # other clients, and deadlines, get their turn between chunks.
+                        await asyncio.sleep(0)
                 await self._write([h.send(h11.EndOfMessage())])
         except TimeoutError:
-            return False  # it does not read its answer: cut off
+            self.cut_off = True  # it does not read its answer
+            return False
         return h.our_state is h11.DONE and h.their_state is h11.DONE
 
     async def _write(self, pieces: Sequence[bytes | None]) -> None:
