@@ -59,7 +59,9 @@ connection is closed after it whenever its request was not read to the end:
   request for :data:`IDLE_SECONDS` (15: a new one, or one kept alive between requests) is
   closed; a client that does not take its answer within :data:`RESPONSE_SECONDS` (30) is cut
   off, with a reset: what is still queued for it in the kernel is dropped, not fed to it from
-  an orphaned socket for as long as it reads. After an answer that closes, what the client
+  an orphaned socket for as long as it reads. So is an answer the kernel took whole but the
+  client has not read when its connection closes (after the same 30 s from the answer's start:
+  a close waits for the queue to empty until then). After an answer that closes, what the client
   still sends is read and thrown away for up to :data:`LINGER_SECONDS` (2), so that it reads
   the answer rather than a reset.
 - **Connections**: at most :data:`MAX_CONNECTIONS` (64) at once; the next is not accepted until
@@ -111,6 +113,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import functools
 import json
 import logging
@@ -256,7 +259,9 @@ class Load:
 
 
 def _origin(value: str) -> str:
-    return value.strip().rstrip("/")
+    # Spaces and tabs only: h11 lets bytes 0x80-0xff through in a header, and str.strip()
+    # would take "\xa0" for whitespace.
+    return value.strip(" \t").rstrip("/")
 
 
 def _fix_malloc_mmap_threshold() -> None:
@@ -566,6 +571,18 @@ class _Config:
     limits: Limits
 
 
+def _unsent(sock: socket.socket) -> int:
+    """Bytes the kernel still holds to send on ``sock`` (or has sent, unacknowledged); 0 where
+    it cannot say (SIOCOUTQ is Linux's)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+_SIOCOUTQ = 0x5411  # <linux/sockios.h>, the same as TIOCOUTQ
+
+
 class _Pool(concurrent.futures.Executor):
     """A fixed number of daemon threads. ``ThreadPoolExecutor``'s threads are joined when the
     interpreter exits, so a decode under way at ``stop()`` would hold the process (the worker's,
@@ -575,6 +592,8 @@ class _Pool(concurrent.futures.Executor):
         self._jobs: queue.SimpleQueue[
             tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None
         ] = queue.SimpleQueue()
+        self._shut_down = False
+        self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
             for i in range(workers)
@@ -586,7 +605,10 @@ class _Pool(concurrent.futures.Executor):
         self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[_T]:
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
+        with self._lock:  # a job queued behind the threads' stop would never run
+            if self._shut_down:
+                raise RuntimeError("cannot schedule new work after shutdown")
+            self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
         return future
 
     def _work(self) -> None:
@@ -602,6 +624,10 @@ class _Pool(concurrent.futures.Executor):
             del future, call
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
         if cancel_futures:
             with contextlib.suppress(queue.Empty):
                 while (job := self._jobs.get_nowait()) is not None:
@@ -726,6 +752,8 @@ class _Connection:
         """The request is a HEAD: its answer has no body."""
         self.cut_off = False
         """It did not take its answer in time: what is still queued for it is dropped."""
+        self.answer_deadline = 0.0
+        """When the last answer must have been taken (``loop.time()``)."""
 
     async def serve(self) -> None:
         linger = True
@@ -741,20 +769,28 @@ class _Connection:
             await self._close(linger=linger and not self.cut_off)
 
     async def _close(self, *, linger: bool) -> None:
-        """Close, first letting the client read what was sent (module docstring); for a client
-        cut off, at once and abortively (a reset): a graceful close would leave the kernel
-        feeding it the megabytes still queued, from an orphaned socket, for as long as it
-        reads."""
+        """Close, first letting the client read what was sent (module docstring).
+
+        An answer the kernel took whole (a megabyte fits its send buffer on loopback) may
+        still be queued, unread: a plain close would leave the kernel feeding it, from a
+        socket this server no longer counts, for as long as the client reads. So the close
+        waits for the queue to empty until the answer's own deadline, and resets what is left
+        (as for a client cut off, or a server stopping)."""
         sock = self.sock
         try:
-            if self.cut_off:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            elif linger:
+            if linger and not self.cut_off:
                 sock.shutdown(socket.SHUT_WR)
-                async with asyncio.timeout(self.limits.linger_seconds):
-                    while await self.loop.sock_recv(sock, READ_BYTES):
-                        pass  # thrown away: never read as a request
-        except (OSError, TimeoutError):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.limits.linger_seconds):
+                        while await self.loop.sock_recv(sock, READ_BYTES):
+                            pass  # thrown away: never read as a request
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(max(self.answer_deadline, self.loop.time())):
+                        while _unsent(sock):  # noqa: ASYNC110  # a kernel count: no event to await
+                            await asyncio.sleep(0.05)
+            if self.cut_off or _unsent(sock):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
             pass
         finally:
             sock.close()
@@ -919,7 +955,8 @@ class _Connection:
         """Whether ``host`` is one of its names (``name:port`` exactly, or a name allowed with
         any port). Read as RFC 9110 spells a Host, ``uri-host [":" port]``, and nothing looser:
         ``localhost:8081:1`` or ``a@localhost:8081`` is no name of its."""
-        found = _HOST.fullmatch((host or "").strip().lower())
+        # Not str.strip(): "\xa0" is no part of a Host (h11 has trimmed spaces and tabs).
+        found = _HOST.fullmatch((host or "").strip(" \t").lower())
         if found is None:
             return False
         allowed = self.config.hosts
@@ -927,10 +964,11 @@ class _Connection:
 
     def _cors(self, headers: _Headers) -> list[tuple[str, str]]:
         origins = headers.all("origin")
-        if len(origins) != 1 or _origin(origins[0]) not in self.config.origins:
+        if len(origins) != 1 or (origin := _origin(origins[0])) not in self.config.origins:
             return []
         return [
-            ("Access-Control-Allow-Origin", origins[0]),
+            # The origin as configured, not as sent: only what was checked goes back.
+            ("Access-Control-Allow-Origin", origin),
             ("Access-Control-Allow-Methods", "POST, OPTIONS"),
             ("Access-Control-Allow-Headers", ALLOWED_HEADERS),
             # The UI may send its access token ("pass access token"); it is never stored.
@@ -970,8 +1008,9 @@ class _Connection:
             headers=headers,
             reason=HTTPStatus(reply.status).phrase.encode(),
         )
+        self.answer_deadline = self.loop.time() + self.limits.response_seconds
         try:
-            async with asyncio.timeout(self.limits.response_seconds):
+            async with asyncio.timeout_at(self.answer_deadline):
                 await self._write([h.send(response)])
                 # A HEAD's answer is its head (h11 would refuse the body).
                 for piece in () if self.head_only else reply.body:
