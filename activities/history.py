@@ -121,9 +121,6 @@ class ConversationCache:
 
     async def resolve(self, input: ModelInput) -> Conversation:
         """The whole conversation this call is about."""
-        if input.new_from is None:
-            # A call scheduled by the first release: it carries everything.
-            return Conversation().plus(input.messages)
         n = input.new_from
         kept = self.get(input.chat_id)
         if n == 0:

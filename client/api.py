@@ -65,7 +65,6 @@ from client.inbox import PausedChat, PausedInterrupt, paused_chats
 from client.stream import EventsGone, TurnStream, follow
 from client.tracing import add_tracing, flush_tracing
 from workflows import AgentWorkflow
-from workflows.compat import GOVERNANCE_PATCH
 from workflows.config import AGENT_NAME, AGENT_STATUS
 from workflows.interrupts import check_resume_fields
 from workflows.limits import (
@@ -228,9 +227,7 @@ class AgentClient:
         """
         return await paused_chats(self._temporal, agent=agent, approver=approver)
 
-    async def audit(
-        self, chat_id: str, *, worker_timeout: timedelta | None = timedelta(seconds=10)
-    ) -> list[AnswerRecord]:
+    async def audit(self, chat_id: str) -> list[AnswerRecord]:
         """Every answer the conversation ``chat_id`` applied, once each, oldest first.
 
         Read from the histories of all its runs (it continues as new as it grows, and its
@@ -240,23 +237,13 @@ class AgentClient:
         carried in. Only the conversation's own runs count (see :meth:`audit_report`, which
         also names the runs left out).
 
-        Args:
-            chat_id: The conversation.
-            worker_timeout: Only for a conversation whose newest run began before answers
-                were kept in history: its newest answers are in its state, which a worker
-                reads; how long one may take to answer.
-
         Raises:
             AgentError: no conversation ``chat_id``, or Temporal failed the request.
-            NoWorkerAnswered: the conversation's newest run began before this release and no
-                worker answered within ``worker_timeout``.
         """
-        report = await self.audit_report(chat_id, worker_timeout=worker_timeout)
+        report = await self.audit_report(chat_id)
         return report.records
 
-    async def audit_report(
-        self, chat_id: str, *, worker_timeout: timedelta | None = timedelta(seconds=10)
-    ) -> AuditReport:
+    async def audit_report(self, chat_id: str) -> AuditReport:
         """The audit trail (:meth:`audit`), and every run under ``chat_id`` left out of it.
 
         A run counts only when it is the conversation's own: an ``AgentWorkflow`` on this
@@ -268,28 +255,12 @@ class AgentClient:
 
         Raises:
             AgentError: no conversation ``chat_id``, or Temporal failed the request.
-            NoWorkerAnswered: as :meth:`audit`.
         """
         handle = self._temporal.get_workflow_handle(chat_id)
         try:
             desc = await handle.describe()
         except RPCError as e:
             raise rpc_error(e, chat_id) from e
-        agent = desc.typed_search_attributes.get(AGENT_NAME) or ""
-
-        async def latest_answers(run_id: str) -> list[AnswerRecord]:
-            # That run, by its id: the newest run under the chat's id may not be the
-            # conversation's, and a run on another queue is answered by whatever polls it.
-            chat = _RunOfChat(self, agent=agent, chat_id=chat_id, run_id=run_id)
-            try:
-                return (await chat.history(worker_timeout=worker_timeout)).answers
-            except NoWorkerAnswered as e:
-                raise NoWorkerAnswered(
-                    f"conversation {chat_id!r} began before answers were kept in its history, "
-                    f"so its newest answers are read from its state, by a worker: {e}",
-                    waited=e.waited,
-                    queued=False,
-                ) from None
 
         try:
             return await audit_trail(
@@ -297,7 +268,6 @@ class AgentClient:
                 chat_id,
                 task_queue=self.task_queue,
                 latest_run=desc.run_id,
-                latest_answers=latest_answers,
             )
         except RPCError as e:
             raise rpc_error(e, chat_id) from e
@@ -369,9 +339,8 @@ class Chat:
             raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
             AgentWorkflow.run,
-            # These rules need no patch marker: one event less in every new conversation.
             raw_start(
-                ConversationInput(agent=self.agent, rules=GOVERNANCE_PATCH),
+                ConversationInput(agent=self.agent),
                 converter=self._client.temporal.data_converter.payload_converter,
             ),
             id=self.id,
@@ -601,12 +570,10 @@ class Chat:
             messages, start = list(result.messages), result.start
         return result.model_copy(update={"messages": messages, "start": start})
 
-    async def audit(
-        self, *, worker_timeout: timedelta | None = timedelta(seconds=10)
-    ) -> list[AnswerRecord]:
+    async def audit(self) -> list[AnswerRecord]:
         """Every answer this conversation applied, across all its runs, oldest first: see
         :meth:`AgentClient.audit`."""
-        return await self._client.audit(self.id, worker_timeout=worker_timeout)
+        return await self._client.audit(self.id)
 
     async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:
         """Recently refused signals (the bounded log operators see in the UI)."""
@@ -760,21 +727,6 @@ class Chat:
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
             raise no_worker(worker_timeout, queued=False) from None
-
-
-class _RunOfChat(Chat):
-    """One run of a conversation, to read its state: queries go to that run, not to whichever
-    run is newest under the chat's id."""
-
-    def __init__(self, client: AgentClient, *, agent: str, chat_id: str, run_id: str) -> None:
-        super().__init__(client, agent=agent, chat_id=chat_id)
-        self._run_id = run_id
-
-    @property
-    def handle(self) -> WorkflowHandle[AgentWorkflow, ConversationResult]:
-        return self._client.temporal.get_workflow_handle_for(
-            AgentWorkflow.run, self.id, run_id=self._run_id
-        )
 
 
 def _sort_answers(

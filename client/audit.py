@@ -8,12 +8,9 @@ each time a run applies answers it writes them to its memo under ``answers``
 event in that run's history, which Temporal keeps after the run closes (for the namespace's
 retention period). Reading them needs no worker.
 
-Runs begun before that rule (no ``governance-2026-12`` patch marker, and no declaration of it
-in their input) wrote no such batches: for those the trail falls back on the answers each one
-carried into its successor (the continue-as-new input) and, when the newest run is one of them,
-on what its state holds now (the ``history`` query, which a worker answers). A run no worker has
-taken up yet (no workflow task completed) has applied no answers: what its predecessor carried
-into it stands for it. Records found twice are counted once.
+When a run's predecessor is gone (past the namespace's retention), what that predecessor
+carried into it (its continue-as-new input) stands for the answers that are gone with it.
+Records found twice are counted once.
 
 Whoever holds the namespace's credentials can start a workflow under a closed chat's id
 (Temporal's default id-reuse policy allows it), of any type, on any task queue, with any input
@@ -34,9 +31,8 @@ Any other run under the id (a later fresh start, a retry, a cron run, another ty
 queue, or one that continued from such a run) is untrusted: its records are left out, and the
 :class:`AuditReport` names it, with why and how many records it claimed. Records come only from
 the memo writes of trusted runs (``WorkflowPropertiesModified``: commands a worker completed),
-never from a start event's memo or input; the fallbacks for runs begun before the governance
-rules read a continue-as-new input only across such a workflow-made continue-as-new, and ask a
-worker only about a trusted run, by its run id.
+never from a start event's memo or input; the fallback for a predecessor that is gone reads a
+continue-as-new input only across such a workflow-made continue-as-new.
 
 This product's client starts every chat with ``id_reuse_policy=REJECT_DUPLICATE`` (and
 ``id_conflict_policy=USE_EXISTING``: a send attaches to the open run): a closed chat's id never
@@ -49,12 +45,10 @@ something else, and is reported.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio.api.common.v1 import Payload
@@ -64,7 +58,6 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.compat import DURABLE_INPUT_PATCH, GOVERNANCE_PATCH
 from workflows.config import WORKFLOW_TYPE
 from workflows.types import AnswerRecord, ConversationInput
 
@@ -73,7 +66,6 @@ log = logging.getLogger(__name__)
 MEMO_KEY = "answers"
 """The memo key each batch of answer records is written under."""
 
-_PATCH_MARKER = "core_patch"
 # How many runs' histories are read at once.
 _PARALLEL_READS = 8
 
@@ -149,18 +141,6 @@ def records(items: object, *, quiet: bool = False) -> list[AnswerRecord]:
     return found
 
 
-def patch_id(details: Any) -> str | None:
-    """The patch id a ``core_patch`` marker records (``{"id": ..., "deprecated": ...}``)."""
-    data = details.get("patch-data") if details is not None else None
-    if data is None or not data.payloads:
-        return None
-    try:
-        value = json.loads(data.payloads[0].data)
-    except ValueError:
-        return None
-    return value.get("id") if isinstance(value, dict) else None
-
-
 @dataclass
 class RunTrail:
     """What one run's history holds for the trail, nothing of it decoded yet (whoever wrote an
@@ -176,19 +156,11 @@ class RunTrail:
     origin: str = ""
     workflow_type: str = ""
     task_queue: str = ""
-    # Begun under the governance rules: its answers are all in its memo batches.
-    governed: bool = False
-    # A worker of the release before the governance rules ran it (it recorded the marker of
-    # the durable-input rules): whatever its input declared, it runs without them.
-    older_rules: bool = False
-    # A workflow task has completed: the rules it runs under are decided (a run not taken up
-    # by a worker yet has applied no answer of its own).
+    # A workflow task has completed (a run not taken up by a worker yet has applied no
+    # answer of its own).
     begun: bool = False
     # The memo's ``answers`` batches, as written.
     batches: list[Payload] = field(default_factory=list)
-    # The continue-as-new input's payload (the workflow's own hand-over), kept only for a run
-    # without the governance rules.
-    carried: Payload | None = None
 
     @property
     def fresh(self) -> bool:
@@ -218,27 +190,10 @@ async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | No
                 continue
             elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 run.begun = True
-            elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-                attrs = event.marker_recorded_event_attributes
-                patch = patch_id(attrs.details) if attrs.marker_name == _PATCH_MARKER else None
-                if patch == GOVERNANCE_PATCH:
-                    run.governed = True
-                elif patch == DURABLE_INPUT_PATCH:
-                    run.older_rules = True
             elif kind == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if MEMO_KEY in fields:
                     run.batches.append(fields[MEMO_KEY])
-                    run.governed = True
-            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                attrs = event.workflow_execution_continued_as_new_event_attributes
-                payloads = attrs.input.payloads
-                # Only a run before the rules needs it. This event is the workflow's own
-                # continue-as-new command (retry and cron runs close with their own events);
-                # the server leaves its initiator unspecified (Server 1.32), so only the two
-                # other kinds are refused, should it ever name them here.
-                if not run.governed and attrs.initiator not in (_BY_RETRY, _BY_CRON) and payloads:
-                    run.carried = payloads[0]
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None  # past the namespace's retention, or never there
@@ -341,17 +296,6 @@ def head(runs: Mapping[str, RunTrail], gone: Set[str]) -> RunTrail | None:
     return min(heads, key=lambda r: (r.started, r.origin), default=None)
 
 
-async def declared(temporal: Client, chat_id: str, run: RunTrail) -> bool:
-    """Whether a run without a governance marker or memo batch runs under those rules all the
-    same: its input declares them, and no worker of the release before took it up (as
-    ``workflows.compat.Rules`` decides). Such a run wrote a batch for every answer it applied,
-    so none is in its state alone."""
-    if run.governed or run.older_rules:
-        return run.governed
-    value = await _decoded(temporal, await start_input(temporal, chat_id, run.run_id))
-    return isinstance(value, dict) and value.get("rules") == GOVERNANCE_PATCH
-
-
 async def claimed(temporal: Client, chat_id: str, run: RunTrail) -> int:
     """How many answer records an untrusted run carried: in its memo writes, its start memo
     and its start input. Nothing in it is trusted, so what does not decode counts as none."""
@@ -439,7 +383,6 @@ async def audit_trail(
     *,
     task_queue: str,
     latest_run: str,
-    latest_answers: Callable[[str], Awaitable[list[AnswerRecord]]],
 ) -> AuditReport:
     """Every answer the conversation ``chat_id`` applied, once each, oldest first, and the
     runs under its id that are not the conversation's (see the module docstring).
@@ -447,9 +390,6 @@ async def audit_trail(
     Args:
         task_queue: The task queue this deployment's workers poll: only runs there are trusted.
         latest_run: The run id of its newest run (visibility may not list it yet).
-        latest_answers: The answer records a run's state holds now, by run id; asked only
-            about the conversation's newest trusted run, when it was begun before the
-            governance rules (it needs a worker).
 
     Raises:
         temporalio.service.RPCError: reading a history or the visibility listing failed.
@@ -499,21 +439,6 @@ async def audit_trail(
             fallback += await carried_answers(
                 temporal, await start_input(temporal, chat_id, run.run_id)
             )
-        if run.begun and not run.governed:
-            fallback += await carried_answers(temporal, run.carried)
-    newest = runs.get(latest_run) if latest_run not in why_not else None
-    newest = newest or (trusted[-1] if trusted else None)
-    if newest is not None and not newest.begun:
-        # Nothing applied here yet: what it holds is what it was carried in with (a fresh
-        # start carries nothing).
-        if newest.previous:
-            fallback += await carried_answers(
-                temporal, await start_input(temporal, chat_id, newest.run_id)
-            )
-    elif (
-        newest is not None and not newest.governed and not await declared(temporal, chat_id, newest)
-    ):
-        fallback += await latest_answers(newest.run_id)
 
     untrusted = [
         UntrustedRun(
@@ -542,12 +467,10 @@ __all__ = [
     "audit_trail",
     "carried_answers",
     "claimed",
-    "declared",
     "head",
     "judge",
     "list_runs",
     "merge",
-    "patch_id",
     "read_run",
     "record_key",
     "records",

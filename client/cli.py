@@ -603,13 +603,11 @@ def audit(
     ctx: typer.Context,
     chat_id: ChatIdArg,
     as_json: JsonFlag = False,
-    wait: WaitOption = DEFAULT_WAIT,
 ) -> None:
     """Every answer a conversation applied, oldest first, across all its runs: when, which
     call, what was decided, by whom (verified by a token, or asserted) and by which path.
 
-    Reads the histories of the conversation's runs: no worker needed (except, with --wait,
-    for a conversation whose newest run began before answers were kept in history).
+    Reads the histories of the conversation's runs: no worker needed.
     """
 
     async def command(agents: AgentClient) -> None:
@@ -617,7 +615,7 @@ def audit(
         report: AuditReport = await _ask(
             chat,
             desc,
-            lambda: agents.audit_report(chat_id, worker_timeout=_wait(wait)),
+            lambda: agents.audit_report(chat_id),
             answering=False,
         )
         if as_json:

@@ -238,7 +238,7 @@ gated = Agent(
 )
 
 # Approval governance: verified identity, a quorum with a group, an editable gated tool, and
-# a short deadline that reminds, escalates once and then cancels (recorded as governance_v1).
+# a short deadline that reminds, escalates once and then cancels (recorded as ``governance``).
 GOV_ISSUER = TokenIssuer("ES256", kid="gov-1")
 
 

@@ -128,8 +128,8 @@ async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:
     assert res.finish_reason == FinishReason.STOP, res
 
 
-async def dump_history(client: Client, workflow_id: str) -> str:
-    hist = await client.get_workflow_handle(workflow_id).fetch_history()
+async def dump_history(client: Client, workflow_id: str, *, run_id: str | None = None) -> str:
+    hist = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     return json.dumps(hist.to_json_dict(), indent=1)
 
 
@@ -138,12 +138,7 @@ async def cancel_edges_conversation(
 ) -> None:
     """Cancellations that land mid-step, on the ``careful`` test agent: a cancel update during
     a model call, the pause after it, a cancel and a wait while a sibling tool runs, and a
-    workflow cancellation during a model call.
-
-    Recorded as ``edges_v1`` with the workflow code from before the turn-edges patch (commit
-    f303de6), whose outcomes differ (the first cancel fails the turn, the workflow cancel is
-    absorbed): the replay test proves such runs still replay. Asserts nothing about outcomes
-    so it runs against either code.
+    workflow cancellation during a model call (recorded as ``edges``).
     """
     first_call, release_first = held(text("too late"))
     later_call, release_later = held(text("too late"))
@@ -166,7 +161,7 @@ async def cancel_edges_conversation(
     await chat.cancel("stop it")  # during the model call
     release_first.set()
     await sending
-    res = await chat.send("again")  # pauses (and, before the patch, cancels itself)
+    res = await chat.send("again")  # pauses
     if res.finish_reason == FinishReason.INTERRUPTED:
         await chat.cancel("no")
     sending = asyncio.create_task(chat.send("with a sibling"))
@@ -181,11 +176,9 @@ async def cancel_edges_conversation(
     await calls_made(4)
     await handle.cancel()  # the workflow itself, during a model call
     release_later.set()
-    try:
+    with contextlib.suppress(Exception):  # the cancelled workflow closes the conversation
         await sending
-        await chat.send("after the cancel")  # before the patch, the conversation lived on
-    except Exception:  # noqa: BLE001  # the patched code closes it instead; either is recorded
-        pass
+        await chat.send("after the cancel")
 
 
 async def durable_conversation(
@@ -197,8 +190,7 @@ async def durable_conversation(
     also an answer over the turn's budget (refused by update and by signal) and tool outputs
     over it: megabytes of history, so replayed fresh rather than kept in the repository.
 
-    Recorded (without ``big``) as ``durable_v1``, the first history with the durable-input
-    patch marker.
+    Recorded (without ``big``) as ``durable``.
     """
     note = "n" * (900_000 if big else 1000)
     model.reply(
@@ -242,3 +234,60 @@ async def durable_conversation(
     assert res.finish_reason == FinishReason.CANCELLED, res
     res = await chat.send("fetch it all")
     assert res.text == "summarised", res
+
+
+async def streamed_conversation(agents: AgentClient, model: ScriptedModel, *, chat_id: str) -> None:
+    """Streamed turns: text in pieces, a streamed turn that pauses on an approval, and its
+    answer streamed on (each streaming model call with its own publisher id)."""
+    model.reply(
+        Reply.streamed(text("one two three four"), pieces=4, interval=0.05),
+        calls(("approve", {"question": "go on?"}, "s1")),
+        Reply.streamed(text("went on, as approved"), pieces=3, interval=0.05),
+    )
+    chat = await agents.chat("assistant", chat_id=chat_id)
+    first = chat.send_stream("count")
+    kinds = [ev.kind async for ev in first]
+    assert kinds.count("text") >= 2 and kinds[-1] == "turn_end", kinds
+    assert (await first.result()).text == "one two three four"
+    paused = chat.send_stream("ask first")
+    [ev async for ev in paused]
+    (approval,) = (await paused.result()).interrupts
+    answered = chat.resume_stream(respond=[approval.respond({"approved": True})])
+    said = "".join([ev.text or "" async for ev in answered if ev.kind == "text"])
+    assert said == "went on, as approved", said
+    assert (await answered.result()).finish_reason == FinishReason.STOP
+
+
+async def continued_conversation(
+    agents: AgentClient, model: ScriptedModel, *, chat_id: str, suggest_after: int
+) -> list[str]:
+    """A conversation that continues as new twice, once idle and once paused, on a server that
+    suggests it after ``suggest_after`` events; the run ids, oldest first."""
+    for n in range(4):
+        model.reply(calls(("lookup", {"key": f"k{n}"}, f"id-{n}")), text(f"answer {n}"))
+    model.reply(calls(("approve", {"question": "q"}, "p1"), ("lookup", {"key": "p"})), text("done"))
+    chat = await agents.chat("assistant", chat_id=chat_id)
+    handle = agents.temporal.get_workflow_handle(chat_id)
+    for n in range(4):
+        assert (await chat.send(f"question {n}")).text == f"answer {n}"
+    (pending,) = (await chat.send("go")).interrupts
+    before = len(await _chain(agents.temporal, chat_id))
+    wrong = {"respond": [{"name": "approve", "ref": "nope", "output": {}}]}
+    for _ in range(suggest_after):  # refused signals grow the history while the turn waits
+        await handle.signal("resume", wrong)
+    await eventually(lambda: _chain(agents.temporal, chat_id), lambda runs: len(runs) > before)
+    done = await chat.resume(respond=[pending.respond({"approved": True})])
+    assert done.text == "done", done
+    return await _chain(agents.temporal, chat_id)
+
+
+async def _chain(client: Client, chat_id: str) -> list[str]:
+    """The runs of a chat, oldest first, by its continue-as-new links from the newest."""
+    runs: list[str] = []
+    run_id = (await client.get_workflow_handle(chat_id).describe()).run_id
+    while run_id:
+        runs.insert(0, run_id)
+        history = await client.get_workflow_handle(chat_id, run_id=run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        run_id = started.continued_execution_run_id
+    return runs

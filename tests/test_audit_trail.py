@@ -20,24 +20,20 @@ from pathlib import Path
 import pexpect
 import pytest
 from pydantic import BaseModel
-from temporalio import workflow
-from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-import client.api as client_api
 from activities import Interrupt, ToolContext, tool
-from client import AgentClient, AnswerRecord, Chat, FinishReason, NoWorkerAnswered
-from client.audit import RunTrail, judge, merge, patch_id, read_run
+from client import AgentClient, AnswerRecord, FinishReason, NoWorkerAnswered
+from client.audit import RunTrail, judge, merge, read_run
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_operator import AGENTCTL, Run, agentctl, agentctl_env, agentctl_in_a_terminal
 from worker import build_worker
 from worker.standin import calls, text
 from worker.testing import TokenIssuer
-from workflows import Agent, TrustedIssuer, compat
-from workflows.compat import GOVERNANCE_PATCH
+from workflows import Agent, TrustedIssuer
 
 NOTE = "n" * 4000
 """A note that keeps each answer's record just under the 4 KiB it is kept whole up to, so a few
@@ -135,7 +131,7 @@ async def test_the_trail_keeps_every_answer_across_runs_after_the_state_shed_the
     assert len(runs) >= 3
 
     # No worker from here on: the trail is read from history alone.
-    trail = await agents.audit(chat.id, worker_timeout=timedelta(seconds=1))
+    trail = await agents.audit(chat.id)
     assert seen(trail) == expected  # every answer once, oldest first
     assert trail[-len(kept.answers) :] == kept.answers  # what the state keeps is the trail's tail
     assert [r.at for r in trail] == sorted(r.at for r in trail)
@@ -162,91 +158,19 @@ async def test_the_trail_keeps_every_answer_across_runs_after_the_state_shed_the
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-class _BeforeGovernance:
-    """``temporalio.workflow`` as ``workflows.compat`` sees it on a worker of the release before
-    approval governance: that patch is unknown, so runs begin under the rules before it."""
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(workflow, name)
-
-    @staticmethod
-    def patched(patch_id: str) -> bool:
-        return patch_id != GOVERNANCE_PATCH and workflow.patched(patch_id)
-
-
-async def test_the_trail_of_a_conversation_begun_before_the_release(
-    small_histories, model, monkeypatch
-):
-    """Runs begun before answers were written to the memo: their answers come from what each
-    run carried into the next and, while the newest run is one of them, from its state (read by
-    a worker). After an upgrade, the next run keeps the trail in history."""
-    client = small_histories.client
-    tq = f"upgrade-{uuid.uuid4()}"
-    width = 4
-    expected: list[Seen] = []
-
-    async def answer_turns(chat: Chat, names: range, who: str) -> None:
-        for n in names:
-            model.reply(
-                calls(*(("approve", {"question": f"{n}.{k}"}, f"u{n}.{k}") for k in range(width))),
-                text(f"done {n}"),
-            )
-            asks = (await chat.send(f"turn {n}")).interrupts
-            answers = [i.respond({"approved": True, "note": NOTE}) for i in asks]
-            done = await chat.resume(answers=answers, identity=f"{who}{n}@example.com")
-            assert done.text == f"done {n}"
-            expected.extend(
-                (i.ref, "respond", "approved", f"{who}{n}@example.com", "update") for i in asks
-            )
-
-    with monkeypatch.context() as previous:
-        previous.setattr(compat, "workflow", _BeforeGovernance())
-        # And a client of that release, which declared no rules in the start input.
-        previous.setattr(client_api, "GOVERNANCE_PATCH", None)
-        async with build_worker(client, agents=[auditing], task_queue=tq, gemini=model.client()):
-            agents = AgentClient(client, task_queue=tq)
-            chat = await agents.chat("auditing")
-            await answer_turns(chat, range(6), "old")
-            await chat.status()  # the newest run has been taken up (a query waits for that)
-            old_runs = await eventually(lambda: runs_of(client, chat.id), lambda r: len(r) >= 2)
-    for run_id in old_runs:
-        begun_before = await read_run(client, chat.id, run_id)
-        assert begun_before is not None and begun_before.begun and not begun_before.governed
-        assert begun_before.batches == []
-    # The newest run's answers are in its state only: a worker must read them.
-    with pytest.raises(NoWorkerAnswered, match="began before answers were kept in its history"):
-        await agents.audit(chat.id, worker_timeout=timedelta(seconds=1))
-    failed = await agentctl(client, "audit", chat.id, "--wait", "1", task_queue=tq)
-    assert failed.code == 3 and "no worker answered within 1s" in failed.err
-
-    async with build_worker(client, agents=[auditing], task_queue=tq, gemini=model.client()):
-        assert seen(await agents.audit(chat.id)) == expected
-        # This release's worker: the next run begun keeps the trail in history.
-        first_new = len(expected)
-        await answer_turns(chat, range(6, 12), "new")
-        await chat.status()  # the newest run has been taken up (a query waits for that)
-        latest = (await client.get_workflow_handle(chat.id).describe()).run_id
-        runs = await eventually(lambda: runs_of(client, chat.id), lambda r: latest in r)
-    newest = await read_run(client, chat.id, latest)
-    assert newest is not None and newest.governed and latest not in old_runs
-    assert len(runs) > len(old_runs)
-    trail = await agents.audit(chat.id, worker_timeout=timedelta(seconds=1))  # no worker
-    assert seen(trail) == expected
-    assert len(expected) - first_new == 6 * width
-    await assert_no_workflow_task_failed(client, chat.id)
-
-
 async def test_audit_of_a_chat_no_worker_has_taken_up_and_of_an_unknown_one(small_histories):
     client = small_histories.client
     tq = f"nobody-{uuid.uuid4()}"
     agents = AgentClient(client, task_queue=tq)
     chat = await agents.chat("auditing")
     with pytest.raises(NoWorkerAnswered):
-        await chat.send("anyone there?", worker_timeout=timedelta(seconds=1))
+        await chat.send(
+            "anyone there?",
+        )
     # Started, with no workflow task done: nothing answered, and nothing needs a worker.
     started = await read_run(client, chat.id, (await chat.handle.describe()).run_id)
     assert started is not None and not started.begun
-    assert await agents.audit(chat.id, worker_timeout=timedelta(seconds=1)) == []
+    assert await agents.audit(chat.id) == []
     empty = await agentctl(client, "audit", chat.id, task_queue=tq)
     assert empty.code == 0 and f"No answers on record for {chat.id}." in empty.out
     await client.get_workflow_handle(chat.id).terminate("test over")
@@ -279,7 +203,7 @@ def forged_start(agent: str, ref: str) -> dict[str, object]:
     """A start input carrying a made-up state, as only continue-as-new should."""
     record = forged_record(ref)
     state = {"agent": agent, "answers": [record], "audit_outbox": [record]}
-    return {"agent": agent, "rules": GOVERNANCE_PATCH, "state": state}
+    return {"agent": agent, "state": state}
 
 
 async def test_case4_the_trail_leaves_out_runs_started_under_a_closed_chats_id(
@@ -308,7 +232,7 @@ async def test_case4_the_trail_leaves_out_runs_started_under_a_closed_chats_id(
         await chat.close()
         real_runs = await eventually(lambda: runs_of(client, chat.id), lambda r: len(r) >= 2)
     # Several runs, linked by the workflow's own continue-as-new: all of them trusted.
-    before = await agents.audit_report(chat.id, worker_timeout=timedelta(seconds=1))
+    before = await agents.audit_report(chat.id)
     assert seen(before.records) == expected and before.untrusted == []
     clean = await agentctl(client, "audit", chat.id, "--json", task_queue=tq)
     assert clean.code == 0 and "untrusted" not in clean.json(), clean.err
@@ -323,7 +247,7 @@ async def test_case4_the_trail_leaves_out_runs_started_under_a_closed_chats_id(
         memo={"answers": [forged_record("f0.0")]},
         **attack,
     )
-    report = await agents.audit_report(chat.id, worker_timeout=timedelta(seconds=1))
+    report = await agents.audit_report(chat.id)
     assert seen(report.records) == expected
     (left_out,) = report.untrusted
     assert left_out.run_id == nobody.result_run_id and left_out.claimed == 3
@@ -356,9 +280,9 @@ async def test_case4_the_trail_leaves_out_runs_started_under_a_closed_chats_id(
         id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         **attack,
     )
-    report = await agents.audit_report(chat.id, worker_timeout=timedelta(seconds=1))
+    report = await agents.audit_report(chat.id)
     assert seen(report.records) == expected
-    assert seen(await agents.audit(chat.id, worker_timeout=timedelta(seconds=1))) == expected
+    assert seen(await agents.audit(chat.id)) == expected
     assert not any(r.identity == "cfo@example.com" for r in report.records)
     assert [(r.run_id, r.reason) for r in report.untrusted] == [
         (
@@ -721,8 +645,8 @@ def record(at: int, ref: str, **kw: object) -> AnswerRecord:
 
 def test_merge_counts_each_answer_once_and_orders_them_by_time():
     batches = [record(2, "b", identity="x"), record(2, "a", identity="x"), record(5, "c")]
-    # What a run carried into the next, and what the state holds: the same records, and one
-    # from before the memo kept them.
+    # What a run carried into the next, whose predecessor is gone: the same records, and one
+    # only it still has.
     carried = [record(1, "old"), record(2, "a", identity="x", output={"a": 1})]
     trail = merge(batches, carried)
     assert [r.ref for r in trail] == ["old", "b", "a", "c"]
@@ -730,16 +654,6 @@ def test_merge_counts_each_answer_once_and_orders_them_by_time():
     # Two answers to one ref by different people (a quorum's votes) are two records.
     votes = merge([record(3, "q", identity="x", kind="vote"), record(3, "q", identity="y")])
     assert len(votes) == 2
-
-
-def test_the_governance_marker_is_recognised():
-    def marker(data: bytes) -> dict[str, Payloads]:
-        return {"patch-data": Payloads(payloads=[Payload(data=data)])}
-
-    body = json.dumps({"id": GOVERNANCE_PATCH, "deprecated": False}).encode()
-    assert patch_id(marker(body)) == GOVERNANCE_PATCH
-    assert patch_id(marker(b"not json")) is None
-    assert patch_id({}) is None
 
 
 def test_a_chain_whose_predecessor_was_deleted_within_retention_is_not_trusted():

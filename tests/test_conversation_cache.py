@@ -227,9 +227,6 @@ async def test_first_call_of_a_conversation_never_asks(no_query):
     cache = ConversationCache(max_chats=0)
     conv = await cache.resolve(call("chat", [], M[:1]))
     assert conv.messages == M[:1]
-    # A call from the first release carries the whole conversation.
-    old = ModelInput(agent="a", chat_id="chat", messages=M)
-    assert (await cache.resolve(old)).messages == M
     assert (cache.hits, cache.misses) == (0, 0)
 
 

@@ -34,7 +34,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-import client.api as client_api
 from client import (
     AgentClient,
     CancelRejected,
@@ -58,9 +57,7 @@ from worker import build_worker
 from worker.devserver import DISPATCH_FLAG
 from worker.devserver import temporal_cli as temporal_cli_path
 from worker.standin import Reply, calls, text
-from workflows.compat import GOVERNANCE_PATCH
 from workflows.config import SEARCH_ATTRIBUTES
-from workflows.conversation import DURABLE_INPUT_PATCH
 from workflows.limits import (
     MAX_SEND_BYTES,
     QUERY_BUDGET,
@@ -961,46 +958,6 @@ async def test_random_maximum_size_inputs_never_break_a_conversation(small_histo
     }
     for chat in chats:
         await no_task_failed_in_any_run(client, chat.id)
-
-
-# --------------------------------------------------------------------------------------------
-# Conversations begun before these rules
-
-
-def _before_the_rules(patch: Any) -> bool:
-    """The SDK's patch activation callback: a new run behaves as runs begun before the
-    durable-input marker existed (it asks for, and records, only the turn-edges marker)."""
-    return patch.patch_id not in (DURABLE_INPUT_PATCH, GOVERNANCE_PATCH)
-
-
-async def test_a_run_begun_before_the_rules_keeps_no_lone_surrogate_in_its_log(
-    client, model, monkeypatch
-):
-    """Such runs keep their old rules, so that they replay, but a lone surrogate could never be
-    stored by any of them: not even the rejection log takes one in."""
-    queue = f"tq-{uuid.uuid4()}"
-    async with build_worker(
-        client,
-        agents=t.ALL,
-        task_queue=queue,
-        gemini=model.client(),
-        patch_activation_callback=_before_the_rules,
-    ):
-        # A client of that time: its start input declares no rules.
-        monkeypatch.setattr(client_api, "GOVERNANCE_PATCH", None)
-        chat, _ = await paused_on_approve(AgentClient(client, task_queue=queue), model)
-        bad = b'{"respond": [], "identity": "mallory' + LONE_SURROGATE[1:] + b"}"
-        await client.get_workflow_handle(chat.id).signal("resume", args=[raw(bad)])
-        (rejection,) = await rejections_reach(chat, 1)
-        status = await chat.status()
-        markers = [
-            e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
-            for e in events_of(await history(client, chat.id), EventType.EVENT_TYPE_MARKER_RECORDED)
-        ]
-    assert [json.loads(m)["id"] for m in markers] == ["turn-edges-2026-11"]
-    assert rejection.identity is not None and rejection.identity.startswith("mallory")
-    assert status.carried_bytes is not None
-    await assert_no_workflow_task_failed(client, chat.id)
 
 
 async def test_a_reply_pausing_on_128_interrupts_is_listed_within_the_result_budget(

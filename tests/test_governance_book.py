@@ -190,12 +190,7 @@ def test_the_memo_batch_names_every_record_within_its_budget():
     call = CallState(ref="r", name="deploy", args={"service": "x" * 3000})
     for i in range(5):
         event = answer(call, kind="respond", via="update", identity=f"p{i}", output={"n": i})
-        apply(
-            state,
-            event.model_copy(update={"at": NOW, "ref": f"r{i}"}),
-            strict=True,
-            outbox=True,
-        )
+        apply(state, event.model_copy(update={"at": NOW, "ref": f"r{i}"}))
     batch = outbox_batch(state, budget=400)
     assert [b["ref"] for b in batch] == ["r0", "r1", "r2", "r3", "r4"]
     assert state.audit_outbox == []
@@ -336,9 +331,6 @@ def test_an_interrupt_a_gated_tool_raised_takes_the_gates_approvers_and_quorum()
     assert (book.approvers(call), book.quorum(call)) == (["a@x", "b@x", "c@x"], 2)
     with pytest.raises(ResumeError, match="may be answered only by a@x"):
         book.check(approve_pay("intern@x", ref="t1"), now=NOW)
-    # Runs begun before these rules answer as they did.
-    old = InterruptBook(book.calls, spec=pay_officers.spec(), governance=False)
-    assert (old.approvers(call), old.quorum(call)) == ([], 1)
 
 
 def test_a_quorum_on_a_gated_call_counts_only_restart_approvals():

@@ -43,7 +43,7 @@ class Recorder:
 
     def __call__(self, event: TurnEvent) -> TurnEvent:
         stamped = events.record(self.state, event, turn=1, at=NOW)
-        audit.apply(self.state, stamped, strict=True)
+        audit.apply(self.state, stamped)
         self.emitted.append(stamped)
         return stamped
 
@@ -273,7 +273,7 @@ def test_the_answer_log_is_the_fold_of_answer_events_only():
         events.answer(call, kind="restart", via="update", identity="carol", metadata={"t": 1}),
         events.tool_response(call),
     ):
-        audit.apply(state, events.record(state, event, turn=1, at=NOW), strict=True)
+        audit.apply(state, events.record(state, event, turn=1, at=NOW))
     assert state.answers == [
         AnswerRecord(
             at=NOW,
@@ -293,14 +293,10 @@ def test_large_resume_metadata_is_kept_as_its_digest():
     call = CallState(ref="r1", name="approve")
     big = {"blob": "x" * 5000}
     event = events.answer(call, kind="respond", via="signal", metadata=big)
-    audit.apply(state, events.record(state, event, turn=1, at=NOW), strict=True)
+    audit.apply(state, events.record(state, event, turn=1, at=NOW))
     kept = state.answers[0].metadata
     assert kept is not None and kept != big
     assert json_size(kept) < 1024
-    # Runs begun before the durable-input rules kept it whole.
-    legacy = ConversationState(agent="a")
-    audit.apply(legacy, events.record(legacy, event, turn=1, at=NOW), strict=False)
-    assert legacy.answers[0].metadata == big
 
 
 def test_the_answer_log_sheds_its_oldest_records_and_counts_them():
@@ -308,7 +304,7 @@ def test_the_answer_log_sheds_its_oldest_records_and_counts_them():
     call = CallState(ref="r", name="approve")
     for i in range(600):
         event = events.answer(call, kind="respond", via="update", identity=f"u{i}")
-        audit.apply(state, events.record(state, event, turn=1, at=NOW), strict=True)
+        audit.apply(state, events.record(state, event, turn=1, at=NOW))
     assert len(state.answers) == 500
     assert state.answers_dropped == 100
     assert state.answers[0].identity == "u100"
@@ -317,7 +313,7 @@ def test_the_answer_log_sheds_its_oldest_records_and_counts_them():
 def test_a_rejection_keeps_a_digest_and_storable_text_only():
     raw = b'{"identity": "mallory", "respond": "\\ud83d secret"}'
     record = audit.rejection(
-        at=NOW, handler="resume", reason="r" * 900, raw=raw, identity="m\ud83d", strict=True
+        at=NOW, handler="resume", reason="r" * 900, raw=raw, identity="m\ud83d"
     )
     assert record.digest.startswith("sha256:")
     assert b"secret" not in record.model_dump_json().encode()
@@ -345,11 +341,15 @@ def test_the_view_of_a_paused_conversation_names_what_it_waits_on():
     book = InterruptBook(turn.calls, spec=state.spec)
     book.gate(a, now=NOW + timedelta(minutes=1))
     book.pause(b, source="interrupt", metadata={}, now=NOW)
-    view = operator_view.project(state, chat_id="chat-1", pending=book.pending(), strict=True)
+    view = operator_view.project(
+        state, chat_id="chat-1", pending=book.pending(), requests=book.requests()
+    )
     assert view.status == "interrupted"
     assert view.pending_names == ("approve", "charge")
     assert view.since == NOW
-    assert view.memo_pending[0] == {"name": "charge", "ref": "r1", "input": '{"amount": 5}'}
+    first = view.memo_pending[0]
+    assert (first["name"], first["ref"], first["input"]) == ("charge", "r1", '{"amount": 5}')
+    assert first["source"] == "approval" and first["since"]
     assert len(view.memo_pending[1]["input"]) <= operator_view.MEMO_INPUT_CHARS + 1
     assert "chat-1" in view.details and "charge" in view.details
 
@@ -374,7 +374,10 @@ def test_many_long_pending_names_are_cut_to_one_search_attribute_value():
 
 def test_search_attributes_are_written_only_where_they_differ():
     state, turn = paused_state(CallState(ref="r1", name="charge", status="pending", since=NOW))
-    view = operator_view.project(state, chat_id="c", pending=list(turn.calls), strict=True)
+    book = InterruptBook(turn.calls, spec=state.spec)
+    view = operator_view.project(
+        state, chat_id="c", pending=list(turn.calls), requests=book.requests()
+    )
     current = TypedSearchAttributes(
         [
             SearchAttributePair(config.AGENT_NAME, "banker"),
@@ -385,7 +388,7 @@ def test_search_attributes_are_written_only_where_they_differ():
     )
     assert operator_view.search_attribute_updates(current, agent="banker", view=view) == []
     idle = operator_view.project(
-        ConversationState(agent="banker"), chat_id="c", pending=[], strict=True
+        ConversationState(agent="banker"), chat_id="c", pending=[], requests=[]
     )
     updates = operator_view.search_attribute_updates(current, agent="banker", view=idle)
     assert {u.key.name: u.value for u in updates} == {
@@ -404,11 +407,11 @@ def raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
 
 
 def test_raw_payloads_are_decoded_or_refused_in_words():
-    assert payload_json(raw(b'{"a": 1}'), strict=True) == {"a": 1}
+    assert payload_json(raw(b'{"a": 1}')) == {"a": 1}
     with pytest.raises(ResumeError, match="empty"):
-        payload_json(raw(b"", b"binary/null"), strict=True)
+        payload_json(raw(b"", b"binary/null"))
     with pytest.raises(ResumeError, match="must be JSON"):
-        payload_json(raw(b"x", b"binary/protobuf"), strict=True)
+        payload_json(raw(b"x", b"binary/protobuf"))
     with pytest.raises(ResumeError, match="exactly one JSON argument, got 2"):
         only_argument("resume", [raw(b"{}"), raw(b"{}")])
     assert claimed_identity([raw(b'{"identity": "dan"}')]) == "dan"
@@ -533,7 +536,7 @@ def test_the_audit_record_keeps_the_decision_and_the_output_or_its_digest():
     small = events.answer(call, kind="respond", via="signal", output={"approved": False})
     big = events.answer(call, kind="respond", via="update", output={"reason": "x" * 5000})
     for event in (small, big):
-        audit.apply(state, events.record(state, event, turn=1, at=NOW), strict=True)
+        audit.apply(state, events.record(state, event, turn=1, at=NOW))
     first, second = state.answers
     assert (first.decision, first.output, first.identity_verified) == (
         "denied",

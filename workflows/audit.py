@@ -12,13 +12,11 @@ Pure code with no Temporal imports; both logs are bounded (see :mod:`workflows.l
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
 from typing import Literal
 
 from workflows.history import trim_answers
 from workflows.limits import (
-    MAX_ANSWERS_KEPT,
     MAX_AUDIT_METADATA_BYTES,
     MAX_REASON_CHARS,
     MAX_REJECTIONS_KEPT,
@@ -31,22 +29,18 @@ from workflows.limits import (
 from workflows.types import AnswerRecord, ConversationState, JsonObject, Rejection, TurnEvent
 
 
-def apply(
-    state: ConversationState, event: TurnEvent, *, strict: bool, outbox: bool = False
-) -> None:
+def apply(state: ConversationState, event: TurnEvent) -> None:
     """Fold one turn event into the answer log (only ``answer`` events add to it).
 
-    Args:
-        strict: The durable-input rules (see ``workflows/compat.py``): large metadata is kept
-            as its digest, and the log is held to its byte budget as well as its count.
-        outbox: The governance rules: the record also waits in ``audit_outbox`` until the
-            workflow writes it to the memo (the trail in history, which no budget sheds).
+    Large metadata is kept as its digest, and the log is held to its byte budget as well as
+    its count. The record also waits in ``audit_outbox`` until the workflow writes it to the
+    memo (the trail in history, which no budget sheds).
     """
     answer = event.answer
     if event.kind != "answer" or answer is None or event.at is None:
         return
     metadata = answer.metadata
-    if strict and metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
+    if metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
         # Kept as what identifies it: the record is copied for every answer of a resume.
         metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
     output = event.output if answer.kind in ("respond", "deadline", "vote") else None
@@ -66,12 +60,8 @@ def apply(
         original_input=_kept(answer.original_input, what="original input") if edit else None,
     )
     state.answers.append(record)
-    if outbox:
-        state.audit_outbox.append(record)
-    if strict:
-        state.answers_dropped += trim_answers(state.answers)
-    else:
-        del state.answers[:-MAX_ANSWERS_KEPT]
+    state.audit_outbox.append(record)
+    state.answers_dropped += trim_answers(state.answers)
 
 
 def _kept(value: JsonObject | None, *, what: str) -> JsonObject | None:
@@ -110,7 +100,6 @@ def rejection(
     reason: str,
     raw: bytes,
     identity: str | None,
-    strict: bool,
     via: Literal["signal", "start"] = "signal",
 ) -> Rejection:
     """The record of a refused signal (or of what a start asked for that it may not).
@@ -118,27 +107,14 @@ def rejection(
     Args:
         raw: The payload's bytes (only their digest is kept).
         identity: Whom the payload claims to be from, if anyone.
-        strict: The durable-input rules; without them, the record is made as the code those
-            runs began under made it (with an excerpt of the payload), except that a lone
-            surrogate, which no state holding it could ever be stored with, is replaced.
     """
-    if strict:
-        identity = cut_stored(identity, 200) if identity is not None else None
-        handler = cut_stored(handler, 200)
-        reason = cut_stored(reason[:MAX_REASON_CHARS], 600)
-        fingerprint = digest(raw)
-    else:
-        if identity is not None:
-            identity = identity.encode("utf-8", "replace").decode("utf-8")[:200]
-        reason = reason[:MAX_REASON_CHARS]
-        fingerprint = legacy_digest(raw)
     return Rejection(
         at=at,
         via=via,
-        handler=handler,
-        reason=reason,
-        identity=identity,
-        digest=fingerprint,
+        handler=cut_stored(handler, 200),
+        reason=cut_stored(reason[:MAX_REASON_CHARS], 600),
+        identity=cut_stored(identity, 200) if identity is not None else None,
+        digest=digest(raw),
     )
 
 
@@ -147,11 +123,3 @@ def reject(state: ConversationState, record: Rejection) -> None:
     state.rejections.append(record)
     state.rejections_total += 1
     del state.rejections[:-MAX_REJECTIONS_KEPT]
-
-
-def legacy_digest(raw: bytes) -> str:
-    """The rejection digest of runs begun before the durable-input rules (with an excerpt of
-    the payload, which new runs never keep)."""
-    h = hashlib.sha256(raw).hexdigest()[:12]
-    text = raw[:120].decode("utf-8", errors="replace")
-    return f"sha256:{h} {len(raw)}B {text}{'…' if len(raw) > 120 else ''}"

@@ -10,7 +10,6 @@ This module is the conversation's front door and its run loop; the rooms behind 
 - :mod:`workflows.audit`, :mod:`workflows.operator_view` and :mod:`workflows.stream`: projections
   (the answer and rejection logs; search attributes, memo and the UI's details panel; the event
   stream clients follow);
-- :mod:`workflows.compat`: which rules this run was begun under, decided once;
 - :mod:`workflows.telemetry`: the product's metrics and trace spans, which issue no commands.
 
 Determinism and replay contract:
@@ -43,13 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
 from workflows import audit, config, operator_view
-from workflows.compat import (
-    DURABLE_INPUT_PATCH,
-    GOVERNANCE_PATCH,
-    TURN_EDGES_PATCH,
-    Rules,
-)
-from workflows.history import carry, legacy_carry, page, page_back
+from workflows.history import carry, page, page_back
 from workflows.interrupts import ResumeError, pydantic_reason
 from workflows.limits import (
     CAN_HISTORY_BYTES,
@@ -108,8 +101,6 @@ from workflows.types import (
 )
 
 __all__ = [
-    "DURABLE_INPUT_PATCH",
-    "TURN_EDGES_PATCH",
     "AgentWorkflow",
     "idempotency_key",
 ]
@@ -130,12 +121,9 @@ class AgentWorkflow:
             workflow.payload_converter().from_payload(input.payload)
         start, refusal = read_start(input, carried=carried)
         self._s: ConversationState = start.state or ConversationState(agent=start.agent)
-        # Which rules this run has; decided before any handler runs (see workflows.compat).
-        self._rules = Rules(start.rules)
         self._stream = ConversationStream(start.stream, next_offset=self._s.events_total)
         self._m = TurnMachine(
             self._s,
-            rules=self._rules,
             publish=self._publish,
             can_now=self._can_now,
             publish_event=self._stream.publish,
@@ -151,11 +139,11 @@ class AgentWorkflow:
         # What the search attributes say, as last written (see _publish).
         self._published: tuple[object, ...] | None = None
         # What the memo holds (carried over by continue-as-new), so only changes need an
-        # upsert. None: no "pending" memo, which runs from before the turn-edges patch
-        # replace with [] on their first publish (see _publish). A memo a start brought is
-        # not this conversation's: its keys are removed at the first publish.
-        self._memo_pending: list[dict[str, Any]] | None = (
-            workflow.memo_value("pending", None) if carried else None
+        # upsert. An empty list does not survive the trip into a memo (measured: a start with
+        # {"pending": []} records no memo at all), so absent means nothing pending. A memo a
+        # start brought is not this conversation's: its keys are removed at the first publish.
+        self._memo_pending: list[dict[str, Any]] = (
+            workflow.memo_value("pending", []) if carried else []
         )
         self._memo_scrub = [] if carried else sorted(workflow.info().raw_memo)
         # Whether the memo still holds the last batch of answer records (see _publish).
@@ -175,13 +163,10 @@ class AgentWorkflow:
             self._s.closed = True
             self._publish()
             return self._result()
-        if not self._rules.durable:
-            self._rules.edges()  # where runs before the durable-input rules asked: first thing
-        if self._rules.declared:
-            # Let the first task's handlers act first: a conversation our client starts with a
-            # message was started "running", and publishing before the send's handler has
-            # started the turn would write "idle" only to write "running" again.
-            await asyncio.sleep(0)
+        # Let the first task's handlers act first: a conversation our client starts with a
+        # message was started "running", and publishing before the send's handler has started
+        # the turn would write "idle" only to write "running" again.
+        await asyncio.sleep(0)
         self._publish()
         try:
             while True:
@@ -197,7 +182,7 @@ class AgentWorkflow:
                         guard.cancel()
                     self._turn_task = None
                     task = asyncio.current_task()
-                    if self._rules.edges() and task is not None and task.cancelling():
+                    if task is not None and task.cancelling():
                         # The workflow was cancelled while a cancel update was ending the turn:
                         # the turn task absorbed the cancellation, which still stands.
                         raise asyncio.CancelledError()
@@ -238,22 +223,18 @@ class AgentWorkflow:
                         agent=self._s.agent,
                         state=state,
                         stream=self._stream.carry(),
-                        # The next run keeps these rules without recording a marker.
-                        rules=GOVERNANCE_PATCH if self._rules.governance else None,
                     )
                 )
         except asyncio.CancelledError:
             # The workflow itself was cancelled (e.g. from the UI): the conversation is closed.
             # A turn in progress ends cancelled, so a caller waiting on it gets that answer
             # rather than "workflow execution already completed".
-            edges = self._rules.edges()
-            if edges and self._s.turn is not None:
+            if self._s.turn is not None:
                 self._m.finish_cancelled()
             self._s.closed = True
             self._publish()
-            if edges:
-                self._stream.detach()
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            self._stream.detach()
+            await workflow.wait_condition(workflow.all_handlers_finished)
             raise
         # Followers read the rest of a closed conversation's stream by query.
         self._stream.detach()
@@ -278,9 +259,7 @@ class AgentWorkflow:
             return False
         info = workflow.info()
         length = info.get_current_history_length()
-        if self._rules.durable and (
-            info.get_current_history_size() >= CAN_HISTORY_BYTES or length >= CAN_HISTORY_EVENTS
-        ):
+        if info.get_current_history_size() >= CAN_HISTORY_BYTES or length >= CAN_HISTORY_EVENTS:
             # Our own bound, far below the server's (which terminates a run at 50 MiB or
             # 51,200 events), and kept even where the server does not suggest it.
             return True
@@ -292,17 +271,7 @@ class AgentWorkflow:
         )
 
     def _state_for_next_run(self) -> ConversationState | None:
-        if not self._rules.durable:
-            # Whether a run begun before these rules could continue as new is a decision its
-            # history records: it is made exactly as that code made it.
-            return legacy_carry(self._s, self._m.refs)
-        return carry(
-            self._s,
-            self._m.ref_order,
-            paused=self._m.paused(),
-            budget=STATE_BUDGET,
-            governance=self._rules.governance,
-        )
+        return carry(self._s, self._m.ref_order, paused=self._m.paused(), budget=STATE_BUDGET)
 
     # ------------------------------------------------------------------------------------------
     # Updates
@@ -399,8 +368,7 @@ class AgentWorkflow:
             except Refused as e:
                 # Only reachable when a duplicate passed validation in the same task. The
                 # accepted update's payload is in history: spend its token.
-                if self._rules.governance:
-                    self._m.spend_refused(claimed_token([payload]))
+                self._m.spend_refused(claimed_token([payload]))
                 self._m.telemetry.rejected("resume", via="update")
                 raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
             if not self._m.book(turn).all_answered():
@@ -435,8 +403,6 @@ class AgentWorkflow:
         self._check_cancel_input(input)
 
     def _check_cancel_input(self, input: CancelInput) -> None:
-        if not self._rules.durable:
-            return
         try:
             # The reason is copied into every withdrawn call's response, so it stays short.
             check_text(input.reason, what="reason", limit=MAX_REASON_BYTES)
@@ -529,12 +495,10 @@ class AgentWorkflow:
 
     def _send_signal(self, payload: RawValue) -> None:
         size = len(payload.payload.data)
-        durable = self._rules.durable
-        if durable:
-            # Size first: an oversized payload is refused before it is even parsed.
-            check_size(size, limit=MAX_SEND_BYTES, what="message")
-        body = payload_json(payload, strict=durable)
-        check_json(body, what="send", finite=durable, depth=self._rules.depth)
+        # Size first: an oversized payload is refused before it is even parsed.
+        check_size(size, limit=MAX_SEND_BYTES, what="message")
+        body = payload_json(payload)
+        check_json(body, what="send")
         try:
             input = SendInput.model_validate(body)
         except ValidationError as e:
@@ -560,12 +524,11 @@ class AgentWorkflow:
             reason=reason,
             raw=b"".join(p.payload.data for p in payload),
             identity=claimed_identity(payload) if via == "signal" else None,
-            strict=self._rules.durable,
             via=via,
         )
         audit.reject(self._s, record)
         self._m.telemetry.rejected(handler, via=via)
-        if handler == "resume" and self._rules.governance:
+        if handler == "resume":
             # The payload is in history now: its token, if valid, must answer nothing later.
             self._m.spend_refused(claimed_token(payload))
         workflow.logger.warning(
@@ -594,9 +557,8 @@ class AgentWorkflow:
             return "the message is empty"
         try:
             check_size(size, limit=MAX_SEND_BYTES, what="message")
-            if self._rules.durable:
-                # As stored: a control character takes six bytes of JSON.
-                check_text(text, what="the message", limit=MAX_SEND_BYTES)
+            # As stored: a control character takes six bytes of JSON.
+            check_text(text, what="the message", limit=MAX_SEND_BYTES)
         except Refused as e:
             return e.reason
         if self._s.turn is not None:
@@ -621,12 +583,8 @@ class AgentWorkflow:
             check_size(size, limit=MAX_RESUME_BYTES, what="resume")
         except Refused as e:
             raise ResumeError(e.reason) from None
-        durable = self._rules.durable
         return self._m.book(turn).validate(
-            payload_json(payload, strict=durable),
-            strict=durable,
-            room=self._m.room(turn) if durable else None,
-            now=workflow.now(),
+            payload_json(payload), room=self._m.room(turn), now=workflow.now()
         )
 
     # ------------------------------------------------------------------------------------------
@@ -706,8 +664,7 @@ class AgentWorkflow:
             self._s,
             chat_id=workflow.info().workflow_id,
             pending=book.pending() if book else [],
-            strict=self._rules.durable,
-            requests=(book.requests() if book else []) if self._rules.governance else None,
+            requests=book.requests() if book else [],
         )
 
     def _publish(self) -> None:
@@ -725,11 +682,6 @@ class AgentWorkflow:
             if updates:
                 workflow.upsert_search_attributes(updates)
             self._published = view.search_attributes
-        if self._memo_pending is None and self._rules.edges():
-            # An empty list does not survive the trip into a memo (measured: a start with
-            # {"pending": []} records no memo at all), so absent means nothing pending, and
-            # a new run need not spend an event writing [].
-            self._memo_pending = []
         # Answer records go to the memo as they are made: each write is an event in this
         # run's history, which Temporal keeps after the run closes, so the full trail is
         # readable across runs (``agentctl audit``) whatever the state's budget sheds.

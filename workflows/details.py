@@ -314,7 +314,7 @@ def render_details(
     answer it, how the last turn ended, what was decided and what was refused lately.
 
     ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
-    order; None for runs begun before they were shown.
+    order (None: not shown).
     """
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
     asked = {r.ref: r for r in requests} if requests is not None else {}

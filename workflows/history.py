@@ -9,11 +9,10 @@ holds (after a rollback, a restart or another worker they may not be). Pure code
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from workflows.limits import ANSWERS_BUDGET, MAX_ANSWERS_KEPT, REFS_KEPT, json_size
-from workflows.types import AnswerRecord, CallState, ConversationState, Message
+from workflows.types import AnswerRecord, ConversationState, Message
 
 EMPTY = ""
 
@@ -73,7 +72,6 @@ def carry(
     *,
     paused: bool,
     budget: int,
-    governance: bool = True,
 ) -> ConversationState | None:
     """The state continue-as-new carries, within ``budget`` bytes; None if it cannot fit.
 
@@ -89,86 +87,7 @@ def carry(
     s.refs_forgotten = state.refs_forgotten + len(refs) - len(kept)
     if paused:
         s.last_turn = None
-    # Runs begun before approval governance measure their state as their code did.
-    return fit_state(s, budget=budget, size=None if governance else pre_governance_size)
-
-
-LEGACY_BUDGET = 1536 * 1024
-"""What runs begun before the durable-input rules carry (their code's budget)."""
-
-# The fields added with the durable-input rules, left out when sizing a run begun before them:
-# its continue-as-new decisions must be exactly those its code made.
-_GOVERNANCE_CALL_FIELDS = {
-    "votes": True,
-    "original_args": True,
-    "edit_passes_gate": True,
-    "reminded": True,
-    "escalated": True,
-}
-_GOVERNANCE_SPEC_FIELDS = {
-    "interrupt_timeout_cancel": True,
-    "interrupt_escalate": True,
-    "interrupt_reminders": True,
-    "trust": True,
-    "approval": {"quorum": True},
-}
-_GOVERNANCE_TOOL_FIELDS = {
-    "quorum": True,
-    "editable": True,
-    "timeout_cancel": True,
-    "escalate": True,
-    "reminders": True,
-}
-_GOVERNANCE_FIELDS: Any = {
-    "spent_tokens": True,
-    "audit_outbox": True,
-    "answers": {"__all__": {"input": True, "original_input": True}},
-    "events": {"__all__": {"answer": {"identity_verified": True, "original_input": True}}},
-    "last_turn": {
-        "interrupts": {
-            "__all__": {
-                "approvers": True,
-                "approvers_omitted": True,
-                "quorum": True,
-                "votes": True,
-                "editable": True,
-            }
-        }
-    },
-    "turn": {"calls": {"__all__": _GOVERNANCE_CALL_FIELDS}},
-    "spec": {"tools": {"__all__": _GOVERNANCE_TOOL_FIELDS}, **_GOVERNANCE_SPEC_FIELDS},
-}
-"""The fields added with approval governance, which runs begun before it hold at their
-defaults: left out wherever such a run measures its state, so it decides as its code did."""
-
-_NEW_FIELDS: Any = {
-    "refs_forgotten": True,
-    "answers_dropped": True,
-    **{k: v for k, v in _GOVERNANCE_FIELDS.items() if k not in ("turn", "spec")},
-    "turn": {"held": True, "calls": {"__all__": {"uncertain": True, **_GOVERNANCE_CALL_FIELDS}}},
-    "spec": {
-        "tools": {"__all__": {"idempotent": True, **_GOVERNANCE_TOOL_FIELDS}},
-        **_GOVERNANCE_SPEC_FIELDS,
-    },
-}
-
-
-def pre_governance_size(state: ConversationState) -> int:
-    """``state``'s size as runs begun before approval governance measure it."""
-    return len(state.model_dump_json(exclude=_GOVERNANCE_FIELDS).encode())
-
-
-def pre_governance_call_size(call: CallState) -> int:
-    """A call's size as runs begun before approval governance measure it."""
-    return len(call.model_dump_json(exclude=_GOVERNANCE_CALL_FIELDS).encode())
-
-
-def legacy_carry(state: ConversationState, refs: Collection[str]) -> ConversationState | None:
-    """What a run begun before the durable-input rules carries, decided as its code did: every
-    ref, sorted; the oldest answers and turns dropped to fit 1.5 MiB, never the last turn."""
-    s = state.model_copy()
-    s.refs = sorted(refs)
-    return fit_state(s, budget=LEGACY_BUDGET, last_turn_may_go=False, size=_legacy_size)
+    return fit_state(s, budget=budget)
 
 
 def fit_state(
@@ -176,8 +95,6 @@ def fit_state(
     *,
     budget: int,
     answers_kept: int = 50,
-    last_turn_may_go: bool = True,
-    size: Callable[[ConversationState], int] | None = None,
 ) -> ConversationState | None:
     """The state to carry into the next run, within ``budget`` bytes of JSON; None if it can't fit.
 
@@ -188,12 +105,12 @@ def fit_state(
     afresh, which beats a conversation that cannot go on). Dropped messages are counted in
     ``dropped_messages``. ``state`` is not modified.
     """
-    _size = size or _state_size
+    _size = _state_size
     if _size(state) <= budget:
         return state
     s = state.model_copy()
     s.answers = list(state.answers[-answers_kept:])
-    if size is None and len(state.answers) > answers_kept:
+    if len(state.answers) > answers_kept:
         s.answers_dropped = state.answers_dropped + len(state.answers) - answers_kept
     if _size(s) <= budget:
         return s
@@ -203,8 +120,7 @@ def fit_state(
         starts = [i for i in _turn_starts(state.messages) if 0 < i <= state.turn.base_len]
     else:
         starts = [i for i in _turn_starts(state.messages) if i > 0]
-        if last_turn_may_go:
-            starts.append(len(state.messages))
+        starts.append(len(state.messages))
     total = _size(s)
     # Serializing once per message (not once per candidate cut) keeps this linear.
     prefix = [0]
@@ -252,7 +168,3 @@ def page_back(messages: Sequence[Message], *, end: int, budget: int) -> int:
 def _state_size(state: ConversationState) -> int:
     # Bytes, not characters: the payload is UTF-8, and CJK text takes three bytes a character.
     return json_size(state)
-
-
-def _legacy_size(state: ConversationState) -> int:
-    return len(state.model_dump_json(exclude=_NEW_FIELDS).encode())

@@ -37,20 +37,16 @@ from pydantic import ValidationError
 
 from workflows import events
 from workflows.events import to_request
-from workflows.history import pre_governance_call_size
 from workflows.identity import MAX_TOKEN_BYTES, IdentityError, VerifiedIdentity, verify_token
 from workflows.limits import (
     MAX_IDENTITY_BYTES,
-    MAX_JSON_DEPTH,
     MAX_RESUME_BYTES,
     MAX_RESUME_METADATA_BYTES,
-    SERIALIZABLE_DEPTH,
     TURN_BUDGET,
     Refused,
     check_json,
     check_label,
     check_size,
-    check_text,
     human_size,
     json_size,
     names_within,
@@ -192,16 +188,12 @@ def same_json(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
+def check_resume_fields(resume: ResumeInput) -> None:
     """What a resume carries, each part on its own (the client checks this before sending).
-
-    Without ``strict`` (conversations begun before these rules) only what could never be
-    stored is refused: invalid Unicode and nesting past :data:`SERIALIZABLE_DEPTH`.
 
     Raises:
         ResumeError: naming the part and the rule it breaks.
     """
-    depth = MAX_JSON_DEPTH if strict else SERIALIZABLE_DEPTH
     try:
         if resume.identity_token is not None:
             check_size(
@@ -210,26 +202,22 @@ def check_resume_fields(resume: ResumeInput, *, strict: bool = True) -> None:
                 what="identity_token",
             )
         if resume.identity is not None:
-            if strict:
-                check_label(resume.identity, what="identity", limit=MAX_IDENTITY_BYTES)
-            else:
-                check_text(resume.identity, what="identity", limit=MAX_RESUME_BYTES)
+            check_label(resume.identity, what="identity", limit=MAX_IDENTITY_BYTES)
         for r in resume.respond:
             what = f"the respond output for {r.name!r}"
-            check_json(r.output, what=what, finite=strict, depth=depth)
+            check_json(r.output, what=what)
         for r in resume.restart:
             what = f"the resumed_metadata for {r.name!r}"
-            check_json(r.resumed_metadata, what=what, finite=strict, depth=depth)
+            check_json(r.resumed_metadata, what=what)
             if r.input is not None:
                 what = f"the restart input for {r.name!r}"
-                check_json(r.input, what=what, finite=strict, depth=depth)
+                check_json(r.input, what=what)
         if resume.metadata is not None:
-            check_json(resume.metadata, what="metadata", finite=strict, depth=depth)
-            if strict:
-                # Audit data, kept as its digest over 4 KiB; and each resume's metadata is
-                # written again with its acceptance, whatever the turn holds.
-                size = json_size(resume.metadata)
-                check_size(size, limit=MAX_RESUME_METADATA_BYTES, what="metadata")
+            check_json(resume.metadata, what="metadata")
+            # Audit data, kept as its digest over 4 KiB; and each resume's metadata is
+            # written again with its acceptance, whatever the turn holds.
+            size = json_size(resume.metadata)
+            check_size(size, limit=MAX_RESUME_METADATA_BYTES, what="metadata")
     except ResumeError:
         raise
     except Refused as e:
@@ -267,7 +255,6 @@ class InterruptBook:
         known_refs: Collection[str] = (),
         emit: Emit | None = None,
         spent: list[SpentToken] | None = None,
-        governance: bool = True,
     ) -> None:
         self.calls = calls
         self.spec = spec
@@ -275,9 +262,6 @@ class InterruptBook:
         self._emit: Emit = emit or (lambda _: None)
         # The conversation's spent identity tokens (mutated in place when an answer spends one).
         self.spent = spent if spent is not None else []
-        # The governance rules (workflows/compat.py): runs begun before them check answers as
-        # their code did, so that what they accepted then replays the same way.
-        self.governance = governance
 
     # -- views ------------------------------------------------------------------------------
 
@@ -311,8 +295,6 @@ class InterruptBook:
 
     def held_bytes(self) -> int:
         """Bytes the calls hold in the conversation's state (what counts against the turn)."""
-        if not self.governance:
-            return sum(pre_governance_call_size(c) for c in self.calls)
         return sum(json_size(c) for c in self.calls)
 
     def next_deadline(self) -> datetime | None:
@@ -389,7 +371,6 @@ class InterruptBook:
         raw: Any,
         *,
         size: int | None = None,
-        strict: bool = True,
         room: int | None = None,
         now: datetime | None = None,
     ) -> ResumeInput:
@@ -398,8 +379,6 @@ class InterruptBook:
         Args:
             raw: The decoded payload.
             size: Its size in bytes, when known: over :data:`MAX_RESUME_BYTES` is refused.
-            strict: Apply every rule. Conversations begun before some of them were added pass
-                False, so that what they accepted then replays the same way.
             room: Bytes the turn can still take (see :data:`TURN_BUDGET`); None: unchecked.
             now: The workflow's time, which an identity token's expiry is checked against.
 
@@ -417,21 +396,19 @@ class InterruptBook:
                 "resume must be a JSON object with 'respond' and/or 'restart' lists, "
                 f"got {_json_type(raw)}"
             )
-        if strict:
-            _check_entry_keys(raw)
+        _check_entry_keys(raw)
         try:
             resume = ResumeInput.model_validate(raw)
         except ValidationError as e:
             raise ResumeError(f"malformed resume: {pydantic_reason(e)}") from None
-        check_resume_fields(resume, strict=strict)
-        self.check(resume, strict=strict, room=room, now=now)
+        check_resume_fields(resume)
+        self.check(resume, room=room, now=now)
         return resume
 
     def check(
         self,
         resume: ResumeInput,
         *,
-        strict: bool = True,
         room: int | None = None,
         now: datetime | None = None,
     ) -> Who:
@@ -485,7 +462,7 @@ class InterruptBook:
                     f"the input for {r.name!r} (ref {r.ref!r}) is the placeholder a result "
                     "shows for an input left out of it: send the real input, or omit 'input'"
                 )
-            if not editable and self.edits(call, r.input, strict=strict):
+            if not editable and self.edits(call, r.input):
                 raise ResumeError(
                     f"restart of {r.name!r} (ref {r.ref!r}) changes the tool's input, and "
                     f"{r.name!r} is not declared editable: a restart re-runs the tool with "
@@ -547,7 +524,7 @@ class InterruptBook:
                 # An interrupt-only tool pauses again showing the metadata: held twice.
                 twice = tool is not None and tool.interrupt_only
                 adds += json_size(r.resumed_metadata) * (2 if twice else 1)
-                if self.governance and self.is_edit(pending[r.ref], r.input):
+                if self.is_edit(pending[r.ref], r.input):
                     adds += json_size(r.input)  # the edited input beside the model's
             # A vote is kept with its call until the quorum is met.
             adds += VOTE_BYTES * sum(1 for *_, ref in entries if self.quorum(pending[ref]) > 1)
@@ -638,25 +615,18 @@ class InterruptBook:
         """A gated tool that raised an interrupt itself: its answer may carry the gate's
         approval (``tool_approved``), so the gate's approvers and quorum apply."""
         gate = self.spec.approval if self.spec else None
-        return (
-            self.governance
-            and call.source == "tool"
-            and gate is not None
-            and call.name not in gate.allow
-        )
+        return call.source == "tool" and gate is not None and call.name not in gate.allow
 
     @staticmethod
-    def edits(call: CallState, new_input: JsonObject | None, *, strict: bool = True) -> bool:
-        """Whether a restart's ``input`` changes the call's."""
-        if new_input is None:
-            return False
-        return not same_json(new_input, call.args) if strict else new_input != call.args
+    def edits(call: CallState, new_input: JsonObject | None) -> bool:
+        """Whether a restart's ``input`` changes the call's (as JSON: ``500`` is not ``500.0``)."""
+        return new_input is not None and not same_json(new_input, call.args)
 
     def is_edit(self, call: CallState, new_input: JsonObject | None) -> bool:
         """Whether a restart is an edit: a changed input (as JSON: ``500`` is not ``500.0``)
         to a tool declared editable. Decided the same way wherever it is asked."""
         tool = self.spec.tool(call.name) if self.spec else None
-        return tool is not None and tool.editable and self.edits(call, new_input, strict=True)
+        return tool is not None and tool.editable and self.edits(call, new_input)
 
     def approvers(self, call: CallState) -> list[str]:
         """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
@@ -725,7 +695,7 @@ class InterruptBook:
         Raises:
             ResumeError: it no longer matches what is pending. Nothing has been applied.
         """
-        who = self.check(resume, strict=False, now=now)
+        who = self.check(resume, now=now)
         if who.spent is not None:
             self._spend(who.spent, now=now)
         by_ref = {c.ref: c for c in self.pending()}
@@ -821,7 +791,7 @@ class InterruptBook:
         what anyone may answer goes to a pool of its own, oldest forgotten first, so no number
         of accounts takes the room an approver's answer needs (see workflows.tokens)."""
         trust = self.spec.trust if self.spec else None
-        if token is None or trust is None or not self.governance:
+        if token is None or trust is None:
             return
         try:
             verified = verify_token(token, trust, now=now)

@@ -177,10 +177,6 @@ MODEL_INPUT_BUDGET = STATE_BUDGET
 """The most a model call's input may carry; the budgets above keep it under 1.41 MiB, and a
 workflow task's total counts on this bound."""
 
-SERIALIZABLE_DEPTH = 200
-"""The nesting refused even in conversations begun before :data:`MAX_JSON_DEPTH` applied: it
-could never have been stored (pydantic-core stops near 255)."""
-
 CAN_HISTORY_BYTES = 4 * MiB
 """A run continues as new once its history passes this (Temporal's default suggestion), even
 where the server is configured not to suggest it."""
@@ -235,14 +231,14 @@ _BAD_TEXT = (
 )
 
 
-def check_json(value: Any, *, what: str, finite: bool = True, depth: int = MAX_JSON_DEPTH) -> None:
+def check_json(value: Any, *, what: str) -> None:
     """Refuse a decoded JSON value that could not be stored: text that is not valid Unicode,
-    nesting deeper than ``depth`` levels, and (with ``finite``) NaN or infinity, which JSON
-    cannot represent.
+    nesting deeper than :data:`MAX_JSON_DEPTH` levels, and NaN or infinity, which JSON cannot
+    represent.
 
     Iterative, so no nesting can exhaust Python's stack.
     """
-    limit = depth
+    limit = MAX_JSON_DEPTH
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()
@@ -260,7 +256,7 @@ def check_json(value: Any, *, what: str, finite: bool = True, depth: int = MAX_J
             if level >= limit:
                 raise Refused(f"{what} is nested deeper than {limit} levels")
             stack.extend((child, level + 1) for child in item)
-        elif finite and isinstance(item, float) and not math.isfinite(item):
+        elif isinstance(item, float) and not math.isfinite(item):
             raise Refused(f"{what} holds a number JSON cannot represent (NaN or infinity)")
 
 
@@ -406,20 +402,18 @@ def shrink(data: dict[str, Any], budget: int) -> int:
     return replaced
 
 
-def decode_json(data: bytes, *, strict: bool = True) -> Any:
+def decode_json(data: bytes) -> Any:
     """Decode a JSON payload body.
 
     Raises:
-        Refused: it is not JSON, or (``strict``) it spells NaN or Infinity, which are not.
+        Refused: it is not JSON, or it spells NaN or Infinity, which are not.
     """
 
     def refuse_constant(name: str) -> Any:
         raise Refused(f"payload is not valid JSON: {name} is not a JSON value")
 
     try:
-        if strict:
-            return json.loads(data, parse_constant=refuse_constant)
-        return json.loads(data)
+        return json.loads(data, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as e:
         raise Refused(f"payload is not valid JSON: {e}") from None
     except RecursionError:

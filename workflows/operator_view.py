@@ -71,38 +71,25 @@ def project(
     *,
     chat_id: str,
     pending: list[CallState],
-    strict: bool,
-    requests: list[InterruptRequest] | None = None,
+    requests: list[InterruptRequest],
 ) -> OperatorView:
     """The operator's view of ``state``.
 
     Args:
         pending: The calls waiting for an answer, in call order (the interrupt book's).
-        strict: The durable-input rules: pending names are cut to fit one search-attribute
-            value (a reply may pause on many tools, with long names).
         requests: The same calls as requests (who may answer, the quorum, the votes), for
-            the memo the inbox reads; None: runs begun before the inbox had them.
+            the memo the inbox reads.
+
+    Pending names are cut to fit one search-attribute value (a reply may pause on many
+    tools, with long names).
     """
     current = status(state, paused=bool(pending))
-    names = sorted({c.name for c in pending})
-    if strict:
-        names = fit_names(names)
+    names = fit_names(sorted({c.name for c in pending}))
     return OperatorView(
         status=current,
         pending_names=tuple(names),
         since=min((c.since for c in pending if c.since), default=None),
-        memo_pending=(
-            [memo_entry(r) for r in requests]
-            if requests is not None
-            else [
-                {
-                    "name": c.name,
-                    "ref": c.ref,
-                    "input": truncate(json.dumps(c.args), MEMO_INPUT_CHARS),
-                }
-                for c in pending
-            ]
-        ),
+        memo_pending=[memo_entry(r) for r in requests],
         details=render_details(
             chat_id=chat_id,
             agent=state.agent,

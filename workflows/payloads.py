@@ -85,7 +85,7 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
 
     Continue-as-new's input is the conversation's own: taken whole (a fault there fails the
     workflow task, to be retried by a worker that can read it, rather than lose the state).
-    Any other start is a request: only the agent's name and the rules are taken; ``state``
+    Any other start is a request: only the agent's name is taken; ``state``
     and ``stream`` are refused; one that names no usable agent gives an agent of ``""`` (the
     run then closes at once).
 
@@ -96,13 +96,13 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
         pydantic.ValidationError: a carried input that does not parse.
     """
     if carried:
-        body = payload_json(payload, strict=False)
+        body = payload_json(payload)
         return ConversationInput.model_validate(body), None
     unusable = ConversationInput(agent="")
     if not payload.payload.data and not payload.payload.metadata:
         return unusable, "the start has no input: it is a JSON object with 'agent'"
     try:
-        body = payload_json(payload, strict=True)
+        body = payload_json(payload)
     except Refused as e:
         return unusable, f"the start input is unusable: {e.reason}"
     if not isinstance(body, dict) or not isinstance(body.get("agent"), str) or not body["agent"]:
@@ -112,8 +112,7 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
         check_label(agent, what="the agent's name", limit=MAX_AGENT_NAME_BYTES)
     except Refused as e:
         return unusable, f"the start input names no usable agent: {e.reason}"
-    rules = body.get("rules")
-    start = ConversationInput(agent=agent, rules=rules if isinstance(rules, str) else None)
+    start = ConversationInput(agent=agent)
     carrying = [k for k in ("state", "stream") if body.get(k) is not None]
     if not carrying:
         return start, None
@@ -152,12 +151,8 @@ def refuse_encrypted(payload: RawValue) -> None:
     raise ResumeError(f"encrypted with key id {shown}, which this worker cannot decrypt")
 
 
-def payload_json(payload: RawValue, *, strict: bool) -> object:
+def payload_json(payload: RawValue) -> object:
     """The JSON value a raw payload holds.
-
-    Args:
-        strict: The durable-input rules (see ``workflows/compat.py``): refuse what could never
-            be stored (lone surrogates, too deep) here, at the door.
 
     Raises:
         ResumeError: the payload is empty, encrypted with a key the worker lacks, not JSON, or
@@ -171,7 +166,7 @@ def payload_json(payload: RawValue, *, strict: bool) -> object:
         raise ResumeError(
             f"the payload must be JSON, got encoding {encoding.decode(errors='replace')!r}"
         )
-    return decode_json(payload.payload.data, strict=strict)
+    return decode_json(payload.payload.data)
 
 
 def only_argument(name: str, args: Sequence[RawValue]) -> RawValue:

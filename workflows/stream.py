@@ -178,7 +178,7 @@ class ConversationStream:
         """
         if len(payload.payload.data) > MAX_PUBLISH_BYTES:
             raise ResumeError(f"a stream publish is at most {MAX_PUBLISH_BYTES // KiB} KiB")
-        body = payload_json(payload, strict=True)
+        body = payload_json(payload)
         try:
             publish = _PUBLISH.validate_python(body)
         except ValidationError as e:

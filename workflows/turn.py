@@ -31,7 +31,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from workflows import audit, config, events
-from workflows.compat import Rules
 from workflows.history import Digests
 from workflows.interrupts import InterruptBook, schema_error
 from workflows.limits import (
@@ -86,7 +85,6 @@ class TurnMachine:
 
     Args:
         state: The conversation's state (shared with the workflow, mutated in place).
-        rules: This run's compatibility rules.
         publish: Writes the operator view; called at the fixed points where a run writes it
             (each write is a command in history, so the points may not move).
         can_now: Whether the run should continue as new now (a paused turn waits there).
@@ -97,14 +95,12 @@ class TurnMachine:
         self,
         state: ConversationState,
         *,
-        rules: Rules,
         publish: Callable[[], None],
         can_now: Callable[[], bool],
         publish_event: Callable[[TurnEvent], int] | None = None,
     ) -> None:
         self.s = state
         self._publish_event = publish_event
-        self.rules = rules
         self._publish = publish
         self._can_now = can_now
         # Refs in the order they were made (the newest are carried by continue-as-new).
@@ -152,7 +148,7 @@ class TurnMachine:
         elif self.s.events_total:
             offset = self.s.events_total - 1  # the last item on the stream, published already
         stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
-        audit.apply(self.s, stamped, strict=self.rules.durable, outbox=self.rules.governance)
+        audit.apply(self.s, stamped)
         self.telemetry.event(stamped, turn.calls if turn else [])
         return stamped
 
@@ -169,7 +165,6 @@ class TurnMachine:
             known_refs=self.refs,
             emit=self.emit,
             spent=self.s.spent_tokens,
-            governance=self.rules.governance,
         )
 
     # ------------------------------------------------------------------------------------------
@@ -187,7 +182,7 @@ class TurnMachine:
         interrupts while tools are still at work; its pause is only reported after them.
         """
         turn = self.s.turn
-        if turn is None or not self.rules.edges():
+        if turn is None:
             return self.paused()
         return self.paused() and not any(c.status == "ready" for c in turn.calls)
 
@@ -225,7 +220,7 @@ class TurnMachine:
             turn=self.s.turns,
             started_at=workflow.now(),
             base_len=len(self.s.messages),
-            held=0 if self.rules.durable else None,
+            held=0,
             stream=stream,
         )
         self._append(Message(role="user", parts=[Part(text=text)]))
@@ -253,9 +248,7 @@ class TurnMachine:
     def spend_refused(self, token: str | None) -> None:
         """Spend the identity token of an answer refused after it reached history, if it could
         answer something here (see ``InterruptBook.spend_refused``)."""
-        book = InterruptBook(
-            [], spec=self.s.spec, spent=self.s.spent_tokens, governance=self.rules.governance
-        )
+        book = InterruptBook([], spec=self.s.spec, spent=self.s.spent_tokens)
         book.spend_refused(token, now=workflow.now())
 
     # ------------------------------------------------------------------------------------------
@@ -266,7 +259,7 @@ class TurnMachine:
         assert turn is not None
         try:
             while True:
-                if self.cancel is not None and self.rules.edges():
+                if self.cancel is not None:
                     # A cancel that arrived before this step could be interrupted (e.g. in the
                     # same workflow task as the send that started the turn).
                     self.finish_cancelled()
@@ -327,7 +320,7 @@ class TurnMachine:
 
     def _new_ref(self, call_id: str | None) -> str:
         usable = bool(call_id) and call_id not in self.refs
-        if usable and self.rules.durable:
+        if usable:
             # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
             small = stored_size(call_id or "") <= MAX_REF_BYTES
             usable = small and not self.s.refs_forgotten
@@ -340,27 +333,19 @@ class TurnMachine:
         """Add a message to the conversation, counting it against the turn's budget."""
         self.s.messages.append(message)
         turn = self.s.turn
-        if turn is not None and turn.held is not None:
+        if turn is not None:
             turn.held += json_size(message)
 
     def _turn_held(self, turn: TurnState) -> int:
-        """Bytes the turn holds in the conversation's state: its messages and its calls.
-
-        A turn carried over from a run begun before the count existed has none: it is counted
-        afresh (not stored, since validators ask too and must not change state).
-        """
-        held = turn.held
-        if held is None:
-            held = sum(json_size(m) for m in self.s.messages[turn.base_len :])
-        return held + self.book(turn).held_bytes()
+        """Bytes the turn holds in the conversation's state: its messages and its calls."""
+        return turn.held + self.book(turn).held_bytes()
 
     async def _call_model(self, turn: TurnState) -> Message:
         spec = self.s.spec
         messages = self.s.messages
         # Only what the model side has not seen goes into history; see ModelInput.
         seen = min(self.s.model_seen, len(messages))
-        if self.rules.durable:
-            self._fit_unseen(seen)
+        self._fit_unseen(seen)
         self.streamed = {}
         # A fresh publisher id for each streaming call: known to the workflow and the activity
         # it schedules, not to a signal from outside (unless it reads history: see the README).
@@ -387,7 +372,7 @@ class TurnMachine:
                 summary=f"model {spec.model}" if spec else f"model for {self.s.agent}",
             )
         except ActivityError as e:
-            if isinstance(e.cause, CancelledError) and self.rules.edges():
+            if isinstance(e.cause, CancelledError):
                 # Our own cancellation of the turn (or of the workflow) reached the activity:
                 # it is a cancellation, not a model failure.
                 raise asyncio.CancelledError() from None
@@ -397,21 +382,20 @@ class TurnMachine:
         self.telemetry.hosted()  # the worker hosts this agent: its name may label metrics
         if result.spec is not None:
             self.s.spec = result.spec
-        if self.rules.durable:
-            # The message, and each of its calls' arguments again in the calls' state.
-            adds = json_size(result.message) + sum(
-                json_size(p.function_call) for p in result.message.parts if p.function_call
-            )
-            if adds > self.room(turn):
-                raise _TurnFailed(
-                    ErrorInfo(
-                        status=Status.RESOURCE_EXHAUSTED,
-                        message=(
-                            f"the model's reply ({human_size(adds)}) does not fit in what this "
-                            f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
-                        ),
-                    )
+        # The message, and each of its calls' arguments again in the calls' state.
+        adds = json_size(result.message) + sum(
+            json_size(p.function_call) for p in result.message.parts if p.function_call
+        )
+        if adds > self.room(turn):
+            raise _TurnFailed(
+                ErrorInfo(
+                    status=Status.RESOURCE_EXHAUSTED,
+                    message=(
+                        f"the model's reply ({human_size(adds)}) does not fit in what this "
+                        f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
+                    ),
                 )
+            )
         turn.model_calls += 1
         self._append(result.message)
         self.s.model_seen = len(self.s.messages)
@@ -467,9 +451,8 @@ class TurnMachine:
             if tool is None:
                 available = ", ".join(t.name for t in spec.tools) if spec else ""
                 name = call.name
-                if self.rules.durable:
-                    # Cut short: the model may make 128 such calls in one message.
-                    available, name = cut_stored(available, 400), cut_stored(name, 200)
+                # Cut short: the model may make 128 such calls in one message.
+                available, name = cut_stored(available, 400), cut_stored(name, 200)
                 book.complete(call, {"error": f"unknown tool {name!r}; available: {available}"})
             elif tool.interrupt_only:
                 problem = None if call.resumed else schema_error(call.args, tool.input_schema)
@@ -493,7 +476,7 @@ class TurnMachine:
     def _cut(self, text: str) -> str:
         """Text from the model or a tool, cut to a bounded size (it names keys the model made
         up, and may be copied into many calls' responses)."""
-        return cut_stored(text, MAX_NOTE_BYTES) if self.rules.durable else text
+        return cut_stored(text, MAX_NOTE_BYTES)
 
     async def _execute(self, activity: str, arg: object, **options: Any) -> Any:
         """``workflow.execute_activity``, scheduled again while the workers that take it cannot
@@ -535,8 +518,6 @@ class TurnMachine:
 
     def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
         error = _activity_error(err, what=what)
-        if not self.rules.durable:
-            return error
         # A tool decides how long its message is, and it is kept and shown.
         return ErrorInfo(
             status=cut_stored(error.status, 40),
@@ -575,7 +556,7 @@ class TurnMachine:
                 non_retryable_error_types=retry.non_retryable_error_types,
             )
             return policy, retry.maximum_attempts == 1
-        if self.rules.durable and call.resumed and not (tool and tool.idempotent):
+        if call.resumed and not (tool and tool.idempotent):
             return RetryPolicy(maximum_attempts=1), True
         return RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS), False
 
@@ -612,7 +593,7 @@ class TurnMachine:
             )
         except ActivityError as e:
             timed_out = isinstance(e.cause, TemporalTimeoutError)
-            if self.rules.durable and single and call.resumed and timed_out:
+            if single and call.resumed and timed_out:
                 # An approved run cut short (its timeout passed, or its worker was lost): it
                 # is not run again, and the model must not take it as not having happened.
                 book.complete(
@@ -626,17 +607,16 @@ class TurnMachine:
             error = self._error(e, what=f"tool {call.name!r}")
             book.fail(call, error, uncertain=not _classified(e))
             return
-        durable = self.rules.durable
         if result.kind == "interrupt":
             metadata = result.metadata or {}
-            if durable and json_size(metadata) > self.room(turn):
+            if json_size(metadata) > self.room(turn):
                 metadata = omitted(metadata, why=_over_budget("this interrupt's metadata"))
             book.pause(call, source="tool", metadata=metadata, now=workflow.now())
         elif result.kind == "invalid_input":
             book.complete(call, {"error": f"invalid arguments: {self._cut(result.message or '')}"})
         else:
             output = result.output or {}
-            if durable and json_size(output) > self.room(turn):
+            if json_size(output) > self.room(turn):
                 # The tool has run: the model must hear that, in a few bytes.
                 output = {
                     "error": "output too large for this turn",
@@ -685,10 +665,9 @@ class TurnMachine:
                 notices.append((due.call, due.notify, "escalation"))
             elif due.action == "cancel":
                 cancelled.append(due.call)
-        room = (lambda: self.room(turn)) if self.rules.durable else None
         if not cancelled:
             # (A deadline that cancels the turn withdraws every call: none expires first.)
-            book.expire(now, room=room)
+            book.expire(now, room=lambda: self.room(turn))
         if cancelled and self.cancel is None:
             names = ", ".join(f"{c.name} (ref {c.ref})" for c in cancelled)
             self.cancel = CancelInput(
@@ -783,8 +762,7 @@ class TurnMachine:
         if self.s.turn is None:
             # Whatever ended the turn, a cancellation asked for it is spent; and the state
             # may be trimmable now that the turn is over.
-            if self.rules.edges():
-                self.cancel = None
+            self.cancel = None
             self.can_blocked = False
         self.stops += 1
         self.emit(events.turn_end(result))
@@ -804,7 +782,7 @@ class TurnMachine:
             # Interrupts raised and never to be answered: counted as withdrawn.
             now = workflow.now()
             self.telemetry.withdrawn(self.book(turn).pending(), now=now, by_deadline=False)
-        if self.rules.durable and turn.model_calls > 0:
+        if turn.model_calls > 0:
             # What happened stays in the conversation, so the next turn's model knows that
             # an approved side effect took place: every call of the step keeps a response,
             # its failure or that it never ran.
@@ -812,8 +790,8 @@ class TurnMachine:
                 self.book(turn).abandon(error)
                 self._append(self._tool_message(turn))
         else:
-            # Nothing happened yet (the model never answered), or a run from before this
-            # rule: the conversation is left as it was before the turn.
+            # Nothing happened yet (the model never answered): the conversation is left as it
+            # was before the turn.
             self.cut_messages(turn.base_len)
         self.s.turn = None
         workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)

@@ -669,8 +669,8 @@ class TurnState(_Wire):
     phase: Literal["model", "tools"] = "model"
     model_calls: int = 0
     calls: list[CallState] = Field(default_factory=list)
-    # Bytes of the messages this turn added (None: not counted yet; see limits.TURN_BUDGET).
-    held: int | None = None
+    # Bytes of the messages this turn added (see limits.TURN_BUDGET).
+    held: int = 0
     # The model's text is published on the stream as it arrives (asked by send or resume).
     stream: bool = False
 
@@ -729,16 +729,13 @@ class ConversationState(_Wire):
 
 
 class ConversationInput(_Wire):
-    """The workflow's input. A start is a request: it names the agent (and the rules, see
-    ``workflows.compat``); ``state`` and ``stream`` are taken only from the conversation's own
-    continue-as-new (the run refuses them from any other start, and records that it did)."""
+    """The workflow's input. A start is a request: it names the agent; ``state`` and
+    ``stream`` are taken only from the conversation's own continue-as-new (the run refuses them
+    from any other start, and records that it did)."""
 
     agent: str
     # Set only by continue-as-new.
     state: ConversationState | None = None
-    # The rules the run is begun under, declared by whoever starts it (our client, and
-    # continue-as-new): a run that declares them needs no patch marker (workflows.compat).
-    rules: str | None = None
     # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
     stream: WorkflowStreamState | None = None
 
@@ -764,12 +761,10 @@ class ModelInput(_Wire):
 
     agent: str
     chat_id: str
-    # The whole conversation: written by the first release, still understood.
-    messages: list[Message] = Field(default_factory=list)
     # The digest of the definition the workflow already holds; the activity sends the
     # definition back only when the worker's differs, to keep history small.
     spec_digest: str | None = None
-    new_from: int | None = None
+    new_from: int = 0
     new_messages: list[Message] = Field(default_factory=list)
     prefix_digest: str | None = None
     history_size: int | None = None

@@ -1,28 +1,21 @@
-"""Record the histories under tests/histories/ (run after a deliberate, compatible change).
+"""Record the histories under tests/histories/ (after a deliberate change to the workflow).
 
     .venv/bin/python -m tests.histories.record [NAME ...]   # default: all of them
 
-``edges_v1.json`` is not made here: it was recorded from the same scenario as ``edges_v2`` with
-the workflow code from before the turn-edges patch (commit f303de6), to prove that runs begun
-under that code still replay. Nor are the three recorded with the code from before the
-durable-input patch (commit cbdff4e), each a case that code accepted and the durable-input
-rules would refuse or do differently, so they must replay as they ran: ``nested_resume_v2``
-(an answer nested 70 levels deep), ``nested_send_v2`` (a workflow started without a message,
-then a ``send`` signal with a 70-level junk key) and ``bare_start_v2`` (started without a
-message: the turn-edges marker is the run's first command).
+Each file is a real conversation recorded on a dev server, by the scenario of the same name in
+``tests/scenarios.py``: ``rich`` (parallel calls, a gate, restarts, partial answers, signals,
+failed and cancelled turns), ``spine`` (every kind of turn event), ``edges`` (cancellations
+racing pauses), ``durable`` (what the door refuses), ``governance`` (verified votes to a quorum
+by update and signal, an edit through the gate, a deadline that reminds, escalates and
+cancels), ``banking`` (the README's example on the offline model), ``streamed`` (streamed turns,
+one paused and answered), and ``continued_first`` and ``continued_last``: the first and the
+newest run of a conversation that continued as new, idle and then paused.
 
-``governance_v1`` was recorded with approval governance (verified votes to a quorum by update
-and signal, an edit through the gate, a deadline that reminds, escalates and cancels), when a
-new run recorded the ``governance-2026-12`` patch marker; it is kept as that shape, and no
-longer made here. ``governance_v2`` is the same scenario since the client declares the rules in
-the start input: no marker, and the first task publishes after its handlers.
-
-``spine_v1`` was recorded after the turn-events restructure (every kind of turn event, a turn
-started by signal, an answer with identity and metadata, a close that withdraws an interrupt).
-
-Each file is a real conversation recorded on a dev server. The replay tests run them against the
-current workflow code, so a change that would break conversations already in flight fails CI.
-Only re-record when a change is meant to be incompatible, and then version the workflow instead.
+The replay tests run them against the current workflow code in the strict sandbox, so a change
+that would break conversations in flight fails CI. Before the first release there is one
+baseline: a change to the workflow re-records them all. From the first release on, a change
+that replays differently is a ``workflow.patched()`` and keeps the old files beside new ones
+(README, "Versioning").
 """
 
 from __future__ import annotations
@@ -34,14 +27,17 @@ from pathlib import Path
 
 from client import AgentClient
 from tests import agents as t
+from tests.helpers import SUGGEST_AFTER_EVENTS
 from tests.scenarios import (
     banking_conversation,
     cancel_edges_conversation,
+    continued_conversation,
     dump_history,
     durable_conversation,
     governance_conversation,
     rich_conversation,
     spine_conversation,
+    streamed_conversation,
 )
 from worker import build_worker
 from worker.offline_model import respond
@@ -49,36 +45,75 @@ from worker.standin import GeminiStandIn
 from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
-ALL = ("rich_v1", "banking_v1", "edges_v2", "durable_v1", "spine_v1", "governance_v2")
+ALL = (
+    "rich",
+    "banking",
+    "edges",
+    "durable",
+    "spine",
+    "governance",
+    "streamed",
+    "continued_first",
+    "continued_last",
+)
+CONTINUED = {"continued_first", "continued_last"}
 
 
 async def main(names: set[str]) -> None:
+    scenarios = {
+        "rich": rich_conversation,
+        "edges": cancel_edges_conversation,
+        "durable": durable_conversation,
+        "spine": spine_conversation,
+        "governance": governance_conversation,
+        "streamed": streamed_conversation,
+    }
     async with dev_server() as env:
-        model = ScriptedModel()
         with GeminiStandIn(respond) as offline:
-            scripted = model.client()
-            async with build_worker(env.client, agents=t.ALL, task_queue="record", gemini=scripted):
-                agents = AgentClient(env.client, task_queue="record")
-                if "rich_v1" in names:
-                    await rich_conversation(agents, model, chat_id="rich_v1")
-                if "edges_v2" in names:
-                    await cancel_edges_conversation(agents, model, chat_id="edges_v2")
-                if "durable_v1" in names:
-                    await durable_conversation(agents, model, chat_id="durable_v1")
-                if "spine_v1" in names:
-                    await spine_conversation(agents, model, chat_id="spine_v1")
-                if "governance_v2" in names:
-                    await governance_conversation(agents, model, chat_id="governance_v2")
+            for name, scenario in scenarios.items():
+                if name not in names:
+                    continue
+                # A model of its own: scenarios count the model's calls from zero.
+                model = ScriptedModel()
+                async with build_worker(
+                    env.client, agents=t.ALL, task_queue=f"record-{name}", gemini=model.client()
+                ):
+                    agents = AgentClient(env.client, task_queue=f"record-{name}")
+                    await scenario(agents, model, chat_id=name)
             async with build_worker(
                 env.client, agents=t.ALL, task_queue="record-bank", gemini=offline.client()
             ):
-                if "banking_v1" in names:
+                if "banking" in names:
                     await banking_conversation(
-                        AgentClient(env.client, task_queue="record-bank"), chat_id="banking_v1"
+                        AgentClient(env.client, task_queue="record-bank"), chat_id="banking"
                     )
-        for name in sorted(names):
-            (HERE / f"{name}.json").write_text(await dump_history(env.client, name))
-            print(f"wrote tests/histories/{name}.json")
+        for name in sorted(names - CONTINUED):
+            await write(name, await dump_history(env.client, name))
+    if names & CONTINUED:
+        await record_continued(names & CONTINUED)
+
+
+async def record_continued(names: set[str]) -> None:
+    """On a server that suggests continue-as-new early (as the tests' ``small_histories``)."""
+    suggest = f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}"
+    async with dev_server(extra_args=["--dynamic-config-value", suggest]) as env:
+        model = ScriptedModel()
+        async with build_worker(
+            env.client, agents=t.ALL, task_queue="record", gemini=model.client()
+        ):
+            agents = AgentClient(env.client, task_queue="record")
+            runs = await continued_conversation(
+                agents, model, chat_id="continued", suggest_after=SUGGEST_AFTER_EVENTS
+            )
+        assert len(runs) >= 2, runs
+        for name, run_id in (("continued_first", runs[0]), ("continued_last", runs[-1])):
+            if name in names:
+                await write(name, await dump_history(env.client, "continued", run_id=run_id))
+
+
+async def write(name: str, text: str) -> None:
+    (HERE / f"{name}.json").write_text(text)
+    print(f"wrote tests/histories/{name}.json")
 
 
 if __name__ == "__main__":
