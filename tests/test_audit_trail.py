@@ -164,9 +164,7 @@ async def test_audit_of_a_chat_no_worker_has_taken_up_and_of_an_unknown_one(smal
     agents = AgentClient(client, task_queue=tq)
     chat = await agents.chat("auditing")
     with pytest.raises(NoWorkerAnswered):
-        await chat.send(
-            "anyone there?",
-        )
+        await chat.send("anyone there?", worker_timeout=timedelta(seconds=1))
     # Started, with no workflow task done: nothing answered, and nothing needs a worker.
     started = await read_run(client, chat.id, (await chat.handle.describe()).run_id)
     assert started is not None and not started.begun

@@ -608,7 +608,7 @@ async def test_model_calls_carry_only_new_messages_in_history(run_worker, model,
     ]
     assert len(inputs) == 2 * turns
     assert [i["new_from"] for i in inputs[:4]] == [0, 2, 4, 6]
-    assert all(len(i["new_messages"]) <= 2 and i["messages"] == [] for i in inputs)
+    assert all(len(i["new_messages"]) <= 2 and "messages" not in i for i in inputs)
     assert inputs[-1]["history_size"] == 4 * turns - 1
     # Yet the model saw the whole conversation every time.
     assert len(model.requests[-1].contents) == 4 * turns - 1
