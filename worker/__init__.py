@@ -17,10 +17,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-# Private, for _CompiledInstance: temporalio is pinned to one minor release (pyproject.toml).
+# Private, for _CompiledInstance (see there for why, and what it relies on); temporalio is pinned
+# to one minor release (pyproject.toml).
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-from activities.runtime import AgentActivities
+from activities.runtime import AgentActivities, genai_transport
 from client.codec import ENV_VAR, NO_KEYS, AgentPayloadConverter, EncryptionCodec
 from worker.peers import worker_identity
 from workflows import Agent, AgentWorkflow
@@ -213,8 +214,9 @@ def default_gemini() -> genai.Client:
 def _reject_sdk_retries(gemini: genai.Client) -> None:
     """Temporal owns retries: an SDK retry loop would hide attempts inside one activity attempt
     and multiply with the activity's retry policy."""
-    options = getattr(gemini._api_client, "_http_options", None)  # no public accessor
-    if options is not None and getattr(options, "retry_options", None):
+    # The transport's options: google-genai exposes no other way to read what a client was built
+    # with (see genai_transport).
+    if genai_transport(gemini).get_read_only_http_options().get("retry_options"):
         raise ValueError(
             "the genai.Client has http_options.retry_options set; remove them: Temporal retries "
             "model calls (408, 429 and 5xx, honouring Retry-After) as activity attempts"
