@@ -132,7 +132,8 @@ def _wire_size(serialized: int, topic: str) -> int:
 
 
 def _serialized_size(encoded: str) -> int:
-    """The size of the serialized payload a carried item holds in base64 (exact, unpadded)."""
+    """The size of the serialized payload a carried item holds in base64 (exact: the padding
+    says how much of the last group is data)."""
     return len(encoded) // 4 * 3 - encoded[-2:].count("=")
 
 
@@ -319,7 +320,7 @@ class ConversationStream:
         # Private, and no public API serves: the library has no way back from
         # detach_pollers(), and while this flag is set its long poll returns at once, empty,
         # so a follower would spin. Its only other use is the validator, replaced above.
-        # (tests/test_library_guards.py: test_workflow_stream_reattach_takes_followers_again)
+        # Guarded by tests/test_library_guards.py (a follower waits again after reattach).
         self._stream._detaching = False
 
     def carry(self) -> WorkflowStreamState:
