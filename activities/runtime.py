@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google.genai as genai
 from google.genai import errors as genai_errors
@@ -56,6 +56,10 @@ from workflows.types import (
     ToolInput,
     ToolResult,
 )
+
+if TYPE_CHECKING:
+    # Private module, for genai_transport's return type only (see there for why it is used).
+    from google.genai._api_client import BaseApiClient
 
 log = logging.getLogger(__name__)
 
@@ -372,11 +376,23 @@ async def stream_model(
 
     ``on_chunk`` sees each chunk as it arrives (the stream's text publisher).
     """
-    api = getattr(gemini.aio, "_api_client", None)
-    if api is not None and not api.vertexai and hasattr(api, "async_request_streamed"):
+    if not gemini.vertexai:
         return await stream_rest(gemini, spec, messages, rest_parts, on_chunk=on_chunk)
-    # Vertex AI (and any client without that transport): google-genai's typed path.
+    # Vertex AI: google-genai's typed path.
     return await stream_typed(gemini, spec, messages, on_chunk=on_chunk)
+
+
+def genai_transport(gemini: genai.Client) -> BaseApiClient:
+    """google-genai's transport behind ``gemini`` (its sync and async clients share one).
+
+    Private (``Client._api_client``), and no public API serves: google-genai sends only the
+    requests it builds from typed models (50 µs a part, see ``activities.gemini``), and parses
+    every response into them, which drops the fields it does not type; nor does it expose the
+    http options a client was built with. What is relied on: ``async_request_streamed(method,
+    path, body)`` yields responses whose ``body`` is one chunk's JSON, and
+    ``get_read_only_http_options()`` holds ``retry_options`` (tests/test_library_guards.py).
+    """
+    return gemini._api_client
 
 
 async def stream_rest(
@@ -388,8 +404,7 @@ async def stream_rest(
     on_chunk: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The Developer API: our request body, the client's transport (see activities.gemini)."""
-    api = gemini.aio._api_client  # google-genai's transport; temporalio.google_genai uses it too
-    stream = await api.async_request_streamed(
+    stream = await genai_transport(gemini).async_request_streamed(
         "post",
         f"{rest_model_path(spec.model)}:streamGenerateContent?alt=sse",
         rest_request(spec, messages, rest_parts=rest_parts),

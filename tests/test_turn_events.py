@@ -547,10 +547,3 @@ def test_the_audit_record_keeps_the_decision_and_the_output_or_its_digest():
     assert second.output is not None and "sha256" in second.output
     assert state.events[-1].answer is not None
     assert state.events[-1].answer.decision == "answered"  # kept in the stored form too
-
-
-def test_the_draining_refusal_is_the_one_the_librarys_subscriber_retries():
-    # The library exports it only from a private module; a rename there must fail here.
-    from temporalio.contrib.workflow_streams._types import STREAM_DRAINING_ERROR_TYPE
-
-    assert stream.STREAM_DRAINING == STREAM_DRAINING_ERROR_TYPE

@@ -30,12 +30,19 @@ failing the workflow task, and only the model's text, while a model call streams
 reaches no follower as the model's, and nothing of it is kept beyond the text. Its
 poll update is wrapped to cut each result to :data:`POLL_BUDGET` and to be counted apart from the
 conversation's own handlers, so a follower never holds up continue-as-new or the end of a run.
+
+The library is experimental, and this module leans on it beyond its exported names: its handler
+names (the wire protocol its own client speaks, listed in ``WorkflowStream``'s docstring), its
+draining refusal's type, and one private flag (see :meth:`ConversationStream.reattach`).
+``tests/test_library_guards.py`` fails, naming what moved, when an upgrade changes any of them.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections import deque
+from collections.abc import Awaitable, Callable
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -62,8 +69,11 @@ from workflows.types import TurnEvent
 TOPIC = "events"
 """The stream topic turn events are published on."""
 
+# The library's handler names: its wire protocol (its own client spells them out the same), kept
+# only in private constants there.
 PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 POLL_UPDATE = "__temporal_workflow_stream_poll"
+OFFSET_QUERY = "__temporal_workflow_stream_offset"
 
 MAX_ITEM_BYTES = 16 * KiB
 """The largest turn event on the stream, as JSON."""
@@ -115,9 +125,16 @@ POLL_BUDGET = 48 * KiB
 _PUBLISH = TypeAdapter(PublishInput)
 
 
-def _wire_size(payload: Payload, topic: str) -> int:
-    # As the library measures an item in a poll result: base64 of the payload, and its topic.
-    return (payload.ByteSize() * 4 + 2) // 3 + len(topic) + 32
+def _wire_size(serialized: int, topic: str) -> int:
+    # As the library measures an item in a poll result (base64 of the serialized payload, and its
+    # topic), and room for the item's envelope.
+    return (serialized * 4 + 2) // 3 + len(topic) + 32
+
+
+def _serialized_size(encoded: str) -> int:
+    """The size of the serialized payload a carried item holds in base64 (exact: the padding
+    says how much of the last group is data)."""
+    return len(encoded) // 4 * 3 - encoded[-2:].count("=")
 
 
 class ConversationStream:
@@ -136,7 +153,26 @@ class ConversationStream:
         # caller's frame): this one, called from the workflow's own __init__.
         self._stream = WorkflowStream(prior)
         self._topic = self._stream.topic(TOPIC, type=TurnEvent)
+        # The wire size of each item in the library's log, oldest first, for trim(): every item
+        # enters it through _append (the library's own publish signal is unregistered below),
+        # and the library keeps its log private.
+        self._sizes = deque(
+            _wire_size(_serialized_size(i.data), i.topic) for i in (prior.log if prior else [])
+        )
+        self._draining = False
         self.polls = 0
+        # The library's long poll and its offset query, as it registered them: taken before the
+        # poll update is replaced, so poll() and next_offset reach them through the SDK's
+        # public handler registry instead of the library's private methods.
+        library_poll = workflow.get_update_handler(POLL_UPDATE)
+        library_offset = workflow.get_query_handler(OFFSET_QUERY)
+        if library_poll is None or library_offset is None:
+            raise RuntimeError(
+                "temporalio.contrib.workflow_streams.WorkflowStream no longer registers the "
+                f"{POLL_UPDATE!r} update and the {OFFSET_QUERY!r} query this stream wraps"
+            )
+        self._library_poll: Callable[[PollInput], Awaitable[PollResult]] = library_poll
+        self._library_offset: Callable[[], int] = library_offset
         # The last batch taken of each attempt of the call streaming under _marks_key.
         self._marks_key: str | None = None
         self._marks: dict[int, int] = {}
@@ -148,14 +184,21 @@ class ConversationStream:
     @property
     def next_offset(self) -> int:
         """The offset the next item gets."""
-        return self._stream._on_offset()
+        return self._library_offset()
 
     def publish(self, event: TurnEvent) -> int:
         """Publish a turn event (split or cut to fit an item); returns its first offset."""
         first = self.next_offset
         for item in events.for_stream(event, limit=MAX_ITEM_BYTES):
-            self._topic.publish(item)
+            self._append(item)
         return first
+
+    def _append(self, event: TurnEvent) -> None:
+        # Converted here as the library would (the workflow's payload converter; a Payload is
+        # published as it is), so that its size is known without reading the library's log.
+        payload = workflow.payload_converter().to_payloads([event])[0]
+        self._topic.publish(payload)
+        self._sizes.append(_wire_size(payload.ByteSize(), TOPIC))
 
     def accept_publish(self, payload: RawValue, *, key: str | None, turn: int) -> tuple[int, str]:
         """Take a publish signal: the text of the model call streaming now, from that call.
@@ -214,11 +257,16 @@ class ConversationStream:
             return attempt, ""  # that batch was taken already
         self._marks[attempt] = publish.sequence
         for text in texts:
-            self._topic.publish(TurnEvent(kind="text", turn=turn, text=text))
+            self._append(TurnEvent(kind="text", turn=turn, text=text))
         return attempt, "".join(texts)
 
     def _validate_poll(self, payload: PollInput) -> None:
-        self._stream._validate_poll(payload)
+        if self._draining:
+            # The library's own validator refuses this way while detached; the SDK has no way
+            # to reach a registered validator, so the refusal is made here, the same.
+            raise ApplicationError(
+                "this run's followers are detached for continue-as-new", type=STREAM_DRAINING
+            )
         info = workflow.info()
         if (
             info.get_current_history_size() >= POLL_HISTORY_BYTES
@@ -245,29 +293,34 @@ class ConversationStream:
         """The library's long poll, its result cut to :data:`POLL_BUDGET`."""
         self.polls += 1
         try:
-            result = await self._stream._on_poll(payload)
+            result = await self._library_poll(payload)
         finally:
             self.polls -= 1
         return _cap(result, POLL_BUDGET)
 
     def trim(self, budget: int = KEEP_BYTES) -> None:
         """Drop the oldest items until the log holds at most ``budget``."""
-        log = self._stream._log
-        total = sum(_wire_size(i.data, i.topic) for i in log)
+        total = sum(self._sizes)
         drop = 0
-        while drop < len(log) and total > budget:
-            total -= _wire_size(log[drop].data, log[drop].topic)
+        while self._sizes and total > budget:
+            total -= self._sizes.popleft()
             drop += 1
         if drop:
-            self._stream.truncate(self._stream._base_offset + drop)
+            # The log held len(self._sizes) + drop items before: its base was that far back.
+            self._stream.truncate(self.next_offset - len(self._sizes))
 
     def detach(self) -> None:
         """Release followers (they pick up the next run, or drain a closed one by query)."""
+        self._draining = True
         self._stream.detach_pollers()
 
     def reattach(self) -> None:
         """Take followers again: the run did not continue as new after all."""
-        # The library has no public way back from detach_pollers(); this is its one flag.
+        self._draining = False
+        # Private, and no public API serves: the library has no way back from
+        # detach_pollers(), and while this flag is set its long poll returns at once, empty,
+        # so a follower would spin. Its only other use is the validator, replaced above.
+        # Guarded by tests/test_library_guards.py (a follower waits again after reattach).
         self._stream._detaching = False
 
     def carry(self) -> WorkflowStreamState:
