@@ -777,7 +777,9 @@ def _retrieve_start_outcome(start: WithStartWorkflowOperation[Any, Any]) -> None
     CPython 3.11's AST recursion check ("SystemError: AST constructor recursion depth
     mismatch"). Retrieving it now keeps that out of callers' processes.
     """
-    future = start._workflow_handle  # no public non-blocking accessor
+    # Private: the operation's only public accessor, workflow_handle(), awaits the start; this
+    # must look without waiting. Guarded by tests/test_library_guards.py.
+    future = start._workflow_handle
     if future.done() and not future.cancelled():
         future.exception()
 

@@ -166,6 +166,9 @@ class Telemetry:
         return self._instruments
 
     def _span(self, name: str, **attributes: AttributeValue | None) -> None:
+        # Private: the contrib has no public "is tracing on here" check, and its public
+        # completed_span falls back to a global tracer (with a DeprecationWarning) when it is
+        # off. Guarded by tests/test_library_guards.py.
         if TracingWorkflowInboundInterceptor._from_context() is None:
             return  # no tracing on this worker (see the module's docstring)
         attrs: dict[str, AttributeValue] = {
