@@ -2,8 +2,8 @@
 
 A paused conversation says so in its search attributes (``AgentStatus="interrupted"``,
 ``InterruptedSince``) and lists what it waits on in its memo's ``pending`` entries (written by
-``workflows.operator_view.memo_entry``: name, ref, a cut of the input, and, in runs begun since
-approval governance, since when, until when, who may answer and the votes so far). Reading them
+``workflows.operator_view.memo_entry``: name, ref, a cut of the input, since when, until when,
+who may answer and the votes so far). Reading them
 needs no worker, so the inbox works while none runs.
 
 Whoever holds the namespace's credentials can start a workflow that says it is paused, with any
@@ -49,8 +49,8 @@ another type that sets the same search attributes is not a conversation."""
 class PausedInterrupt(BaseModel):
     """One call a paused chat waits on, as its memo records it.
 
-    Runs begun before approval governance record only ``name``, ``ref`` and ``input``; the
-    rest then keeps its default (no deadline known, anyone may answer).
+    A key the memo leaves out keeps its default: ``memo_entry`` omits what says nothing (no
+    deadline, anyone may answer, a quorum of one).
     """
 
     name: str

@@ -244,8 +244,8 @@ def paused_view(
 ) -> RenderableType:
     """``pending``'s table; a list instead when the terminal is too narrow for one.
 
-    Who may answer and the deadline get columns only when some interrupt has them (runs
-    begun before approval governance record neither). A chat's notes (:func:`chat_notes`)
+    Who may answer and the deadline get columns only when some interrupt has them. A chat's
+    notes (:func:`chat_notes`)
     follow the table, or its interrupts in the list.
     """
     now = datetime.now(UTC)
