@@ -48,7 +48,6 @@ from workflows.limits import (
 from workflows.telemetry import Telemetry
 from workflows.types import (
     DEADLINE_IDENTITY,
-    TOOL_APPROVED,
     CallState,
     CancelInput,
     ConversationState,
@@ -127,6 +126,8 @@ class TurnMachine:
         self.stream_key: str | None = None
         # Metrics and spans: they issue no commands, so they may be called anywhere.
         self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
+        # The current turn's interrupt book (see book()).
+        self._book: InterruptBook | None = None
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -159,13 +160,18 @@ class TurnMachine:
         return bool(self._notifying)
 
     def book(self, turn: TurnState) -> InterruptBook:
-        return InterruptBook(
-            turn.calls,
-            spec=self.s.spec,
-            known_refs=self.refs,
-            emit=self.emit,
-            spent=self.s.spent_tokens,
-        )
+        """The interrupt book of ``turn``'s calls, built once per turn.
+
+        Rebuilt only when the calls are another list: a new turn, or a turn a new run took
+        over. The book reads the spec and the spent tokens from the state whenever it asks
+        (a model result may bring a new spec mid-turn), and ``self.refs`` is one set for the
+        run, so nothing else it holds can go stale.
+        """
+        book = self._book
+        if book is None or book.calls is not turn.calls:
+            book = InterruptBook.of_turn(self.s, turn.calls, known_refs=self.refs, emit=self.emit)
+            self._book = book
+        return book
 
     # ------------------------------------------------------------------------------------------
     # What the handlers ask
@@ -462,7 +468,7 @@ class TurnMachine:
                     metadata = call.resumed_metadata if call.resumed else {}
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
                     paused.append(call)
-            elif self._gated(call):
+            elif book.gate_holds(call):
                 book.gate(call, now=now)
                 paused.append(call)
             else:
@@ -523,15 +529,6 @@ class TurnMachine:
             status=cut_stored(error.status, 40),
             message=cut_stored(error.message, MAX_NOTE_BYTES),
         )
-
-    def _gated(self, call: CallState) -> bool:
-        approval = self.s.spec.approval if self.s.spec else None
-        if approval is None or call.name in approval.allow:
-            return False
-        if call.edit_passes_gate is not None:
-            # Edited: the gate decides afresh, for the edited input (see InterruptBook._edit).
-            return not call.edit_passes_gate
-        return not (call.resumed and call.resumed_metadata.get(TOOL_APPROVED) is True)
 
     def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
         """The retry policy for this run of the call, and whether it is a single attempt.
@@ -764,6 +761,7 @@ class TurnMachine:
             # may be trimmable now that the turn is over.
             self.cancel = None
             self.can_blocked = False
+            self._book = None  # the next turn has a book of its own
         self.stops += 1
         self.emit(events.turn_end(result))
         self._publish()

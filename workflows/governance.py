@@ -1,0 +1,382 @@
+"""Approval governance: who may answer a paused call, how many must, and the tokens they spend.
+
+Every decision of who may answer lives here: the approver list of a call (the ToolApproval
+gate's, or an interrupt-only tool's own), groups (only from a verified identity), the quorum
+and its votes, whether an edit still needs the gate, and identity tokens (verified, each spent
+once per conversation, see :mod:`workflows.tokens`). Adding an approver list means changing
+:func:`approvers` and :func:`could_answer` here; what a caller is shown follows from them.
+
+Functions over plain data (the agent's spec, the calls, the spent-token list, which
+:func:`who`'s callers spend into): no Temporal imports, unit-tested in milliseconds, identical
+on replay. The time is always the workflow's, passed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from workflows import events
+from workflows.answers import ResumeError, entries, is_edit, restart_input
+from workflows.identity import IdentityError, VerifiedIdentity, verify_token
+from workflows.limits import names_within
+from workflows.tokens import MAX_SPENT_TOKENS, MAX_TOKEN_LIFE, TokenFacts, has_room, is_spent, spend
+from workflows.types import (
+    TOOL_APPROVED,
+    AgentSpec,
+    AnswerKind,
+    CallState,
+    Decision,
+    JsonObject,
+    ResumeInput,
+    SpentToken,
+    Vote,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+GROUP_PREFIX = "group:"
+"""An approver that names a group (its members come from a verified token's groups claim)."""
+
+REQUEST_APPROVERS_BYTES = 1024
+"""What one pending call's approver list may take wherever it is shown (the rest counted)."""
+
+VOTE_BYTES = 400
+"""What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who sent an answer: verified from an identity token, or as the caller asserts it."""
+
+    identity: str | None
+    verified: bool = False
+    groups: tuple[str, ...] = ()
+    # The token this answer spends (see ConversationState.spent_tokens, workflows.tokens).
+    spent: TokenFacts | None = None
+    # A verified identity's account (the token's ``sub``).
+    subject: str | None = None
+
+    def may_answer(self, approvers: Collection[str]) -> bool:
+        """Whether an approver list admits this sender (empty: anyone). Groups count only
+        when verified: an asserted identity has no groups."""
+        if not approvers:
+            return True
+        person = self.identity is not None and not self.identity.startswith(GROUP_PREFIX)
+        if person and self.identity in approvers:
+            return True
+        return self.verified and any(f"{GROUP_PREFIX}{g}" in approvers for g in self.groups)
+
+
+# -- who may answer a call ---------------------------------------------------------------------
+
+
+def approvers(spec: AgentSpec | None, call: CallState) -> list[str]:
+    """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
+    the tool's own for an interrupt-only tool."""
+    if spec is None:
+        return []
+    if call.source == "approval" or _gated_tool(spec, call):
+        return spec.approval.approvers if spec.approval else []
+    tool = spec.tool(call.name)
+    return tool.approvers if tool is not None and call.source == "interrupt" else []
+
+
+def shown_approvers(spec: AgentSpec | None, call: CallState) -> tuple[list[str], int]:
+    """``call``'s approvers as every pending call shows them (in results, queries, the memo
+    and the stream), within :data:`REQUEST_APPROVERS_BYTES`, and how many were left out."""
+    allowed = approvers(spec, call)
+    shown = names_within(allowed, REQUEST_APPROVERS_BYTES)
+    return shown, len(allowed) - len(shown)
+
+
+def quorum(spec: AgentSpec | None, call: CallState) -> int:
+    """How many distinct approvals settle ``call`` (a denial settles it at once)."""
+    if spec is None:
+        return 1
+    if call.source == "approval" or _gated_tool(spec, call):
+        return spec.approval.quorum if spec.approval else 1
+    tool = spec.tool(call.name)
+    return tool.quorum if tool is not None and call.source == "interrupt" else 1
+
+
+def _gated_tool(spec: AgentSpec, call: CallState) -> bool:
+    """A gated tool that raised an interrupt itself: its answer may carry the gate's
+    approval (``tool_approved``), so the gate's approvers and quorum apply."""
+    gate = spec.approval
+    return call.source == "tool" and gate is not None and call.name not in gate.allow
+
+
+def gate_holds(spec: AgentSpec | None, call: CallState) -> bool:
+    """Whether the ToolApproval gate holds a ready call until someone approves it."""
+    approval = spec.approval if spec else None
+    if approval is None or call.name in approval.allow:
+        return False
+    if call.edit_passes_gate is not None:
+        # Edited: the gate decides afresh, for the edited input (see edit_passes_gate).
+        return not call.edit_passes_gate
+    return not (call.resumed and call.resumed_metadata.get(TOOL_APPROVED) is True)
+
+
+def edit_passes_gate(spec: AgentSpec | None, call: CallState, *, approved: bool, who: Who) -> bool:
+    """Whether an edited call runs without the gate pausing it again: only as an approval the
+    gate itself would take (approvals of the old input do not carry over)."""
+    gate = spec.approval if spec else None
+    return (
+        gate is None
+        or call.name in gate.allow
+        or (approved and gate.quorum <= 1 and who.may_answer(gate.approvers))
+    )
+
+
+# -- who sent an answer ------------------------------------------------------------------------
+
+
+def who(
+    resume: ResumeInput,
+    *,
+    spec: AgentSpec | None,
+    spent: list[SpentToken],
+    now: datetime | None,
+) -> Who:
+    """Who sent ``resume``: the identity its token proves when the agent verifies identity
+    (``trust``), else the identity it asserts.
+
+    Args:
+        spent: The conversation's spent tokens (read only: the answer spends its token when
+            it is applied).
+        now: The workflow's time, which a token's expiry is checked against.
+
+    Raises:
+        ResumeError: the agent verifies identity and the token is missing, invalid,
+            expired, from a key it does not trust, already spent here, or names someone
+            other than ``identity``; or a token came for an agent that verifies none.
+    """
+    trust = spec.trust if spec else None
+    token = resume.identity_token
+    if trust is None:
+        if token is not None:
+            raise ResumeError(
+                "this agent does not verify identity tokens: leave out identity_token and "
+                "say who you are with identity"
+            )
+        return Who(identity=resume.identity)
+    if token is None:
+        raise ResumeError(
+            f"this agent verifies who answers: send identity_token, a JWT from "
+            f"{trust.issuer} for audience {trust.audience}"
+        )
+    if now is None:
+        raise ResumeError("identity tokens cannot be checked here")  # never in the workflow
+    try:
+        verified = verify_token(token, trust, now=now)
+    except IdentityError as e:
+        raise ResumeError(f"identity token refused: {e.reason}") from None
+    if verified.identity.startswith(GROUP_PREFIX):
+        raise ResumeError(
+            f"the identity token names {verified.identity!r}: an identity may not begin "
+            f"with {GROUP_PREFIX!r}, which names a group"
+        )
+    if resume.identity is not None and resume.identity != verified.identity:
+        raise ResumeError(
+            f"identity {resume.identity!r} does not match the identity token's "
+            f"{verified.identity!r}: leave out identity, or send your own token"
+        )
+    facts = token_facts(verified)
+    if is_spent(spent, facts):
+        raise ResumeError(
+            "this identity token was already used or offered to answer in this "
+            "conversation: each answer needs a fresh token (the one used is in the "
+            "conversation's history)"
+        )
+    if verified.expires - now > MAX_TOKEN_LIFE:
+        # Every token is remembered until it expires, so their number stays bounded.
+        raise ResumeError(
+            "the identity token is valid for more than a day: use a short-lived token "
+            "(minutes), as identity providers issue for this"
+        )
+    if not has_room(spent, facts, now=now):
+        raise ResumeError(
+            f"{MAX_SPENT_TOKENS} different accounts have answered here with identity tokens "
+            "not yet expired: try again once the oldest have expired"
+        )
+    return Who(
+        identity=verified.identity,
+        verified=True,
+        groups=verified.groups,
+        spent=facts,
+        # A fingerprint: a token's sub may be kilobytes, and a vote keeps it.
+        subject=_fingerprint(verified.subject),
+    )
+
+
+def check_approvers(
+    resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None, who: Who
+) -> None:
+    """Check that ``who`` may answer every call the resume answers."""
+    for kind, name, ref in entries(resume):
+        allowed = approvers(spec, pending[ref])
+        if not who.may_answer(allowed):
+            sender = repr(who.identity) if who.identity else "an answer with no identity"
+            groups = " (groups count only from a verified identity token)"
+            unverified = not who.verified and any(a.startswith(GROUP_PREFIX) for a in allowed)
+            raise ResumeError(
+                f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
+                f"{sender} may not ({kind}){groups if unverified else ''}"
+            )
+
+
+# -- quorum and votes --------------------------------------------------------------------------
+
+
+def check_votes(
+    resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None, who: Who
+) -> None:
+    """Check each answer to a call that needs a quorum: an approval or a denial (or an edit),
+    a restart when it approves a tool's run, from someone named who has not voted yet."""
+    said: list[tuple[AnswerKind, str, str, JsonObject | None, JsonObject | None]] = []
+    said.extend(("respond", r.name, r.ref, r.output, None) for r in resume.respond)
+    said.extend(("restart", r.name, r.ref, None, r.resumed_metadata) for r in resume.restart)
+    for kind, name, ref, output, metadata in said:
+        call = pending[ref]
+        needed = quorum(spec, call)
+        if needed <= 1:
+            continue
+        edit = kind == "restart" and is_edit(spec, call, restart_input(resume, ref))
+        decision = events.decision(call, kind=kind, output=output, metadata=metadata)
+        if not edit and decision not in ("approved", "denied"):
+            raise ResumeError(
+                f"{name!r} (ref {ref!r}) needs {needed} approvals: answer it with an "
+                f"approval or a denial ({kind} here decides neither)"
+            )
+        if decision == "approved" and kind == "respond" and call.source != "interrupt":
+            # Its output would stand in for the tool's, so the approval would not run it.
+            raise ResumeError(
+                f"{name!r} (ref {ref!r}) needs {needed} approvals: approve it with a "
+                "restart carrying tool_approved (approve() builds it), not a respond"
+            )
+        if who.identity is None:
+            raise ResumeError(
+                f"{name!r} (ref {ref!r}) needs {needed} approvals from distinct people: "
+                "say who you are (identity)"
+            )
+        voters = [v.identity for v in call.votes]
+        if not edit and voted(call, who):
+            raise ResumeError(
+                f"{who.identity!r} has already voted on {name!r} (ref {ref!r}); "
+                f"{len(voters)} of {needed} approvals so far ({', '.join(voters)})"
+            )
+
+
+def vote_bytes(spec: AgentSpec | None, resume: ResumeInput, pending: dict[str, CallState]) -> int:
+    """What the resume's votes may add to the turn: a vote is kept with its call until the
+    quorum is met."""
+    return VOTE_BYTES * sum(1 for *_, ref in entries(resume) if quorum(spec, pending[ref]) > 1)
+
+
+def vote(
+    spec: AgentSpec | None,
+    call: CallState,
+    decision: Decision,
+    who: Who,
+    *,
+    now: datetime | None,
+) -> bool:
+    """Count an approval of a call that needs a quorum; True while more are needed."""
+    needed = quorum(spec, call)
+    if needed <= 1 or decision != "approved" or who.identity is None:
+        return False
+    if voted(call, who):
+        return True  # refused by check_votes; never a second vote, never a settled call
+    at = now or call.since or EPOCH  # the workflow always passes its time
+    call.votes.append(
+        Vote(identity=who.identity, verified=who.verified, at=at, subject=who.subject)
+    )
+    return len(call.votes) < needed
+
+
+def voted(call: CallState, who: Who) -> bool:
+    """Whether ``who`` has voted on ``call``: the same identity, or the same account (a
+    verified token's ``sub``) under another spelling."""
+    return any(
+        v.identity == who.identity or (who.subject is not None and v.subject == who.subject)
+        for v in call.votes
+    )
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def spend_answer(spent: list[SpentToken], who: Who, *, now: datetime | None) -> None:
+    """Remember the token an applied answer used until it can no longer be accepted (see
+    workflows.tokens; :func:`who` has checked there is room)."""
+    if who.spent is not None:
+        spend(spent, who.spent, now=now or EPOCH)
+
+
+def spend_refused(
+    token: str | None,
+    *,
+    spec: AgentSpec | None,
+    spent: list[SpentToken],
+    now: datetime,
+) -> None:
+    """Spend a valid token whose answer was refused after it reached history (a rejected
+    signal, an update its handler refused): its copy there must answer nothing later.
+
+    Only a token that could answer something in this conversation is spent: a token that
+    can answer nothing is no threat in history, and spending it would let anyone fill the
+    book with their own refused tokens. One whose account an approver list names is kept
+    with the accepted answers (each account's share bounded); one that could answer only
+    what anyone may answer goes to a pool of its own, oldest forgotten first, so no number
+    of accounts takes the room an approver's answer needs (see workflows.tokens)."""
+    trust = spec.trust if spec else None
+    if token is None or trust is None:
+        return
+    try:
+        verified = verify_token(token, trust, now=now)
+    except IdentityError:
+        return  # it could not answer anything anyway
+    could = could_answer(spec, verified)
+    if verified.expires - now > MAX_TOKEN_LIFE or could is None:
+        return  # refused for good (too long-lived), or nothing here it could answer
+    spend(spent, token_facts(verified), now=now, offered=could == "anyone")
+
+
+def could_answer(
+    spec: AgentSpec | None, verified: VerifiedIdentity
+) -> Literal["named", "anyone"] | None:
+    """What the account a token proves could answer of the interrupts this agent can raise
+    (a call the gate pauses, an interrupt-only tool, a tool that raises one): one whose
+    approver list admits it (``"named"``), only ones anyone may answer, or none."""
+    if spec is None:
+        return None
+    sender = Who(identity=verified.identity, verified=True, groups=verified.groups)
+    gate = spec.approval
+    lists: list[list[str]] = []
+    for tool in spec.tools:
+        if tool.interrupt_only:
+            lists.append(tool.approvers)
+        elif gate is not None and tool.name not in gate.allow:
+            lists.append(gate.approvers)
+        else:
+            lists.append([])  # a tool that may raise an interrupt: anyone may answer it
+    if any(allowed and sender.may_answer(allowed) for allowed in lists):
+        return "named"
+    return "anyone" if any(not allowed for allowed in lists) else None
+
+
+def token_facts(verified: VerifiedIdentity) -> TokenFacts:
+    """What a verified token leaves in the spent book: what it signs, its account (``sub``, or
+    the identity it names) and until when it could be accepted."""
+    account = _fingerprint(verified.subject or verified.identity) or ""
+    return TokenFacts(
+        digest=verified.digest, subject=account, until=verified.expires, issued=verified.issued
+    )
+
+
+def _fingerprint(subject: str | None) -> str | None:
+    return hashlib.sha256(subject.encode()).hexdigest()[:32] if subject is not None else None
