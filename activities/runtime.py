@@ -37,9 +37,7 @@ from workflows.agent import Agent
 from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 from workflows.interrupts import pydantic_reason
 from workflows.limits import (
-    MAX_CALLS_PER_MESSAGE,
-    MAX_MODEL_MESSAGE_BYTES,
-    MAX_TOOL_OUTPUT_BYTES,
+    DOOR,
     Refused,
     check_json,
     human_size,
@@ -335,31 +333,31 @@ def _unstorable(obj: dict[str, Any], *, tool: str, what: str) -> tuple[Status, s
     except Refused as e:
         return Status.INVALID_ARGUMENT, e.reason
     size = json_size(obj)
-    if size <= MAX_TOOL_OUTPUT_BYTES:
+    if size <= DOOR.tool_output:
         return None
     return Status.RESOURCE_EXHAUSTED, (
         f"tool {tool!r} returned {size // 1024} KiB of {what}; the limit is "
-        f"{MAX_TOOL_OUTPUT_BYTES // 1024} KiB (return a summary, a page or a reference)"
+        f"{DOOR.tool_output // 1024} KiB (return a summary, a page or a reference)"
     )
 
 
 def _reply_problem(message: Message) -> tuple[Status, str] | None:
     """Why the conversation cannot take in the model's reply (status and message), or None."""
     calls = sum(1 for p in message.parts if p.function_call)
-    if calls > MAX_CALLS_PER_MESSAGE:
+    if calls > DOOR.calls_per_message:
         return Status.RESOURCE_EXHAUSTED, (
             f"the model asked for {calls} tool calls in one reply; the limit is "
-            f"{MAX_CALLS_PER_MESSAGE}"
+            f"{DOOR.calls_per_message}"
         )
     try:
         check_json(message.model_dump(mode="json"), what="the model's reply")
     except Refused as e:
         return Status.INVALID_ARGUMENT, e.reason
     size = json_size(message)
-    if size > MAX_MODEL_MESSAGE_BYTES:
+    if size > DOOR.model_message:
         return Status.RESOURCE_EXHAUSTED, (
             f"the model's reply is {human_size(size)}; the limit is "
-            f"{human_size(MAX_MODEL_MESSAGE_BYTES)}"
+            f"{human_size(DOOR.model_message)}"
         )
     return None
 

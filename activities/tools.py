@@ -19,7 +19,10 @@ from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
 from workflows.agent import Escalate, OnTimeout, Remind, check_approvers, timeout_policy
-from workflows.limits import MAX_ON_TIMEOUT_BYTES, json_size
+from workflows.limits import (
+    DOOR,
+    json_size,
+)
 from workflows.types import JsonObject, RetrySpec, Status, ToolSpec
 
 M = TypeVar("M", bound=BaseModel)
@@ -300,10 +303,10 @@ def interrupt(
     if isinstance(answer, dict) and output is not None:
         # Fail at declaration, not weeks later when the deadline passes.
         output.model_validate(answer)
-    if isinstance(on_timeout, dict) and json_size(on_timeout) > MAX_ON_TIMEOUT_BYTES:
+    if isinstance(on_timeout, dict) and json_size(on_timeout) > DOOR.on_timeout:
         raise ValueError(
             f"interrupt {name!r}: on_timeout is {json_size(on_timeout)} bytes of JSON; the "
-            f"limit is {MAX_ON_TIMEOUT_BYTES} (it answers every interrupt that times out)"
+            f"limit is {DOOR.on_timeout} (it answers every interrupt that times out)"
         )
     return Tool(
         name=name,

@@ -68,10 +68,7 @@ from workflows import AgentWorkflow
 from workflows.config import AGENT_NAME, AGENT_STATUS
 from workflows.interrupts import check_resume_fields
 from workflows.limits import (
-    MAX_IDENTITY_BYTES,
-    MAX_REASON_BYTES,
-    MAX_RESUME_BYTES,
-    MAX_SEND_BYTES,
+    DOOR,
     Refused,
     check_label,
     check_text,
@@ -334,7 +331,7 @@ class Chat:
         if not text.strip():
             raise SendRejected("the message is empty")
         try:
-            check_text(text, what="the message", limit=MAX_SEND_BYTES)
+            check_text(text, what="the message", limit=DOOR.send)
         except Refused as e:
             raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
@@ -497,9 +494,9 @@ class Chat:
                 "the resume holds text that is not valid Unicode (a lone UTF-16 surrogate)"
             ) from None
         size = len(raw.payload.data)
-        if size > MAX_RESUME_BYTES:
+        if size > DOOR.resume:
             raise ResumeRejected(
-                f"resume is {human_size(size)}; the limit is {human_size(MAX_RESUME_BYTES)}"
+                f"resume is {human_size(size)}; the limit is {human_size(DOOR.resume)}"
             )
         return raw
 
@@ -761,9 +758,9 @@ def _sort_answers(
 
 def _check_cancel(reason: str, identity: str | None) -> None:
     try:
-        check_text(reason, what="reason", limit=MAX_REASON_BYTES)
+        check_text(reason, what="reason", limit=DOOR.reason)
         if identity is not None:
-            check_label(identity, what="identity", limit=MAX_IDENTITY_BYTES)
+            check_label(identity, what="identity", limit=DOOR.identity)
     except Refused as e:
         raise CancelRejected(e.reason) from None
 

@@ -85,7 +85,7 @@ async def test_numbers_json_cannot_hold_and_deep_nesting_are_refused_on_record_b
     run_worker, model, client
 ):
     """What the old rules let through without ``strict`` (NaN, Infinity, a number that
-    overflows to infinity, nesting past MAX_JSON_DEPTH but under the old SERIALIZABLE_DEPTH),
+    overflows to infinity, nesting past DOOR.json_depth but under the old SERIALIZABLE_DEPTH),
     by signal into an approval: each is refused and recorded, no workflow task fails, no tool
     runs, the conversation stays paused, and still continues as the real answer says; nothing
     of them reaches the state that continue-as-new would carry (and refuse on reading)."""

@@ -59,11 +59,9 @@ from worker.devserver import temporal_cli as temporal_cli_path
 from worker.standin import Reply, calls, text
 from workflows.config import SEARCH_ATTRIBUTES
 from workflows.limits import (
-    MAX_SEND_BYTES,
-    QUERY_BUDGET,
-    STATE_BUDGET,
-    TURN_BUDGET,
-    UPDATE_RESULT_BUDGET,
+    DOOR,
+    HELD,
+    OUT,
     KiB,
     human_size,
     json_size,
@@ -283,7 +281,7 @@ async def test_sizes_are_counted_as_stored_not_as_typed(run_worker, model, clien
             await client.get_workflow_handle(chat.id).execute_update(
                 "send", {"text": "\x01" * 262_144, "agent": "budget"}
             )
-        largest = "\x01" * (MAX_SEND_BYTES // 6 - 1)
+        largest = "\x01" * (DOOR.send // 6 - 1)
         res = await chat.send(largest)
     assert res.text == "read it all"
     last = model.requests[-1].contents[-1]["parts"]
@@ -312,7 +310,7 @@ async def test_answers_that_fit_alone_but_not_together_are_refused_with_the_reas
         assert [i.ref for i in mid.interrupts] == [second.ref, third.ref]
         with pytest.raises(ResumeRejected, match="room for") as e:
             await chat.resume(respond=[second.respond({"approved": True, "note": note})])
-        assert f"a turn holds at most {human_size(TURN_BUDGET)}" in str(e.value)
+        assert f"a turn holds at most {human_size(HELD.turn)}" in str(e.value)
         # By signal too: recorded, not applied.
         await client.get_workflow_handle(chat.id).signal(
             "resume", {"respond": [third.respond({"approved": True, "note": note}).model_dump()]}
@@ -327,7 +325,7 @@ async def test_answers_that_fit_alone_but_not_together_are_refused_with_the_reas
     assert done.text == "all answered"
     notes = [r["response"].get("note", "") for r in model.requests[1].function_responses()]
     assert [len(n) for n in notes] == [900_000, 0, 0]
-    assert status.carried_bytes is not None and status.carried_bytes <= STATE_BUDGET
+    assert status.carried_bytes is not None and status.carried_bytes <= OUT.state
     await assert_no_workflow_task_failed(client, chat.id)
 
 
@@ -346,7 +344,7 @@ async def test_parallel_outputs_that_fit_alone_but_not_together_reach_the_model_
     kept = [r for r in responses if "blob" in r]
     dropped = [r for r in responses if r.get("error") == "output too large for this turn"]
     assert len(kept) + len(dropped) == 9 and kept and dropped
-    assert len(kept) * 250 * KiB <= TURN_BUDGET
+    assert len(kept) * 250 * KiB <= HELD.turn
     assert "it was dropped" in dropped[0]["detail"]
     assert len(hist.messages) == 4
     await assert_no_workflow_task_failed(client, chat.id)
@@ -369,8 +367,8 @@ async def test_interrupt_metadata_that_fits_alone_but_not_together_is_left_out_o
     assert len(kept) + len(left_out) == 9 and kept and left_out
     assert "did not fit in what this turn can still hold" in left_out[0].metadata["omitted"]
     assert left_out[0].metadata["bytes"] == 250 * KiB
-    assert len(res.model_dump_json()) <= UPDATE_RESULT_BUDGET
-    assert len(status.model_dump_json()) <= QUERY_BUDGET
+    assert len(res.model_dump_json()) <= OUT.update_result
+    assert len(status.model_dump_json()) <= OUT.query
     assert done.text == "all approved"
     assert t.RUNS["ask_big"] == 18
     await assert_no_workflow_task_failed(client, chat.id)
@@ -681,7 +679,7 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(small_histo
         runs = await _runs(client, chat.id)
     assert res.text == "looked up"
     assert len(runs) >= turns
-    assert status.carried_bytes is not None and status.carried_bytes <= STATE_BUDGET
+    assert status.carried_bytes is not None and status.carried_bytes <= OUT.state
     (ctx,) = t.CONTEXTS
     assert ctx.ref != "fresh-id"
     uuid.UUID(ctx.ref)
@@ -712,7 +710,7 @@ async def test_an_audit_log_of_large_answers_still_continues_as_new(small_histor
         status = await chat.status()
         runs = await _runs(client, chat.id)
     assert len(runs) >= 3
-    assert status.carried_bytes is not None and status.carried_bytes <= STATE_BUDGET
+    assert status.carried_bytes is not None and status.carried_bytes <= OUT.state
     assert len(hist.answers) == turns
     kept = hist.answers[-1].metadata
     assert kept is not None and kept["bytes"] > 12_000 and len(kept["sha256"]) == 16
@@ -878,10 +876,10 @@ class Plan:
 async def assert_everything_fits(chat: Chat, client: Client) -> None:
     """Every query answers, within its budget, and continue-as-new could carry the state."""
     status = await chat.status()
-    assert len(status.model_dump_json().encode()) <= QUERY_BUDGET
-    assert status.carried_bytes is not None and status.carried_bytes <= STATE_BUDGET
+    assert len(status.model_dump_json().encode()) <= OUT.query
+    assert status.carried_bytes is not None and status.carried_bytes <= OUT.state
     pending = await chat.pending()
-    assert json_size(pending) <= QUERY_BUDGET
+    assert json_size(pending) <= OUT.query
     await chat.history()
     await chat.rejections()
     handle = client.get_workflow_handle(chat.id)
@@ -951,7 +949,7 @@ async def test_random_maximum_size_inputs_never_break_a_conversation(small_histo
                 done[await random_operation(rng, chat, client, results, first=n == 0)] += 1
                 await eventually(chat.status, lambda s: s.status != "running", timeout=30)
                 await assert_everything_fits(chat, client)
-    assert all(len(r.model_dump_json().encode()) <= UPDATE_RESULT_BUDGET for r in results)
+    assert all(len(r.model_dump_json().encode()) <= OUT.update_result for r in results)
     assert done["send"] >= 10 and done["answer"] + done["answer-signal"] >= 10, done
     assert {FinishReason.STOP, FinishReason.INTERRUPTED, FinishReason.FAILED} <= {
         r.finish_reason for r in results
@@ -973,7 +971,7 @@ async def test_a_reply_pausing_on_128_interrupts_is_listed_within_the_result_bud
         res = await chat.send("ask everything")
         pending = await chat.pending()
         done = await chat.resume(respond=[i.respond({"approved": True}) for i in pending])
-    assert len(res.model_dump_json().encode()) <= UPDATE_RESULT_BUDGET
+    assert len(res.model_dump_json().encode()) <= OUT.update_result
     assert len(res.interrupts) + res.interrupts_omitted == len(pending) == 128
     assert done.text == "all answered"
     await assert_no_workflow_task_failed(client, chat.id)

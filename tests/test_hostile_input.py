@@ -35,7 +35,7 @@ from tests.helpers import (
 )
 from tests.hostile import HostileGenerator, Payload, oversized
 from worker.standin import calls, text
-from workflows.interrupts import MAX_RESUME_BYTES
+from workflows.limits import DOOR
 from workflows.types import InterruptRequest
 
 CLI_PAYLOADS = 320
@@ -90,7 +90,7 @@ async def test_cli_signal_barrage_is_recorded_and_harmless(run_worker, model, cl
         chat, pending = await paused_chat(agents, model)
         gen = HostileGenerator(pending, seed=20261129, stale_ref="old-ref")
         payloads = gen.generate(CLI_PAYLOADS, cli=True)
-        payloads.append(oversized(pending[0].ref, pending[0].name, size=MAX_RESUME_BYTES))
+        payloads.append(oversized(pending[0].ref, pending[0].name, size=DOOR.resume))
         assert len(payloads) > CLI_PAYLOADS
         extras = [
             ("Resume", Payload.json("wrong-case name", {"respond": []})),
@@ -165,7 +165,7 @@ async def test_update_barrage_is_rejected_without_a_trace(run_worker, model, cli
         chat, pending = await paused_chat(agents, model)
         gen = HostileGenerator(pending, seed=7, stale_ref="old-ref")
         payloads = gen.generate(UPDATE_PAYLOADS)
-        payloads.append(oversized(pending[0].ref, pending[0].name, size=MAX_RESUME_BYTES))
+        payloads.append(oversized(pending[0].ref, pending[0].name, size=DOOR.resume))
         before = len((await history(client, chat.id)).events)
         handle = client.get_workflow_handle(chat.id)
         for p in payloads:
@@ -261,7 +261,7 @@ async def test_client_caps_resume_size_before_sending(run_worker, model, client)
     async with run_worker() as agents:
         chat, pending = await paused_chat(agents, model)
         before = len((await history(client, chat.id)).events)
-        huge = pending[0].respond({"approved": True, "note": "x" * MAX_RESUME_BYTES})
+        huge = pending[0].respond({"approved": True, "note": "x" * DOOR.resume})
         with pytest.raises(ResumeRejected, match="limit") as e:
             await chat.resume(respond=[huge])
         assert isinstance(e.value, AgentError)

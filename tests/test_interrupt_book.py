@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.agents import assistant
-from workflows.interrupts import MAX_RESUME_BYTES, InterruptBook, ResumeError, schema_error
+from workflows.interrupts import (
+    InterruptBook,
+    ResumeError,
+    schema_error,
+)
+from workflows.limits import DOOR
 from workflows.types import CallState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -100,7 +105,7 @@ def test_nothing_pending_and_oversize():
         book(done), {"respond": [{"name": "approve", "ref": "r1", "output": {}}]}
     )
     b = book(pending("approve", "r1"))
-    assert "the limit is 1.00 MiB" in reason(b, {}, size=MAX_RESUME_BYTES + 1)
+    assert "the limit is 1.00 MiB" in reason(b, {}, size=DOOR.resume + 1)
 
 
 def test_answered_refs_cannot_be_answered_again():

@@ -15,30 +15,11 @@ from hypothesis import strategies as st
 from tests.test_carried_state import turn as turn_messages
 from workflows.history import carry, page, page_back, trim_answers
 from workflows.limits import (
-    ANSWERS_BUDGET,
-    CAN_HISTORY_BYTES,
-    CAN_HISTORY_EVENTS,
-    MAX_ANSWERS_KEPT,
-    MAX_IDENTITY_BYTES,
-    MAX_JSON_DEPTH,
-    MAX_MODEL_MESSAGE_BYTES,
-    MAX_REF_BYTES,
-    MAX_REJECTIONS_KEPT,
-    MAX_RESUME_METADATA_BYTES,
-    MAX_SEND_BYTES,
-    MAX_SPEC_BYTES,
-    MODEL_INPUT_BUDGET,
-    NOTES_BUDGET,
-    QUERY_BUDGET,
-    REFS_KEPT,
-    STATE_BUDGET,
-    TEMPORAL_HISTORY_BYTES_LIMIT,
-    TEMPORAL_HISTORY_EVENTS_LIMIT,
-    TEMPORAL_PAYLOAD_LIMIT,
-    TEMPORAL_TASK_LIMIT,
-    TEMPORAL_UPDATES_IN_FLIGHT,
-    TURN_BUDGET,
-    UPDATE_RESULT_BUDGET,
+    DOOR,
+    HELD,
+    OUT,
+    RUN,
+    TEMPORAL,
     Refused,
     check_json,
     check_label,
@@ -78,9 +59,9 @@ def deep(depth: int) -> object:
 
 
 def test_nesting_is_refused_past_the_stated_depth_without_recursion():
-    check_json(deep(MAX_JSON_DEPTH), what="x")
+    check_json(deep(DOOR.json_depth), what="x")
     with pytest.raises(Refused, match="nested deeper than 64 levels"):
-        check_json(deep(MAX_JSON_DEPTH + 1), what="x")
+        check_json(deep(DOOR.json_depth + 1), what="x")
     with pytest.raises(Refused):
         check_json(deep(100_000), what="x")  # iterative: no RecursionError
 
@@ -138,24 +119,24 @@ def test_an_identity_is_one_short_line(identity):
 def test_the_budgets_add_up_to_less_than_temporals_limits():
     """The arithmetic in workflows.limits' docstring, so raising one budget cannot quietly
     break another total."""
-    refs = REFS_KEPT * (MAX_REF_BYTES + 2)
-    rejections = MAX_REJECTIONS_KEPT * 1229  # reason 600, identity and handler 200 each, rest
-    turn = TURN_BUDGET + NOTES_BUDGET
-    carried = turn + ANSWERS_BUDGET + rejections + refs + MAX_SPEC_BYTES + 2 * 1024
-    assert carried <= STATE_BUDGET < TEMPORAL_PAYLOAD_LIMIT
-    model_input = turn + MAX_SEND_BYTES
-    assert model_input <= MODEL_INPUT_BUDGET < TEMPORAL_PAYLOAD_LIMIT
-    assert QUERY_BUDGET < TEMPORAL_PAYLOAD_LIMIT
+    refs = HELD.refs_kept * (DOOR.ref + 2)
+    rejections = HELD.rejections_kept * 1229  # reason 600, identity and handler 200 each, rest
+    turn = HELD.turn + HELD.notes
+    carried = turn + HELD.answers + rejections + refs + DOOR.spec + 2 * 1024
+    assert carried <= OUT.state < TEMPORAL.payload
+    model_input = turn + DOOR.send
+    assert model_input <= OUT.model_input < TEMPORAL.payload
+    assert OUT.query < TEMPORAL.payload
     accepted = (
-        TURN_BUDGET  # answers count against the turn, across every resume of a task
-        + TEMPORAL_UPDATES_IN_FLIGHT * (MAX_RESUME_METADATA_BYTES + MAX_IDENTITY_BYTES)
-        + MAX_MODEL_MESSAGE_BYTES  # restart inputs equal the model's arguments
+        HELD.turn  # answers count against the turn, across every resume of a task
+        + TEMPORAL.updates_in_flight * (DOOR.resume_metadata + DOOR.identity)
+        + DOOR.model_message  # restart inputs equal the model's arguments
     )
-    results = TEMPORAL_UPDATES_IN_FLIGHT * UPDATE_RESULT_BUDGET
-    commands = max(STATE_BUDGET, MODEL_INPUT_BUDGET)
-    assert accepted + results + commands <= TEMPORAL_TASK_LIMIT - 200 * 1024
-    assert CAN_HISTORY_BYTES * 10 <= TEMPORAL_HISTORY_BYTES_LIMIT
-    assert CAN_HISTORY_EVENTS * 10 <= TEMPORAL_HISTORY_EVENTS_LIMIT
+    results = TEMPORAL.updates_in_flight * OUT.update_result
+    commands = max(OUT.state, OUT.model_input)
+    assert accepted + results + commands <= TEMPORAL.task - 200 * 1024
+    assert RUN.can_bytes * 10 <= TEMPORAL.history_bytes
+    assert RUN.can_events * 10 <= TEMPORAL.history_events
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,8 +199,8 @@ def max_spec() -> AgentSpec:
         for n in range(100)
     ]
     spec = AgentSpec(name="a", model="m", system="", tools=tools)
-    spec.system = "s" * (MAX_SPEC_BYTES - json_size(spec) - 100)
-    assert json_size(spec) <= MAX_SPEC_BYTES
+    spec.system = "s" * (DOOR.spec - json_size(spec) - 100)
+    assert json_size(spec) <= DOOR.spec
     return spec
 
 
@@ -233,7 +214,7 @@ def max_rejections() -> list[Rejection]:
             identity="i" * 200,
             digest="sha256:0123456789abcdef 1048576B",
         )
-        for _ in range(MAX_REJECTIONS_KEPT)
+        for _ in range(HELD.rejections_kept)
     ]
 
 
@@ -248,7 +229,7 @@ def max_answers() -> list[AnswerRecord]:
             identity="i" * 256,
             metadata={"m": "m" * 4000},
         )
-        for _ in range(MAX_ANSWERS_KEPT)
+        for _ in range(HELD.answers_kept)
     ]
     trim_answers(answers)
     return answers
@@ -265,15 +246,13 @@ def turn_in_progress(
     model = Message(
         role="model",
         parts=[
-            Part(
-                function_call=FunctionCall(id="c" * MAX_REF_BYTES, name="t", args={"a": "a" * 500})
-            )
+            Part(function_call=FunctionCall(id="c" * DOOR.ref, name="t", args={"a": "a" * 500}))
             for _ in range(calls)
         ],
     )
     states = [
         CallState(
-            ref=f"{n:0>{MAX_REF_BYTES}}",
+            ref=f"{n:0>{DOOR.ref}}",
             name="t",
             args={"a": "a" * 500},
             status="pending" if n % 2 else "done",
@@ -327,7 +306,7 @@ def test_whatever_the_budgets_admit_continue_as_new_can_carry(
         current, turn = turn_in_progress(
             len(messages), calls=calls, output_kib=output_kib, metadata_kib=metadata_kib
         )
-        if held(current, turn) > TURN_BUDGET + NOTES_BUDGET:
+        if held(current, turn) > HELD.turn + HELD.notes:
             return  # the workflow would have kept this turn within its budget
         messages += current
     last = TurnResult(turn=8, finish_reason=FinishReason.STOP, text="t" * 500_000)
@@ -344,11 +323,11 @@ def test_whatever_the_budgets_admit_continue_as_new_can_carry(
         model_seen=len(messages),
     )
     all_refs = [str(uuid.UUID(int=n)) for n in range(refs)]
-    carried = carry(state, all_refs, paused=paused, budget=STATE_BUDGET)
+    carried = carry(state, all_refs, paused=paused, budget=OUT.state)
     assert carried is not None
-    assert json_size(carried) <= STATE_BUDGET
-    assert len(carried.refs) == min(refs, REFS_KEPT)
-    assert carried.refs_forgotten == max(0, refs - REFS_KEPT)
+    assert json_size(carried) <= OUT.state
+    assert len(carried.refs) == min(refs, HELD.refs_kept)
+    assert carried.refs_forgotten == max(0, refs - HELD.refs_kept)
     if turn is not None:
         assert carried.turn is not None and carried.turn.calls == turn.calls
         assert carried.last_turn is None  # recomputed from the turn, not carried twice
@@ -357,22 +336,23 @@ def test_whatever_the_budgets_admit_continue_as_new_can_carry(
 def test_a_hundred_thousand_refs_are_carried_as_the_newest_thousand():
     refs = [str(uuid.uuid4()) for _ in range(100_000)]
     state = ConversationState(agent="a", refs=refs)
-    carried = carry(state, refs, paused=False, budget=STATE_BUDGET)
+    carried = carry(state, refs, paused=False, budget=OUT.state)
     assert carried is not None
-    assert carried.refs == refs[-REFS_KEPT:] and carried.refs_forgotten == 100_000 - REFS_KEPT
+    assert carried.refs == refs[-HELD.refs_kept :]
+    assert carried.refs_forgotten == 100_000 - HELD.refs_kept
     assert json_size(carried) < 50 * 1024
 
 
 def test_between_turns_even_the_last_turn_may_go_rather_than_block_continue_as_new():
     state = ConversationState(agent="a", messages=turn_messages(0, blob=1_900_000))
-    carried = carry(state, [], paused=False, budget=STATE_BUDGET)
+    carried = carry(state, [], paused=False, budget=OUT.state)
     assert carried is not None and carried.messages == [] and carried.dropped_messages == 4
 
 
 def test_the_answer_log_sheds_its_oldest_records_by_bytes_and_count():
     answers = [
         AnswerRecord(at=NOW, ref=f"r{n}", name="t", kind="respond", via="update", metadata={})
-        for n in range(MAX_ANSWERS_KEPT + 10)
+        for n in range(HELD.answers_kept + 10)
     ]
     assert trim_answers(answers) == 10 and answers[0].ref == "r10"
     heavy = [
@@ -383,7 +363,7 @@ def test_the_answer_log_sheds_its_oldest_records_by_bytes_and_count():
     ]
     dropped = trim_answers(heavy)
     assert dropped > 60 and heavy[-1].ref == "h99"
-    assert json_size(heavy) <= ANSWERS_BUDGET
+    assert json_size(heavy) <= HELD.answers
 
 
 def test_pages_make_progress_and_stay_in_budget():

@@ -61,7 +61,7 @@ from workflows.config import (
     PENDING_INTERRUPTS,
     TOOL_ACTIVITY,
 )
-from workflows.limits import MAX_TURN_WAITERS
+from workflows.limits import RUN
 from workflows.stream import PUBLISH_SIGNAL, TOPIC, encode_item
 from workflows.telemetry import REJECTIONS, UNKNOWN_AGENT
 from workflows.types import (
@@ -706,14 +706,14 @@ async def test_waiting_updates_always_leave_cancel_a_slot(run_worker, model, cli
         waiting = [asyncio.create_task(chat.last_turn()) for _ in range(10)]
         await eventually(
             lambda: asyncio.sleep(0, sum(w.done() for w in waiting)),
-            lambda done: done == 10 - MAX_TURN_WAITERS,
+            lambda done: done == 10 - RUN.turn_waiters,
         )
         cancelled = await chat.cancel("enough")
         outcomes = await asyncio.gather(*waiting, return_exceptions=True)
         sent = await sending
     refused = [o for o in outcomes if isinstance(o, AgentError)]
     waited = [o for o in outcomes if isinstance(o, TurnResult)]
-    assert len(refused) == 10 - MAX_TURN_WAITERS and len(waited) == MAX_TURN_WAITERS
+    assert len(refused) == 10 - RUN.turn_waiters and len(waited) == RUN.turn_waiters
     assert all("already wait for this turn" in str(e) for e in refused)
     assert cancelled.finish_reason == FinishReason.CANCELLED == sent.finish_reason
     assert all(r.finish_reason == FinishReason.CANCELLED for r in waited)

@@ -16,7 +16,11 @@ from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttribut
 from tests.agents import assistant
 from workflows import audit, config, events, operator_view, stream
 from workflows.interrupts import InterruptBook, ResumeError
-from workflows.limits import MAX_IDENTITY_BYTES, json_size, stored_size
+from workflows.limits import (
+    DOOR,
+    json_size,
+    stored_size,
+)
 from workflows.payloads import claimed_identity, fit, only_argument, payload_json
 from workflows.types import (
     AnswerRecord,
@@ -229,7 +233,7 @@ def test_the_largest_kept_event_stays_within_its_stated_size():
         call,
         kind="respond",
         via="signal",
-        identity="\u0001" * MAX_IDENTITY_BYTES,
+        identity="\u0001" * DOOR.identity,
         metadata={"m": "x" * 10_000},
         output={"o": "y" * 10_000},
     )

@@ -17,11 +17,7 @@ from typing import Any, Literal, Protocol
 
 from workflows.identity import check_trust
 from workflows.limits import (
-    MAX_AGENT_NAME_BYTES,
-    MAX_IDENTITY_BYTES,
-    MAX_ON_TIMEOUT_BYTES,
-    MAX_QUORUM,
-    MAX_SPEC_BYTES,
+    DOOR,
     Refused,
     check_label,
     human_size,
@@ -91,16 +87,16 @@ def check_approvers(approvers: Sequence[str], *, what: str, quorum: int = 1) -> 
         raise ValueError(f"{what}: approvers is a list of identities, not one string")
     for approver in approvers:
         try:
-            check_label(approver, what="approver", limit=MAX_IDENTITY_BYTES)
+            check_label(approver, what="approver", limit=DOOR.identity)
         except Refused as e:
             raise ValueError(f"{what}: {e.reason}") from None
         if approver.startswith("group:") and not approver.removeprefix("group:"):
             raise ValueError(f"{what}: 'group:' needs a group name")
     if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
         raise ValueError(f"{what}: quorum must be a whole number of at least 1")
-    if quorum > MAX_QUORUM:
+    if quorum > DOOR.quorum:
         # Each vote is kept with its call until the quorum is met: bounded, like all state.
-        raise ValueError(f"{what}: a quorum is at most {MAX_QUORUM}")
+        raise ValueError(f"{what}: a quorum is at most {DOOR.quorum}")
     people = set(approvers)
     only_people = people and not any(a.startswith("group:") for a in people)
     if quorum > 1 and only_people and quorum > len(people):
@@ -187,8 +183,8 @@ class Escalate:
             raise ValueError("Escalate: extend must be a positive time")
         cancel = self.then == "cancel"
         then = dict(self.then) if isinstance(self.then, dict) else None
-        if then is not None and json_size(then) > MAX_ON_TIMEOUT_BYTES:
-            raise ValueError(f"Escalate: then is more than {MAX_ON_TIMEOUT_BYTES} bytes of JSON")
+        if then is not None and json_size(then) > DOOR.on_timeout:
+            raise ValueError(f"Escalate: then is more than {DOOR.on_timeout} bytes of JSON")
         return EscalateSpec(
             notify=self.notify.name,
             extend_seconds=self.extend.total_seconds(),
@@ -262,7 +258,7 @@ class Agent:
             raise ValueError("an agent needs a name")
         try:
             # A start names the agent, and is refused past this (workflows.payloads).
-            check_label(self.name, what="an agent's name", limit=MAX_AGENT_NAME_BYTES)
+            check_label(self.name, what="an agent's name", limit=DOOR.agent_name)
         except Refused as e:
             raise ValueError(e.reason) from None
         names = [t.name for t in self.tools]
@@ -274,10 +270,10 @@ class Agent:
         timeout_answer, _, _ = timeout_policy(
             self.on_interrupt_timeout, what=f"agent {self.name!r}"
         )
-        if timeout_answer is not None and json_size(timeout_answer) > MAX_ON_TIMEOUT_BYTES:
+        if timeout_answer is not None and json_size(timeout_answer) > DOOR.on_timeout:
             raise ValueError(
                 f"agent {self.name!r}: on_interrupt_timeout is more than "
-                f"{MAX_ON_TIMEOUT_BYTES} bytes of JSON (it answers every interrupt that times out)"
+                f"{DOOR.on_timeout} bytes of JSON (it answers every interrupt that times out)"
             )
         if (self.on_interrupt_timeout is not None or self.interrupt_reminders) and (
             self.interrupt_timeout is None
@@ -290,12 +286,12 @@ class Agent:
         # model activity skip re-sending an unchanged definition.
         spec = self._build_spec()
         size = json_size(spec)
-        if size > MAX_SPEC_BYTES:
+        if size > DOOR.spec:
             # Every conversation carries the definition in its state: refused here, at import,
             # rather than in a conversation's workflow task.
             raise ValueError(
                 f"agent {self.name!r}: its definition (system prompt and tool schemas) is "
-                f"{human_size(size)}; the limit is {human_size(MAX_SPEC_BYTES)}"
+                f"{human_size(size)}; the limit is {human_size(DOOR.spec)}"
             )
         self._check_governance(spec)
         object.__setattr__(self, "_spec", spec)

@@ -21,10 +21,8 @@ from pydantic import ValidationError
 
 from workflows.identity import MAX_TOKEN_BYTES
 from workflows.limits import (
-    MAX_IDENTITY_BYTES,
-    MAX_RESUME_BYTES,
-    MAX_RESUME_METADATA_BYTES,
-    TURN_BUDGET,
+    DOOR,
+    HELD,
     Refused,
     check_json,
     check_label,
@@ -136,14 +134,14 @@ def parse_resume(raw: Any, *, size: int | None = None) -> ResumeInput:
 
     Args:
         raw: The decoded payload.
-        size: Its size in bytes, when known: over :data:`MAX_RESUME_BYTES` is refused.
+        size: Its size in bytes, when known: over :data:`DOOR.resume` is refused.
 
     Raises:
         ResumeError: the payload is malformed or too large.
     """
     if size is not None:
         try:
-            check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+            check_size(size, limit=DOOR.resume, what="resume")
         except Refused as e:
             raise ResumeError(e.reason) from None
     if not isinstance(raw, dict):
@@ -174,7 +172,7 @@ def check_resume_fields(resume: ResumeInput) -> None:
                 what="identity_token",
             )
         if resume.identity is not None:
-            check_label(resume.identity, what="identity", limit=MAX_IDENTITY_BYTES)
+            check_label(resume.identity, what="identity", limit=DOOR.identity)
         for r in resume.respond:
             what = f"the respond output for {r.name!r}"
             check_json(r.output, what=what)
@@ -189,7 +187,7 @@ def check_resume_fields(resume: ResumeInput) -> None:
             # Audit data, kept as its digest over 4 KiB; and each resume's metadata is
             # written again with its acceptance, whatever the turn holds.
             size = json_size(resume.metadata)
-            check_size(size, limit=MAX_RESUME_METADATA_BYTES, what="metadata")
+            check_size(size, limit=DOOR.resume_metadata, what="metadata")
     except ResumeError:
         raise
     except Refused as e:
@@ -360,7 +358,7 @@ def check_room(
     """Check that what the resume adds to the turn fits the room it has left.
 
     Args:
-        room: Bytes the turn can still take (see :data:`TURN_BUDGET`).
+        room: Bytes the turn can still take (see :data:`HELD.turn`).
         vote_bytes: What the votes it casts keep with their calls until each quorum is met
             (see :func:`workflows.governance.vote_bytes`).
     """
@@ -377,5 +375,5 @@ def check_room(
         raise ResumeError(
             f"this answer adds {human_size(adds)} to a turn that has room for "
             f"{human_size(max(room, 0))} more (a turn holds at most "
-            f"{human_size(TURN_BUDGET)}): answer with less, or cancel the turn"
+            f"{human_size(HELD.turn)}): answer with less, or cancel the turn"
         )

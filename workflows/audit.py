@@ -17,10 +17,8 @@ from typing import Literal
 
 from workflows.history import trim_answers
 from workflows.limits import (
-    MAX_AUDIT_METADATA_BYTES,
-    MAX_REASON_CHARS,
-    MAX_REJECTIONS_KEPT,
-    MEMO_AUDIT_BYTES,
+    DOOR,
+    HELD,
     cut_stored,
     digest,
     json_size,
@@ -40,7 +38,7 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
     if event.kind != "answer" or answer is None or event.at is None:
         return
     metadata = answer.metadata
-    if metadata is not None and json_size(metadata) > MAX_AUDIT_METADATA_BYTES:
+    if metadata is not None and json_size(metadata) > DOOR.audit_metadata:
         # Kept as what identifies it: the record is copied for every answer of a resume.
         metadata = omitted(metadata, why="resume metadata over 4 KiB; its digest is kept")
     output = event.output if answer.kind in ("respond", "deadline", "vote") else None
@@ -66,12 +64,12 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
 
 def _kept(value: JsonObject | None, *, what: str) -> JsonObject | None:
     """A value as the audit record keeps it: whole up to 4 KiB, else its size and digest."""
-    if value is not None and json_size(value) > MAX_AUDIT_METADATA_BYTES:
+    if value is not None and json_size(value) > DOOR.audit_metadata:
         return omitted(value, why=f"{what} over 4 KiB; its digest is kept")
     return value
 
 
-def outbox_batch(state: ConversationState, *, budget: int = MEMO_AUDIT_BYTES) -> list[JsonObject]:
+def outbox_batch(state: ConversationState, *, budget: int = HELD.memo_audit) -> list[JsonObject]:
     """Empty the outbox into the memo's ``answers`` batch, within ``budget`` bytes.
 
     Records beyond the budget keep what identifies them (their outputs and inputs become
@@ -112,14 +110,14 @@ def rejection(
         at=at,
         via=via,
         handler=cut_stored(handler, 200),
-        reason=cut_stored(reason[:MAX_REASON_CHARS], 600),
+        reason=cut_stored(reason[: DOOR.reason_chars], 600),
         identity=cut_stored(identity, 200) if identity is not None else None,
         digest=digest(raw),
     )
 
 
 def reject(state: ConversationState, record: Rejection) -> None:
-    """Keep a rejection: the newest :data:`MAX_REJECTIONS_KEPT`, and the total."""
+    """Keep a rejection: the newest :data:`HELD.rejections_kept`, and the total."""
     state.rejections.append(record)
     state.rejections_total += 1
-    del state.rejections[:-MAX_REJECTIONS_KEPT]
+    del state.rejections[: -HELD.rejections_kept]

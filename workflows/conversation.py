@@ -45,18 +45,9 @@ from workflows import audit, config, operator_view
 from workflows.history import carry, page, page_back
 from workflows.interrupts import ResumeError, pydantic_reason
 from workflows.limits import (
-    CAN_HISTORY_BYTES,
-    CAN_HISTORY_EVENTS,
-    GUARD_HISTORY_BYTES,
-    GUARD_HISTORY_EVENTS,
-    MAX_IDENTITY_BYTES,
-    MAX_REASON_BYTES,
-    MAX_RESUME_BYTES,
-    MAX_SEND_BYTES,
-    MAX_TURN_WAITERS,
-    QUERY_BUDGET,
-    STATE_BUDGET,
-    UPDATE_RESULT_BUDGET,
+    DOOR,
+    OUT,
+    RUN,
     Refused,
     check_json,
     check_label,
@@ -132,7 +123,7 @@ class AgentWorkflow:
         # wait as long as they like, are counted apart: see _can_now).
         self._busy = 0
         # Updates that wait without doing anything (await_turn), and a close under way: each
-        # kind has a share of Temporal's ten in-flight updates (see MAX_TURN_WAITERS).
+        # kind has a share of Temporal's ten in-flight updates (see RUN.turn_waiters).
         self._turn_waiters = 0
         self._closing = False
         self._turn_task: asyncio.Task[str] | None = None
@@ -249,7 +240,7 @@ class AgentWorkflow:
                 turns=self._s.turns,
                 last_turn=self._s.last_turn,
             ),
-            UPDATE_RESULT_BUDGET,
+            OUT.update_result,
         )
 
     def _can_now(self) -> bool:
@@ -259,7 +250,7 @@ class AgentWorkflow:
             return False
         info = workflow.info()
         length = info.get_current_history_length()
-        if info.get_current_history_size() >= CAN_HISTORY_BYTES or length >= CAN_HISTORY_EVENTS:
+        if info.get_current_history_size() >= RUN.can_bytes or length >= RUN.can_events:
             # Our own bound, far below the server's (which terminates a run at 50 MiB or
             # 51,200 events), and kept even where the server does not suggest it.
             return True
@@ -271,7 +262,7 @@ class AgentWorkflow:
         )
 
     def _state_for_next_run(self) -> ConversationState | None:
-        return carry(self._s, self._m.ref_order, paused=self._m.paused(), budget=STATE_BUDGET)
+        return carry(self._s, self._m.ref_order, paused=self._m.paused(), budget=OUT.state)
 
     # ------------------------------------------------------------------------------------------
     # Updates
@@ -290,7 +281,7 @@ class AgentWorkflow:
         paused again): ``seen`` is the stop count read before the update acted."""
         await workflow.wait_condition(lambda: self._m.stops > seen)
         assert self._s.last_turn is not None
-        return fit(self._s.last_turn, UPDATE_RESULT_BUDGET)
+        return fit(self._s.last_turn, OUT.update_result)
 
     async def _withdraw(self, input: CancelInput) -> TurnResult:
         """Cancel the current turn: withdraw what is pending, or stop it while it runs (a model
@@ -310,7 +301,7 @@ class AgentWorkflow:
         A run continues as new only while no turn runs (or at a pause); a tool or model call
         that runs long, under a flood of signals (each refused, each in history), would take
         the run to the server's limits, where it is terminated and everything in it is out of
-        reach. Well before that (:data:`~workflows.limits.GUARD_HISTORY_BYTES`), the turn is
+        reach. Well before that (:data:`~workflows.limits.RUN.guard_bytes`), the turn is
         cancelled as a caller's cancel would (the model is told what may have taken effect),
         and the run then continues as new. No command unless it acts.
         """
@@ -332,8 +323,8 @@ class AgentWorkflow:
     def _history_near_limit(self) -> bool:
         info = workflow.info()
         return (
-            info.get_current_history_size() >= GUARD_HISTORY_BYTES
-            or info.get_current_history_length() >= GUARD_HISTORY_EVENTS
+            info.get_current_history_size() >= RUN.guard_bytes
+            or info.get_current_history_length() >= RUN.guard_events
         )
 
     @workflow.update
@@ -372,7 +363,7 @@ class AgentWorkflow:
                 self._m.telemetry.rejected("resume", via="update")
                 raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
             if not self._m.book(turn).all_answered():
-                return fit(self._m.paused_result(turn), UPDATE_RESULT_BUDGET)
+                return fit(self._m.paused_result(turn), OUT.update_result)
             return await self._stopped_since(seen)
 
     @resume.validator
@@ -405,9 +396,9 @@ class AgentWorkflow:
     def _check_cancel_input(self, input: CancelInput) -> None:
         try:
             # The reason is copied into every withdrawn call's response, so it stays short.
-            check_text(input.reason, what="reason", limit=MAX_REASON_BYTES)
+            check_text(input.reason, what="reason", limit=DOOR.reason)
             if input.identity is not None:
-                check_label(input.identity, what="identity", limit=MAX_IDENTITY_BYTES)
+                check_label(input.identity, what="identity", limit=DOOR.identity)
         except Refused as e:
             raise rejected(ErrorKind.CANCEL_REJECTED, e.reason) from None
 
@@ -425,16 +416,16 @@ class AgentWorkflow:
             finally:
                 self._turn_waiters -= 1
             result = self._m.last_result()
-            return fit(result, UPDATE_RESULT_BUDGET) if result is not None else None
+            return fit(result, OUT.update_result) if result is not None else None
 
     @await_turn.validator
     def validate_await_turn(self) -> None:
-        if self._turn_waiters >= MAX_TURN_WAITERS:
+        if self._turn_waiters >= RUN.turn_waiters:
             # Each waits as long as the turn runs, holding one of Temporal's ten in-flight
             # updates: the rest stay free for send, resume and cancel.
             raise rejected(
                 ErrorKind.TOO_MANY_WAITING,
-                f"{MAX_TURN_WAITERS} callers already wait for this turn to stop; wait for "
+                f"{RUN.turn_waiters} callers already wait for this turn to stop; wait for "
                 "them, or follow the turn on its stream (Chat.events)",
             )
 
@@ -496,7 +487,7 @@ class AgentWorkflow:
     def _send_signal(self, payload: RawValue) -> None:
         size = len(payload.payload.data)
         # Size first: an oversized payload is refused before it is even parsed.
-        check_size(size, limit=MAX_SEND_BYTES, what="message")
+        check_size(size, limit=DOOR.send, what="message")
         body = payload_json(payload)
         check_json(body, what="send")
         try:
@@ -556,9 +547,9 @@ class AgentWorkflow:
         if not text.strip():
             return "the message is empty"
         try:
-            check_size(size, limit=MAX_SEND_BYTES, what="message")
+            check_size(size, limit=DOOR.send, what="message")
             # As stored: a control character takes six bytes of JSON.
-            check_text(text, what="the message", limit=MAX_SEND_BYTES)
+            check_text(text, what="the message", limit=DOOR.send)
         except Refused as e:
             return e.reason
         if self._s.turn is not None:
@@ -580,7 +571,7 @@ class AgentWorkflow:
         size = len(payload.payload.data)
         try:
             # Size first: an oversized payload is refused before it is even parsed.
-            check_size(size, limit=MAX_RESUME_BYTES, what="resume")
+            check_size(size, limit=DOOR.resume, what="resume")
         except Refused as e:
             raise ResumeError(e.reason) from None
         return self._m.book(turn).validate(
@@ -594,7 +585,7 @@ class AgentWorkflow:
     def pending(self) -> PendingResult:
         turn = self._s.turn
         result = PendingResult(interrupts=self._m.book(turn).requests() if turn else [])
-        return fit(result, QUERY_BUDGET)
+        return fit(result, OUT.query)
 
     @workflow.query
     def status(self) -> StatusResult:
@@ -612,7 +603,7 @@ class AgentWorkflow:
             carried_bytes=json_size(carried) if carried is not None else None,
             recent_answers=self._s.answers[-10:],
         )
-        return fit(result, QUERY_BUDGET)
+        return fit(result, OUT.query)
 
     @workflow.query
     def history(self, input: HistoryInput | None = None) -> HistoryResult:
@@ -625,7 +616,7 @@ class AgentWorkflow:
         end = len(messages) if input is None or input.end is None else input.end
         end = max(0, min(end, len(messages)))
         answers = self._s.answers
-        room = QUERY_BUDGET - json_size(answers) - 1024
+        room = OUT.query - json_size(answers) - 1024
         start = page_back(messages, end=end, budget=room)
         result = HistoryResult(
             messages=messages[start:end],
@@ -634,7 +625,7 @@ class AgentWorkflow:
             start=start,
             answers_dropped=self._s.answers_dropped,
         )
-        return fit(result, QUERY_BUDGET)
+        return fit(result, OUT.query)
 
     @workflow.query
     def messages(self, input: MessagesInput) -> MessagesResult:
@@ -645,13 +636,13 @@ class AgentWorkflow:
         messages = self._s.messages
         end = len(messages) if input.end is None else max(0, min(input.end, len(messages)))
         start = max(0, min(input.start, end))
-        stop = page(messages, start=start, end=end, budget=QUERY_BUDGET - 1024)
+        stop = page(messages, start=start, end=end, budget=OUT.query - 1024)
         return MessagesResult(messages=messages[start:stop], next=stop if stop < end else None)
 
     @workflow.query
     def rejections(self) -> RejectionsResult:
         result = RejectionsResult(rejections=self._s.rejections, total=self._s.rejections_total)
-        return fit(result, QUERY_BUDGET)
+        return fit(result, OUT.query)
 
     # ------------------------------------------------------------------------------------------
     # What operators see: search attributes, memo and the UI's details panel, projected from

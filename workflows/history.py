@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from workflows.limits import ANSWERS_BUDGET, MAX_ANSWERS_KEPT, REFS_KEPT, json_size
+from workflows.limits import (
+    HELD,
+    json_size,
+)
 from workflows.types import AnswerRecord, ConversationState, Message
 
 EMPTY = ""
@@ -52,13 +55,13 @@ def _turn_starts(messages: Sequence[Message]) -> list[int]:
 
 
 def trim_answers(answers: list[AnswerRecord]) -> int:
-    """Shed the oldest answer records beyond :data:`MAX_ANSWERS_KEPT` and
-    :data:`ANSWERS_BUDGET` bytes, in place. Returns how many went."""
-    drop = max(0, len(answers) - MAX_ANSWERS_KEPT)
+    """Shed the oldest answer records beyond :data:`HELD.answers_kept` and
+    :data:`HELD.answers` bytes, in place. Returns how many went."""
+    drop = max(0, len(answers) - HELD.answers_kept)
     sizes = [json_size(a) for a in answers[drop:]]
     total = sum(sizes)
     for size in sizes:
-        if total <= ANSWERS_BUDGET:
+        if total <= HELD.answers:
             break
         total -= size
         drop += 1
@@ -75,14 +78,14 @@ def carry(
 ) -> ConversationState | None:
     """The state continue-as-new carries, within ``budget`` bytes; None if it cannot fit.
 
-    ``refs`` are every ref of the conversation, oldest first: the newest :data:`REFS_KEPT`
+    ``refs`` are every ref of the conversation, oldest first: the newest :data:`HELD.refs_kept`
     travel (the turn in progress is among them), the rest are counted as forgotten. A paused
     turn's result is left out, since the new run recomputes it from the turn (it would carry
     the pending interrupts twice). Then :func:`fit_state` drops the oldest turns if need be.
     ``state`` is not modified.
     """
     s = state.model_copy()
-    kept = list(refs[-REFS_KEPT:])
+    kept = list(refs[-HELD.refs_kept :])
     s.refs = kept
     s.refs_forgotten = state.refs_forgotten + len(refs) - len(kept)
     if paused:

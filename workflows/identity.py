@@ -37,7 +37,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from jwt.exceptions import InvalidJTIError, InvalidSubjectError
 
-from workflows.limits import MAX_IDENTITY_BYTES, Refused, check_label, human_size
+from workflows.limits import (
+    DOOR,
+    Refused,
+    check_label,
+    human_size,
+)
 from workflows.types import TrustSpec
 
 MAX_TOKEN_BYTES = 8192
@@ -345,7 +350,7 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
 
     identity = _identity(claims, trust.identity_claim)
     try:
-        check_label(identity, what="the identity the token names", limit=MAX_IDENTITY_BYTES)
+        check_label(identity, what="the identity the token names", limit=DOOR.identity)
     except Refused as e:
         raise IdentityError(e.reason) from None
     return VerifiedIdentity(
@@ -477,7 +482,7 @@ def _groups(value: Any) -> tuple[str, ...]:
         if not isinstance(item, str) or not item:
             continue
         try:
-            check_label(item, what="group", limit=MAX_IDENTITY_BYTES)
+            check_label(item, what="group", limit=DOOR.identity)
         except Refused:
             continue
         groups[item] = None

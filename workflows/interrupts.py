@@ -51,7 +51,6 @@ from workflows.governance import (
     token_facts,
 )
 from workflows.identity import VerifiedIdentity
-from workflows.limits import MAX_RESUME_BYTES, TURN_BUDGET
 from workflows.types import (
     AgentSpec,
     AnswerKind,
@@ -74,9 +73,7 @@ __all__ = [
     "ENTRY_KEYS",
     "EPOCH",
     "GROUP_PREFIX",
-    "MAX_RESUME_BYTES",
     "REQUEST_APPROVERS_BYTES",
-    "TURN_BUDGET",
     "VOTE_BYTES",
     "Due",
     "Emit",
@@ -282,8 +279,8 @@ class InterruptBook:
 
         Args:
             raw: The decoded payload.
-            size: Its size in bytes, when known: over :data:`MAX_RESUME_BYTES` is refused.
-            room: Bytes the turn can still take (see :data:`TURN_BUDGET`); None: unchecked.
+            size: Its size in bytes, when known: over :data:`DOOR.resume` is refused.
+            room: Bytes the turn can still take (see :data:`HELD.turn`); None: unchecked.
             now: The workflow's time, which an identity token's expiry is checked against.
 
         Raises:

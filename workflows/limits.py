@@ -15,30 +15,30 @@ budgets below, which are sized so that what they add up to stays under Temporal'
 The arithmetic, with Temporal's defaults (sizes as stored: compact JSON in UTF-8, where a
 control character takes six bytes, ``\u0001``):
 
-- One turn takes in at most :data:`TURN_BUDGET` (1 MiB) of what callers, tools and the model
+- One turn takes in at most :data:`HELD.turn` (1 MiB) of what callers, tools and the model
   send: its messages and its calls' arguments, outputs, answers and metadata. A tool output,
   interrupt metadata or a deadline's default answer that would pass it is replaced by a short
   stated placeholder; an answer that would pass it is refused. The runtime's own notes in
   calls' responses (an error, "unknown tool", "not run", a cancellation) are at most
-  :data:`MAX_NOTE_BYTES` plus a 1 KiB reason each, 160 KiB for 128 calls: a turn holds at most
+  :data:`DOOR.note` plus a 1 KiB reason each, 160 KiB for 128 calls: a turn holds at most
   1.16 MiB.
-- Continue-as-new carries that turn, the answer log (:data:`ANSWERS_BUDGET`, 128 KiB), the
-  rejection log (20 records of at most 1.2 KiB), the newest :data:`REFS_KEPT` refs (at most
-  130 bytes each, 127 KiB), the agent definition (:data:`MAX_SPEC_BYTES`, 64 KiB) and whatever
+- Continue-as-new carries that turn, the answer log (:data:`HELD.answers`, 128 KiB), the
+  rejection log (20 records of at most 1.2 KiB), the newest :data:`HELD.refs_kept` refs (at most
+  130 bytes each, 127 KiB), the agent definition (:data:`DOOR.spec`, 64 KiB) and whatever
   older turns fit: 1.49 MiB at most, with the newest turn events (128 of at most 1 KiB each,
-  ``workflows.events``) 1.62 MiB, under :data:`STATE_BUDGET` (1.625 MiB); older turns are
+  ``workflows.events``) 1.62 MiB, under :data:`OUT.state` (1.625 MiB); older turns are
   dropped first. Beside the state it carries the event stream's newest items, at most 64 KiB as
   measured on the wire (``workflows.stream.CARRY_BYTES``): 1.69 MiB in all.
 - A model call's input is the messages the model has not seen: at most one tool message (a
   turn's worth) and one user message (256 KiB), 1.41 MiB; should it ever pass
-  :data:`MODEL_INPUT_BUDGET`, the unseen responses are cut to placeholders.
+  :data:`OUT.model_input`, the unseen responses are cut to placeholders.
 - One workflow task writes what its updates were accepted with (each answer counts against the
   turn: 1 MiB in all, plus 16 KiB of metadata each and restart inputs equal to the model's
-  arguments, 512 KiB in all), their results (:data:`UPDATE_RESULT_BUDGET`, 48 KiB; Temporal
+  arguments, 512 KiB in all), their results (:data:`OUT.update_result`, 48 KiB; Temporal
   allows ten in flight, the stream's followers' polls among them, each cut to the same 48 KiB)
   and one model call, tool calls or continue-as-new (1.69 MiB at most): 3.81 MiB, under
   Temporal's 4 MiB for one task.
-- Query results are cut to :data:`QUERY_BUDGET` (1.75 MiB), with stated placeholders; the
+- Query results are cut to :data:`OUT.query` (1.75 MiB), with stated placeholders; the
   message history is read in pages.
 """
 
@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
@@ -56,140 +57,138 @@ KiB = 1024
 MiB = 1024 * KiB
 
 # --------------------------------------------------------------------------------------------
-# Temporal's limits (server defaults) that the budgets are sized against.
+# The budgets, as five typed values: Temporal's limits, and what the conversation lets in, holds,
+# sends out and writes to a run's history, each sized against those limits (the module
+# docstring has the arithmetic; tests/test_limits.py adds it up).
 
-TEMPORAL_PAYLOAD_LIMIT = 2 * MiB
-"""``limit.blobSize.error``: the largest payload (input, result, signal, memo) the server takes."""
 
-TEMPORAL_HISTORY_BYTES_LIMIT = 50 * MiB
-"""``limit.historySize.error``: the server terminates a run whose history passes this."""
+@dataclass(frozen=True)
+class TemporalLimits:
+    """Temporal's limits (server defaults) that the budgets are sized against."""
 
-TEMPORAL_HISTORY_EVENTS_LIMIT = 51_200
-"""``limit.historyCount.error``: the same, counted in events."""
+    payload: int = 2 * MiB
+    """``limit.blobSize.error``: the largest payload (input, result, signal, memo) it takes."""
+    history_bytes: int = 50 * MiB
+    """``limit.historySize.error``: the server terminates a run whose history passes this."""
+    history_events: int = 51_200
+    """``limit.historyCount.error``: the same, counted in events."""
+    task: int = 4 * MiB
+    """``system.transactionSizeLimit``: what one workflow task may write to history."""
+    updates_in_flight: int = 10
+    """``history.maxInFlightUpdates``: updates one workflow may have accepted and unfinished."""
 
-TEMPORAL_TASK_LIMIT = 4 * MiB
-"""``system.transactionSizeLimit``: what one workflow task may write to history."""
 
-TEMPORAL_UPDATES_IN_FLIGHT = 10
-"""``history.maxInFlightUpdates``: updates one workflow may have accepted and unfinished."""
+@dataclass(frozen=True)
+class Door:
+    """Each thing that enters a conversation, on its own (bytes as stored unless said)."""
 
-MAX_TURN_WAITERS = 2
-"""``await_turn`` updates (``Chat.last_turn()``) waiting at once. With the stream's followers
-(``workflows.stream.MAX_FOLLOWERS``, 4) and one close, the updates that wait take at most 7 of
-Temporal's 10 in flight: send, resume and cancel always find a slot."""
+    json_depth: int = 64
+    """The deepest nesting accepted in any JSON value (pydantic-core stops serializing near
+    255, and the conversation's own state wraps a value in about ten more levels)."""
+    send: int = 256 * KiB
+    """The largest user message, serialized."""
+    resume: int = 1 * MiB
+    """The largest resume payload, serialized."""
+    identity: int = 256
+    """The longest identity a resume or cancel may carry, in UTF-8 bytes."""
+    agent_name: int = 200
+    """The longest agent name, in UTF-8 bytes: a start names one, and it is a search attribute
+    (Temporal allows 2 KiB a value) and a metric label."""
+    reason: int = 1 * KiB
+    """The longest cancel or close reason (it is copied into every withdrawn call's response)."""
+    reason_chars: int = 500
+    """A rejection's reason is cut to this many characters (and 600 bytes as stored)."""
+    tool_output: int = 256 * KiB
+    """The largest tool output or interrupt metadata a tool may return, as JSON."""
+    model_message: int = 512 * KiB
+    """The largest model message accepted from the model."""
+    calls_per_message: int = 128
+    """The most tool calls one model message may make."""
+    ref: int = 128
+    """A model call id longer than this, as stored, is not used as a ref (a uuid is made)."""
+    note: int = 600
+    """The runtime's own text in a call's response (an error message, invalid arguments)."""
+    resume_metadata: int = 16 * KiB
+    """A resume's ``metadata`` (audit data: kept as its digest over ``audit_metadata``)."""
+    audit_metadata: int = 4 * KiB
+    """Resume metadata larger than this is kept in the audit log as its size and digest."""
+    on_timeout: int = 4 * KiB
+    """A deadline's default answer, checked at declaration."""
+    spec: int = 64 * KiB
+    """The largest agent definition (system prompt and tool schemas), checked at declaration."""
+    quorum: int = 16
+    """The most approvals a call may need (its votes are kept with it until the last)."""
 
-# --------------------------------------------------------------------------------------------
-# The door: each thing that enters a conversation, on its own.
 
-MAX_JSON_DEPTH = 64
-"""The deepest nesting accepted in any JSON value (pydantic-core stops serializing near 255,
-and the conversation's own state wraps a value in about ten more levels)."""
+DOOR = Door()
 
-MAX_SEND_BYTES = 256 * KiB
-"""The largest user message, serialized."""
 
-MAX_RESUME_BYTES = 1 * MiB
-"""The largest resume payload, serialized."""
+@dataclass(frozen=True)
+class Held:
+    """What a conversation holds, in total."""
 
-MAX_IDENTITY_BYTES = 256
-"""The longest identity a resume or cancel may carry, in UTF-8 bytes."""
+    turn: int = 1 * MiB
+    """What one turn takes in from callers, tools and the model: its messages and its tool
+    calls' arguments, outputs, answers and metadata."""
+    notes: int = DOOR.calls_per_message * 1280
+    """The most the runtime's own notes add to a turn: a 600-byte note and a 1 KiB cancel reason
+    (at most; most notes are shorter) for each of 128 calls, 160 KiB."""
+    answers: int = 128 * KiB
+    """The answer (audit) log; the oldest records are shed first."""
+    answers_kept: int = 500
+    """The answer log also keeps at most this many records."""
+    memo_audit: int = 256 * KiB
+    """The most one memo write's batch of answer records takes (the audit trail in history);
+    over it, a record's payloads become digests, never the record itself."""
+    rejections_kept: int = 20
+    """The rejection log keeps this many records (each at most about 2.5 KiB)."""
+    refs_kept: int = 1000
+    """Refs carried into a new run; once older ones are forgotten, refs are always fresh."""
 
-MAX_AGENT_NAME_BYTES = 200
-"""The longest agent name, in UTF-8 bytes: a start names one, and it is a search attribute
-(Temporal allows 2 KiB a value) and a metric label."""
 
-MAX_REASON_BYTES = 1 * KiB
-"""The longest cancel or close reason (it is copied into every withdrawn call's response)."""
+@dataclass(frozen=True)
+class Out:
+    """The largest of each payload the workflow sends out."""
 
-MAX_TOOL_OUTPUT_BYTES = 256 * KiB
-"""The largest tool output or interrupt metadata a tool may return, as JSON."""
+    state: int = 1664 * KiB
+    """What continue-as-new may carry (Temporal refuses a payload of 2 MiB)."""
+    query: int = 1792 * KiB
+    """The largest query result."""
+    update_result: int = 48 * KiB
+    """The largest update result (interrupts' input and metadata over it show as
+    placeholders; ``pending`` has them whole)."""
 
-MAX_MODEL_MESSAGE_BYTES = 512 * KiB
-"""The largest model message accepted from the model."""
+    @property
+    def model_input(self) -> int:
+        """The most a model call's input may carry: as much as the state (the budgets keep it
+        under 1.41 MiB, and a workflow task's total counts on this bound)."""
+        return self.state
 
-MAX_CALLS_PER_MESSAGE = 128
-"""The most tool calls one model message may make."""
 
-MAX_REF_BYTES = 128
-"""A model call id longer than this, as stored, is not used as a ref (a uuid is made instead)."""
+@dataclass(frozen=True)
+class RunBounds:
+    """What one run's history and handlers may reach."""
 
-MAX_NOTE_BYTES = 600
-"""The runtime's own text in a call's response (an error message, invalid arguments), as
-stored."""
+    can_bytes: int = 4 * MiB
+    """A run continues as new once its history passes this (Temporal's default suggestion),
+    even where the server is configured not to suggest it."""
+    can_events: int = 4096
+    """The same, counted in events."""
+    guard_bytes: int = 32 * MiB
+    """History at which a running turn is stopped so the run can continue as new (Temporal
+    terminates a run at 50 MiB): only a flood while a turn runs gets a run here."""
+    guard_events: int = 32_768
+    """The same in events (Temporal terminates a run at 51,200)."""
+    turn_waiters: int = 2
+    """``await_turn`` updates (``Chat.last_turn()``) waiting at once. With the stream's
+    followers (``workflows.stream.MAX_FOLLOWERS``, 4) and one close, the updates that wait take
+    at most 7 of Temporal's 10 in flight: send, resume and cancel always find a slot."""
 
-MAX_RESUME_METADATA_BYTES = 16 * KiB
-"""A resume's ``metadata`` (audit data: kept as its digest over 4 KiB anyway)."""
 
-MAX_ON_TIMEOUT_BYTES = 4 * KiB
-"""A deadline's default answer, checked at declaration."""
-
-MAX_AUDIT_METADATA_BYTES = 4 * KiB
-"""Resume metadata larger than this is kept in the audit log as its size and digest."""
-
-MAX_SPEC_BYTES = 64 * KiB
-"""The largest agent definition (system prompt and tool schemas), checked at declaration."""
-
-# --------------------------------------------------------------------------------------------
-# Budgets: what a conversation holds, in total.
-
-TURN_BUDGET = 1 * MiB
-"""What one turn takes in from callers, tools and the model: its messages and its tool calls'
-arguments, outputs, answers and metadata."""
-
-NOTES_BUDGET = MAX_CALLS_PER_MESSAGE * 1280
-"""The most the runtime's own notes add to a turn: a 600-byte note and a 1 KiB cancel reason
-(at most; most notes are shorter) for each of 128 calls, 160 KiB."""
-
-ANSWERS_BUDGET = 128 * KiB
-"""The answer (audit) log; the oldest records are shed first."""
-
-MAX_ANSWERS_KEPT = 500
-"""The answer log also keeps at most this many records."""
-
-MAX_QUORUM = 16
-"""The most approvals a call may need (its votes are kept with it, each up to 256 bytes of
-identity, until the last arrives)."""
-
-MEMO_AUDIT_BYTES = 256 * KiB
-"""The most one memo write's batch of answer records takes (the audit trail in history); over
-it, a record's payloads become digests, never the record itself."""
-
-MAX_REJECTIONS_KEPT = 20
-"""The rejection log keeps this many records (each at most about 2.5 KiB); the total counts on."""
-
-MAX_REASON_CHARS = 500
-"""A rejection's reason is cut to this many characters (and 600 bytes as stored)."""
-
-REFS_KEPT = 1000
-"""Refs carried into a new run; once older ones are forgotten, refs are always made fresh."""
-
-STATE_BUDGET = 1664 * KiB
-"""What continue-as-new may carry (Temporal refuses a payload of 2 MiB)."""
-
-QUERY_BUDGET = 1792 * KiB
-"""The largest query result."""
-
-UPDATE_RESULT_BUDGET = 48 * KiB
-"""The largest update result (interrupts' input and metadata over it show as placeholders;
-``pending`` has them whole)."""
-
-MODEL_INPUT_BUDGET = STATE_BUDGET
-"""The most a model call's input may carry; the budgets above keep it under 1.41 MiB, and a
-workflow task's total counts on this bound."""
-
-CAN_HISTORY_BYTES = 4 * MiB
-"""A run continues as new once its history passes this (Temporal's default suggestion), even
-where the server is configured not to suggest it."""
-
-CAN_HISTORY_EVENTS = 4096
-"""The same, counted in events."""
-
-GUARD_HISTORY_BYTES = 32 * MiB
-"""History at which a running turn is stopped so the run can continue as new (Temporal
-terminates a run at 50 MiB): only a flood while a turn runs gets a run here."""
-
-GUARD_HISTORY_EVENTS = 32_768
-"""The same in events (Temporal terminates a run at 51,200)."""
+TEMPORAL = TemporalLimits()
+HELD = Held()
+OUT = Out()
+RUN = RunBounds()
 
 
 class Refused(Exception):
@@ -233,12 +232,12 @@ _BAD_TEXT = (
 
 def check_json(value: Any, *, what: str) -> None:
     """Refuse a decoded JSON value that could not be stored: text that is not valid Unicode,
-    nesting deeper than :data:`MAX_JSON_DEPTH` levels, and NaN or infinity, which JSON cannot
+    nesting deeper than :data:`DOOR.json_depth` levels, and NaN or infinity, which JSON cannot
     represent.
 
     Iterative, so no nesting can exhaust Python's stack.
     """
-    limit = MAX_JSON_DEPTH
+    limit = DOOR.json_depth
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, level = stack.pop()

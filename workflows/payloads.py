@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.interrupts import ResumeError
 from workflows.limits import (
-    MAX_AGENT_NAME_BYTES,
+    DOOR,
     Refused,
     check_label,
     decode_json,
@@ -109,7 +109,7 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
         return unusable, "the start input names no agent: it is a JSON object with 'agent'"
     agent: str = body["agent"]
     try:
-        check_label(agent, what="the agent's name", limit=MAX_AGENT_NAME_BYTES)
+        check_label(agent, what="the agent's name", limit=DOOR.agent_name)
     except Refused as e:
         return unusable, f"the start input names no usable agent: {e.reason}"
     start = ConversationInput(agent=agent)

@@ -62,7 +62,11 @@ with workflow.unsafe.imports_passed_through():
 from workflows import events
 from workflows.config import MODEL_RETRY
 from workflows.interrupts import ResumeError, pydantic_reason
-from workflows.limits import CAN_HISTORY_BYTES, CAN_HISTORY_EVENTS, KiB, json_size
+from workflows.limits import (
+    RUN,
+    KiB,
+    json_size,
+)
 from workflows.payloads import payload_json
 from workflows.types import TurnEvent
 
@@ -112,11 +116,11 @@ STREAM_DRAINING = "StreamDraining"
 """The refusal type the library's subscriber waits on and retries (its own for a run about to
 continue as new; spelled here, as the library exports it only privately: a test checks it)."""
 
-POLL_HISTORY_BYTES = 2 * CAN_HISTORY_BYTES
+POLL_HISTORY_BYTES = 2 * RUN.can_bytes
 """Past this much history a run takes no more polls (twice where it continues as new, far under
 Temporal's 50 MiB): see ``ConversationStream._validate_poll``."""
 
-POLL_HISTORY_EVENTS = 2 * CAN_HISTORY_EVENTS
+POLL_HISTORY_EVENTS = 2 * RUN.can_events
 """The same in events (Temporal terminates a run at 51,200)."""
 
 POLL_BUDGET = 48 * KiB

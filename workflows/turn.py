@@ -34,10 +34,9 @@ from workflows import audit, config, events
 from workflows.history import Digests
 from workflows.interrupts import InterruptBook, schema_error
 from workflows.limits import (
-    MAX_NOTE_BYTES,
-    MAX_REF_BYTES,
-    MODEL_INPUT_BUDGET,
-    TURN_BUDGET,
+    DOOR,
+    HELD,
+    OUT,
     cut_stored,
     human_size,
     json_size,
@@ -193,8 +192,8 @@ class TurnMachine:
         return self.paused() and not any(c.status == "ready" for c in turn.calls)
 
     def room(self, turn: TurnState) -> int:
-        """Bytes the turn can still take (see :data:`~workflows.limits.TURN_BUDGET`)."""
-        return TURN_BUDGET - self._turn_held(turn)
+        """Bytes the turn can still take (see :data:`~workflows.limits.HELD.turn`)."""
+        return HELD.turn - self._turn_held(turn)
 
     def paused_result(self, turn: TurnState) -> TurnResult:
         return TurnResult(
@@ -328,7 +327,7 @@ class TurnMachine:
         usable = bool(call_id) and call_id not in self.refs
         if usable:
             # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
-            small = stored_size(call_id or "") <= MAX_REF_BYTES
+            small = stored_size(call_id or "") <= DOOR.ref
             usable = small and not self.s.refs_forgotten
         ref = call_id if usable and call_id else str(workflow.uuid4())
         self.refs.add(ref)
@@ -398,7 +397,7 @@ class TurnMachine:
                     status=Status.RESOURCE_EXHAUSTED,
                     message=(
                         f"the model's reply ({human_size(adds)}) does not fit in what this "
-                        f"turn can still hold; a turn holds at most {human_size(TURN_BUDGET)}"
+                        f"turn can still hold; a turn holds at most {human_size(HELD.turn)}"
                     ),
                 )
             )
@@ -426,16 +425,16 @@ class TurnMachine:
         """Keep the model call's input under Temporal's payload limit, come what may.
 
         The budgets keep the unseen messages (a kept tool message and the new user message)
-        under 1.6 MiB; were they ever over :data:`MODEL_INPUT_BUDGET`, their largest responses
+        under 1.6 MiB; were they ever over :data:`OUT.model_input`, their largest responses
         and texts become stated placeholders, in the conversation itself, rather than the call
         failing its workflow task for good.
         """
         messages = self.s.messages
         unseen = messages[seen:]
-        if json_size(unseen) <= MODEL_INPUT_BUDGET:
+        if json_size(unseen) <= OUT.model_input:
             return
         data = [m.model_dump(mode="json") for m in unseen]
-        shrink({"messages": data}, MODEL_INPUT_BUDGET - 4096)
+        shrink({"messages": data}, OUT.model_input - 4096)
         messages[seen:] = [Message.model_validate(d) for d in data]
         self.digests.cut(seen)
         workflow.logger.warning("the model call's input was over its budget; cut to fit")
@@ -482,7 +481,7 @@ class TurnMachine:
     def _cut(self, text: str) -> str:
         """Text from the model or a tool, cut to a bounded size (it names keys the model made
         up, and may be copied into many calls' responses)."""
-        return cut_stored(text, MAX_NOTE_BYTES)
+        return cut_stored(text, DOOR.note)
 
     async def _execute(self, activity: str, arg: object, **options: Any) -> Any:
         """``workflow.execute_activity``, scheduled again while the workers that take it cannot
@@ -527,7 +526,7 @@ class TurnMachine:
         # A tool decides how long its message is, and it is kept and shown.
         return ErrorInfo(
             status=cut_stored(error.status, 40),
-            message=cut_stored(error.message, MAX_NOTE_BYTES),
+            message=cut_stored(error.message, DOOR.note),
         )
 
     def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
@@ -852,7 +851,7 @@ def idempotency_key(chat_id: str, ref: str, run: int) -> str:
 
 
 def _over_budget(what: str) -> str:
-    return f"{what} did not fit in what this turn can still hold ({human_size(TURN_BUDGET)} in all)"
+    return f"{what} did not fit in what this turn can still hold ({human_size(HELD.turn)} in all)"
 
 
 DECODING_FAILED = "Failed decoding arguments"

@@ -669,7 +669,7 @@ class TurnState(_Wire):
     phase: Literal["model", "tools"] = "model"
     model_calls: int = 0
     calls: list[CallState] = Field(default_factory=list)
-    # Bytes of the messages this turn added (see limits.TURN_BUDGET).
+    # Bytes of the messages this turn added (see limits.HELD.turn).
     held: int = 0
     # The model's text is published on the stream as it arrives (asked by send or resume).
     stream: bool = False
