@@ -51,6 +51,11 @@ _DATA_AND_LIBRARIES = (
     "workflows.limits",
     "workflows.types",
     "workflows.interrupts",
+    # The interrupt book's parts, which workflows.interrupts composes.
+    "workflows.calls",
+    "workflows.answers",
+    "workflows.governance",
+    "workflows.deadlines",
     "workflows.config",
     "workflows.identity",
     # Metrics and spans (workflows.telemetry): the tracing interceptor keeps its context in
