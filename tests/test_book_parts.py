@@ -5,15 +5,16 @@ deadline policy (workflows.deadlines); and the turn machine's one book per turn.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from pydantic import BaseModel
 
 from activities import interrupt, tool
 from tests.agents import Answer, Ask, assistant
-from worker.testing import TokenIssuer
-from workflows import Agent, Escalate, Remind, ToolApproval, answers, deadlines, governance
+
+# The governance book tests' agent parts: the same tools, issuer and clock.
+from tests.test_governance_book import ISSUER, NOW, Target, deploy, officers, resume
+from workflows import Agent, ToolApproval, answers, deadlines, governance
 from workflows.answers import ResumeError
 from workflows.calls import Lifecycle
 from workflows.governance import VOTE_BYTES, Who
@@ -26,7 +27,6 @@ from workflows.types import (
     ErrorInfo,
     InterruptRequest,
     InterruptSource,
-    ResumeInput,
     TurnEvent,
     TurnState,
     Vote,
@@ -34,43 +34,12 @@ from workflows.types import (
     timed_out_output,
 )
 
-NOW = datetime.now(UTC)  # tokens are minted against the real clock
-ISSUER = TokenIssuer("EdDSA")
-
-
-class Target(BaseModel):
-    service: str
-
-
-@tool("deploy", "Deploy.", editable=True)
-async def deploy(inp: Target) -> dict[str, str]:
-    return {"deployed": inp.service}
-
 
 @tool("status", "Read-only.")
 async def status(inp: Target) -> dict[str, str]:
     return {}
 
 
-@tool("nudge", "Remind someone.")
-async def nudge(inp: Target) -> dict[str, str]:
-    return {}
-
-
-officers = interrupt(
-    "officers",
-    "Two officers.",
-    input=Ask,
-    output=Answer,
-    approvers=["a@x", "b@x", "group:risk"],
-    quorum=2,
-    timeout=timedelta(hours=10),
-    reminders=[
-        Remind(notify=nudge, before=timedelta(hours=1)),
-        Remind(notify=nudge, before=timedelta(hours=3)),
-    ],
-    on_timeout=Escalate(notify=nudge, extend=timedelta(hours=2), then={"approved": False}),
-)
 ask = interrupt(
     "ask",
     "Anyone answers.",
@@ -100,10 +69,6 @@ def call(
         c.source = source
         c.since = NOW
     return c
-
-
-def resume(**kw: object) -> ResumeInput:
-    return ResumeInput.model_validate(kw)
 
 
 def refused(fn: Callable[..., object], *args: object, **kw: object) -> str:

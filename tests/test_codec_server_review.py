@@ -16,7 +16,6 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from google.protobuf import json_format
@@ -36,28 +35,16 @@ from tests.test_codec_server import (
     sealed,
     serving,
 )
+from tests.test_codec_server_attacks import UI, fast, head, one_answer, serving_ui, still_serves
 from worker.codec_server import (
     CONNECTION_BODY_BYTES,
     MAX_PAYLOADS,
     SEND_CHUNK_BYTES,
     CodecServer,
-    Limits,
     _Pool,
 )
 
-UI = "http://localhost:8233"
 FAILED = "codec server connection failed"
-
-
-@contextlib.asynccontextmanager
-async def serving_ui(limits: Limits | None = None) -> AsyncIterator[CodecServer]:
-    async with CodecServer(KEYS, port=0, cors_origins=[UI], limits=limits) as server:
-        yield server
-
-
-def fast(**limits: float) -> Limits:
-    """Limits whose idle and linger times do not keep a test waiting."""
-    return Limits(**{"idle_seconds": 0.3, "linger_seconds": 0.2, **limits})  # type: ignore[arg-type]
 
 
 async def exchange(server: CodecServer, data: bytes) -> tuple[list[Response], bytes]:
@@ -69,24 +56,6 @@ async def exchange(server: CodecServer, data: bytes) -> tuple[list[Response], by
         return responses(await raw.until_eof(timeout=10))
     finally:
         raw.close()
-
-
-async def one_answer(server: CodecServer, data: bytes) -> Response:
-    raw = await Raw.connect(server)
-    try:
-        await raw.send(data)
-        return await raw.response(timeout=10)
-    finally:
-        raw.close()
-
-
-async def still_serves(server: CodecServer) -> None:
-    answer = await one_answer(server, request(server, sealed(plain(b'"still here"'))))
-    assert answer.status == 200, answer
-
-
-def head(server: CodecServer, *, length: int, extra: str = "") -> bytes:
-    return request(server, b"", length=False, extra=f"Content-Length: {length}\r\n{extra}")
 
 
 def with_host(server: CodecServer, data: bytes, host: bytes) -> bytes:

@@ -308,16 +308,16 @@ def render_details(
     rejections: Sequence[Rejection],
     rejections_total: int,
     answers: Sequence[AnswerRecord] = (),
-    requests: Sequence[InterruptRequest] | None = None,
+    requests: Sequence[InterruptRequest],
 ) -> str:
     """The Markdown of the UI's current details: what the conversation waits on and how to
     answer it, how the last turn ended, what was decided and what was refused lately.
 
     ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
-    order (None: not shown).
+    order.
     """
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
-    asked = {r.ref: r for r in requests} if requests is not None else {}
+    asked = {r.ref: r for r in requests}
     trust = spec.trust if spec else None
     for call in pending[:MAX_INTERRUPTS_IN_DETAILS]:
         tool = spec.tool(call.name) if spec else None
