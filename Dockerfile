@@ -1,5 +1,5 @@
-# The worker image: `python -m worker`, hosting the example agents (or your own with
-# `--agents MODULE:ATTR`). It connects through temporalio.envconfig, so TEMPORAL_ADDRESS,
+# The worker image: `agent-worker`, hosting the example agents (or your own: build FROM this
+# image, copy your package in and set AGENT_MODULES, or pass `--agents MODULE:ATTR`). It connects through temporalio.envconfig, so TEMPORAL_ADDRESS,
 # TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and TEMPORAL_CONFIG_FILE/TEMPORAL_PROFILE
 # configure it; see .env.example and the README's "Running in production".
 #
@@ -47,6 +47,11 @@ RUN groupadd --gid 10001 agent \
     && useradd --create-home --uid 10001 --gid 10001 --shell /usr/sbin/nologin agent
 USER 10001:10001
 WORKDIR /home/agent
+# The example agents are not in the package (the wheel ships none): they are copied beside it,
+# for `docker compose up`'s demo, and named by AGENT_MODULES, which a team's own image replaces.
+COPY --from=build /src/examples /opt/agents/examples
+ENV PYTHONPATH=/opt/agents \
+    AGENT_MODULES=examples
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["python", "-m", "worker"]
+CMD ["agent-worker"]

@@ -26,7 +26,7 @@ demo: setup
 ## run: the worker hosting the example agents, plus the dev server unless an address is configured
 # (TEMPORAL_ADDRESS or a profile): a configured server that is down is reported, not replaced.
 run: setup
-	$(PY) -m worker --dev-server
+	$(PY) -m temporal_agent_interrupts.worker --dev-server --agents examples
 
 ## test: the whole suite against a real Temporal dev server
 test: setup
@@ -56,7 +56,7 @@ stop:
 	if [ -n "$$pid" ] && is_server; then \
 		parent=$$(ps -p "$$pid" -o ppid= 2>/dev/null | tr -cd '0-9'); \
 		if [ -n "$$owner" ] && { [ "$$parent" = "$$owner" ] || \
-			ps -ww -p "$$owner" -o args= 2>/dev/null | grep -q -- '-m worker.*--dev-server'; }; then \
+			ps -ww -p "$$owner" -o args= 2>/dev/null | grep -qE -- "(temporal_agent_interrupts\.worker|agent-worker) .*--dev-server"; }; then \
 			echo "left the dev server (pid $$pid) running: it belongs to pid $$owner" \
 				"($$(ps -ww -p "$$owner" -o args= 2>/dev/null)), which is still running; stop that instead"; \
 			exit 1; \

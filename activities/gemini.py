@@ -11,7 +11,14 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 from temporalio.exceptions import ApplicationError
 
-from workflows.types import AgentSpec, ErrorKind, Message, ModelUsage, Part, Status
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    ErrorKind,
+    Message,
+    ModelUsage,
+    Part,
+    Status,
+)
 
 # Gemini statuses worth another attempt; everything else in 4xx will fail the same way again.
 RETRYABLE_HTTP = frozenset({408, 429, 500, 502, 503, 504})

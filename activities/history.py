@@ -27,10 +27,10 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.gemini import part_to_rest
-from workflows.history import EMPTY, step
-from workflows.limits import MiB, json_size
-from workflows.types import ErrorKind, Message, MessagesInput, ModelInput
+from temporal_agent_interrupts.activities.gemini import part_to_rest
+from temporal_agent_interrupts.workflows.history import EMPTY, step
+from temporal_agent_interrupts.workflows.limits import MiB, json_size
+from temporal_agent_interrupts.workflows.types import ErrorKind, Message, MessagesInput, ModelInput
 
 
 @dataclass
@@ -150,7 +150,7 @@ class ConversationCache:
 
 async def _ask_workflow(chat_id: str, n: int) -> Conversation:
     # Imported here: the activity needs the workflow class only for this typed query.
-    from workflows import AgentWorkflow
+    from temporal_agent_interrupts.workflows import AgentWorkflow
 
     handle = activity.client().get_workflow_handle(chat_id)
     messages = []

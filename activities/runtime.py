@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.gemini import (
+from temporal_agent_interrupts.activities.gemini import (
     classify_api_error,
     config_for,
     merge_chunks,
@@ -29,22 +29,29 @@ from activities.gemini import (
     rest_request,
     to_contents,
 )
-from activities.history import ConversationCache
-from activities.streaming import TextPublisher
-from activities.telemetry import ToolOutcome, count_tool_call, span
-from activities.tools import Interrupt, Tool, ToolContext, ToolError, output_object, to_json_object
-from workflows.agent import Agent
-from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
-from workflows.interrupts import pydantic_reason
-from workflows.limits import (
+from temporal_agent_interrupts.activities.history import ConversationCache
+from temporal_agent_interrupts.activities.streaming import TextPublisher
+from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
+from temporal_agent_interrupts.activities.tools import (
+    Interrupt,
+    Tool,
+    ToolContext,
+    ToolError,
+    output_object,
+    to_json_object,
+)
+from temporal_agent_interrupts.workflows.agent import Agent
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.interrupts import pydantic_reason
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_json,
     human_size,
     json_size,
 )
-from workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
-from workflows.types import (
+from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
+from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     ErrorKind,
     Message,

@@ -24,8 +24,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.contrib.workflow_streams import PublishEntry, PublishInput
 
-from workflows.events import split_text
-from workflows.stream import (
+from temporal_agent_interrupts.workflows.events import split_text
+from temporal_agent_interrupts.workflows.stream import (
     MAX_ITEM_BYTES,
     MAX_TEXT_BATCHES,
     PUBLISH_SIGNAL,
@@ -34,7 +34,7 @@ from workflows.stream import (
     TOPIC,
     encode_item,
 )
-from workflows.types import TurnEvent
+from temporal_agent_interrupts.workflows.types import TurnEvent
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from opentelemetry.util.types import AttributeValue
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.telemetry import TOOL_CALLS
+from temporal_agent_interrupts.workflows.telemetry import TOOL_CALLS
 
 ToolOutcome = Literal["output", "interrupt", "invalid_input", "error"]
 

@@ -18,12 +18,18 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, TypeAdapter
 from temporalio.common import RetryPolicy
 
-from workflows.agent import Escalate, OnTimeout, Remind, check_approvers, timeout_policy
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.agent import (
+    Escalate,
+    OnTimeout,
+    Remind,
+    check_approvers,
+    timeout_policy,
+)
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     json_size,
 )
-from workflows.types import JsonObject, RetrySpec, Status, ToolSpec
+from temporal_agent_interrupts.workflows.types import JsonObject, RetrySpec, Status, ToolSpec
 
 M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])

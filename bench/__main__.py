@@ -36,20 +36,24 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Replayer, Worker
 
-from activities import tool
-from activities.runtime import AgentActivities
 from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
-from client import AgentClient, FinishReason
-from client.codec import data_converter, generate_key, load_keys
-from client.connection import connect_answering
-from worker import build_worker, ensure_bytecode, sandbox_runner
-from worker.devserver import dev_server_command, wait_for_port
-from worker.standin import GeminiStandIn, Reply, Request, calls, text
-from worker.testing import ScriptedModel
-from workflows import Agent, AgentWorkflow, ToolApproval
-from workflows.stream import MAX_TEXT_BATCHES, MAX_TEXT_SIGNALS, TEXT_BATCH_SECONDS
-from workflows.types import InterruptRequest, ToolRestart
+from temporal_agent_interrupts.activities import tool
+from temporal_agent_interrupts.activities.runtime import AgentActivities
+from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts.codec import data_converter, generate_key, load_keys
+from temporal_agent_interrupts.connection import connect_answering
+from temporal_agent_interrupts.worker import build_worker, ensure_bytecode, sandbox_runner
+from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
+from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, Request, calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel
+from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
+from temporal_agent_interrupts.workflows.stream import (
+    MAX_TEXT_BATCHES,
+    MAX_TEXT_SIGNALS,
+    TEXT_BATCH_SECONDS,
+)
+from temporal_agent_interrupts.workflows.types import InterruptRequest, ToolRestart
 
 log = logging.getLogger("bench")
 RESULTS = Path(__file__).parent / "results"

@@ -27,9 +27,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from client import AgentClient, FinishReason
-from client.codec import data_converter
-from worker.devserver import dev_server_command, wait_for_port
+from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts.codec import data_converter
+from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
 
 log = logging.getLogger("bench.parked")
 RESULTS = Path(__file__).parent / "results"
@@ -46,8 +46,8 @@ def rss_mib(pid: int) -> float:
 async def serve(address: str, *, cache: int | None = None) -> None:
     """The worker process: default settings, the bench agent, the scripted model in process."""
     from bench.__main__ import BenchModel, bench_agent  # only in the worker
-    from worker import build_worker  # only in the worker
-    from worker.testing import ScriptedModel  # only in the worker
+    from temporal_agent_interrupts.worker import build_worker  # only in the worker
+    from temporal_agent_interrupts.worker.testing import ScriptedModel  # only in the worker
 
     client = await Client.connect(address, data_converter=data_converter())
     stop = asyncio.Event()

@@ -1,6 +1,6 @@
 """Calling agents: ``AgentClient``, ``Chat``, result types and errors."""
 
-from client.api import (
+from temporal_agent_interrupts.client.api import (
     DEFAULT_TASK_QUEUE,
     AgentClient,
     AgentError,
@@ -21,8 +21,8 @@ from client.api import (
     exit_now,
     run_script,
 )
-from client.audit import AuditReport, UntrustedRun
-from workflows.types import (
+from temporal_agent_interrupts.client.audit import AuditReport, UntrustedRun
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     ErrorInfo,
     FinishReason,

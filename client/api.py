@@ -39,15 +39,18 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from client.audit import AuditReport, audit_trail
-from client.codec import PayloadKeys, data_converter
-from client.connection import (
+from temporal_agent_interrupts.client.audit import AuditReport, audit_trail
+from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt, paused_chats
+from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow
+from temporal_agent_interrupts.codec import PayloadKeys, data_converter
+from temporal_agent_interrupts.connection import (
     CONNECT_TIMEOUT,
     DEFAULT_ADDRESS,
+    DEFAULT_TASK_QUEUE,
     connect_answering,
     connect_config,
 )
-from client.errors import (
+from temporal_agent_interrupts.errors import (
     AgentError,
     CancelRejected,
     ConnectionConfigError,
@@ -61,21 +64,19 @@ from client.errors import (
     rpc_error,
     worker_missing,
 )
-from client.inbox import PausedChat, PausedInterrupt, paused_chats
-from client.stream import EventsGone, TurnStream, follow
-from client.tracing import add_tracing, flush_tracing
-from workflows import AgentWorkflow
-from workflows.config import AGENT_NAME, AGENT_STATUS
-from workflows.interrupts import check_resume_fields
-from workflows.limits import (
+from temporal_agent_interrupts.tracing import add_tracing, flush_tracing
+from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.config import AGENT_NAME, AGENT_STATUS
+from temporal_agent_interrupts.workflows.interrupts import check_resume_fields
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_label,
     check_text,
     human_size,
 )
-from workflows.payloads import RawResume, raw_resume, raw_start
-from workflows.types import (
+from temporal_agent_interrupts.workflows.payloads import RawResume, raw_resume, raw_start
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CancelInput,
     ConversationInput,
@@ -93,9 +94,6 @@ from workflows.types import (
     TurnEvent,
     TurnResult,
 )
-
-DEFAULT_TASK_QUEUE = "agents"
-
 
 # How long a bounded query waits before asking again after the server answered "no worker"
 # early: at once when no worker has polled the task queue lately, or after its own ~30 s limit.
@@ -125,6 +123,17 @@ def deny(interrupt: InterruptRequest | PausedInterrupt, reason: str = "") -> Too
     Same as ``interrupt.deny(reason)``.
     """
     return interrupt.deny(reason)
+
+
+def respond(
+    interrupt: InterruptRequest | PausedInterrupt, output: JsonObject | BaseModel
+) -> ToolResponse:
+    """The answer that supplies the tool's output: the tool does not run, the model gets
+    ``output``, which must fit the tool's output schema (a model is dumped to JSON first).
+
+    Same as ``interrupt.respond(output)``; an inbox entry works alike.
+    """
+    return interrupt.respond(output)
 
 
 class AgentClient:

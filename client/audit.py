@@ -58,8 +58,8 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.config import WORKFLOW_TYPE
-from workflows.types import AnswerRecord, ConversationInput
+from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.types import AnswerRecord, ConversationInput
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,23 @@ from rich.prompt import Prompt
 from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.api import Chat, ResumeRejected, SendRejected, approve, deny
-from client.stream import TurnStream
-from client.views import closed_as, interrupt_panel, json_object, out, safe
-from workflows.details import shell_word, visible
-from workflows.types import FinishReason, InterruptRequest, ToolResponse, ToolRestart, TurnResult
+from temporal_agent_interrupts.client.api import Chat, ResumeRejected, SendRejected, approve, deny
+from temporal_agent_interrupts.client.stream import TurnStream
+from temporal_agent_interrupts.client.views import (
+    closed_as,
+    interrupt_panel,
+    json_object,
+    out,
+    safe,
+)
+from temporal_agent_interrupts.workflows.details import shell_word, visible
+from temporal_agent_interrupts.workflows.types import (
+    FinishReason,
+    InterruptRequest,
+    ToolResponse,
+    ToolRestart,
+    TurnResult,
+)
 
 
 class ChatClosed(Exception):

@@ -49,7 +49,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from client.api import (
+from temporal_agent_interrupts.client.api import (
     DEFAULT_TASK_QUEUE,
     AgentClient,
     AgentError,
@@ -65,10 +65,10 @@ from client.api import (
     deny,
     exit_now,
 )
-from client.audit import AuditReport
-from client.chat_loop import ChatClosed, ChatSession
-from client.inbox import PausedChat, check_agent_name
-from client.views import (
+from temporal_agent_interrupts.client.audit import AuditReport
+from temporal_agent_interrupts.client.chat_loop import ChatClosed, ChatSession
+from temporal_agent_interrupts.client.inbox import PausedChat, check_agent_name
+from temporal_agent_interrupts.client.views import (
     AuditOutput,
     CancelOutput,
     PendingOutput,
@@ -89,8 +89,8 @@ from client.views import (
     safe,
     who,
 )
-from workflows.config import AGENT_NAME
-from workflows.types import (
+from temporal_agent_interrupts.workflows.config import AGENT_NAME
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     FinishReason,
     InterruptRequest,
@@ -398,7 +398,7 @@ def _no_worker(
         else "before Temporal stopped waiting"
     )
     message = (
-        f"no worker answered {within} on task queue {task_queue!r}; is `python -m worker` running?"
+        f"no worker answered {within} on task queue {task_queue!r}; is `agent-worker` running?"
     )
     if closed_as is not None:
         # Reading a closed conversation replays it on a worker; saying it is closed needs none.

@@ -26,9 +26,14 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
-from client.codec import ENV_VAR, PayloadKeyMissing
-from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS, WORKFLOW_TYPE
-from workflows.types import (
+from temporal_agent_interrupts.codec import ENV_VAR, PayloadKeyMissing
+from temporal_agent_interrupts.workflows.config import (
+    AGENT_NAME,
+    INTERRUPTED_SINCE,
+    PENDING_INTERRUPTS,
+    WORKFLOW_TYPE,
+)
+from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
     ToolResponse,

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 from temporalio.client import RPCError, RPCStatusCode
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from client.errors import AgentError, no_worker
-from workflows.stream import TOPIC
-from workflows.types import TurnEvent, TurnResult
+from temporal_agent_interrupts.errors import AgentError, no_worker
+from temporal_agent_interrupts.workflows.stream import TOPIC
+from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
 if TYPE_CHECKING:
-    from client.api import Chat
+    from temporal_agent_interrupts.client.api import Chat
 
 POLL_COOLDOWN = timedelta(milliseconds=20)
 """How long a follower waits before asking again once it has caught up (each ask is an update

@@ -21,10 +21,10 @@ from rich.table import Table
 from rich.text import Text
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 
-from client.audit import UntrustedRun
-from client.inbox import PausedChat, PausedInterrupt
-from workflows.details import shell_word, visible
-from workflows.types import (
+from temporal_agent_interrupts.client.audit import UntrustedRun
+from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt
+from temporal_agent_interrupts.workflows.details import shell_word, visible
+from temporal_agent_interrupts.workflows.types import (
     AgentStatus,
     AnswerRecord,
     FinishReason,

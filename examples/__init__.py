@@ -5,7 +5,7 @@ from examples.deploy import deploy_agent
 from examples.shell import shell_agent
 
 ALL_AGENTS = [banking_agent, deploy_agent]
-"""What ``python -m worker`` hosts by default. Not ``shell_agent``, which runs commands on the
+"""What ``agent-worker`` hosts by default. Not ``shell_agent``, which runs commands on the
 worker's machine: host it only on purpose (``--agents examples:shell_agent``)."""
 
 __all__ = ["ALL_AGENTS", "banking_agent", "deploy_agent", "shell_agent"]

@@ -11,9 +11,15 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
-from activities import Interrupt, ToolContext, ToolError, interrupt, tool
-from workflows import Agent
-from workflows.types import APPROVED, FEEDBACK, TIMED_OUT, TOOL_APPROVED, Status
+from temporal_agent_interrupts.activities import Interrupt, ToolContext, ToolError, interrupt, tool
+from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts.workflows.types import (
+    APPROVED,
+    FEEDBACK,
+    TIMED_OUT,
+    TOOL_APPROVED,
+    Status,
+)
 
 LARGE_TRANSFER = 1000.0
 

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import quote
 
-from client.api import (
+from examples import ALL_AGENTS
+from temporal_agent_interrupts.client.api import (
     DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
     AgentClient,
@@ -38,11 +39,11 @@ from client.api import (
     deny,
     run_script,
 )
-from client.codec import PayloadKeys, data_converter, load_keys
-from examples import ALL_AGENTS
-from worker import build_worker, has_gemini_key
-from worker.codec_server import DEFAULT_PORT as CODEC_PORT
-from worker.devserver import (
+from temporal_agent_interrupts.codec import PayloadKeys, data_converter, load_keys
+from temporal_agent_interrupts.worker import build_worker, has_gemini_key
+from temporal_agent_interrupts.worker.codec_server import DEFAULT_PORT as CODEC_PORT
+from temporal_agent_interrupts.worker.devserver import (
+    DEV_WORKER_ARGS,
     RecordedServer,
     pid_file,
     port_open,
@@ -51,8 +52,8 @@ from worker.devserver import (
     temporal_cli,
     wait_for_port,
 )
-from worker.search_attributes import register_search_attributes
-from workflows.types import FinishReason
+from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
+from temporal_agent_interrupts.workflows.types import FinishReason
 
 ADDRESS = DEFAULT_ADDRESS
 PORT = 7233
@@ -61,7 +62,7 @@ STATE_DIR = Path(".temporal")
 
 
 def task_queue() -> str:
-    """The queue ``python -m worker`` (``make run``) and ``agentctl`` use by default too."""
+    """The queue ``agent-worker`` (``make run``) and ``agentctl`` use by default too."""
     return os.environ.get("AGENT_TASK_QUEUE") or DEFAULT_TASK_QUEUE
 
 
@@ -114,7 +115,7 @@ def closing_lines(
 def worker_hint(queue: str, recorded: RecordedServer | None) -> str:
     """How to get a worker for the demo's conversation: ``make run``, unless it already runs
     (it owns or adopted the recorded dev server)."""
-    if recorded is not None and recorded.owner and "-m worker" in recorded.owner_command:
+    if recorded is not None and recorded.owner and DEV_WORKER_ARGS.search(recorded.owner_command):
         return f"make run is already running (pid {recorded.owner}); if it serves {queue!r},"
     return f"make run   (serves task queue {queue!r}), then"
 
@@ -228,7 +229,9 @@ async def demo() -> int:
 
 def main() -> NoReturn:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("worker").setLevel(logging.ERROR)  # the stand-in notice is printed above
+    logging.getLogger("temporal_agent_interrupts.worker").setLevel(
+        logging.ERROR
+    )  # the stand-in notice is printed above
     run_script(demo())
 
 

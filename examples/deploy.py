@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from activities import ToolContext, tool
-from workflows import Agent, ToolApproval
+from temporal_agent_interrupts.activities import ToolContext, tool
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
 
 
 class DeployInput(BaseModel):

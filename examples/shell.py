@@ -13,7 +13,7 @@ flag (``sort -o``, ``tee``), and a program can be named by any path. So the ques
 "is this known to be dangerous" but "is this known to be harmless", and the answer for anything
 unknown is: ask a human.
 
-This agent runs commands on the worker's machine. ``python -m worker`` does not host it unless
+This agent runs commands on the worker's machine. ``agent-worker`` does not host it unless
 asked (``--agents examples:ALL_AGENTS --agents examples:shell_agent``).
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from activities import Interrupt, ToolContext, ToolError, tool
-from workflows import Agent
-from workflows.types import TOOL_APPROVED, Status
+from temporal_agent_interrupts.activities import Interrupt, ToolContext, ToolError, tool
+from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts.workflows.types import TOOL_APPROVED, Status
 
 READ_ONLY = frozenset(
     {"ls", "pwd", "echo", "cat", "head", "tail", "wc", "grep", "stat", "df", "du", "whoami", "id"}

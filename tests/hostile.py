@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.types import InterruptRequest
+from temporal_agent_interrupts.workflows.types import InterruptRequest
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ import json
 
 from temporalio.client import Client
 
-from client import AgentClient, FinishReason, ResumeRejected
+from temporal_agent_interrupts.client import AgentClient, FinishReason, ResumeRejected
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import eventually, held
-from worker.standin import Reply, calls, text
 
 
 async def rich_conversation(agents: AgentClient, model: ScriptedModel, *, chat_id: str) -> None:

@@ -20,15 +20,19 @@ from datetime import timedelta
 import pytest
 from temporalio.client import Client
 
-from client import Chat, NoWorkerAnswered
-from client.api import AgentClient, ConnectionConfigError, ServerNotAnswering
+from temporal_agent_interrupts.client import Chat, NoWorkerAnswered
+from temporal_agent_interrupts.client.api import (
+    AgentClient,
+    ConnectionConfigError,
+    ServerNotAnswering,
+)
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts.workflows.types import TurnResult
 from tests import agents as t
 from tests import test_worker_cli
 from tests.test_operator import AGENTCTL, Run, agentctl_env
 from tests.test_worker_process import bare_environ
-from worker.standin import calls, text
-from workflows import Agent
-from workflows.types import TurnResult
 
 # A port that accepts connections and never answers (a pytest fixture, shared).
 silent_server = test_worker_cli.silent_server
@@ -393,11 +397,11 @@ async def test_an_address_that_is_not_host_port_is_a_usage_error(client, tmp_pat
             await AgentClient.connect(address)
         assert why in str(e.value)
 
-    # python -m worker maps it to its exit 2 for an unusable configuration.
+    # agent-worker maps it to its exit 2 for an unusable configuration.
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         env=bare_environ(tmp_path, TEMPORAL_ADDRESS="localhost"),
         cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE,
@@ -501,14 +505,14 @@ async def test_a_piped_chat_denies_without_a_reason_line_and_pending_fits_80_col
 async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
     client, tmp_path, address
 ):
-    """HOST:PORT in shape, but not a host the SDK can parse: python -m worker and the demo
+    """HOST:PORT in shape, but not a host the SDK can parse: agent-worker and the demo
     ended in a ValueError traceback (exit 1); every entry point now says so in one line, exit 2."""
     run = await agentctl(
         client, "pending", task_queue=queue(), environ={"TEMPORAL_ADDRESS": address}
     )
     assert run.run.code == 2, run
     assert f"bad Temporal address {address!r}: invalid target URL" in one_line_error(run.run)
-    for module in ("worker", "examples.demo"):
+    for module in ("temporal_agent_interrupts.worker", "examples.demo"):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", module,
             env=bare_environ(tmp_path, TEMPORAL_ADDRESS=address), cwd=tmp_path,
@@ -526,8 +530,8 @@ def test_a_failed_query_or_a_bug_is_not_read_as_a_refusal():
     reported as 1 too, so a script took a broken conversation for a rejected answer."""
     from temporalio.client import WorkflowQueryFailedError
 
-    from client.api import AgentError
-    from client.cli import ExitCode, _failure
+    from temporal_agent_interrupts.client.api import AgentError
+    from temporal_agent_interrupts.client.cli import ExitCode, _failure
 
     failed = AgentError("query failed: boom")
     failed.__cause__ = WorkflowQueryFailedError("boom")

@@ -24,16 +24,21 @@ from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities import Interrupt, ToolContext, tool
-from client import AgentClient, AnswerRecord, FinishReason, NoWorkerAnswered
-from client.audit import RunTrail, judge, merge, read_run
+from temporal_agent_interrupts.activities import Interrupt, ToolContext, tool
+from temporal_agent_interrupts.client import (
+    AgentClient,
+    AnswerRecord,
+    FinishReason,
+    NoWorkerAnswered,
+)
+from temporal_agent_interrupts.client.audit import RunTrail, judge, merge, read_run
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import Agent, TrustedIssuer
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_operator import AGENTCTL, Run, agentctl, agentctl_env, agentctl_in_a_terminal
-from worker import build_worker
-from worker.standin import calls, text
-from worker.testing import TokenIssuer
-from workflows import Agent, TrustedIssuer
 
 NOTE = "n" * 4000
 """A note that keeps each answer's record just under the 4 KiB it is kept whole up to, so a few

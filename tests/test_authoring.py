@@ -21,15 +21,12 @@ import pytest
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities import tool
-from client import AgentClient, FinishReason, approve, deny
-from tests import agents as t
-from tests.helpers import eventually, server_address
-from tests.test_worker_process import Process, bare_environ
-from worker.offline_model import BANNER, parse_calls
-from worker.offline_model import respond as offline_rules
-from worker.standin import Request
-from worker.testing import (
+from temporal_agent_interrupts.activities import tool
+from temporal_agent_interrupts.client import AgentClient, FinishReason, approve, deny
+from temporal_agent_interrupts.worker.offline_model import BANNER, parse_calls
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.standin import Request
+from temporal_agent_interrupts.worker.testing import (
     ScriptedModel,
     call_every_tool,
     calls,
@@ -39,7 +36,10 @@ from worker.testing import (
     text,
     tool_runs,
 )
-from workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from tests import agents as t
+from tests.helpers import eventually, server_address
+from tests.test_worker_process import Process, bare_environ
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
@@ -69,18 +69,24 @@ def author_repo(tmp_path: Path) -> Path:
 
 
 async def authors_worker(env, repo: Path, queue: str) -> Process:
-    """`AGENT_TASK_QUEUE=queue python -m worker --agents mypackage.agents`, run in ``repo``."""
+    """`AGENT_TASK_QUEUE=queue agent-worker --agents mypackage.agents`, run in ``repo``."""
     environ = bare_environ(
         repo, TEMPORAL_ADDRESS=server_address(env.client), AGENT_TASK_QUEUE=queue,
         PYTHONPATH=str(ROOT),
     )  # fmt: skip
     return await Process.start(
-        sys.executable, "-m", "worker", "--agents", "mypackage.agents", env=environ, cwd=repo
+        sys.executable,
+        "-m",
+        "temporal_agent_interrupts.worker",
+        "--agents",
+        "mypackage.agents",
+        env=environ,
+        cwd=repo,
     )
 
 
 async def test_the_readme_agent_runs_offline_on_its_own_task_queue(env, author_repo):
-    """`AGENT_TASK_QUEUE=tickets python -m worker --agents mypackage.agents`, as the README
+    """`AGENT_TASK_QUEUE=tickets agent-worker --agents mypackage.agents`, as the README
     says, with no Gemini key: `call ...` messages drive an interrupt-only tool and a gated tool,
     and the final answers name each tool's real output."""
     queue = f"tickets-{uuid.uuid4()}"
@@ -356,11 +362,11 @@ async def test_a_scripted_error_is_retried_like_geminis(client):
 
 
 async def test_a_worker_joining_a_queue_whose_workers_host_other_agents_warns(env, author_repo):
-    """The newcomer's trap: `python -m worker --agents mypackage.agents` on `make run`'s queue.
+    """The newcomer's trap: `agent-worker --agents mypackage.agents` on `make run`'s queue.
     The README says to use a queue of one's own; the worker now also says so when it starts."""
     from examples import ALL_AGENTS
-    from worker import build_worker
-    from worker.peers import unlike_peers
+    from temporal_agent_interrupts.worker import build_worker
+    from temporal_agent_interrupts.worker.peers import unlike_peers
 
     queue = f"shared-{uuid.uuid4()}"
     examples_worker = build_worker(
@@ -413,7 +419,7 @@ async def test_a_script_that_runs_out_fails_the_turn_at_once(client):
 
 def test_example_inputs_fit_bounds_steps_tuples_and_deep_optionals():
     """`call TOOL` alone sends example_value(schema): it must pass the tool's own check."""
-    from workflows.details import example_value
+    from temporal_agent_interrupts.workflows.details import example_value
 
     class Geo(BaseModel):
         lat: float = Field(ge=-90, le=90)

@@ -15,7 +15,9 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.common import RawValue
 
-from client import FinishReason, approve
+from temporal_agent_interrupts.client import FinishReason, approve
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -25,8 +27,6 @@ from tests.helpers import (
     scheduled_activities,
 )
 from tests.test_trust_boundary import forged_state, rejections_of
-from worker.standin import calls, text
-from workflows.config import TOOL_ACTIVITY
 
 OLD_RULES = ("governance-2026-12", "durable-input-2026-12", "turn-edges-2026-11")
 

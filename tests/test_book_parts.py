@@ -9,19 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from activities import interrupt, tool
-from tests.agents import Answer, Ask, assistant
-
-# The governance book tests' agent parts: the same tools, issuer and clock.
-from tests.test_governance_book import ISSUER, NOW, Target, deploy, officers, resume
-from workflows import Agent, ToolApproval, answers, deadlines, governance
-from workflows.answers import ResumeError
-from workflows.calls import Lifecycle
-from workflows.governance import VOTE_BYTES, Who
-from workflows.identity import verify_token
-from workflows.limits import json_size
-from workflows.turn import TurnMachine
-from workflows.types import (
+from temporal_agent_interrupts.activities import interrupt, tool
+from temporal_agent_interrupts.workflows import Agent, ToolApproval, answers, deadlines, governance
+from temporal_agent_interrupts.workflows.answers import ResumeError
+from temporal_agent_interrupts.workflows.calls import Lifecycle
+from temporal_agent_interrupts.workflows.governance import VOTE_BYTES, Who
+from temporal_agent_interrupts.workflows.identity import verify_token
+from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.turn import TurnMachine
+from temporal_agent_interrupts.workflows.types import (
     CallState,
     ConversationState,
     ErrorInfo,
@@ -33,6 +29,10 @@ from workflows.types import (
     input_digest,
     timed_out_output,
 )
+from tests.agents import Answer, Ask, assistant
+
+# The governance book tests' agent parts: the same tools, issuer and clock.
+from tests.test_governance_book import ISSUER, NOW, Target, deploy, officers, resume
 
 
 @tool("status", "Read-only.")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from workflows.history import fit_state
-from workflows.types import (
+from temporal_agent_interrupts.workflows.history import fit_state
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     ConversationState,
     FunctionCall,

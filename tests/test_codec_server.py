@@ -25,8 +25,8 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from client.codec import EncryptionCodec, PayloadKeys, generate_key
-from worker.codec_server import (
+from temporal_agent_interrupts.codec import EncryptionCodec, PayloadKeys, generate_key
+from temporal_agent_interrupts.worker.codec_server import (
     MAX_BYTES_IN_FLIGHT,
     MAX_CONNECTIONS,
     MAX_REQUEST_BYTES,

@@ -26,7 +26,8 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from client.codec import EncryptionCodec
+from temporal_agent_interrupts.codec import EncryptionCodec
+from temporal_agent_interrupts.worker.codec_server import CodecServer, Limits, _ByteBudget
 from tests.test_codec_server import (
     KEYS,
     MIB,
@@ -41,7 +42,6 @@ from tests.test_codec_server import (
     sealed,
     serving,
 )
-from worker.codec_server import CodecServer, Limits, _ByteBudget
 
 ROOT = Path(__file__).resolve().parent.parent
 UI = "http://localhost:8233"
@@ -896,7 +896,7 @@ async def test_a_head_request_gets_405_without_the_connection_failing(
     raises LocalProtocolError ("Too much data for declared Content-Length"): it escapes
     ``_exchange`` (outside its try), fails the connection's task, and is logged as a failure.
     The client gets the head, then a close."""
-    caplog.set_level(logging.DEBUG, logger="worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
     async with serving(limits=fast()) as server:
         data = request(server, b"", method="HEAD", length=False)
         raw = await Raw.connect(server)
@@ -965,8 +965,8 @@ CHILD = textwrap.dedent(
     """
     import asyncio, socket, sys, time
     from urllib.parse import urlsplit
-    from client.codec import PayloadKeys, generate_key
-    from worker.codec_server import CodecServer
+    from temporal_agent_interrupts.codec import PayloadKeys, generate_key
+    from temporal_agent_interrupts.worker.codec_server import CodecServer
 
     async def main():
         server = await CodecServer(PayloadKeys.parse(generate_key("k1")), port=0).start()
@@ -993,7 +993,7 @@ CHILD = textwrap.dedent(
 
 def test_the_process_exits_promptly_once_the_server_has_stopped():
     """``stop()`` does not wait for a decode under way, but the interpreter does: the pool's
-    threads are joined at exit. ``make run``'s worker (and ``python -m worker.codec_server``
+    threads are joined at exit. ``make run``'s worker (and ``agent-codec-server``
     after SIGTERM) then hangs on its way out for as long as the request takes. Here one held
     for 30 s."""
     child = subprocess.Popen(

@@ -11,7 +11,10 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType
 
-from client import AgentClient, FinishReason
+from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
 from tests.helpers import (
     SUGGEST_AFTER_EVENTS,
@@ -19,9 +22,6 @@ from tests.helpers import (
     events_of,
     eventually,
 )
-from worker import build_worker
-from worker.standin import calls, text
-from workflows.types import TurnEvent
 
 
 async def _runs(client, chat_id: str) -> list[str]:

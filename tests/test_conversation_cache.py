@@ -12,11 +12,17 @@ import google.genai as genai
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities import history
-from activities.history import Conversation, ConversationCache
-from activities.runtime import AgentActivities
-from workflows.history import EMPTY, step
-from workflows.types import ErrorKind, FunctionCall, Message, ModelInput, Part
+from temporal_agent_interrupts.activities import history
+from temporal_agent_interrupts.activities.history import Conversation, ConversationCache
+from temporal_agent_interrupts.activities.runtime import AgentActivities
+from temporal_agent_interrupts.workflows.history import EMPTY, step
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+    FunctionCall,
+    Message,
+    ModelInput,
+    Part,
+)
 
 
 def user(text: str) -> Message:

@@ -48,6 +48,7 @@ from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
     DefaultFailureConverter,
+    DefaultPayloadConverter,
     WorkflowSerializationContext,
 )
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -55,10 +56,16 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities import tool
-from activities.runtime import AgentActivities
-from client import AgentClient, ConnectionConfigError, FinishReason, InterruptRequest
-from client.codec import (
+from examples import ALL_AGENTS as EXAMPLE_AGENTS
+from temporal_agent_interrupts.activities import tool
+from temporal_agent_interrupts.activities.runtime import AgentActivities
+from temporal_agent_interrupts.client import (
+    AgentClient,
+    ConnectionConfigError,
+    FinishReason,
+    InterruptRequest,
+)
+from temporal_agent_interrupts.codec import (
     DECODING_FAILED,
     ENCODING,
     ENV_VAR,
@@ -75,8 +82,21 @@ from client.codec import (
     generate_key,
     load_keys,
 )
-from client.errors import AgentError
-from examples import ALL_AGENTS as EXAMPLE_AGENTS
+from temporal_agent_interrupts.errors import AgentError
+from temporal_agent_interrupts.worker import agent_converter, build_worker
+from temporal_agent_interrupts.worker.codec_server import CodecServer
+from temporal_agent_interrupts.worker.devserver import dev_server_command
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted, offline
+from temporal_agent_interrupts.workflows import Agent, config, turn
+from temporal_agent_interrupts.workflows import payloads as workflow_payloads
+from temporal_agent_interrupts.workflows.config import (
+    AGENT_NAME,
+    AGENT_STATUS,
+    INTERRUPTED_SINCE,
+    PENDING_INTERRUPTS,
+)
+from temporal_agent_interrupts.workflows.types import ErrorKind
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -86,15 +106,6 @@ from tests.helpers import (
 )
 from tests.test_operator import AGENTCTL, VISIBILITY_TIMEOUT
 from tests.test_worker_process import Process, bare_environ, free_port
-from worker import build_worker, with_pydantic_converter
-from worker.codec_server import CodecServer
-from worker.devserver import dev_server_command
-from worker.standin import Reply, calls, text
-from worker.testing import ScriptedModel, hosted, offline
-from workflows import Agent, config, turn
-from workflows import payloads as workflow_payloads
-from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
-from workflows.types import ErrorKind
 
 ROOT = Path(__file__).parent.parent
 # Random keys for this run: nothing here comes from the environment.
@@ -303,7 +314,7 @@ async def test_without_the_key_a_payload_is_left_encrypted_and_converting_it_nam
 
 
 async def test_the_missing_key_hook_fires_for_an_activitys_input_only():
-    """``python -m worker`` stops (exit 3) on the hook: only for a payload its fleet wrote and
+    """``agent-worker`` stops (exit 3) on the hook: only for a payload its fleet wrote and
     no caller chose, an activity's input decoded by the activity worker."""
     seen: list[PayloadKeyMissing] = []
     converter = data_converter(K1, on_missing_key=seen.append)
@@ -448,7 +459,7 @@ def test_the_embedded_dev_server_command_names_the_codec_endpoint():
 def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_path):
     environ = bare_environ(tmp_path, PYTHONPATH=str(ROOT))
     run = subprocess.run(
-        [sys.executable, "-m", "worker.codec_server"],
+        [sys.executable, "-m", "temporal_agent_interrupts.worker.codec_server"],
         env=environ,
         capture_output=True,
         text=True,
@@ -458,7 +469,7 @@ def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_pa
     assert run.returncode == 2
     assert "AGENT_PAYLOAD_KEYS is not set" in run.stderr and "--generate-key" in run.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "worker.codec_server"],
+        [sys.executable, "-m", "temporal_agent_interrupts.worker.codec_server"],
         env={**environ, ENV_VAR: "k1:AAAA"},
         capture_output=True,
         text=True,
@@ -467,7 +478,13 @@ def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_pa
     )
     assert bad.returncode == 2 and "key 'k1' is 3 bytes" in bad.stderr
     made = subprocess.run(
-        [sys.executable, "-m", "worker.codec_server", "--generate-key", "k7"],
+        [
+            sys.executable,
+            "-m",
+            "temporal_agent_interrupts.worker.codec_server",
+            "--generate-key",
+            "k7",
+        ],
         env=environ,
         capture_output=True,
         text=True,
@@ -992,7 +1009,7 @@ async def test_keys_rotate_new_payloads_take_the_new_key_and_old_ones_still_read
 def worker_environ(
     env: WorkflowEnvironment, tmp_path: Path, queue: str, keys: str
 ) -> dict[str, str]:
-    """``python -m worker``'s environment: this server, a task queue of its own, these keys."""
+    """``agent-worker``'s environment: this server, a task queue of its own, these keys."""
     return bare_environ(
         tmp_path,
         TEMPORAL_ADDRESS=server_address(env.client),
@@ -1031,7 +1048,7 @@ def task_failures(events: list[HistoryEvent]) -> list[str]:
 async def test_a_worker_with_other_keys_fails_the_task_serves_others_and_stops_on_an_activity(
     env, tmp_path
 ):
-    """``python -m worker`` holding another key (k2), not the conversation's (k1). Its workflow
+    """``agent-worker`` holding another key (k2), not the conversation's (k1). Its workflow
     task fails naming the key id (in history, for the UI), and it goes on serving its own
     conversations: a workflow task's payloads are partly the caller's to choose. An activity's
     input is not (the workflow writes it with the fleet's key): meeting one under k1, the worker
@@ -1041,7 +1058,7 @@ async def test_a_worker_with_other_keys_fails_the_task_serves_others_and_stops_o
     worker = await Process.start(
         sys.executable,
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         env=worker_environ(env, tmp_path, queue, K2),
         cwd=tmp_path,
     )
@@ -1129,7 +1146,7 @@ async def test_a_signal_update_query_or_start_under_a_foreign_key_stops_nothing(
     worker = await Process.start(
         sys.executable,
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         env=worker_environ(env, tmp_path, queue, K1),
         cwd=tmp_path,
     )
@@ -1217,7 +1234,7 @@ async def test_a_signal_update_query_or_start_under_a_foreign_key_stops_nothing(
 async def test_an_activity_result_the_workflow_cannot_read_fails_its_task_and_stops_nothing(env):
     """A workflow task that cannot read what its conversation wrote (here a model call's result,
     written by a worker that encrypts with k1, read by one with k2 only) fails naming the key
-    id; the missing-key hook, which stops ``python -m worker``, is not called for it."""
+    id; the missing-key hook, which stops ``agent-worker``, is not called for it."""
     agent = t.ops_agent()
     queue = f"dp-result-{uuid.uuid4()}"
     seen: list[PayloadKeyMissing] = []
@@ -1471,56 +1488,63 @@ async def test_agent_client_connects_with_the_keys_of_the_environment(env, monke
         await AgentClient.connect(address, namespace=namespace)
 
 
-def test_build_worker_keeps_a_clients_codec_and_gives_one_to_a_client_without(env):
-    keyed = with_keys(env.client, K1)
-    assert with_pydantic_converter(keyed) is keyed
-    bare = Client(**{**env.client.config(), "data_converter": DataConverter.default})
-    given = with_pydantic_converter(bare).data_converter
+def test_the_plugin_keeps_a_clients_codec_and_gives_one_to_a_client_without(env, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    keyed = with_keys(env.client, K1).data_converter
+    assert agent_converter(keyed) is keyed
+    given = agent_converter(DataConverter.default)
     assert issubclass(given.payload_converter_class, AgentPayloadConverter)
     codec = codec_of(given)
     assert codec is not None and not codec.keys
     own = EncryptionCodec(PayloadKeys.parse(K2))
-    theirs = Client(
-        **{
-            **env.client.config(),
-            "data_converter": dataclasses.replace(DataConverter.default, payload_codec=own),
-        }
-    )
-    kept = with_pydantic_converter(theirs).data_converter
+    theirs = dataclasses.replace(DataConverter.default, payload_codec=own)
+    kept = agent_converter(theirs)
     assert kept.payload_codec is own
     assert issubclass(kept.payload_converter_class, AgentPayloadConverter)
-    # A plain pydantic client (no codec) gets ours too.
-    plain = Client(**{**env.client.config(), "data_converter": pydantic_data_converter})
-    assert issubclass(
-        with_pydantic_converter(plain).data_converter.payload_converter_class,
-        AgentPayloadConverter,
-    )
+    # A plain pydantic client (no codec) gets ours too, and the keys given.
+    plain = agent_converter(pydantic_data_converter, keys=PayloadKeys.parse(K2))
+    assert issubclass(plain.payload_converter_class, AgentPayloadConverter)
+    assert codec_of(plain).keys.ids == ("k2",)  # type: ignore[union-attr]  # ours
+    # A codec of the team's own and keys too would encrypt twice; a payload converter of the
+    # team's own cannot read the workflow's payloads.
+    with pytest.raises(ValueError, match="encrypted twice"):
+        agent_converter(theirs, keys=PayloadKeys.parse(K1))
+
+    class Theirs(DefaultPayloadConverter):
+        pass
+
+    with pytest.raises(ValueError, match="payload converter is Theirs"):
+        agent_converter(dataclasses.replace(DataConverter.default, payload_converter_class=Theirs))
 
 
-async def test_build_worker_warns_when_the_env_has_keys_and_its_client_has_none(
+async def test_build_worker_encrypts_with_the_envs_keys_and_warns_of_a_codec_without_keys(
     env, monkeypatch, caplog
 ):
-    """``AGENT_PAYLOAD_KEYS`` is read by entry points: a client connected without it would have
-    the worker write in the clear, silently but for this warning."""
+    """``AGENT_PAYLOAD_KEYS`` reaches a client without a codec through the plugin; a client
+    connected with the codec and no keys keeps writing in the clear, but not silently."""
     model = ScriptedModel()
     gemini = model.client()
     agents = [t.ops_agent()]
 
-    def warnings_for(client: Client) -> list[str]:
+    def built(client: Client) -> tuple[list[str], DataConverter]:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="worker"):
-            build_worker(client, agents=agents, task_queue=f"dp-{uuid.uuid4()}", gemini=gemini)
-        return [r.getMessage() for r in caplog.records if "IN THE CLEAR" in r.getMessage()]
+        with caplog.at_level(logging.WARNING, logger="temporal_agent_interrupts.worker"):
+            worker = build_worker(
+                client, agents=agents, task_queue=f"dp-{uuid.uuid4()}", gemini=gemini
+            )
+        warned = [r.getMessage() for r in caplog.records if "IN THE CLEAR" in r.getMessage()]
+        return warned, worker.client.data_converter
 
     monkeypatch.setenv(ENV_VAR, K1)
-    (warning,) = warnings_for(env.client)  # the session's client: the codec, no keys
-    assert ENV_VAR in warning and "data_converter=client.codec.data_converter()" in warning
+    (warning,), _ = built(env.client)  # the session's client: the codec, no keys
+    assert ENV_VAR in warning and "codec.data_converter()" in warning
     assert K1.partition(":")[2] not in warning
     bare = Client(**{**env.client.config(), "data_converter": pydantic_data_converter})
-    assert len(warnings_for(bare)) == 1
-    assert warnings_for(with_keys(env.client, K1)) == []
+    warned, converter = built(bare)
+    assert warned == [] and codec_of(converter).keys.ids == ("k1",)  # type: ignore[union-attr]  # ours
+    assert built(with_keys(env.client, K1))[0] == []
     monkeypatch.delenv(ENV_VAR)
-    assert warnings_for(env.client) == []
+    assert built(env.client)[0] == []
 
 
 async def test_make_runs_dev_server_points_its_ui_at_the_codec_server(tmp_path):

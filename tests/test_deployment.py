@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from worker.__main__ import DEFAULT_GRACEFUL_SHUTDOWN_SECONDS
-from workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.worker.__main__ import DEFAULT_GRACEFUL_SHUTDOWN_SECONDS
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).parent.parent
 DISPATCH_FLAG_VALUE = "history.transferProcessorMaxPollRPS=10000"
@@ -182,6 +182,15 @@ def setuptools_packages() -> list[str]:
     return config["tool"]["setuptools"]["packages"]
 
 
+def setuptools_folders() -> dict[str, str]:
+    """Each package of the distribution and the folder of the repository that holds it."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = setuptools.get("package-dir", {})
+    return {p: mapped.get(p, p.replace(".", "/")) for p in setuptools["packages"]}
+
+
 # --- compose ----------------------------------------------------------------------------------
 
 
@@ -319,7 +328,7 @@ def test_grace_period_outlasts_the_workers_graceful_shutdown():
 def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only():
     """README, "Production: data protection": the codec server beside the UI, behind the same
     env file, started by the profile .env.example names, answering the UI's origin only."""
-    from worker.codec_server import parse_args
+    from temporal_agent_interrupts.worker.codec_server import parse_args
 
     spec = compose()
     codec = spec["services"]["codec"]
@@ -327,7 +336,7 @@ def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only(
     context = build if isinstance(build, str) else build.get("context", ".")
     assert (ROOT / context / "Dockerfile").resolve() == (ROOT / "Dockerfile").resolve()
     command = as_command(codec["command"])
-    assert command[:3] == ["python", "-m", "worker.codec_server"]
+    assert command[:3] == ["python", "-m", "temporal_agent_interrupts.worker.codec_server"]
     args = parse_args(command[3:])  # the real parser: the flags exist and parse
     # All interfaces inside its container (the published port must reach it) ...
     assert args.host == "0.0.0.0"
@@ -395,14 +404,21 @@ def test_image_runs_as_a_non_root_user():
 
 
 def test_image_starts_the_real_worker_entry_point_and_stops_on_sigterm():
-    assert exec_form("CMD") == ["python", "-m", "worker"]
+    assert exec_form("CMD") == ["agent-worker"]
+    # The wheel ships no agents: the image copies the examples beside it and names them.
+    stage = final_stage()
+    assert any(
+        kw == "COPY" and rest.endswith("/src/examples /opt/agents/examples") for kw, rest in stage
+    )
+    assert any(kw == "ENV" and "AGENT_MODULES=examples" in rest for kw, rest in stage)
+    assert any(kw == "ENV" and "PYTHONPATH=/opt/agents" in rest for kw, rest in stage)
     entrypoint = exec_form("ENTRYPOINT")
     # An init as PID 1 passes SIGTERM on even before python installs its handlers.
     assert Path(entrypoint[0]).name == "tini" and entrypoint[-1] == "--"
     assert [rest for kw, rest in final_stage() if kw == "STOPSIGNAL"] == ["SIGTERM"]
     assert (ROOT / "worker" / "__main__.py").is_file()
     help_run = subprocess.run(
-        [sys.executable, "-m", "worker", "--help"],
+        [sys.executable, "-m", "temporal_agent_interrupts.worker", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -427,7 +443,7 @@ def test_image_installs_the_project_without_test_extras():
 
 
 def test_dockerignore_keeps_what_the_install_needs():
-    needed = ["pyproject.toml", "README.md", *setuptools_packages()]
+    needed = ["pyproject.toml", "README.md", *setuptools_folders().values()]
     for path in needed:
         assert (ROOT / path).exists(), path
         assert not dockerignored(path), f".dockerignore drops {path}, which pip install needs"
@@ -453,17 +469,23 @@ def test_the_built_wheel_carries_every_module_and_runs_the_entry_point(tmp_path)
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = tmp_path.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        shipped = {n for n in zf.namelist() if n.endswith(".py")}
+        names = set(zf.namelist())
+        shipped = {n for n in names if n.endswith(".py")}
         zf.extractall(tmp_path / "site")
-    packages = setuptools_packages()
+    folders = setuptools_folders()
     source = {
-        str(p.relative_to(ROOT))
-        for package in packages
-        for p in (ROOT / package).rglob("*.py")
-        if "__pycache__" not in p.parts
+        f"{package.replace('.', '/')}/{p.relative_to(ROOT / folder)}"
+        for package, folder in folders.items()
+        for p in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in p.parts and not p.parent.is_symlink()
     }
     assert source, "no source modules found"
     assert source <= shipped, f"missing from the wheel: {sorted(source - shipped)}"
+    # One package and its metadata at the top, nothing else: no examples, tests or bench.
+    top = {name.split("/")[0] for name in names}
+    (dist_info,) = top - {"temporal_agent_interrupts"}
+    assert dist_info.endswith(".dist-info"), top
+    assert "temporal_agent_interrupts/py.typed" in names
     # Run it from the unpacked wheel, not the source tree (-P: no cwd on sys.path).
     site = tmp_path / "site"
     probe = subprocess.run(
@@ -471,8 +493,10 @@ def test_the_built_wheel_carries_every_module_and_runs_the_entry_point(tmp_path)
             sys.executable,
             "-P",
             "-c",
-            "import runpy, sys, worker, examples; print(worker.__file__); print(examples.__file__);"
-            "sys.argv = ['worker', '--help']; runpy.run_module('worker', run_name='__main__')",
+            "import runpy, sys, importlib.util, temporal_agent_interrupts.worker as w;"
+            "print(w.__file__); print(importlib.util.find_spec('examples'));"
+            "sys.argv = ['agent-worker', '--help'];"
+            "runpy.run_module('temporal_agent_interrupts.worker', run_name='__main__')",
         ],
         cwd=tmp_path,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
@@ -483,5 +507,5 @@ def test_the_built_wheel_carries_every_module_and_runs_the_entry_point(tmp_path)
     )
     assert probe.returncode == 0, probe.stdout + probe.stderr
     first, second = probe.stdout.splitlines()[:2]
-    assert first.startswith(str(site)) and second.startswith(str(site))
+    assert first.startswith(str(site)) and second == "None"
     assert "TEMPORAL_ADDRESS" in probe.stdout

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from workflows.details import code, example_output, fence, shell_word, visible
+from temporal_agent_interrupts.workflows.details import (
+    code,
+    example_output,
+    fence,
+    shell_word,
+    visible,
+)
 
 
 def test_visible_shows_controls_and_bidi_overrides_as_escapes():

@@ -12,16 +12,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from client import AgentClient, FinishReason
+from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts.worker import build_worker, sandbox_runner
+from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.standin import GeminiStandIn, calls, text
+from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed
 from tests.scenarios import banking_conversation, durable_conversation, rich_conversation
-from worker import build_worker, sandbox_runner
-from worker.devserver import DISPATCH_FLAG, temporal_cli
-from worker.offline_model import respond as offline_rules
-from worker.standin import GeminiStandIn, calls, text
-from workflows import AgentWorkflow
-from workflows.config import SEARCH_ATTRIBUTES
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -34,7 +34,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from client import (
+from temporal_agent_interrupts.client import (
     AgentClient,
     CancelRejected,
     Chat,
@@ -42,6 +42,20 @@ from client import (
     ResumeRejected,
     SendRejected,
 )
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG
+from temporal_agent_interrupts.worker.devserver import temporal_cli as temporal_cli_path
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.workflows.limits import (
+    DOOR,
+    HELD,
+    OUT,
+    KiB,
+    human_size,
+    json_size,
+)
+from temporal_agent_interrupts.workflows.types import InterruptRequest, ResumeInput, TurnResult
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import (
@@ -53,20 +67,6 @@ from tests.helpers import (
     temporal_cli,
 )
 from tests.test_operator import agentctl
-from worker import build_worker
-from worker.devserver import DISPATCH_FLAG
-from worker.devserver import temporal_cli as temporal_cli_path
-from worker.standin import Reply, calls, text
-from workflows.config import SEARCH_ATTRIBUTES
-from workflows.limits import (
-    DOOR,
-    HELD,
-    OUT,
-    KiB,
-    human_size,
-    json_size,
-)
-from workflows.types import InterruptRequest, ResumeInput, TurnResult
 
 LONE_SURROGATE = b'"half an emoji \\ud83d"'  # JSON text Python's json accepts
 

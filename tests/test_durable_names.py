@@ -15,13 +15,13 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from client.tracing import KNOWN_NAMES
+from temporal_agent_interrupts.tracing import KNOWN_NAMES
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
 from tests import agents as t
 from tests.helpers import events_of, eventually, history
-from worker.standin import calls, text
-from workflows import Agent
-from workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
-from workflows.stream import PUBLISH_SIGNAL
 
 
 async def test_the_names_the_client_knows_are_the_workflows_own(run_worker, model, client):

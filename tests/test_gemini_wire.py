@@ -14,18 +14,18 @@ from google.genai import _common as genai_common
 from google.genai import types as gt
 from google.genai.models import _GenerateContentParameters_to_mldev
 
-from activities.gemini import (
+from temporal_agent_interrupts.activities.gemini import (
     config_for,
     merge_chunks,
     part_from_rest,
     rest_request,
     to_contents,
 )
-from activities.runtime import stream_rest, stream_typed
+from temporal_agent_interrupts.activities.runtime import stream_rest, stream_typed
+from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, Request
+from temporal_agent_interrupts.workflows.agent import Agent
+from temporal_agent_interrupts.workflows.types import FunctionCall, FunctionResponse, Message, Part
 from tests.agents import assistant
-from worker.standin import GeminiStandIn, Reply, Request
-from workflows.agent import Agent
-from workflows.types import FunctionCall, FunctionResponse, Message, Part
 
 CONVERSATION = [
     Message(role="user", parts=[Part(text="hi")]),
@@ -155,8 +155,8 @@ def test_the_answer_digests_the_same_after_the_payload_round_trip():
     """
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from workflows.history import step
-    from workflows.types import ModelResult
+    from temporal_agent_interrupts.workflows.history import step
+    from temporal_agent_interrupts.workflows.types import ModelResult
 
     message, finish, usage = merge_chunks(RESPONSE_CHUNKS)
     converter = pydantic_data_converter.payload_converter

@@ -20,13 +20,13 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from activities import ToolContext, interrupt, tool
-from client import Chat, FinishReason, ResumeRejected, TurnEvent
+from temporal_agent_interrupts.activities import ToolContext, interrupt, tool
+from temporal_agent_interrupts.client import Chat, FinishReason, ResumeRejected, TurnEvent
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
-from worker.standin import calls, text
-from worker.testing import TokenIssuer
-from workflows import Agent, ToolApproval
 
 sign_off = interrupt(
     "signOff",

@@ -9,17 +9,16 @@ import jwt
 import pytest
 from pydantic import BaseModel
 
-from activities import interrupt, tool
-from tests.agents import Answer, Ask
-from worker.testing import TokenIssuer
-from workflows import Agent, Escalate, Remind, ToolApproval
-from workflows.audit import apply, outbox_batch
-from workflows.events import answer
-from workflows.interrupts import InterruptBook, ResumeError, Who
-from workflows.limits import json_size
-from workflows.tokens import live
-from workflows.turn import MIN_NOTICE_BYTES, NOTICES_BUDGET, notice_within
-from workflows.types import (
+from temporal_agent_interrupts.activities import interrupt, tool
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
+from temporal_agent_interrupts.workflows.audit import apply, outbox_batch
+from temporal_agent_interrupts.workflows.events import answer
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, Who
+from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.tokens import live
+from temporal_agent_interrupts.workflows.turn import MIN_NOTICE_BYTES, NOTICES_BUDGET, notice_within
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CallState,
     ConversationState,
@@ -29,6 +28,7 @@ from workflows.types import (
     TurnEvent,
     Vote,
 )
+from tests.agents import Answer, Ask
 
 NOW = datetime.now(UTC)  # tokens are minted against the real clock
 ISSUER = TokenIssuer("EdDSA")

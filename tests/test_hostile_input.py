@@ -21,7 +21,16 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from client import AgentClient, AgentError, Chat, FinishReason, ResumeRejected
+from temporal_agent_interrupts.client import (
+    AgentClient,
+    AgentError,
+    Chat,
+    FinishReason,
+    ResumeRejected,
+)
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.limits import DOOR
+from temporal_agent_interrupts.workflows.types import InterruptRequest
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import (
@@ -34,9 +43,6 @@ from tests.helpers import (
     temporal_cli,
 )
 from tests.hostile import HostileGenerator, Payload, oversized
-from worker.standin import calls, text
-from workflows.limits import DOOR
-from workflows.types import InterruptRequest
 
 CLI_PAYLOADS = 320
 UPDATE_PAYLOADS = 160

@@ -19,16 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from worker.testing import TokenIssuer
-from workflows import identity as identity_module
-from workflows.identity import (
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import identity as identity_module
+from temporal_agent_interrupts.workflows.identity import (
     MAX_TOKEN_BYTES,
     IdentityError,
     VerifiedIdentity,
     check_trust,
     verify_token,
 )
-from workflows.types import TrustSpec
+from temporal_agent_interrupts.workflows.types import TrustSpec
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 MALFORMED = "the identity token is malformed: it is not a JWT (header.claims.signature)"

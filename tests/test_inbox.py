@@ -17,16 +17,21 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from activities import interrupt
-from client import AgentClient, FinishReason, PausedChat, PausedInterrupt
-from client.inbox import for_approver, memo_interrupts, oldest_first
+from temporal_agent_interrupts.activities import interrupt
+from temporal_agent_interrupts.client import AgentClient, FinishReason, PausedChat, PausedInterrupt
+from temporal_agent_interrupts.client.inbox import for_approver, memo_interrupts, oldest_first
+from temporal_agent_interrupts.worker.standin import calls
+from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows.config import (
+    AGENT_NAME,
+    AGENT_STATUS,
+    INTERRUPTED_SINCE,
+    PENDING_INTERRUPTS,
+)
 from tests import agents as t
 from tests.helpers import eventually
 from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
-from worker.standin import calls
-from worker.testing import TokenIssuer
-from workflows import Agent, ToolApproval
-from workflows.config import AGENT_NAME, AGENT_STATUS, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.agents import assistant
-from workflows.interrupts import (
+from temporal_agent_interrupts.workflows.interrupts import (
     InterruptBook,
     ResumeError,
     schema_error,
 )
-from workflows.limits import DOOR
-from workflows.types import CallState
+from temporal_agent_interrupts.workflows.limits import DOOR
+from temporal_agent_interrupts.workflows.types import CallState
+from tests.agents import assistant
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -43,14 +43,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowInstanc
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
-import worker as worker_module
-from activities.runtime import genai_transport, stream_rest
-from tests.agents import assistant
-from worker import PASSTHROUGH
-from worker.standin import GeminiStandIn, Reply, Request, text
-from worker.testing import hosted
-from workflows import AgentWorkflow
-from workflows.stream import (
+import temporal_agent_interrupts.worker.plugin as plugin_module
+import temporal_agent_interrupts.worker.sandbox as sandbox_module
+from temporal_agent_interrupts.activities.runtime import genai_transport, stream_rest
+from temporal_agent_interrupts.worker import PASSTHROUGH
+from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, Request, text
+from temporal_agent_interrupts.worker.testing import hosted
+from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.stream import (
     OFFSET_QUERY,
     POLL_UPDATE,
     PUBLISH_SIGNAL,
@@ -59,7 +59,8 @@ from workflows.stream import (
     _serialized_size,
     _wire_size,
 )
-from workflows.types import Message, Part, TurnEvent
+from temporal_agent_interrupts.workflows.types import Message, Part, TurnEvent
+from tests.agents import assistant
 
 # ----------------------------------------------------------------------------------------------
 # temporalio.contrib.workflow_streams
@@ -248,17 +249,17 @@ async def test_sandbox_instance_is_the_one_compiled_instance_extends(client: Cli
     )
     assert made == [_Instance], (
         f"SandboxedWorkflowRunner.create_instance now builds {made}, not {lib}: "
-        "worker._CompiledInstance extends the old class"
+        "worker.sandbox._CompiledInstance extends the old class"
     )
 
     # In a real conversation, the sandbox execs the same few source strings again and again:
     # what _CompiledInstance compiles once (bench B1: 3.7% of a cycle).
-    worker_module._compiled.cache_clear()
+    sandbox_module._compiled.cache_clear()
     model.reply(text("hi"))
     async with hosted(client, agents=[assistant], model=model) as agents:
         chat = await agents.chat("assistant")
         await chat.send("hello")
-    info = worker_module._compiled.cache_info()
+    info = sandbox_module._compiled.cache_info()
     assert 0 < info.currsize <= 8 and info.hits > info.misses, (
         f"{lib}._run_code no longer gets a few fixed source strings over and over ({info}): "
         "_CompiledInstance saves nothing; remove it, or adapt it"
@@ -292,7 +293,7 @@ async def test_genai_transport_sends_our_body_and_shows_retry_options():
     )
     assert not genai_transport(plain).get_read_only_http_options().get("retry_options")
     with pytest.raises(ValueError, match="retry_options"):
-        worker_module._reject_sdk_retries(retrying)
+        plugin_module._reject_sdk_retries(retrying)
 
     # stream_rest sends our body as it is and reads each chunk's JSON from response.body.
     params = list(inspect.signature(genai_transport(plain).async_request_streamed).parameters)

@@ -12,9 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_carried_state import turn as turn_messages
-from workflows.history import carry, page, page_back, trim_answers
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.history import carry, page, page_back, trim_answers
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     OUT,
@@ -27,7 +26,7 @@ from workflows.limits import (
     json_size,
     shrink,
 )
-from workflows.types import (
+from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerRecord,
     CallState,
@@ -43,6 +42,7 @@ from workflows.types import (
     TurnResult,
     TurnState,
 )
+from tests.test_carried_state import turn as turn_messages
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -93,9 +93,9 @@ def test_numbers_json_cannot_hold_are_refused():
 
 
 def test_a_deadline_answer_too_large_is_refused_at_declaration():
-    from activities import interrupt
+    from temporal_agent_interrupts.activities import interrupt
+    from temporal_agent_interrupts.workflows import Agent
     from tests.agents import Answer, Ask
-    from workflows import Agent
 
     with pytest.raises(ValueError, match=r"on_timeout is \d+ bytes of JSON; the limit is 4096"):
         interrupt(
@@ -272,7 +272,7 @@ def held(messages: list[Message], turn: TurnState) -> int:
 
 
 def test_an_update_result_lists_the_interrupts_that_fit_and_counts_the_rest():
-    from workflows.payloads import fit as _fit
+    from temporal_agent_interrupts.workflows.payloads import fit as _fit
 
     result = TurnResult(
         turn=1,

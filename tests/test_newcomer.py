@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason
 from examples import ALL_AGENTS, banking, demo, deploy, shell
+from temporal_agent_interrupts.client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.devserver import temporal_cli
+from temporal_agent_interrupts.worker.offline_model import BANNER, respond
+from temporal_agent_interrupts.worker.standin import GeminiStandIn
 from tests.helpers import fake_dev_server, server_address
-from worker import build_worker
-from worker.devserver import temporal_cli
-from worker.offline_model import BANNER, respond
-from worker.standin import GeminiStandIn
 
 ROOT = Path(__file__).parent.parent
 
@@ -83,7 +83,7 @@ async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, 
     assert f"{Path(sys.executable).parent / 'agentctl'} show {chat_id}\n" in out
 
     # The conversation lives on the queue `make run` serves: once the demo's own worker is
-    # gone, a worker there (`python -m worker`) answers for it.
+    # gone, a worker there (`agent-worker`) answers for it.
     assert (await client.get_workflow_handle(chat_id).describe()).task_queue == queue
     async with build_worker(client, agents=ALL_AGENTS, task_queue=queue):
         chat = await AgentClient(client, task_queue=queue).chat("bankingAgent", chat_id=chat_id)
@@ -94,7 +94,7 @@ async def test_demo_runs_the_banking_conversation(env, client, tmp_path, stdin, 
 
 
 def test_demo_uses_the_task_queue_make_run_serves(monkeypatch):
-    from worker.__main__ import parse_args
+    from temporal_agent_interrupts.worker.__main__ import parse_args
 
     monkeypatch.delenv("AGENT_TASK_QUEUE", raising=False)
     assert demo.task_queue() == DEFAULT_TASK_QUEUE == parse_args([]).task_queue == "agents"
@@ -205,7 +205,7 @@ async def test_offline_model_drives_every_example_agent(client):
             task_queue="offline",
             gemini=offline.client(),
         ):
-            from client import AgentClient, deny
+            from temporal_agent_interrupts.client import AgentClient, deny
 
             agents = AgentClient(client, task_queue="offline")
             bank = await agents.chat("bankingAgent")
@@ -348,7 +348,7 @@ def test_run_script_exits_with_the_scripts_status(tmp_path):
 
 
 def test_the_offline_model_stands_in_only_when_no_gemini_is_configured():
-    from worker import has_gemini_key
+    from temporal_agent_interrupts.worker import has_gemini_key
 
     assert not has_gemini_key({})
     assert not has_gemini_key({"GOOGLE_GENAI_USE_VERTEXAI": "false"})
@@ -393,13 +393,19 @@ async def test_the_demo_leaves_a_server_it_did_not_start_alone(env, tmp_path):
 def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path):
     """`make demo` leaves its server running; `make run` then uses it. A second demo suggests
     `make stop`, which must not stop the server under the running worker."""
-    from worker.devserver import adopt_dev_server, recorded_dev_server, release_dev_server
+    from temporal_agent_interrupts.worker.devserver import (
+        adopt_dev_server,
+        recorded_dev_server,
+        release_dev_server,
+    )
 
     db_file = tmp_path / ".temporal" / "temporal.db"
     server = fake_dev_server()
     sleeper = "import time; time.sleep(60)"
     # What `ps` shows for `make run`'s worker, which is not the server's parent here.
-    worker = subprocess.Popen([sys.executable, "-c", sleeper, "-m", "worker", "--dev-server"])
+    worker = subprocess.Popen(
+        [sys.executable, "-c", sleeper, "-m", "temporal_agent_interrupts.worker", "--dev-server"]
+    )
     try:
         pid_file = write_pid(tmp_path, server.pid)  # the demo's orphan
         assert adopt_dev_server(db_file) == server.pid
@@ -428,10 +434,10 @@ def test_make_run_adopts_the_demos_server_so_make_stop_leaves_it_alone(tmp_path)
 
 def test_the_demo_does_not_ask_for_make_run_while_it_runs():
     from examples.demo import worker_hint
-    from worker.devserver import RecordedServer
+    from temporal_agent_interrupts.worker.devserver import RecordedServer
 
     assert worker_hint("agents", None) == "make run   (serves task queue 'agents'), then"
-    make_run = RecordedServer(pid=10, owner=11, owner_command="python -m worker --dev-server")
+    make_run = RecordedServer(pid=10, owner=11, owner_command="agent-worker --dev-server")
     assert worker_hint("agents", make_run).startswith("make run is already running (pid 11)")
     orphan = RecordedServer(pid=10, owner=None)
     assert worker_hint("agents", orphan).startswith("make run   (serves")

@@ -38,9 +38,9 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities import interrupt
-from client import FinishReason, ResumeRejected, ToolResponse
-from client.tracing import (
+from temporal_agent_interrupts.activities import interrupt
+from temporal_agent_interrupts.client import FinishReason, ResumeRejected, ToolResponse
+from temporal_agent_interrupts.tracing import (
     TRACING_SWITCH,
     SanitizingSpanExporter,
     add_tracing,
@@ -49,19 +49,11 @@ from client.tracing import (
     span_name,
     tracing_interceptors,
 )
-from tests import agents as t
-from tests.helpers import (
-    assert_no_workflow_task_failed,
-    cli_signal,
-    eventually,
-    metric_values,
-    server_address,
-)
-from worker import sandbox_runner
-from worker.standin import calls, text
-from worker.testing import ScriptedModel, hosted
-from workflows import Agent, AgentWorkflow, ToolApproval
-from workflows.telemetry import (
+from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
+from temporal_agent_interrupts.workflows.telemetry import (
     INTERRUPT_WAIT,
     INTERRUPT_WAIT_BUCKETS,
     INTERRUPTS_ANSWERED,
@@ -76,6 +68,14 @@ from workflows.telemetry import (
     SPAN_TURN_START,
     TOOL_CALLS,
     UNKNOWN_AGENT,
+)
+from tests import agents as t
+from tests.helpers import (
+    assert_no_workflow_task_failed,
+    cli_signal,
+    eventually,
+    metric_values,
+    server_address,
 )
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -515,7 +515,7 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
         import json, sys
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import TracingInterceptor
-        from client import AgentClient, run_script
+        from temporal_agent_interrupts.client import AgentClient, run_script
 
         async def main():
             agents = await AgentClient.connect({server_address(client)!r})

@@ -31,7 +31,13 @@ from temporalio.api.query.v1 import WorkflowQuery
 from temporalio.api.workflowservice.v1 import QueryWorkflowRequest
 from temporalio.client import Client
 
-from client import AgentClient, FinishReason, NoWorkerAnswered
+from temporal_agent_interrupts.client import AgentClient, FinishReason, NoWorkerAnswered
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.workflows.config import (
+    AGENT_NAME,
+    INTERRUPTED_SINCE,
+    PENDING_INTERRUPTS,
+)
 from tests import agents as t
 from tests.helpers import (
     cli_signal,
@@ -42,8 +48,6 @@ from tests.helpers import (
     server_address,
     temporal_cli,
 )
-from worker.standin import Reply, calls, text
-from workflows.config import AGENT_NAME, INTERRUPTED_SINCE, PENDING_INTERRUPTS
 
 AGENTCTL = Path(sys.executable).parent / "agentctl"
 VISIBILITY_TIMEOUT = 20.0
@@ -257,7 +261,7 @@ async def test_agentctl_pending_reads_visibility_without_a_worker(run_worker, mo
     answer = await agentctl(client, "approve", a.id, ref, "--wait", "1", task_queue=tq)
     assert answer.code == 3, answer
     assert f"no worker answered within 1s on task queue '{tq}'" in answer.err
-    assert "is `python -m worker` running?" in answer.err and "Nothing was sent" in answer.err
+    assert "is `agent-worker` running?" in answer.err and "Nothing was sent" in answer.err
     show = await agentctl(client, "show", a.id, "--wait", "1", task_queue=tq)
     assert show.code == 3 and "no worker answered within 1s" in show.err
 

@@ -10,7 +10,8 @@ import logging
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from client import FinishReason, ResumeRejected, SendRejected
+from temporal_agent_interrupts.client import FinishReason, ResumeRejected, SendRejected
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -18,7 +19,6 @@ from tests.helpers import (
     history,
     scheduled_activities,
 )
-from worker.standin import Reply, calls, text
 
 
 async def test_plain_text_turn_sends_agent_definition(run_worker, model, client):
@@ -179,7 +179,7 @@ async def test_resume_is_validated_against_the_pending_set(
     run_worker, model, client, build, reason
 ):
     """Semantics 3: a bad resume is rejected whole, before anything runs, leaving no history."""
-    from workflows.types import ResumeInput
+    from temporal_agent_interrupts.workflows.types import ResumeInput
 
     model.reply(calls(("approve", {"question": "q"}), ("lookup", {"key": "k"})), text("done"))
     async with run_worker() as agents:
@@ -206,7 +206,7 @@ async def test_resume_while_nothing_is_paused_is_rejected(run_worker, model):
     async with run_worker() as agents:
         chat = await agents.chat("assistant")
         await chat.send("hello")
-        from workflows.types import ToolResponse
+        from temporal_agent_interrupts.workflows.types import ToolResponse
 
         with pytest.raises(ResumeRejected, match="nothing is paused"):
             await chat.resume(respond=[ToolResponse(name="approve", ref="r", output={})])
@@ -356,7 +356,7 @@ async def test_message_while_paused_is_rejected_and_cancel_withdraws(run_worker,
 
 
 async def test_cancel_with_nothing_to_cancel_is_an_error(run_worker, model):
-    from client import AgentError
+    from temporal_agent_interrupts.client import AgentError
 
     model.reply(text("hi"))
     async with run_worker() as agents:
@@ -575,7 +575,7 @@ async def test_cancelling_the_workflow_closes_the_conversation(run_worker, model
     """An operator's 'Cancel' in the UI ends the conversation as closed, not as a failure."""
     from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-    from workflows.config import AGENT_STATUS
+    from temporal_agent_interrupts.workflows.config import AGENT_STATUS
 
     model.reply(calls(("approve", {"question": "q"})))
     async with run_worker() as agents:

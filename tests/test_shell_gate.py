@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from examples.shell import needs_approval
-from worker.__main__ import load_agents
-from worker.standin import calls, text
+from temporal_agent_interrupts.worker.__main__ import load_agents
+from temporal_agent_interrupts.worker.standin import calls, text
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from workflows.tokens import (
+from temporal_agent_interrupts.workflows.tokens import (
     MAX_OFFERED,
     MAX_PER_SUBJECT,
     MAX_SPENT_TOKENS,
@@ -16,7 +16,7 @@ from workflows.tokens import (
     is_spent,
     spend,
 )
-from workflows.types import SpentToken
+from temporal_agent_interrupts.workflows.types import SpentToken
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from client import EventsGone, FinishReason, SendRejected
 from examples.banking import banking_agent
+from temporal_agent_interrupts.client import EventsGone, FinishReason, SendRejected
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.offline_model import streaming
+from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text
+from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
-from worker import build_worker
-from worker.offline_model import streaming
-from worker.standin import GeminiStandIn, Reply, calls, text
-from workflows.types import TurnEvent
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -192,7 +192,7 @@ async def test_forged_or_malformed_stream_publishes_are_recorded_rejections(
     argument count or a forged event is a recorded rejection, never a failed workflow task."""
     from temporalio.contrib.workflow_streams import PublishEntry, PublishInput
 
-    from workflows.stream import PUBLISH_SIGNAL, encode_item
+    from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, encode_item
 
     model.reply(text("hello"), text("still fine"))
     async with run_worker() as agents:
@@ -258,7 +258,7 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-    from workflows.stream import MAX_FOLLOWERS
+    from temporal_agent_interrupts.workflows.stream import MAX_FOLLOWERS
 
     model.reply(text("one"), text("two"))
     async with run_worker() as agents:

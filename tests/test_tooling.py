@@ -40,7 +40,7 @@ def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
         "pytest",
         "-q",
         "-p",
-        "worker.pytest_plugin",
+        "temporal_agent_interrupts.worker.pytest_plugin",
         "-p",
         "no:cacheprovider",
         "--rootdir",
@@ -54,23 +54,58 @@ def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
 
 
 # --- package boundaries ------------------------------------------------------------------------
-# What each top-level package may import, read from the source (ast), so that a new import
+# What each part of the one package may import, read from the source (ast), so that a new import
 # across a boundary fails here rather than in a review. Imports under ``if TYPE_CHECKING:`` are
 # for the type checker only and are not counted, except in ``workflows/``, which names no other
-# package at all (``Agent`` takes tools through the ``ToolDeclaration`` protocol).
+# part at all (``Agent`` takes tools through the ``ToolDeclaration`` protocol).
 
-PACKAGES = ("workflows", "activities", "worker", "client", "examples")
+PKG = "temporal_agent_interrupts"
+SUBPACKAGES = ("workflows", "activities", "worker", "client")
+# The package root's own modules, which both sides import: the codec, tracing, connection
+# settings and the error types.
+SHARED = "shared"
+PARTS = (*SUBPACKAGES, SHARED, "examples")
 
 FORBIDDEN = {
     # Deterministic code: it may not reach anything that does I/O or reads configuration.
-    "workflows": {"activities", "worker", "client", "examples"},
-    "activities": {"worker", "client", "examples"},
-    # The worker imports the client (connection settings) and hosts the examples only by name
-    # (``--agents examples:ALL_AGENTS``), so the demo can run a worker.
-    "worker": {"examples"},
+    "workflows": {"activities", "worker", "client", SHARED, "examples"},
+    "activities": {"worker", "client", SHARED, "examples"},
+    # The worker imports the shared modules, never the client, and hosts the examples only by
+    # name (``--agents examples``). The test kit (worker/testing.py) is the exception: it drives
+    # conversations through the client API on purpose.
+    "worker": {"client", "examples"},
     "client": {"worker", "examples"},
+    SHARED: {"activities", "worker", "client", "examples"},
     "examples": set(),
 }
+ALLOWED = {"worker/testing.py": {"client"}}
+
+
+def _where(root: Path) -> dict[str, Path]:
+    """Each part and the folder that holds its modules."""
+    return {
+        **{part: root / part for part in SUBPACKAGES},
+        SHARED: root / PKG,
+        "examples": root / "examples",
+    }
+
+
+def _modules(part: str) -> list[Path]:
+    folder = _where(ROOT)[part]
+    # The shared part is the root's own modules; its links to the subpackages are not its own.
+    found = folder.glob("*.py") if part == SHARED else folder.rglob("*.py")
+    return sorted(p for p in found if "__pycache__" not in p.parts)
+
+
+def _part(module: str) -> str | None:
+    """Which part an absolute module name belongs to (None: not this project's)."""
+    head, _, rest = module.partition(".")
+    if head == "examples":
+        return "examples"
+    if head != PKG:
+        return None
+    sub = rest.split(".")[0]
+    return sub if sub in SUBPACKAGES else SHARED
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -79,8 +114,8 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imported_packages(path: Path) -> set[str]:
-    """The top-level project packages ``path`` imports, anywhere but under TYPE_CHECKING."""
+def _imported_parts(path: Path) -> set[str]:
+    """The parts of the project ``path`` imports, anywhere but under TYPE_CHECKING."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -89,61 +124,68 @@ def _imported_packages(path: Path) -> set[str]:
                 visit(child)
             return
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(filter(None, (_part(alias.name) for alias in node.names)))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            if node.module == PKG:  # from temporal_agent_interrupts import workflows, Agent, ...
+                found.update(_part(f"{PKG}.{alias.name}") or SHARED for alias in node.names)
+            elif part := _part(node.module):
+                found.add(part)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
     visit(ast.parse(path.read_text(), filename=str(path)))
-    return found & set(PACKAGES)
+    return found
 
 
-def _package_imports() -> dict[str, dict[str, set[str]]]:
-    """For each package: each of its modules and the other packages it imports."""
+def _part_imports() -> dict[str, dict[str, set[str]]]:
+    """For each part: each of its modules and the other parts it imports."""
     return {
-        package: {
-            str(path.relative_to(ROOT)): _imported_packages(path) - {package}
-            for path in sorted((ROOT / package).rglob("*.py"))
+        part: {
+            str(path.relative_to(ROOT)): _imported_parts(path) - {part} for path in _modules(part)
         }
-        for package in PACKAGES
+        for part in PARTS
     }
 
 
-def test_packages_import_only_across_allowed_boundaries():
+def test_parts_import_only_across_allowed_boundaries():
     broken = [
-        f"{module} imports {sorted(imported & FORBIDDEN[package])}"
-        for package, modules in _package_imports().items()
+        f"{module} imports {sorted(imported & FORBIDDEN[part] - ALLOWED.get(module, set()))}"
+        for part, modules in _part_imports().items()
         for module, imported in modules.items()
-        if imported & FORBIDDEN[package]
+        if imported & FORBIDDEN[part] - ALLOWED.get(module, set())
     ]
     assert not broken, broken
 
 
-def test_workflows_name_no_other_package_even_for_the_type_checker():
+def test_workflows_name_no_other_part_even_for_the_type_checker():
     named = {
-        str(path.relative_to(ROOT)): sorted(
-            {
-                (node.module or "").split(".")[0]
-                for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.ImportFrom) and node.level == 0
-            }
-            | {
-                alias.name.split(".")[0]
-                for node in ast.walk(ast.parse(path.read_text()))
+        str(path.relative_to(ROOT)): {
+            part
+            for node in ast.walk(ast.parse(path.read_text()))
+            for name in (
+                [
+                    f"{node.module}.{a.name}" if node.module == PKG else node.module
+                    for a in node.names
+                ]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                else [a.name for a in node.names]
                 if isinstance(node, ast.Import)
-                for alias in node.names
-            }
-        )
-        for path in sorted((ROOT / "workflows").rglob("*.py"))
+                else []
+            )
+            if (part := _part(name)) is not None
+        }
+        for path in _modules("workflows")
     }
-    broken = {m: [p for p in pkgs if p in FORBIDDEN["workflows"]] for m, pkgs in named.items()}
+    broken = {m: sorted(p & FORBIDDEN["workflows"]) for m, p in named.items()}
     assert not {m: p for m, p in broken.items() if p}, broken
 
 
-def test_no_package_imports_one_that_imports_it_back():
+def test_no_part_imports_one_that_imports_it_back():
     edges = {
-        package: set().union(*modules.values()) for package, modules in _package_imports().items()
+        part: set().union(*modules.values()) - set().union(*ALLOWED.values())
+        if part == "worker"
+        else set().union(*modules.values())
+        for part, modules in _part_imports().items()
     }
 
     def reaches(start: str, goal: str, seen: frozenset[str] = frozenset()) -> bool:
@@ -152,29 +194,55 @@ def test_no_package_imports_one_that_imports_it_back():
             for nxt in edges[start]
         )
 
-    cycles = sorted(package for package in PACKAGES if reaches(package, package))
-    assert not cycles, {package: sorted(edges[package]) for package in cycles}
+    cycles = sorted(part for part in PARTS if reaches(part, part))
+    assert not cycles, {part: sorted(edges[part]) for part in cycles}
 
 
 def test_the_boundary_check_sees_imports(tmp_path):
     """The checks above pass only if the parser finds imports: a module-level one, one inside a
-    function, and none under TYPE_CHECKING."""
+    function, one from the root, and none under TYPE_CHECKING."""
     module = tmp_path / "sample.py"
     module.write_text(
         "from typing import TYPE_CHECKING\n"
-        "import worker.devserver\n"
+        f"import {PKG}.worker.devserver\n"
+        "from temporal_agent_interrupts import codec\n"
         "if TYPE_CHECKING:\n"
         "    from examples import ALL_AGENTS\n"
         "def f():\n"
-        "    from client.api import AgentClient\n"
+        f"    from {PKG}.client.api import AgentClient\n"
     )
-    assert _imported_packages(module) == {"worker", "client"}
+    assert _imported_parts(module) == {"worker", "client", SHARED}
+
+
+def test_nothing_imports_the_design_cards_folders_by_their_bare_names():
+    """From a clone ``import workflows`` would still work (the folders are at the top), and load
+    a second copy of every module beside the package's: two ``TurnResult`` classes, two
+    registries. Every module in the repository imports them through the package."""
+    bare = []
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] in (".venv", PKG, "build") or "__pycache__" in relative.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                else []
+            )
+            bare += [
+                f"{relative}:{node.lineno} {n}" for n in names if n.split(".")[0] in SUBPACKAGES
+            ]
+    assert not bare, bare
 
 
 def test_a_declared_tool_that_is_not_a_runtime_tool_is_refused_when_the_worker_is_built():
-    from activities.runtime import AgentActivities
-    from workflows import Agent
-    from workflows.types import ToolSpec
+    from temporal_agent_interrupts.activities.runtime import AgentActivities
+    from temporal_agent_interrupts.workflows import Agent
+    from temporal_agent_interrupts.workflows.types import ToolSpec
 
     class Duck:
         name = "quack"

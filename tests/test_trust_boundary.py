@@ -30,7 +30,7 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedS
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from client import (
+from temporal_agent_interrupts.client import (
     AgentClient,
     AgentError,
     FinishReason,
@@ -40,31 +40,21 @@ from client import (
     TurnStream,
     approve,
 )
-from client.inbox import PAUSED_QUERY
-from tests import agents as t
-from tests.helpers import (
-    assert_no_workflow_task_failed,
-    cli_signal,
-    events_of,
-    eventually,
-    history,
-    scheduled_activities,
-)
-from tests.test_durability import replayer
-from worker.standin import Reply, calls, text
-from worker.testing import ScriptedModel, TokenIssuer, hosted
-from workflows import Agent, ToolApproval
-from workflows.config import (
+from temporal_agent_interrupts.client.inbox import PAUSED_QUERY
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
     AGENT_STATUS,
     MODEL_ACTIVITY,
     PENDING_INTERRUPTS,
     TOOL_ACTIVITY,
 )
-from workflows.limits import RUN
-from workflows.stream import PUBLISH_SIGNAL, TOPIC, encode_item
-from workflows.telemetry import REJECTIONS, UNKNOWN_AGENT
-from workflows.types import (
+from temporal_agent_interrupts.workflows.limits import RUN
+from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, TOPIC, encode_item
+from temporal_agent_interrupts.workflows.telemetry import REJECTIONS, UNKNOWN_AGENT
+from temporal_agent_interrupts.workflows.types import (
     CallState,
     ConversationInput,
     ConversationState,
@@ -76,6 +66,16 @@ from workflows.types import (
     TurnEvent,
     TurnState,
 )
+from tests import agents as t
+from tests.helpers import (
+    assert_no_workflow_task_failed,
+    cli_signal,
+    events_of,
+    eventually,
+    history,
+    scheduled_activities,
+)
+from tests.test_durability import replayer
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -957,7 +957,7 @@ async def test_polls_while_a_tool_runs_never_take_the_run_to_its_limits(run_work
     polls are refused (writing nothing), so the run stays far from the server's 50 MiB."""
     from temporalio.contrib.workflow_streams import PollInput
 
-    from workflows.stream import POLL_HISTORY_BYTES, POLL_UPDATE
+    from temporal_agent_interrupts.workflows.stream import POLL_HISTORY_BYTES, POLL_UPDATE
 
     say = "a long preamble. " * 6000  # about 100 KiB of the model's text in the stream's log
     model.reply(calls(("slow", {"key": "k", "seconds": 300}, "s1"), say=say), text("done"))
@@ -991,7 +991,7 @@ async def test_followers_and_waiters_together_leave_cancel_a_slot(run_worker, mo
     calls at once. At most 4 and 2 wait; the cancel gets in."""
     from temporalio.contrib.workflow_streams import PollInput
 
-    from workflows.stream import POLL_UPDATE
+    from temporal_agent_interrupts.workflows.stream import POLL_UPDATE
 
     model.reply(calls(("slow", {"key": "k", "seconds": 120}, "s1")), text("never"))
     async with run_worker(agents=[t.careful]) as agents:

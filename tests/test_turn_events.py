@@ -13,16 +13,20 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
-from tests.agents import assistant
-from workflows import audit, config, events, operator_view, stream
-from workflows.interrupts import InterruptBook, ResumeError
-from workflows.limits import (
+from temporal_agent_interrupts.workflows import audit, config, events, operator_view, stream
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     json_size,
     stored_size,
 )
-from workflows.payloads import claimed_identity, fit, only_argument, payload_json
-from workflows.types import (
+from temporal_agent_interrupts.workflows.payloads import (
+    claimed_identity,
+    fit,
+    only_argument,
+    payload_json,
+)
+from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CallState,
     ConversationState,
@@ -34,6 +38,7 @@ from workflows.types import (
     TurnResult,
     TurnState,
 )
+from tests.agents import assistant
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -424,7 +429,7 @@ def test_raw_payloads_are_decoded_or_refused_in_words():
 
 
 def test_a_result_too_large_drops_interrupts_and_counts_them():
-    from workflows.types import InterruptRequest
+    from temporal_agent_interrupts.workflows.types import InterruptRequest
 
     many = [
         InterruptRequest(name="approve", ref=f"r{i}", input={"q": "x" * 1000}) for i in range(200)
@@ -459,7 +464,7 @@ def test_a_large_tool_event_on_the_stream_shows_placeholders_within_its_size():
 
 
 def test_a_turn_end_paused_on_many_interrupts_fits_one_stream_item():
-    from workflows.types import InterruptRequest
+    from temporal_agent_interrupts.workflows.types import InterruptRequest
 
     many = [
         InterruptRequest(name="approve", ref=f"r{i}", input={"q": "x" * 300}) for i in range(200)

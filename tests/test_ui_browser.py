@@ -9,7 +9,7 @@ page loads, as one must for an operator.
 
 With payload keys set, everything the UI reads of a conversation reaches the browser encrypted,
 the current details included (the query's answer is a payload, and the worker's codec encrypts
-it). The second test starts ``python -m worker.codec_server`` and the dev server with
+it). The second test starts ``agent-codec-server`` and the dev server with
 ``--ui-codec-endpoint``, and checks that the page shows the interrupt in the current details and
 the memo because the browser had the codec server decode them.
 
@@ -44,14 +44,14 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
 
-from client import Chat, InterruptRequest
-from client.codec import ENCODING, generate_key
-from client.codec import ENV_VAR as PAYLOAD_KEYS_ENV
 from examples import banking_agent
+from temporal_agent_interrupts.client import Chat, InterruptRequest
+from temporal_agent_interrupts.codec import ENCODING, generate_key
+from temporal_agent_interrupts.codec import ENV_VAR as PAYLOAD_KEYS_ENV
+from temporal_agent_interrupts.worker.devserver import port_open
+from temporal_agent_interrupts.worker.standin import calls
+from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
 from tests.helpers import free_port
-from worker.devserver import port_open
-from worker.standin import calls
-from worker.testing import ScriptedModel, dev_server, hosted
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ENV = "AGENT_TEST_CHROMIUM"
@@ -212,14 +212,14 @@ async def test_the_ui_shows_a_paused_conversations_interrupt_in_its_current_deta
 
 @asynccontextmanager
 async def codec_server(keys: str, *, cors_origin: str, log: Path) -> AsyncIterator[str]:
-    """``python -m worker.codec_server`` as an operator runs it, in a process of its own; its
+    """``agent-codec-server`` as an operator runs it, in a process of its own; its
     URL."""
     port = free_port()
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "worker.codec_server",
+            "temporal_agent_interrupts.worker.codec_server",
             "--port",
             str(port),
             "--cors-origin",

@@ -13,10 +13,10 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
-from activities.gemini import HTTP_STATUS
-from activities.tools import STATUSES, ToolError
-from client.api import approve, deny
-from workflows.types import (
+from temporal_agent_interrupts.activities.gemini import HTTP_STATUS
+from temporal_agent_interrupts.activities.tools import STATUSES, ToolError
+from temporal_agent_interrupts.client.api import approve, deny
+from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     DENIED_BY_USER,
     FEEDBACK,

@@ -1,4 +1,4 @@
-"""``python -m worker`` and ``make demo`` at their edges, none of which needs a Temporal server.
+"""``agent-worker`` and ``make demo`` at their edges, none of which needs a Temporal server.
 
 A bad ``--agents`` is refused before anything connects; an address that is configured but dead
 starts no dev server; a port that accepts connections and never answers (a hung server, or some
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from client.api import CONNECT_TIMEOUT
 from examples import ALL_AGENTS, shell_agent
 from examples.demo import closing_lines
+from temporal_agent_interrupts.client.api import CONNECT_TIMEOUT
+from temporal_agent_interrupts.worker.__main__ import load_agents, parse_args, wants_dev_server
+from temporal_agent_interrupts.worker.devserver import RecordedServer, recorded_dev_server
 from tests.helpers import fake_dev_server
 from tests.test_worker_process import bare_environ, free_port
-from worker.__main__ import load_agents, parse_args, wants_dev_server
-from worker.devserver import RecordedServer, recorded_dev_server
 
 # Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s. The margin is
 # for a loaded machine: the point is giving up before the SDK would, not how fast.
@@ -112,7 +112,7 @@ def test_a_bad_agents_value_is_one_line_and_exit_2(tmp_path, spec, expected):
         (tmp_path / name).write_text(source)
     worker = run(
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         "--agents",
         "examples:ALL_AGENTS",
         "--agents",
@@ -123,14 +123,14 @@ def test_a_bad_agents_value_is_one_line_and_exit_2(tmp_path, spec, expected):
     assert worker.returncode == 2, worker.stdout + worker.stderr
     assert worker.stdout == ""
     (line,) = worker.stderr.splitlines()
-    assert line.startswith(f"python -m worker: error: --agents {spec}: "), line
+    assert line.startswith(f"agent-worker: error: --agents {spec}: "), line
     assert expected in line
 
 
 def test_agents_are_checked_before_a_dev_server_starts(tmp_path):
     worker = run(
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         "--dev-server",
         "--agents",
         "nope:agent",
@@ -183,7 +183,14 @@ def test_a_configured_address_with_nothing_there_starts_no_server(tmp_path, conf
         environ = bare_environ(tmp_path, TEMPORAL_CONFIG_FILE=str(profiles))
     else:
         environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=address)
-    worker = run("-m", "worker", "--dev-server", env=environ, cwd=tmp_path, timeout=30)
+    worker = run(
+        "-m",
+        "temporal_agent_interrupts.worker",
+        "--dev-server",
+        env=environ,
+        cwd=tmp_path,
+        timeout=30,
+    )
     output = worker.stdout + worker.stderr
     assert worker.returncode == 1, output
     assert f"cannot connect to Temporal at {address}" in output
@@ -243,7 +250,7 @@ def test_the_worker_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_s
     began = time.monotonic()
     worker = run(
         "-m",
-        "worker",
+        "temporal_agent_interrupts.worker",
         "--dev-server",
         env=bare_environ(tmp_path, TEMPORAL_ADDRESS=silent_server),
         cwd=tmp_path,
@@ -307,12 +314,10 @@ def test_the_demo_offers_make_stop_only_for_a_server_make_stop_would_stop():
     )
     assert orphan == started
 
-    running = RecordedServer(
-        pid=7, owner=8, owner_command=".venv/bin/python -m worker --dev-server"
-    )
+    running = RecordedServer(pid=7, owner=8, owner_command=".venv/bin/agent-worker --dev-server")
     heading, footer = closing_lines(address=address, started=False, recorded=running)
     assert heading == (
-        "The dev server at localhost:7233 belongs to pid 8 (.venv/bin/python -m worker "
+        "The dev server at localhost:7233 belongs to pid 8 (.venv/bin/agent-worker "
         "--dev-server), which is still running; it is left alone:"
     )
     assert footer is None
@@ -367,7 +372,13 @@ def test_a_recorded_dev_server_knows_whether_its_starter_still_runs(tmp_path, de
 )
 def test_a_setting_that_cannot_work_is_one_line_and_exit_2(tmp_path, argv, environ, says):
     """Before: a bad log level or metrics address ended in a traceback and exit 1."""
-    done = run("-m", "worker", *argv, env=bare_environ(tmp_path, **environ), cwd=tmp_path)
+    done = run(
+        "-m",
+        "temporal_agent_interrupts.worker",
+        *argv,
+        env=bare_environ(tmp_path, **environ),
+        cwd=tmp_path,
+    )
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
-    assert line.startswith("python -m worker: error: ") and says in line, line
+    assert line.startswith("agent-worker: error: ") and says in line, line

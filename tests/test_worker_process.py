@@ -1,4 +1,4 @@
-"""``python -m worker`` and the client as deployed: configured only through the environment.
+"""``agent-worker`` and the client as deployed: configured only through the environment.
 
 Each process here starts with a bare environment (no ``TEMPORAL_*`` or keys from the shell, and a
 ``HOME`` without a ``temporal.toml``), so the variables a test sets are the only configuration.
@@ -24,17 +24,22 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from client import AgentClient, ConnectionConfigError, FinishReason, connect_config
-from tests.helpers import eventually, free_port, server_address
-from worker.__main__ import (
+from temporal_agent_interrupts.client import (
+    AgentClient,
+    ConnectionConfigError,
+    FinishReason,
+    connect_config,
+)
+from temporal_agent_interrupts.worker.__main__ import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
     parse_args,
 )
-from worker.devserver import DISPATCH_FLAG, temporal_cli
-from worker.search_attributes import missing_search_attributes
-from workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
+from temporal_agent_interrupts.worker.search_attributes import missing_search_attributes
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
+from tests.helpers import eventually, free_port, server_address
 
 ROOT = Path(__file__).parent.parent
 ATTRIBUTES = [key.name for key in SEARCH_ATTRIBUTES]
@@ -45,7 +50,7 @@ ATTRIBUTES = [key.name for key in SEARCH_ATTRIBUTES]
 CLIENT_PROBE = textwrap.dedent(
     """
     from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
-    from client import AgentClient, run_script
+    from temporal_agent_interrupts.client import AgentClient, run_script
 
     async def main():
         agents = await AgentClient.connect()
@@ -58,10 +63,14 @@ CLIENT_PROBE = textwrap.dedent(
 
 
 def bare_environ(tmp_path: Path, **variables: str) -> dict[str, str]:
+    """A process's environment with nothing of ours in it, but where a clone's worker finds the
+    example agents: the repository on the path (they are not in the package) and named, as the
+    image does (Dockerfile: ``PYTHONPATH`` and ``AGENT_MODULES``). A variable given wins."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {k: os.environ[k] for k in ("PATH", "LANG", "SYSTEMROOT") if k in os.environ}
-    return {**env, "HOME": str(home), **variables}
+    clone = {"PYTHONPATH": str(ROOT), "AGENT_MODULES": "examples"}
+    return {**env, **clone, "HOME": str(home), **variables}
 
 
 class Process:
@@ -418,7 +427,7 @@ async def test_worker_refuses_a_namespace_without_the_search_attributes(bare_ser
     assert worker.proc.returncode == 2, worker.output
     for name in ATTRIBUTES:
         assert name in worker.output
-    assert "python -m worker --setup-search-attributes" in worker.output
+    assert "agent-worker --setup-search-attributes" in worker.output
     assert "worker ready" not in worker.output and "Traceback" not in worker.output
 
 

@@ -1,4 +1,4 @@
-"""``python -m worker``: host agents on a task queue until SIGTERM or Ctrl-C.
+"""``agent-worker``: host agents on a task queue until SIGTERM or Ctrl-C.
 
 Connection settings come from ``temporalio.envconfig`` through ``client.api.connect_config``
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
@@ -47,20 +47,28 @@ from typing import NoReturn, TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from client.api import (
+from temporal_agent_interrupts.codec import (
+    PayloadKeyMissing,
+    PayloadKeys,
+    data_converter,
+    load_keys,
+)
+from temporal_agent_interrupts.connection import (
     DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
-    ConnectionConfigError,
-    ServerNotAnswering,
     connect_answering,
     connect_config,
 )
-from client.codec import PayloadKeyMissing, PayloadKeys, data_converter, load_keys
-from client.tracing import add_tracing, flush_tracing
-from worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker, has_gemini_key
-from worker.codec_server import DEFAULT_PORT as CODEC_PORT
-from worker.codec_server import DEV_UI_ORIGINS, CodecServer
-from worker.devserver import (
+from temporal_agent_interrupts.errors import ConnectionConfigError, ServerNotAnswering
+from temporal_agent_interrupts.tracing import add_tracing, flush_tracing
+from temporal_agent_interrupts.worker import (
+    DEFAULT_MAX_CACHED_WORKFLOWS,
+    build_worker,
+    has_gemini_key,
+)
+from temporal_agent_interrupts.worker.codec_server import DEFAULT_PORT as CODEC_PORT
+from temporal_agent_interrupts.worker.codec_server import DEV_UI_ORIGINS, CodecServer
+from temporal_agent_interrupts.worker.devserver import (
     adopt_dev_server,
     pid_file,
     port_open,
@@ -68,23 +76,25 @@ from worker.devserver import (
     start_dev_server,
     wait_for_port,
 )
-from worker.observability import metrics_runtime
-from worker.peers import unlike_peers, worker_identity
-from worker.search_attributes import (
+from temporal_agent_interrupts.worker.observability import metrics_runtime
+from temporal_agent_interrupts.worker.peers import unlike_peers, worker_identity
+from temporal_agent_interrupts.worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
     check_search_attributes,
     register_search_attributes,
 )
-from workflows import Agent
+from temporal_agent_interrupts.workflows import Agent
 
-log = logging.getLogger("worker")
+log = logging.getLogger("temporal_agent_interrupts.worker")
 
 T = TypeVar("T")
 
 STATE_DIR = Path(".temporal")
 DEV_SERVER_PORT = 7233  # DEFAULT_ADDRESS's
-DEFAULT_AGENTS = "examples:ALL_AGENTS"
+AGENTS_VAR = "AGENT_MODULES"
+"""Where ``--agents`` values come from when the command line gives none: whitespace- or
+comma-separated ``MODULE[:NAME]`` specs (a container's environment, say)."""
 
 # Capacity defaults, sized for a 2-core box and documented in the README. Model and tool calls
 # are async and wait on the network, so 50 at once costs little CPU. Workflow tasks are CPU work
@@ -150,7 +160,7 @@ def _from_env(p: argparse.ArgumentParser, name: str, parse: Callable[[str], T], 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = _Parser(
-        prog="python -m worker",
+        prog="agent-worker",
         description="Host agents on a task queue until SIGTERM or Ctrl-C. The Temporal "
         "connection comes from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, "
         "TEMPORAL_TLS_*, TEMPORAL_CONFIG_FILE and TEMPORAL_PROFILE (temporalio.envconfig); "
@@ -167,8 +177,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="MODULE[:NAME]",
         help="agents to host: MODULE:NAME names an Agent or a list of Agents in an importable "
-        "module; MODULE alone means MODULE:ALL_AGENTS; repeat the flag to host more (default: "
-        f"{DEFAULT_AGENTS})",
+        "module; MODULE alone means MODULE:ALL_AGENTS; repeat the flag to host more (env "
+        f"{AGENTS_VAR}; required: a clone's example agents are --agents examples)",
     )
     p.add_argument("--profile", default=None, help="envconfig profile (env TEMPORAL_PROFILE)")
     p.add_argument(
@@ -243,14 +253,25 @@ class AgentSpecError(ValueError):
 
 
 def load_agents(specs: Sequence[str] | None) -> list[Agent]:
-    """The agents ``--agents`` values name, in order (default ``examples:ALL_AGENTS``).
+    """The agents ``--agents`` values name, in order, else those ``AGENT_MODULES`` names.
+
+    There is no default: the package ships no agents (the examples live in the repository, not
+    in the wheel), and a worker that quietly hosted someone else's would take conversations
+    meant for the real ones on a shared queue.
 
     Raises:
-        AgentSpecError: a module that cannot be imported or raises while importing, a missing
-            name, or a value that is not an Agent or a list of Agents.
+        AgentSpecError: no spec at all, a module that cannot be imported or raises while
+            importing, a missing name, or a value that is not an Agent or a list of Agents.
     """
+    if not specs:
+        specs = os.environ.get(AGENTS_VAR, "").replace(",", " ").split()
+    if not specs:
+        raise AgentSpecError(
+            f"no agents to host: name them with --agents MODULE[:NAME] (or {AGENTS_VAR}); "
+            "from a clone, --agents examples hosts the example agents"
+        )
     agents: list[Agent] = []
-    for spec in specs or [DEFAULT_AGENTS]:
+    for spec in specs:
         try:
             agents += _agents_of(spec)
         except AgentSpecError as e:
@@ -374,7 +395,7 @@ async def _start_codec_server(keys: PayloadKeys) -> CodecServer | None:
     except OSError as e:
         log.warning(
             "could not start the codec server on 127.0.0.1:%d (%s): the UI will show payloads "
-            "encrypted; run `python -m worker.codec_server --cors-origin %s` elsewhere",
+            "encrypted; run `agent-codec-server --cors-origin %s` elsewhere",
             CODEC_PORT,
             e.strerror or e,
             DEV_UI_ORIGINS[0],
@@ -570,7 +591,7 @@ async def _warn_of_unlike_peers(
 
 
 def _usage_error(message: str) -> NoReturn:
-    print(f"python -m worker: error: {message}", file=sys.stderr)
+    print(f"agent-worker: error: {message}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(2)
 

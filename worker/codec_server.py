@@ -1,4 +1,4 @@
-"""``python -m worker.codec_server``: Temporal's remote codec protocol over HTTP.
+"""``agent-codec-server``: Temporal's remote codec protocol over HTTP.
 
 The Temporal UI (its codec endpoint setting, or the dev server's ``--ui-codec-endpoint``) and the
 ``temporal`` CLI (``--codec-endpoint``) send payloads here to be shown in the clear: ``POST
@@ -95,7 +95,7 @@ activities theirs: a busy worker does not stall the UI's decodes, and no client,
 malicious, holds anything on the worker's loop. The pool keeps the server's own loop free to
 enforce deadlines and accept while a 16 MiB decode runs. What one process cannot avoid is the
 GIL: a large decode holds it for tens of milliseconds at a time, which the worker's loop feels as
-latency; run the server as its own process (``python -m worker.codec_server``, the compose
+latency; run the server as its own process (``agent-codec-server``, the compose
 ``codec`` service) where that matters.
 
 Exit codes: 0 after SIGTERM or Ctrl-C (or a printed ``--generate-key``); 2 for a bad setting (no
@@ -135,7 +135,7 @@ import h11
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from client.codec import (
+from temporal_agent_interrupts.codec import (
     EncryptionCodec,
     PayloadKeyMissing,
     PayloadKeys,
@@ -144,7 +144,7 @@ from client.codec import (
     load_keys,
 )
 
-log = logging.getLogger("worker.codec_server")
+log = logging.getLogger("temporal_agent_interrupts.worker.codec_server")
 
 _T = TypeVar("_T")
 
@@ -1161,7 +1161,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = _Parser(
-        prog="python -m worker.codec_server",
+        prog="agent-codec-server",
         description="Serve Temporal's remote codec protocol (POST /encode, POST /decode) with "
         "the keys in AGENT_PAYLOAD_KEYS, for the Temporal UI and `temporal ... "
         "--codec-endpoint`.",
@@ -1262,13 +1262,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         _exit(
             2,
             "AGENT_PAYLOAD_KEYS is not set: the codec server needs the keys the workers use "
-            "(generate one with `python -m worker.codec_server --generate-key`)",
+            "(generate one with `agent-codec-server --generate-key`)",
         )
     sys.exit(asyncio.run(serve(args, keys)))
 
 
 def _exit(code: int, message: str) -> NoReturn:
-    print(f"python -m worker.codec_server: error: {message}", file=sys.stderr)
+    print(
+        f"agent-codec-server: error: {message}",
+        file=sys.stderr,
+    )
     sys.exit(code)
 
 

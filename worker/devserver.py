@@ -4,7 +4,7 @@
 UI on port 8233, and the dispatch flag that matters: a stock dev server throttles workflow-task
 dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag).
 
-Also what ``python -m worker --dev-server`` and ``make demo`` need to tell the servers they may
+Also what ``agent-worker --dev-server`` and ``make demo`` need to tell the servers they may
 start, use or stop from the ones they must leave alone: who started a recorded dev server. Whether
 a port that accepts connections is really a Temporal server that answers is for connecting to
 tell: ``client.api.connect_answering``.
@@ -26,14 +26,16 @@ from pathlib import Path
 
 from temporalio.common import SearchAttributeIndexedValueType
 
-from workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
 # What `ps` shows for a server start_dev_server launched; the Makefile's `stop` matches the same.
 _DEV_SERVER_ARGS = re.compile(r"temporal.*start-dev")
 # `make run`'s worker: it owns the server it starts, and the orphan it adopts (adopt_dev_server).
-_DEV_WORKER_ARGS = re.compile(r"-m worker\b.*--dev-server")
+# As `-m temporal_agent_interrupts.worker` or as the console script; the Makefile's `stop` matches
+# the same shape.
+DEV_WORKER_ARGS = re.compile(r"(temporal_agent_interrupts\.worker|agent-worker)\s.*--dev-server")
 
 DISPATCH_FLAG = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 
@@ -175,7 +177,7 @@ def recorded_dev_server(pid_path: Path) -> RecordedServer | None:
     # The recorded starter owns the server while it is still its parent (once it exits, the
     # server is re-parented, so a recycled pid never matches), or while it is `make run`'s
     # worker, which adopted an orphan (a recycled pid would have to be one of those too).
-    if starter is None or (owner != parent and not _DEV_WORKER_ARGS.search(starter[1])):
+    if starter is None or (owner != parent and not DEV_WORKER_ARGS.search(starter[1])):
         return RecordedServer(pid=pid, owner=None)
     return RecordedServer(pid=pid, owner=owner, owner_command=starter[1])
 

@@ -1,6 +1,6 @@
 """The worker's Prometheus endpoint: Temporal's own metrics and the product's.
 
-``python -m worker`` builds its Temporal runtime here when ``AGENT_METRICS_BIND`` is set; a test or
+``agent-worker`` builds its Temporal runtime here when ``AGENT_METRICS_BIND`` is set; a test or
 an embedding application that wants the same endpoint calls :func:`metrics_runtime` itself.
 The product's metrics (names in :mod:`workflows.telemetry`) are recorded by the workflow through
 ``workflow.metric_meter()`` and by the tool activity through ``activity.metric_meter()``, so they
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from workflows.telemetry import INTERRUPT_WAIT, INTERRUPT_WAIT_BUCKETS
+from temporal_agent_interrupts.workflows.telemetry import INTERRUPT_WAIT, INTERRUPT_WAIT_BUCKETS
 
 
 def prometheus_config(bind_address: str) -> PrometheusConfig:

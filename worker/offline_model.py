@@ -25,9 +25,9 @@ import json
 import re
 from typing import Any
 
-from worker.standin import Reply, Request, calls, text
-from workflows.details import example_value
-from workflows.types import APPROVED, FEEDBACK
+from temporal_agent_interrupts.worker.standin import Reply, Request, calls, text
+from temporal_agent_interrupts.workflows.details import example_value
+from temporal_agent_interrupts.workflows.types import APPROVED, FEEDBACK
 
 BANNER = "[offline stand-in model]"
 

@@ -3,7 +3,7 @@
 Every worker on a task queue must host the same agents: whichever polls first takes a
 conversation's model and tool calls, so a second worker with other agents on the same queue fails
 the turns it picks up (``no agent named ...``). Nothing in Temporal stops that, so each worker
-names its agents in its identity (shown in the UI's Workers tab too) and ``python -m worker``
+names its agents in its identity (shown in the UI's Workers tab too) and ``agent-worker``
 looks at the queue's other pollers when it starts.
 """
 
@@ -20,7 +20,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from workflows import Agent
+from temporal_agent_interrupts.workflows import Agent
 
 _MARK = " agents="
 # Identities are shown, not parsed by Temporal; keep them to a line.

@@ -16,8 +16,8 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.devserver import search_attribute_args
-from workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.worker.devserver import search_attribute_args
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ async def check_search_attributes(client: Client) -> None:
         raise MissingSearchAttributes(
             f"namespace {client.namespace!r} lacks the search attributes {missing}, which "
             "conversations upsert. Register them once with:\n"
-            "    python -m worker --setup-search-attributes\n"
-            "    (with docker compose: docker compose run --rm worker python -m worker "
+            "    agent-worker --setup-search-attributes\n"
+            "    (with docker compose: docker compose run --rm worker agent-worker "
             "--setup-search-attributes)\n"
             f"or, on a dev server, start it with: temporal server start-dev {cli}\n"
             f"On Temporal Cloud, add them ({_listing()}) in the namespace settings or with tcld."

@@ -42,18 +42,27 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.runtime import TOOL_ACTIVITY
-from client.api import AgentClient, Chat
-from client.codec import NO_KEYS, PayloadKeys, data_converter
-from worker import build_worker
-from worker.devserver import DISPATCH_FLAG, temporal_cli
-from worker.offline_model import respond as offline
-from worker.offline_model import summary
-from worker.standin import Answer, Reply, Request, Responder, Script, answer, calls, text
-from workflows import Agent, TrustedIssuer
-from workflows.config import SEARCH_ATTRIBUTES
-from workflows.details import example_value
-from workflows.types import ToolInput, TrustSpec
+from temporal_agent_interrupts.activities.runtime import TOOL_ACTIVITY
+from temporal_agent_interrupts.client.api import AgentClient, Chat
+from temporal_agent_interrupts.codec import NO_KEYS, PayloadKeys, data_converter
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
+from temporal_agent_interrupts.worker.offline_model import respond as offline
+from temporal_agent_interrupts.worker.offline_model import summary
+from temporal_agent_interrupts.worker.standin import (
+    Answer,
+    Reply,
+    Request,
+    Responder,
+    Script,
+    answer,
+    calls,
+    text,
+)
+from temporal_agent_interrupts.workflows import Agent, TrustedIssuer
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.workflows.details import example_value
+from temporal_agent_interrupts.workflows.types import ToolInput, TrustSpec
 
 # Never resolved: requests go to the transport, not to a host.
 BASE_URL = "http://scripted-model.invalid"

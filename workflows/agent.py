@@ -15,15 +15,15 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
-from workflows.identity import check_trust
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.identity import check_trust
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_label,
     human_size,
     json_size,
 )
-from workflows.types import (
+from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     ApprovalSpec,
     EscalateSpec,

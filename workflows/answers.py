@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 from pydantic import ValidationError
 
-from workflows.identity import MAX_TOKEN_BYTES
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.identity import MAX_TOKEN_BYTES
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     Refused,
@@ -30,7 +30,13 @@ from workflows.limits import (
     human_size,
     json_size,
 )
-from workflows.types import AgentSpec, CallState, JsonObject, ResumeInput, input_digest
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    CallState,
+    JsonObject,
+    ResumeInput,
+    input_digest,
+)
 
 ENTRY_KEYS = {
     "respond": ("name", "ref", "output", "input_digest"),

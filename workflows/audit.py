@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from workflows.history import trim_answers
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.history import trim_answers
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     cut_stored,
@@ -24,7 +24,13 @@ from workflows.limits import (
     json_size,
     omitted,
 )
-from workflows.types import AnswerRecord, ConversationState, JsonObject, Rejection, TurnEvent
+from temporal_agent_interrupts.workflows.types import (
+    AnswerRecord,
+    ConversationState,
+    JsonObject,
+    Rejection,
+    TurnEvent,
+)
 
 
 def apply(state: ConversationState, event: TurnEvent) -> None:

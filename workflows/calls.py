@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from workflows import events
-from workflows.limits import json_size
-from workflows.types import (
+from temporal_agent_interrupts.workflows import events
+from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
     AnswerKind,
     AnswerVia,

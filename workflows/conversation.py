@@ -41,10 +41,10 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-from workflows import audit, config, operator_view
-from workflows.history import carry, page, page_back
-from workflows.interrupts import ResumeError, pydantic_reason
-from workflows.limits import (
+from temporal_agent_interrupts.workflows import audit, config, operator_view
+from temporal_agent_interrupts.workflows.history import carry, page, page_back
+from temporal_agent_interrupts.workflows.interrupts import ResumeError, pydantic_reason
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     OUT,
     RUN,
@@ -55,8 +55,8 @@ from workflows.limits import (
     check_text,
     json_size,
 )
-from workflows.operator_view import OperatorView
-from workflows.payloads import (
+from temporal_agent_interrupts.workflows.operator_view import OperatorView
+from temporal_agent_interrupts.workflows.payloads import (
     ENCRYPTED,
     NO_START,
     RawResume,
@@ -70,9 +70,9 @@ from workflows.payloads import (
     read_start,
     rejected,
 )
-from workflows.stream import PUBLISH_SIGNAL, ConversationStream
-from workflows.turn import TurnMachine, idempotency_key
-from workflows.types import (
+from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, ConversationStream
+from temporal_agent_interrupts.workflows.turn import TurnMachine, idempotency_key
+from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
     ConversationInput,

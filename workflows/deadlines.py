@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from workflows.types import (
+from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     CallState,
     EscalateSpec,

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from workflows.interrupts import schema_error
-from workflows.types import (
+from temporal_agent_interrupts.workflows.interrupts import schema_error
+from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
     AgentSpec,

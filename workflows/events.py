@@ -20,8 +20,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.limits import KiB, cut_stored, json_size, shrink, stored_size
-from workflows.types import (
+from temporal_agent_interrupts.workflows.limits import (
+    KiB,
+    cut_stored,
+    json_size,
+    shrink,
+    stored_size,
+)
+from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
     AnswerKind,

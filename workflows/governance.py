@@ -19,12 +19,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from workflows import events
-from workflows.answers import ResumeError, entries, is_edit, restart_input
-from workflows.identity import IdentityError, VerifiedIdentity, verify_token
-from workflows.limits import names_within
-from workflows.tokens import MAX_SPENT_TOKENS, MAX_TOKEN_LIFE, TokenFacts, has_room, is_spent, spend
-from workflows.types import (
+from temporal_agent_interrupts.workflows import events
+from temporal_agent_interrupts.workflows.answers import ResumeError, entries, is_edit, restart_input
+from temporal_agent_interrupts.workflows.identity import (
+    IdentityError,
+    VerifiedIdentity,
+    verify_token,
+)
+from temporal_agent_interrupts.workflows.limits import names_within
+from temporal_agent_interrupts.workflows.tokens import (
+    MAX_SPENT_TOKENS,
+    MAX_TOKEN_LIFE,
+    TokenFacts,
+    has_room,
+    is_spent,
+    spend,
+)
+from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
     AgentSpec,
     AnswerKind,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.limits import (
     HELD,
     json_size,
 )
-from workflows.types import AnswerRecord, ConversationState, Message
+from temporal_agent_interrupts.workflows.types import AnswerRecord, ConversationState, Message
 
 EMPTY = ""
 

@@ -37,13 +37,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from jwt.exceptions import InvalidJTIError, InvalidSubjectError
 
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_label,
     human_size,
 )
-from workflows.types import TrustSpec
+from temporal_agent_interrupts.workflows.types import TrustSpec
 
 MAX_TOKEN_BYTES = 8192
 """The longest identity token accepted, in bytes (real ones are 1-2 KiB)."""

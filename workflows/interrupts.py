@@ -30,8 +30,8 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Literal
 
-from workflows import answers, deadlines, events, governance
-from workflows.answers import (
+from temporal_agent_interrupts.workflows import answers, deadlines, events, governance
+from temporal_agent_interrupts.workflows.answers import (
     ENTRY_KEYS,
     ResumeError,
     check_resume_fields,
@@ -40,9 +40,9 @@ from workflows.answers import (
     same_json,
     schema_error,
 )
-from workflows.calls import Emit, Lifecycle
-from workflows.deadlines import Due
-from workflows.governance import (
+from temporal_agent_interrupts.workflows.calls import Emit, Lifecycle
+from temporal_agent_interrupts.workflows.deadlines import Due
+from temporal_agent_interrupts.workflows.governance import (
     EPOCH,
     GROUP_PREFIX,
     REQUEST_APPROVERS_BYTES,
@@ -50,8 +50,8 @@ from workflows.governance import (
     Who,
     token_facts,
 )
-from workflows.identity import VerifiedIdentity
-from workflows.types import (
+from temporal_agent_interrupts.workflows.identity import VerifiedIdentity
+from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerKind,
     AnswerVia,

@@ -27,10 +27,15 @@ from typing import Any
 
 from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 
-from workflows import config
-from workflows.details import render_details, truncate
-from workflows.limits import names_within, stored_size
-from workflows.types import AgentStatus, CallState, ConversationState, InterruptRequest
+from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.details import render_details, truncate
+from temporal_agent_interrupts.workflows.limits import names_within, stored_size
+from temporal_agent_interrupts.workflows.types import (
+    AgentStatus,
+    CallState,
+    ConversationState,
+    InterruptRequest,
+)
 
 MEMO_INPUT_CHARS = 200
 """How much of each paused call's input the memo holds (the inbox shows it; ``pending`` has

@@ -25,8 +25,8 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
-from workflows.interrupts import ResumeError
-from workflows.limits import (
+from temporal_agent_interrupts.workflows.interrupts import ResumeError
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_label,
@@ -34,7 +34,7 @@ from workflows.limits import (
     json_size,
     shrink,
 )
-from workflows.types import ConversationInput, ErrorKind, ResumeInput
+from temporal_agent_interrupts.workflows.types import ConversationInput, ErrorKind, ResumeInput
 
 R = TypeVar("R", bound=BaseModel)
 

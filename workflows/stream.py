@@ -59,16 +59,16 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import TypeAdapter, ValidationError
 
-from workflows import events
-from workflows.config import MODEL_RETRY
-from workflows.interrupts import ResumeError, pydantic_reason
-from workflows.limits import (
+from temporal_agent_interrupts.workflows import events
+from temporal_agent_interrupts.workflows.config import MODEL_RETRY
+from temporal_agent_interrupts.workflows.interrupts import ResumeError, pydantic_reason
+from temporal_agent_interrupts.workflows.limits import (
     RUN,
     KiB,
     json_size,
 )
-from workflows.payloads import payload_json
-from workflows.types import TurnEvent
+from temporal_agent_interrupts.workflows.payloads import payload_json
+from temporal_agent_interrupts.workflows.types import TurnEvent
 
 TOPIC = "events"
 """The stream topic turn events are published on."""

@@ -44,7 +44,7 @@ from temporalio.common import MetricCounter, MetricHistogramFloat
 from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
 from temporalio.contrib.opentelemetry.workflow import completed_span
 
-from workflows.types import AgentSpec, CallState, TurnEvent
+from temporal_agent_interrupts.workflows.types import AgentSpec, CallState, TurnEvent
 
 # Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
 # README lists them). The worker's Prometheus endpoint takes the buckets from here.

@@ -30,10 +30,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-from workflows import audit, config, events
-from workflows.history import Digests
-from workflows.interrupts import InterruptBook, schema_error
-from workflows.limits import (
+from temporal_agent_interrupts.workflows import audit, config, events
+from temporal_agent_interrupts.workflows.history import Digests
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
+from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     OUT,
@@ -44,8 +44,8 @@ from workflows.limits import (
     shrink,
     stored_size,
 )
-from workflows.telemetry import Telemetry
-from workflows.types import (
+from temporal_agent_interrupts.workflows.telemetry import Telemetry
+from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
     CallState,
     CancelInput,
@@ -491,7 +491,7 @@ class TurnMachine:
         decoding, so it is no failure of theirs. (Only the last attempt is known to be that: a
         tool allowed several attempts may have run in earlier ones on a worker with the key,
         and runs again here, as any retry would.) An approved tool keeps its one run, and the
-        paused turn goes on once a worker with the key takes the call (``python -m worker``
+        paused turn goes on once a worker with the key takes the call (``agent-worker``
         without it stops, naming the key). Each new attempt waits twice as long as the last,
         within ``config.UNDECRYPTABLE_RETRY_*``; the failed attempts stay in history, each
         naming the missing key id. After ``config.UNDECRYPTABLE_GIVE_UP`` from the first such

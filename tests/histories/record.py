@@ -25,7 +25,11 @@ import os
 import sys
 from pathlib import Path
 
-from client import AgentClient
+from temporal_agent_interrupts.client import AgentClient
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.offline_model import respond
+from temporal_agent_interrupts.worker.standin import GeminiStandIn
+from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server
 from tests import agents as t
 from tests.helpers import SUGGEST_AFTER_EVENTS
 from tests.scenarios import (
@@ -39,10 +43,6 @@ from tests.scenarios import (
     spine_conversation,
     streamed_conversation,
 )
-from worker import build_worker
-from worker.offline_model import respond
-from worker.standin import GeminiStandIn
-from worker.testing import ScriptedModel, dev_server
 
 HERE = Path(__file__).parent
 ALL = (

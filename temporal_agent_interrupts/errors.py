@@ -17,7 +17,7 @@ from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
-from workflows.types import ErrorKind
+from temporal_agent_interrupts.workflows.types import ErrorKind
 
 
 class AgentError(Exception):
@@ -35,6 +35,38 @@ class SendRejected(AgentError):
 class CancelRejected(AgentError):
     """A cancel or close was refused: nothing to cancel, one already under way, or a reason or
     identity that is too long or malformed."""
+
+
+class ChatNotFound(AgentError):
+    """No conversation has this chat id: it was never started, or Temporal no longer keeps it
+    (its retention after closing has passed).
+
+    Attributes:
+        chat_id: The id that names nothing.
+    """
+
+    def __init__(self, message: str, *, chat_id: str) -> None:
+        super().__init__(message)
+        self.chat_id = chat_id
+
+
+class UnknownAgent(AgentError):
+    """No worker on the task queue hosts an agent of this name (a misspelling, or a worker of
+    another release); nothing was started, or the conversation that was started is closed.
+
+    Attributes:
+        agent: The name asked for.
+        hosted: The names the answering worker hosts.
+        suggestion: The hosted name closest to ``agent``, if one is close ("did you mean").
+    """
+
+    def __init__(
+        self, message: str, *, agent: str, hosted: list[str], suggestion: str | None
+    ) -> None:
+        super().__init__(message)
+        self.agent = agent
+        self.hosted = hosted
+        self.suggestion = suggestion
 
 
 class ConnectionConfigError(AgentError):

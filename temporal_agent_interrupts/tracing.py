@@ -1,7 +1,7 @@
 """Tracing, when asked for: OpenTelemetry spans of every conversation, exported over OTLP.
 
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (OpenTelemetry's own variable, e.g. ``http://collector:4318``)
-turns it on for ``python -m worker``, ``AgentClient.connect()`` and ``agentctl``: each adds
+turns it on for ``agent-worker``, ``AgentClient.connect()`` and ``agentctl``: each adds
 ``temporalio.contrib.opentelemetry.TracingInterceptor`` to its Temporal client (a worker built on
 that client gets it too), and the process gets a tracer provider that sends spans in batches to
 ``$OTEL_EXPORTER_OTLP_ENDPOINT/v1/traces`` over OTLP/HTTP. The exporter reads the rest of
@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from workflows.config import WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
 
 TRACING_SWITCH = "OTEL_EXPORTER_OTLP_ENDPOINT"
 

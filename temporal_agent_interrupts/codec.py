@@ -62,7 +62,7 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import FailureError
 
-from client.errors import ConnectionConfigError
+from temporal_agent_interrupts.errors import ConnectionConfigError
 
 ENV_VAR = "AGENT_PAYLOAD_KEYS"
 ENCODING = b"binary/encrypted"
@@ -126,7 +126,7 @@ class PayloadKeys:
             if len(key) != KEY_BYTES:
                 raise PayloadKeysError(
                     f"{self.source}: key {_named(key_id, n)} is {len(key)} bytes; AES-256 needs "
-                    f"{KEY_BYTES} (generate one with `python -m worker.codec_server "
+                    f"{KEY_BYTES} (generate one with `agent-codec-server "
                     "--generate-key`)"
                 )
             if key_id in seen:
@@ -209,7 +209,7 @@ def _bad_id(key_id: str, source: str, *, entry: int | None = None) -> str:
 def load_keys(environ: Mapping[str, str] | None = None) -> PayloadKeys:
     """The keys ``AGENT_PAYLOAD_KEYS`` lists (:data:`NO_KEYS` when unset or empty).
 
-    Called by entry points (``python -m worker``, ``AgentClient.connect``, ``agentctl``, the
+    Called by entry points (``agent-worker``, ``AgentClient.connect``, ``agentctl``, the
     demo, the bench, the codec server) when they start, never at import.
 
     Raises:
@@ -393,7 +393,7 @@ class EncryptedPayloadConverter(EncodingPayloadConverter, WithSerializationConte
         on_missing_key: Called with the error just before it is raised, only for an activity's
             input decoded by an activity worker: the one payload a worker meets that its fleet
             wrote (the workflow re-encrypts every activity input with the fleet's key) and that
-            no caller chose. ``python -m worker`` stops on it (exit 3). Never called for what a
+            no caller chose. ``agent-worker`` stops on it (exit 3). Never called for what a
             workflow converts (its input, signal, update and query arguments, activity results)
             or for a client.
         context: The serialization context (the SDK sets it per task).

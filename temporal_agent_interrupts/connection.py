@@ -1,6 +1,6 @@
 """Where to connect: the Temporal connection settings, read the Temporal way.
 
-``connect_config`` is the one place every entry point (``python -m worker``, ``agentctl``, the
+``connect_config`` is the one place every entry point (``agent-worker``, ``agentctl``, the
 demo, ``AgentClient.connect``) reads its connection from: a profile file and ``TEMPORAL_*``
 variables through ``temporalio.envconfig``, with an address that is not ``HOST:PORT`` refused as
 a setting to fix. ``connect_answering`` connects with what it returned, bounded in time.
@@ -18,9 +18,13 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 
-from client.errors import ConnectionConfigError, ServerNotAnswering
+from temporal_agent_interrupts.errors import ConnectionConfigError, ServerNotAnswering
 
 DEFAULT_ADDRESS = "localhost:7233"
+
+DEFAULT_TASK_QUEUE = "agents"
+"""Where conversations run unless ``AGENT_TASK_QUEUE`` or a caller names another queue: the worker
+process, ``AgentClient`` and ``agentctl`` all default to it."""
 
 # How long connecting may take before the server counts as not answering. The SDK alone waits
 # 30 s on a port that accepts and never speaks gRPC (a hung server, or another program there), and
@@ -39,7 +43,7 @@ def connect_config(
 ) -> dict[str, Any]:
     """Connection settings the Temporal way: a profile file and ``TEMPORAL_*`` variables.
 
-    This is the one place every entry point (``python -m worker``, ``agentctl``,
+    This is the one place every entry point (``agent-worker``, ``agentctl``,
     ``AgentClient.connect``) reads its connection from, so one set of variables serves them all:
     ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*`` and
     profiles (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``), all read by
@@ -177,7 +181,7 @@ async def connect_answering(
     """``Client.connect(**config)``, giving up after ``timeout`` instead of the SDK's 30 s.
 
     Connecting already makes a real Temporal call (``GetSystemInfo``), so a client returned here
-    talked to a Temporal server. ``python -m worker`` and ``make demo`` connect through this with
+    talked to a Temporal server. ``agent-worker`` and ``make demo`` connect through this with
     what :func:`connect_config` returned; ``AgentClient.connect`` does too.
 
     Raises:

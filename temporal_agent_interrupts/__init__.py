@@ -1,0 +1,131 @@
+"""Durable human-in-the-loop interrupts for Gemini agents, on Temporal.
+
+The names a team needs, in three groups::
+
+    from temporal_agent_interrupts import (
+        Agent, ToolApproval, TrustedIssuer, tool, interrupt, Interrupt, ToolContext, ToolError,
+        AgentsPlugin, AgentClient, Chat, FinishReason, approve, deny, respond,
+    )
+
+Authoring (what an agent is), hosting (``AgentsPlugin`` on the team's own client and worker) and
+calling (``AgentClient``, ``Chat``, the answers, and the ``AgentError`` types). Everything else is
+importable by its module path (``temporal_agent_interrupts.workflows.types``,
+``temporal_agent_interrupts.worker.testing``, ...) and is not re-exported here.
+
+The names resolve on first use, not at import: the workflow sandbox imports this package (the
+parent of ``…workflows``) for every conversation it runs, and must not pull in the client, the
+activities and google-genai each time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from temporal_agent_interrupts.activities.tools import (
+        Interrupt,
+        ToolContext,
+        ToolError,
+        interrupt,
+        tool,
+    )
+    from temporal_agent_interrupts.client.api import AgentClient, Chat, approve, deny, respond
+    from temporal_agent_interrupts.client.stream import EventsGone
+    from temporal_agent_interrupts.errors import (
+        AgentError,
+        CancelRejected,
+        ChatNotFound,
+        ConnectionConfigError,
+        NoWorkerAnswered,
+        ResumeRejected,
+        SendRejected,
+        ServerNotAnswering,
+        UnknownAgent,
+    )
+    from temporal_agent_interrupts.worker.plugin import AgentsPlugin
+    from temporal_agent_interrupts.workflows.agent import (
+        Agent,
+        Escalate,
+        Remind,
+        ToolApproval,
+        TrustedIssuer,
+    )
+    from temporal_agent_interrupts.workflows.types import FinishReason
+
+_HOME = {
+    # Authoring.
+    "Agent": "workflows.agent",
+    "ToolApproval": "workflows.agent",
+    "TrustedIssuer": "workflows.agent",
+    "Escalate": "workflows.agent",
+    "Remind": "workflows.agent",
+    "tool": "activities.tools",
+    "interrupt": "activities.tools",
+    "Interrupt": "activities.tools",
+    "ToolContext": "activities.tools",
+    "ToolError": "activities.tools",
+    # Hosting.
+    "AgentsPlugin": "worker.plugin",
+    # Calling.
+    "AgentClient": "client.api",
+    "Chat": "client.api",
+    "FinishReason": "workflows.types",
+    "approve": "client.api",
+    "deny": "client.api",
+    "respond": "client.api",
+    # What calling can raise: every one is an AgentError.
+    "AgentError": "errors",
+    "CancelRejected": "errors",
+    "ChatNotFound": "errors",
+    "ConnectionConfigError": "errors",
+    "EventsGone": "client.stream",
+    "NoWorkerAnswered": "errors",
+    "ResumeRejected": "errors",
+    "SendRejected": "errors",
+    "ServerNotAnswering": "errors",
+    "UnknownAgent": "errors",
+}
+
+__all__ = [
+    "Agent",
+    "AgentClient",
+    "AgentError",
+    "AgentsPlugin",
+    "CancelRejected",
+    "Chat",
+    "ChatNotFound",
+    "ConnectionConfigError",
+    "Escalate",
+    "EventsGone",
+    "FinishReason",
+    "Interrupt",
+    "NoWorkerAnswered",
+    "Remind",
+    "ResumeRejected",
+    "SendRejected",
+    "ServerNotAnswering",
+    "ToolApproval",
+    "ToolContext",
+    "ToolError",
+    "TrustedIssuer",
+    "UnknownAgent",
+    "approve",
+    "deny",
+    "interrupt",
+    "respond",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # the next lookup is an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,136 @@
+"""``AgentsPlugin`` on a team's own client and worker, beside the team's own workflow.
+
+A team that already runs Temporal connects its client with the plugin and builds its own
+``Worker``: the agents' workflow and activities join the team's, on the team's task queue, and
+the team's own workflow keeps running on the same worker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from temporal_agent_interrupts import AgentClient, AgentsPlugin, FinishReason, approve
+from temporal_agent_interrupts.codec import AgentPayloadConverter
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.plugin import PLUGIN_NAME
+from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, OurRunner
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel
+from temporal_agent_interrupts.workflows import AgentWorkflow
+from tests import agents as test_agents
+
+
+@activity.defn
+async def shout(word: str) -> str:
+    return word.upper() + "!"
+
+
+@workflow.defn
+class GreetingWorkflow:
+    """The team's own workflow, with an activity of its own."""
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return await workflow.execute_activity(
+            shout, name, start_to_close_timeout=timedelta(seconds=10)
+        )
+
+
+def plugged(client: Client, plugin: AgentsPlugin) -> Client:
+    """The team's ``Client.connect(..., plugins=[plugin])``, on the session's connection."""
+    config = client.config()
+    config["data_converter"] = type(config["data_converter"]).default  # the team's: the SDK's
+    config["plugins"] = [plugin]
+    return Client(**config)
+
+
+async def test_the_plugin_hosts_agents_beside_the_teams_own_workflow(client):
+    model = ScriptedModel([calls(("charge", {"amount": 12.5})), text("charged 12.5")])
+    gemini = model.client()
+    plugin = AgentsPlugin(agents=[test_agents.ops_agent()], gemini=gemini)
+    theirs = plugged(client, plugin)
+    assert issubclass(theirs.data_converter.payload_converter_class, AgentPayloadConverter)
+    queue = f"team-{uuid.uuid4()}"
+    async with Worker(
+        theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout]
+    ) as worker:
+        # The plugin's additions sit beside the team's, which are all still there.
+        assert worker.config(active_config=True)["workflows"] == [GreetingWorkflow, AgentWorkflow]
+        activities = list(worker.config(active_config=True)["activities"])
+        assert activities[0] is shout
+        assert activities[1:] == plugin.agent_activities.activities()
+        assert isinstance(worker.config(active_config=True)["workflow_runner"], OurRunner)
+
+        greeting = await theirs.execute_workflow(
+            GreetingWorkflow.run, "ada", id=f"greet-{uuid.uuid4()}", task_queue=queue
+        )
+        assert greeting == "ADA!"
+
+        agents = AgentClient(theirs, task_queue=queue)
+        chat = await agents.chat("ops")
+        paused = await chat.send("charge 12.5")
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        (call,) = paused.interrupts
+        assert call.name == "charge" and test_agents.RUNS["charge"] == 1
+        done = await chat.resume([approve(call)])
+        assert done.finish_reason == FinishReason.STOP and done.text == "charged 12.5"
+        assert test_agents.RUNS["charge"] == 2  # the interrupting run, then the approved one
+    await model.release(gemini)
+
+
+async def test_the_plugin_on_a_worker_alone_is_refused_with_what_to_do(client):
+    plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
+    bare = Client(**{**client.config(), "data_converter": type(client.data_converter).default})
+    with pytest.raises(ValueError, match=r"not on its client.*plugins=\[AgentsPlugin"):
+        Worker(bare, task_queue="never", plugins=[plugin])
+
+
+async def test_the_plugin_twice_is_refused(client):
+    plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
+    theirs = plugged(client, plugin)
+    with pytest.raises(ValueError, match="AgentWorkflow is already on this worker"):
+        Worker(theirs, task_queue="never", plugins=[AgentsPlugin(agents=[test_agents.assistant])])
+    with pytest.raises(ValueError, match="already carries an AgentsPlugin"):
+        build_worker(theirs, agents=[test_agents.assistant], task_queue="never")
+
+
+async def test_a_sandbox_the_team_configured_keeps_its_restrictions_and_gains_the_passthrough(
+    client,
+):
+    plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
+    theirs = plugged(client, plugin)
+    restrictions = SandboxRestrictions.default.with_passthrough_modules("their_models")
+    worker = Worker(
+        theirs,
+        task_queue="never",
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+    )
+    runner = worker.config(active_config=True)["workflow_runner"]
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    passed = runner.restrictions.passthrough_modules
+    assert "their_models" in passed and set(PASSTHROUGH) <= passed
+    # Unsandboxed is the team's own decision: left alone.
+    unsandboxed = UnsandboxedWorkflowRunner()
+    kept = Worker(theirs, task_queue="never", workflow_runner=unsandboxed)
+    assert kept.config(active_config=True)["workflow_runner"] is unsandboxed
+
+
+def test_the_plugin_configures_a_replayer_too():
+    plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
+    replayer = Replayer(workflows=[], plugins=[plugin])
+    config = replayer.config(active_config=True)
+    assert config["workflows"] == [AgentWorkflow]
+    assert issubclass(config["data_converter"].payload_converter_class, AgentPayloadConverter)
+    assert plugin.name() == PLUGIN_NAME
+
+
+def test_the_plugin_needs_agents():
+    with pytest.raises(ValueError, match="at least one agent"):
+        AgentsPlugin(agents=[])

@@ -1,0 +1,139 @@
+"""The workflow sandbox this project's workers and replayers run in: what passes through it, and
+the compiled-snippet instance that saves a worker's CPU on every workflow task."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import py_compile
+from collections.abc import Sequence
+from types import CodeType
+from typing import Any
+
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+# Private, for _CompiledInstance (see there for why, and what it relies on); temporalio is pinned
+# to one minor release (pyproject.toml).
+from temporalio.worker.workflow_sandbox._runner import _Instance
+
+log = logging.getLogger(__name__)
+
+# Side-effect-free modules the workflow uses, passed through the sandbox in every runner: this
+# avoids re-importing them for every workflow run (time and memory per conversation), and keeps
+# one class per wire type: a model built by a passed-through module must be the same class the
+# workflow validates against.
+_DATA_AND_LIBRARIES = (
+    "temporal_agent_interrupts.workflows.agent",
+    "temporal_agent_interrupts.workflows.details",
+    "temporal_agent_interrupts.workflows.history",
+    "temporal_agent_interrupts.workflows.limits",
+    "temporal_agent_interrupts.workflows.types",
+    "temporal_agent_interrupts.workflows.interrupts",
+    # The interrupt book's parts, which workflows.interrupts composes.
+    "temporal_agent_interrupts.workflows.calls",
+    "temporal_agent_interrupts.workflows.answers",
+    "temporal_agent_interrupts.workflows.governance",
+    "temporal_agent_interrupts.workflows.deadlines",
+    "temporal_agent_interrupts.workflows.config",
+    "temporal_agent_interrupts.workflows.identity",
+    # Metrics and spans (workflows.telemetry): the tracing interceptor keeps its context in
+    # OpenTelemetry's context variables, which must be the ones the workflow reads.
+    "temporal_agent_interrupts.workflows.telemetry",
+    "opentelemetry",
+    "pydantic",
+    "pydantic_core",
+    "jsonschema",
+    "referencing",
+    "rpds",
+    "attrs",
+    "annotated_types",
+    # Identity tokens (workflows.identity) need both. Re-imported in the sandbox, cryptography's
+    # native module fails to load a second time, and PyJWT fails to import (its JWKS client
+    # subclasses urllib.request's handlers) and reads datetime.now() in every decode, even with
+    # its time checks off; passed through, that read is harmless (its value goes unused).
+    "jwt",
+    "cryptography",
+)
+
+PASSTHROUGH = (
+    *_DATA_AND_LIBRARIES,
+    # The workflow's own code too: the class and the rooms behind it (workflows.turn, .audit,
+    # .operator_view, ...). None has module-level state, and every workflow call they make finds
+    # the running workflow through the SDK's context, so one copy serves every conversation.
+    # Re-imported per conversation, they were most of the cost of starting one (measured: the
+    # rooms 12% of a cycle's worker CPU, then the class's module 2.3 ms of the 26 ms left) and
+    # of the memory a cached one holds. What the sandbox's restrictions checked in them at run
+    # time (no clock, randomness, I/O or environment), the replay tests check instead, replaying
+    # every recorded history in the strict sandbox (sandbox_runner(strict=True)).
+    "temporal_agent_interrupts.workflows",
+)
+
+
+def ensure_bytecode(modules: Sequence[str]) -> None:
+    """Write the ``.pyc`` of modules the sandbox re-imports for every workflow run.
+
+    The sandbox runs the workflow module afresh for each workflow instance. With
+    ``PYTHONDONTWRITEBYTECODE=1`` (common in containers, and set on our CI machine) Python never
+    caches its bytecode, so every new or evicted conversation recompiled the module from source:
+    measured as the largest single cost of starting a conversation. Reading a ``.pyc`` is allowed
+    under that setting; only writing is suppressed, so we write it explicitly, once per start.
+    """
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec else None
+        if not origin or not origin.endswith(".py"):
+            continue
+        try:
+            py_compile.compile(origin, cfile=importlib.util.cache_from_source(origin), doraise=True)
+        except (OSError, py_compile.PyCompileError) as e:  # a read-only install still works
+            log.debug("could not cache bytecode for %s: %s", name, e)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(code: str) -> CodeType:
+    # "<string>" is what exec() of the same text would name it: tracebacks stay as they were.
+    return compile(code, "<string>", "exec")
+
+
+class _CompiledInstance(_Instance):
+    """The SDK's sandboxed instance, with its few fixed snippets compiled once, not per call.
+
+    The sandbox reaches into the workflow by exec() of short source strings, and the data
+    converter asks it for a serialization context once per payload per pass (seven passes per
+    workflow task), so each workflow task compiled the same two lines dozens of times: measured
+    as 5.5% of a worker's CPU over an approval cycle, about 1.8 ms of its 26 ms, half of it the
+    compiling. exec() takes a code object as well as a string, so this changes nothing else.
+    Measured again once the workflow's own code passed through the sandbox: B1's cycle is 3.7%
+    longer without it (median of ten paired rounds, 73.3 against 75.2 ms; 1.025 to 1.048, where
+    the same worker against itself spreads 0.995 to 1.016) and its CPU 7% more.
+
+    Private, and no public API serves: the SDK offers no hook around the sandbox's exec(), and a
+    runner of our own would mean re-implementing the sandbox. What it relies on:
+    ``_Instance(instance_details, runner_class, restrictions)`` is what
+    ``SandboxedWorkflowRunner.create_instance`` builds, and every exec() goes through
+    ``_run_code(code, **extra_globals)`` with a few fixed strings (tests/test_library_guards.py:
+    test_sandbox_instance_is_the_one_compiled_instance_extends). temporalio is pinned to one
+    minor release (pyproject.toml), which keeps it stable between upgrades.
+    """
+
+    def _run_code(self, code: str, **extra_globals: Any) -> None:
+        super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type] -- exec() takes either
+
+
+class OurRunner(SandboxedWorkflowRunner):
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
+def sandbox_runner(*, strict: bool = False) -> SandboxedWorkflowRunner:
+    """The workflow sandbox with this project's pass-through modules (workers and replayers).
+
+    Args:
+        strict: Re-import the workflow's own code (``workflows`` but its data modules) for
+            every run, as the SDK does by default, so the sandbox's restrictions see each call
+            it makes. Slower; for replay tests, which check with it what production trusts.
+    """
+    modules = _DATA_AND_LIBRARIES if strict else PASSTHROUGH
+    return OurRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
