@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 from temporalio.client import Client
 
-from temporal_agent_interrupts.client import Chat, NoWorkerAnswered
+from temporal_agent_interrupts import Chat, NoWorkerAnswered
 from temporal_agent_interrupts.client.api import (
     AgentClient,
     ConnectionConfigError,
