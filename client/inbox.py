@@ -2,8 +2,9 @@
 
 A paused conversation says so in its search attributes (``AgentStatus="interrupted"``,
 ``InterruptedSince``) and lists what it waits on in its memo's ``pending`` entries (written by
-``workflows.operator_view.memo_entry``: name, ref, a cut of the input, since when, until when,
-who may answer and the votes so far). Reading them
+``workflows.operator_view.memo_entry``: name, ref, the input (an object; a stated placeholder
+when it is over ``OUT.memo_input``), since when, until when, who may answer and the votes so
+far). Reading them
 needs no worker, so the inbox works while none runs.
 
 Whoever holds the namespace's credentials can start a workflow that says it is paused, with any
@@ -19,11 +20,13 @@ The models here are also ``agentctl pending --json``'s schema: evolve them by ad
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 from temporalio.client import Client, WorkflowExecution
 
 from temporal_agent_interrupts.codec import ENV_VAR, PayloadKeyMissing
@@ -33,6 +36,7 @@ from temporal_agent_interrupts.workflows.config import (
     PENDING_INTERRUPTS,
     WORKFLOW_TYPE,
 )
+from temporal_agent_interrupts.workflows.limits import MEMO_INPUT_CUT, omitted
 from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
@@ -60,8 +64,13 @@ class PausedInterrupt(BaseModel):
 
     name: str
     ref: str
-    input: str = ""
-    """The tool's input as JSON text, cut to 200 characters by the workflow."""
+    input: JsonObject = {}
+    """The tool's input, a JSON object as ``InterruptRequest.input`` is. When it was too large
+    for the memo (``OUT.memo_input``, 1 KiB) it is a stated placeholder instead, ``{"omitted":
+    why, "bytes": n, "sha256": prefix}``, and ``input_cut`` says so: ``Chat.pending()`` has it
+    whole. Answers built here carry ``input_digest`` either way."""
+    input_cut: bool = False
+    """``input`` is a placeholder, not the input (too large for the memo, or not readable)."""
     source: InterruptSource | None = None
     since: datetime | None = None
     deadline: datetime | None = None
@@ -77,9 +86,26 @@ class PausedInterrupt(BaseModel):
     """What names the call's whole input (``InterruptRequest.input_digest``): the answers built
     here carry it, so they answer only the input this entry was written for."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _input_object(cls, data: Any) -> Any:
+        """Memos written before the input was an object hold it as JSON text, cut to 200
+        characters: the whole object when the text parses, else a placeholder."""
+        if not isinstance(data, dict) or not isinstance(data.get("input"), str):
+            return data
+        text: str = data["input"]
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return {**data, "input": value}
+        return {**data, "input": omitted(text, why=MEMO_INPUT_CUT), "input_cut": True}
+
     def approve(self) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with
-        ``Chat.resume`` on this entry's chat)."""
+        ``Chat.resume`` on this entry's chat: ``agents.chat(paused.agent,
+        chat_id=paused.chat_id)``; no worker query is needed first)."""
         return approval(self._source(), self.name, self.ref, input_digest=self.input_digest)
 
     def deny(self, reason: str = "") -> ToolResponse:
@@ -237,7 +263,10 @@ def unreadable_chat(wf: WorkflowExecution, error: PayloadKeyMissing | str) -> Pa
         shown, reason = "(its memo could not be read)", error
     return _listed(wf).model_copy(
         update={
-            "interrupts": [PausedInterrupt(name=n, ref="?", input=shown) for n in names],
+            "interrupts": [
+                PausedInterrupt(name=n, ref="?", input={"omitted": shown}, input_cut=True)
+                for n in names
+            ],
             "unreadable": reason,
         }
     )

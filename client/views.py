@@ -24,6 +24,7 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 from temporal_agent_interrupts.client.audit import UntrustedRun
 from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt
 from temporal_agent_interrupts.workflows.details import shell_word, visible
+from temporal_agent_interrupts.workflows.limits import human_size
 from temporal_agent_interrupts.workflows.types import (
     AgentStatus,
     AnswerRecord,
@@ -49,7 +50,8 @@ class PendingOutput(BaseModel):
     # Each conversation as ``AgentClient.pending()`` returns it (``client.inbox``): the fields
     # of the first release (chat_id, agent, waiting_since; each interrupt's name, ref and
     # input) and, since approval governance, each interrupt's source, since, deadline,
-    # approvers, quorum and votes.
+    # approvers, quorum and votes. Since issue 26 an interrupt's input is a JSON object (it was
+    # JSON text cut to 200 characters), a placeholder object with ``input_cut`` when too large.
     conversations: list[PausedChat] = []
 
 
@@ -130,6 +132,16 @@ def _compact(value: object, limit: int | None = 120) -> str:
     if limit is not None and len(text) > limit:
         return text[: limit - 1] + "…"
     return text
+
+
+def inbox_input(interrupt: PausedInterrupt) -> str:
+    """An inbox entry's input in a line: the object, or what its placeholder says."""
+    if not interrupt.input_cut:
+        return _compact(interrupt.input, 200)
+    size = interrupt.input.get("bytes")
+    if isinstance(size, int):
+        return f"(cut: {human_size(size)}, too large for the inbox; `agentctl show` has it whole)"
+    return visible(str(interrupt.input.get("omitted", "(not shown)")))
 
 
 def _deadline(at: datetime, *, now: datetime | None = None) -> str:
@@ -284,7 +296,7 @@ def paused_view(
                     Text(visible(i.name), style="bold"),
                     Text(visible(i.ref)),
                     Text(since if first else ""),
-                    Text(visible(i.input)),
+                    Text(inbox_input(i)),
                 ]
                 if governed:
                     cells.append(Text(_may_answer(i)))
@@ -311,7 +323,7 @@ def paused_view(
         lines.append(Text(f"  waiting since {_when(c.waiting_since, now=now)}"))
         for i in c.interrupts:
             lines.append(Text.assemble("  ", (visible(i.name), "bold"), f"  ref {visible(i.ref)}"))
-            lines.append(Text(f"    input {visible(i.input)}"))
+            lines.append(Text(f"    input {inbox_input(i)}"))
             if i.approvers or i.quorum > 1:
                 lines.append(Text(f"    may answer {_may_answer(i).replace(chr(10), ' · ')}"))
             if i.deadline is not None:

@@ -746,7 +746,7 @@ async def test_the_inbox_agentctl_and_the_audit_read_it_with_the_key(encrypted: 
         lambda chats: [c.chat_id for c in chats] == [encrypted.paused],
         timeout=VISIBILITY_TIMEOUT,
     )
-    inputs = " ".join(i.input for i in found[0].interrupts)
+    inputs = " ".join(json.dumps(i.input) for i in found[0].interrupts)
     assert s.question in inputs and s.key in inputs
     # The audit trail decodes the memo batches out of the raw history events.
     (answered, restarted) = sorted(

@@ -141,7 +141,7 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
         PausedInterrupt(
             name="wireApproval",
             ref="w1",
-            input=json.dumps(wire.input),
+            input=wire.input,
             source="interrupt",
             since=wire.since,
             deadline=wire.deadline,
@@ -158,7 +158,7 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
         PausedInterrupt(
             name="approve",
             ref="q1",
-            input=json.dumps(question.input),
+            input=question.input,
             source="interrupt",
             since=question.since,
             input_digest=question.input_digest,
@@ -197,7 +197,8 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
     raw = next(c for c in run.json()["conversations"] if c["chat_id"] == a1.id)
     assert raw["agent"] == treasury.name and "waiting_since" in raw
     (item,) = raw["interrupts"]
-    assert (item["name"], item["ref"], json.loads(item["input"])) == (
+    # The input is an object, as InterruptRequest.input is (it was JSON text until issue 26).
+    assert (item["name"], item["ref"], item["input"]) == (
         "wireApproval",
         "w1",
         wire.input,
@@ -236,11 +237,21 @@ def test_memo_entries_of_every_generation_are_read_and_filtered():
         "quorum": 2,
         "votes": [BOB],
     }
-    entries = memo_interrupts([legacy, governed, {"ref": "no name"}, "junk"])
+    cut = {"name": "approve", "ref": "r2", "input": '{"question": "a long qu'}
+    entries = memo_interrupts([legacy, governed, {"ref": "no name"}, "junk", cut])
     assert [(i.ref, i.approvers, i.quorum, i.source) for i in entries] == [
         ("r0", [], 1, None),
         ("r1", [ALICE, BOB], 2, "approval"),
+        ("r2", [], 1, None),
     ]
+    # Memos that held the input as JSON text read as objects: whole when the text parses,
+    # else the stated placeholder (cut at 200 characters by the old workflow).
+    assert [(i.input, i.input_cut) for i in entries[:2]] == [
+        ({"question": "q"}, False),
+        ({}, False),
+    ]
+    assert entries[2].input_cut and "omitted" in entries[2].input
+    entries = entries[:2]
     assert memo_interrupts(None) == [] and memo_interrupts({"name": "x"}) == []
     chats = [PausedChat(chat_id="c", interrupts=entries)]
     assert seen(for_approver(chats, ALICE)) == [("c", ["r0", "r1"])]

@@ -164,7 +164,7 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
             {
                 "name": i.name,
                 "ref": i.ref,
-                "input": json.dumps(i.input),
+                "input": i.input,
                 "source": i.source,
                 "input_digest": i.input_digest,
                 "since": i.since.isoformat() if i.since else None,
@@ -239,7 +239,7 @@ async def test_agentctl_pending_reads_visibility_without_a_worker(run_worker, mo
     assert [(i["name"], i["ref"]) for i in second["interrupts"]] == [
         (i.name, i.ref) for i in rb.interrupts
     ]
-    assert [json.loads(i["input"]) for i in second["interrupts"]] == [
+    assert [i["input"] for i in second["interrupts"]] == [
         {"question": "second?"},
         {"amount": 12.5},
     ]

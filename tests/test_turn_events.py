@@ -357,9 +357,9 @@ def test_the_view_of_a_paused_conversation_names_what_it_waits_on():
     assert view.pending_names == ("approve", "charge")
     assert view.since == NOW
     first = view.memo_pending[0]
-    assert (first["name"], first["ref"], first["input"]) == ("charge", "r1", '{"amount": 5}')
-    assert first["source"] == "approval" and first["since"]
-    assert len(view.memo_pending[1]["input"]) <= operator_view.MEMO_INPUT_CHARS + 1
+    assert (first["name"], first["ref"], first["input"]) == ("charge", "r1", {"amount": 5})
+    assert first["source"] == "approval" and first["since"] and "input_cut" not in first
+    assert view.memo_pending[1]["input"] == {"question": "q" * 500}  # fits OUT.memo_input
     assert "chat-1" in view.details and "charge" in view.details
 
 

@@ -157,6 +157,15 @@ class Out:
     update_result: int = 48 * KiB
     """The largest update result (interrupts' input and metadata over it show as
     placeholders; ``pending`` has them whole)."""
+    memo_input: int = 1 * KiB
+    """The largest input a paused call's memo entry holds (the inbox reads it with no worker);
+    a larger one is the stated placeholder :func:`memo_input` makes, and ``Chat.pending()`` has
+    it whole. The size keeps the memo bounded whatever pauses: 128 calls of at most 1 KiB of
+    input, 2 KiB of approvers and votes (``operator_view.MEMO_LIST_BYTES``) and about 1 KiB of
+    name, ref, digest and times, plus a batch of answer records (:data:`HELD.memo_audit`,
+    256 KiB), is 768 KiB, well under the 2 MiB Temporal takes in one memo payload
+    (tests/test_web_glue.py adds it up). Most inputs shown for approval (an amount, a payee, a
+    command line) fit whole."""
 
     @property
     def model_input(self) -> int:
@@ -332,6 +341,19 @@ def omitted(value: Any, *, why: str) -> dict[str, Any]:
     """A stated placeholder for a JSON object left out of a result or a log."""
     raw = pydantic_core.to_json(value)
     return {"omitted": why, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()[:16]}
+
+
+MEMO_INPUT_CUT = "too large for the inbox's memo; Chat.pending() has it whole"
+"""The ``omitted`` reason of a memo entry's input placeholder (see :func:`memo_input`)."""
+
+
+def memo_input(value: Any, *, budget: int = OUT.memo_input) -> tuple[dict[str, Any], bool]:
+    """A paused call's input as its memo entry holds it, and whether it was cut: the object
+    itself when it fits ``budget`` bytes, else an :func:`omitted` placeholder (``omitted``,
+    ``bytes``, ``sha256``), a JSON object as well, so a reader never parses a string."""
+    if isinstance(value, dict) and json_size(value) <= budget:
+        return value, False
+    return omitted(value, why=MEMO_INPUT_CUT), True
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ Pure code: no workflow calls, so the tests run it without a server.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,18 +27,14 @@ from typing import Any
 from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 
 from temporal_agent_interrupts.workflows import config
-from temporal_agent_interrupts.workflows.details import render_details, truncate
-from temporal_agent_interrupts.workflows.limits import names_within, stored_size
+from temporal_agent_interrupts.workflows.details import render_details
+from temporal_agent_interrupts.workflows.limits import memo_input, names_within, stored_size
 from temporal_agent_interrupts.workflows.types import (
     AgentStatus,
     CallState,
     ConversationState,
     InterruptRequest,
 )
-
-MEMO_INPUT_CHARS = 200
-"""How much of each paused call's input the memo holds (the inbox shows it; ``pending`` has
-it whole)."""
 
 SEARCH_ATTRIBUTE_VALUE_BYTES = 1536
 """What the pending names may take in one search-attribute value (Temporal's default limit is
@@ -112,17 +107,22 @@ def project(
 
 
 def memo_entry(request: InterruptRequest) -> dict[str, Any]:
-    """One paused call as the inbox reads it from the memo, without a worker: name, ref, a cut
-    of the input, since when, until when, who may answer and the votes so far (keys left out
-    when they say nothing: no deadline, anyone may answer, a quorum of one)."""
+    """One paused call as the inbox reads it from the memo, without a worker: name, ref, the
+    input (a JSON object, as ``InterruptRequest.input`` is; over ``OUT.memo_input`` a stated
+    placeholder, with ``input_cut``), since when, until when, who may answer and the votes so
+    far (keys left out when they say nothing: no deadline, anyone may answer, a quorum of
+    one)."""
+    shown, cut = memo_input(request.input)
     entry: dict[str, Any] = {
         "name": request.name,
         "ref": request.ref,
-        "input": truncate(json.dumps(request.input), MEMO_INPUT_CHARS),
+        "input": shown,
         "source": request.source,
         # An answer built from the inbox entry carries it: it answers only the input shown.
         "input_digest": request.input_digest,
     }
+    if cut:
+        entry["input_cut"] = True
     if request.since is not None:
         entry["since"] = request.since.isoformat()
     if request.deadline is not None:
