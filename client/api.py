@@ -53,15 +53,18 @@ from temporal_agent_interrupts.connection import (
 from temporal_agent_interrupts.errors import (
     AgentError,
     CancelRejected,
+    ChatNotFound,
     ConnectionConfigError,
     NoWorkerAnswered,
     ResumeRejected,
     SendRejected,
     ServerNotAnswering,
+    UnknownAgent,
     gave_up,
     no_worker,
     raise_update_error,
     rpc_error,
+    turn_error,
     worker_missing,
 )
 from temporal_agent_interrupts.tracing import add_tracing, flush_tracing
@@ -99,6 +102,15 @@ from temporal_agent_interrupts.workflows.types import (
 # early: at once when no worker has polled the task queue lately, or after its own ~30 s limit.
 # A worker that starts in the meantime answers the next attempt.
 _QUERY_RETRY_INTERVAL = 1.0
+
+
+WORKER_TIMEOUT = timedelta(seconds=60)
+"""The default ``worker_timeout`` of every call that waits on a worker: how long a worker may
+take to *accept* an update (send, resume, cancel, close) or to answer a query, never how long
+the turn it starts may run (model and tool calls may take minutes). A live worker accepts in
+milliseconds; 60 s rides out a worker restart or a deploy (the server hands a task to a new
+poller within seconds) while a caller with no worker at all hears so within a minute instead
+of hanging. Pass ``worker_timeout=None`` to wait for a worker indefinitely."""
 
 
 class _Closed(Exception):
@@ -243,8 +255,11 @@ class AgentClient:
         carried in. Only the conversation's own runs count (see :meth:`audit_report`, which
         also names the runs left out).
 
+        Reads history only: no worker is asked, so there is no ``worker_timeout``.
+
         Raises:
-            AgentError: no conversation ``chat_id``, or Temporal failed the request.
+            ChatNotFound: no conversation ``chat_id``.
+            AgentError: Temporal failed the request.
         """
         report = await self.audit_report(chat_id)
         return report.records
@@ -257,10 +272,11 @@ class AgentClient:
         ``client/audit.py``). Anyone with the namespace's credentials can start another run
         under a closed chat's id, with any memo and input; such a run is listed in
         ``untrusted``, with why and how many records it claimed, and none of them is in
-        ``records``.
+        ``records``. Reads history only: no worker is asked.
 
         Raises:
-            AgentError: no conversation ``chat_id``, or Temporal failed the request.
+            ChatNotFound: no conversation ``chat_id``.
+            AgentError: Temporal failed the request.
         """
         handle = self._temporal.get_workflow_handle(chat_id)
         try:
@@ -297,27 +313,38 @@ class Chat:
         """The conversation's workflow (its latest run)."""
         return self._client.temporal.get_workflow_handle_for(AgentWorkflow.run, self.id)
 
-    async def send(self, text: str, *, worker_timeout: timedelta | None = None) -> TurnResult:
+    async def send(
+        self, text: str, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> TurnResult:
         """Send a user message and wait for the turn to end or pause.
 
         Args:
             text: The user's message.
             worker_timeout: How long a worker may take to accept the message (not to finish the
-                turn, which may run long model and tool calls). ``None`` waits indefinitely.
+                turn, which may run long model and tool calls): :data:`WORKER_TIMEOUT` (60 s)
+                unless given; ``None`` waits indefinitely.
 
         Raises:
             SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
+            UnknownAgent: the chat is new and the worker that took it hosts no agent of this
+                name (``hosted`` names those it does, ``suggestion`` the closest); the
+                conversation was closed, so nothing is left running. A chat that already had
+                turns keeps going: its turn ends ``failed`` instead.
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
         return await self._send(text, stream=False, worker_timeout=worker_timeout)
 
-    def send_stream(self, text: str, *, worker_timeout: timedelta | None = None) -> TurnStream:
+    def send_stream(
+        self, text: str, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> TurnStream:
         """Send a user message and follow the turn as it happens.
 
         Iterate the returned :class:`TurnStream` for the turn's events (the model's text as it
         arrives, tool requests, interrupts, answers, tool responses) until ``turn_end``;
         ``await turn.result()`` for the same result :meth:`send` returns. Nothing is sent
-        until one of the two is used. Raises as :meth:`send` does, from either.
+        until one of the two is used. Raises as :meth:`send` does, from either (an
+        :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``worker_timeout`` is
+        :data:`WORKER_TIMEOUT` (60 s) unless given, as for :meth:`send`.
         """
         return TurnStream(
             self,
@@ -366,10 +393,13 @@ class Chat:
         )
         try:
             if worker_timeout is None and on_accept is None:
-                return await self._client.temporal.execute_update_with_start_workflow(
-                    AgentWorkflow.send,
-                    SendInput(text=text, agent=self.agent, stream=stream),
-                    start_workflow_operation=start,
+                return _checked(
+                    await self._client.temporal.execute_update_with_start_workflow(
+                        AgentWorkflow.send,
+                        SendInput(text=text, agent=self.agent, stream=stream),
+                        start_workflow_operation=start,
+                    ),
+                    self.agent,
                 )
             deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
             try:
@@ -384,7 +414,7 @@ class Chat:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
             if on_accept is not None:
                 on_accept.set()
-            return await accepted.result()
+            return _checked(await accepted.result(), self.agent)
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
@@ -405,7 +435,7 @@ class Chat:
         identity: str | None = None,
         identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
-        worker_timeout: timedelta | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnResult:
         """Answer pending interrupts; waits until the turn ends or pauses again.
 
@@ -422,7 +452,8 @@ class Chat:
                 token's. Each answer needs a fresh token: one answers once per conversation.
             metadata: Kept with the answers in the audit log; the model never sees it.
             worker_timeout: How long a worker may take to accept the answer (not how long the
-                rest of the turn takes); ``None`` waits indefinitely.
+                rest of the turn takes): :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits
+                indefinitely.
 
         Raises:
             TypeError: an answer is not a ``ToolResponse`` or ``ToolRestart``, or a list holds
@@ -431,6 +462,7 @@ class Chat:
                 the resume is empty, larger than 1 MiB or more than the turn can still hold,
                 or it carries what a conversation cannot store (text that is not valid
                 Unicode, nesting deeper than 64 levels, NaN). Nothing was applied. Not retried.
+            ChatNotFound: no conversation has this chat id.
             NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
         """
         raw = self._resume_raw(
@@ -447,14 +479,16 @@ class Chat:
         identity: str | None = None,
         identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
-        worker_timeout: timedelta | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnStream:
         """Answer pending interrupts and follow the rest of the turn as it happens.
 
         Takes what :meth:`resume` takes; what it refuses before sending (a malformed or
         oversized answer) is raised here, at once. Iterate the returned :class:`TurnStream`
         for the events from the answers on, until ``turn_end`` (the turn ends, or pauses
-        again); ``await turn.result()`` for what :meth:`resume` returns.
+        again); ``await turn.result()`` for what :meth:`resume` returns. ``worker_timeout``
+        bounds how long a worker may take to accept the answers: :data:`WORKER_TIMEOUT` (60 s)
+        unless given; ``None`` waits indefinitely.
         """
         raw = self._resume_raw(
             answers, respond, restart, identity, metadata, stream=True, token=identity_token
@@ -524,9 +558,20 @@ class Chat:
             return follow(self, from_offset=0, strict=False)
         return follow(self, from_offset=after + 1)
 
-    async def pending(self, *, worker_timeout: timedelta | None = None) -> list[InterruptRequest]:
+    async def pending(
+        self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> list[InterruptRequest]:
         """The interrupts the conversation is paused on now (``[]`` if none, or if it is
-        closed: a conversation terminated while paused has nothing left to answer)."""
+        closed: a conversation terminated while paused has nothing left to answer).
+
+        Args:
+            worker_timeout: How long a worker may take to answer the query: :data:`WORKER_TIMEOUT`
+                (60 s) unless given; ``None`` waits indefinitely.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker answered within ``worker_timeout``.
+        """
         try:
             result = await self._query(
                 AgentWorkflow.pending, worker_timeout=worker_timeout, open_only=True
@@ -535,9 +580,18 @@ class Chat:
             return []
         return result.interrupts
 
-    async def status(self, *, worker_timeout: timedelta | None = None) -> StatusResult:
+    async def status(self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT) -> StatusResult:
         """Where the conversation stands: ``closed`` (nothing pending) once its workflow has
-        ended, however it ended."""
+        ended, however it ended.
+
+        Args:
+            worker_timeout: How long a worker may take to answer the query: :data:`WORKER_TIMEOUT`
+                (60 s) unless given; ``None`` waits indefinitely.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker answered within ``worker_timeout``.
+        """
         try:
             return await self._query(
                 AgentWorkflow.status, worker_timeout=worker_timeout, open_only=True
@@ -551,11 +605,19 @@ class Chat:
         )
         return result.model_copy(update={"status": "closed", "pending": []})
 
-    async def history(self, *, worker_timeout: timedelta | None = None) -> HistoryResult:
+    async def history(self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT) -> HistoryResult:
         """The conversation's messages and its audit log of answers.
 
         The workflow answers in pages (one query result is limited to under 2 MiB); this
         reads them all.
+
+        Args:
+            worker_timeout: How long a worker may take to answer each page's query:
+                :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits indefinitely.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker answered within ``worker_timeout``.
         """
         result: HistoryResult = await self._query(
             AgentWorkflow.history, worker_timeout=worker_timeout
@@ -581,15 +643,35 @@ class Chat:
         :meth:`AgentClient.audit`."""
         return await self._client.audit(self.id)
 
-    async def rejections(self, *, worker_timeout: timedelta | None = None) -> list[Rejection]:
-        """Recently refused signals (the bounded log operators see in the UI)."""
+    async def rejections(
+        self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> list[Rejection]:
+        """Recently refused signals (the bounded log operators see in the UI).
+
+        Args:
+            worker_timeout: How long a worker may take to answer the query: :data:`WORKER_TIMEOUT`
+                (60 s) unless given; ``None`` waits indefinitely.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker answered within ``worker_timeout``.
+        """
         result = await self._query(AgentWorkflow.rejections, worker_timeout=worker_timeout)
         return result.rejections
 
-    async def last_turn(self, *, worker_timeout: timedelta | None = None) -> TurnResult | None:
+    async def last_turn(
+        self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> TurnResult | None:
         """The latest turn's result, waiting while a turn is still running.
 
-        ``worker_timeout`` bounds how long a worker may take to accept the request.
+        Args:
+            worker_timeout: How long a worker may take to accept the request (not how long the
+                turn then runs): :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits
+                indefinitely.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker accepted the request within ``worker_timeout``.
         """
         return await self._update(AgentWorkflow.await_turn, None, worker_timeout=worker_timeout)
 
@@ -598,15 +680,18 @@ class Chat:
         reason: str = "",
         *,
         identity: str | None = None,
-        worker_timeout: timedelta | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnResult:
         """Withdraw the pending interrupts (or stop the running turn): a ``cancelled`` turn.
 
-        ``worker_timeout`` bounds how long a worker may take to accept the cancellation.
+        ``worker_timeout`` bounds how long a worker may take to accept the cancellation:
+        :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits indefinitely.
 
         Raises:
             CancelRejected: nothing to cancel, or the reason (1 KiB at most) or identity is
                 too long or malformed.
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker accepted the cancellation within ``worker_timeout``.
         """
         _check_cancel(reason, identity)
         return await self._update(
@@ -620,11 +705,19 @@ class Chat:
         reason: str = "",
         *,
         identity: str | None = None,
-        worker_timeout: timedelta | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> ConversationResult:
         """End the conversation; anything pending is withdrawn first.
 
-        ``worker_timeout`` bounds how long a worker may take to accept the request.
+        ``worker_timeout`` bounds how long a worker may take to accept the request:
+        :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits indefinitely.
+
+        Raises:
+            CancelRejected: a close is already under way, or the reason or identity is too
+                long or malformed.
+            SendRejected: the conversation is closed already.
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker accepted the request within ``worker_timeout``.
         """
         _check_cancel(reason, identity)
         return await self._update(
@@ -670,7 +763,7 @@ class Chat:
         self,
         query: Any,
         *args: Any,
-        worker_timeout: timedelta | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
         open_only: bool = False,
         continued: int = 0,
     ) -> Any:
@@ -733,6 +826,14 @@ class Chat:
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
             raise no_worker(worker_timeout, queued=False) from None
+
+
+def _checked(result: TurnResult, agent: str) -> TurnResult:
+    """``result``, unless the turn closed the conversation for an agent no worker hosts."""
+    error = turn_error(result, agent)
+    if error is not None:
+        raise error
+    return result
 
 
 def _sort_answers(
@@ -827,10 +928,12 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "DEFAULT_ADDRESS",
     "DEFAULT_TASK_QUEUE",
+    "WORKER_TIMEOUT",
     "AgentClient",
     "AgentError",
     "CancelRejected",
     "Chat",
+    "ChatNotFound",
     "ConnectionConfigError",
     "EventsGone",
     "NoWorkerAnswered",
@@ -840,10 +943,12 @@ __all__ = [
     "SendRejected",
     "ServerNotAnswering",
     "TurnStream",
+    "UnknownAgent",
     "approve",
     "connect_answering",
     "connect_config",
     "deny",
     "exit_now",
+    "respond",
     "run_script",
 ]

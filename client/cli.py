@@ -12,7 +12,8 @@ Exit codes (stable; the README documents them):
   pending; the reason is printed;
 - 2: usage error (a bad option or argument, or a bad setting such as an unknown namespace, an
   address that is not HOST:PORT, or ``AGENT_PAYLOAD_KEYS`` unusable or lacking the key a
-  conversation was encrypted with), no such conversation, or it is closed;
+  conversation was encrypted with, or an agent name no worker on the task queue hosts), no such
+  conversation, or it is closed;
 - 3: no worker answered within ``--wait``;
 - 4: Temporal could not be reached, did not answer within 10 s, or failed the request;
 - 5: an internal error: a bug in agentctl, or a conversation that failed to answer a query (its
@@ -89,6 +90,7 @@ from temporal_agent_interrupts.client.views import (
     safe,
     who,
 )
+from temporal_agent_interrupts.errors import ChatNotFound, UnknownAgent
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
@@ -442,7 +444,9 @@ async def _ask(
 
 def _failure(e: AgentError) -> _Fail:
     """The exit code for what the API raised, as the README's table has it."""
-    if isinstance(e, ConnectionConfigError):
+    if isinstance(e, ConnectionConfigError | ChatNotFound | UnknownAgent):
+        # A bad setting, a chat id that names nothing, an agent name no worker hosts: each is
+        # what the command was given, so a usage error (exit 2), as the README's table says.
         return _Fail(ExitCode.USAGE, str(e))
     if isinstance(e.__cause__, RPCError):
         # A Temporal error the API put in words: the conversation closed or went away since

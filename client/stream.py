@@ -208,6 +208,10 @@ class TurnStream:
                 event = following.result()
                 last = event.offset
                 yield event
+                if event.kind == "turn_end" and event.result is not None and event.result.closed:
+                    # A turn that closed the conversation (an agent no worker hosts): the
+                    # send raises for it, and so does following it.
+                    await task
                 if event.kind == "turn_end" or (end is not None and event.offset >= end - 1):
                     return
         except StopAsyncIteration:

@@ -9,6 +9,7 @@ what happened and what to do. The helpers below sort the SDK's errors (an update
 from __future__ import annotations
 
 import asyncio
+import difflib
 from datetime import timedelta
 from typing import NoReturn
 
@@ -17,7 +18,7 @@ from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
-from temporal_agent_interrupts.workflows.types import ErrorKind
+from temporal_agent_interrupts.workflows.types import ErrorKind, TurnResult
 
 
 class AgentError(Exception):
@@ -192,23 +193,53 @@ def rpc_error(err: RPCError, chat_id: str) -> AgentError:
             "exist on this server"
         )
     if err.status == RPCStatusCode.NOT_FOUND:
-        return AgentError(f"no conversation with id {chat_id!r}")
+        return ChatNotFound(f"no conversation with id {chat_id!r}", chat_id=chat_id)
     if worker_missing(err):
         return no_worker(None, queued=False)
     return AgentError(f"Temporal error: {err.message}")
 
 
+def unknown_agent(agent: str, hosted: list[str]) -> UnknownAgent:
+    """The error for a conversation whose agent the answering worker does not host, with the
+    hosted names (structured data from the worker, never read from a message) and the closest
+    of them when one is close enough to be a misspelling."""
+    close = difflib.get_close_matches(agent, hosted, n=1, cutoff=0.6)
+    suggestion = close[0] if close else None
+    names = ", ".join(repr(n) for n in hosted) if hosted else "none"
+    hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+    return UnknownAgent(
+        f"no worker on this task queue hosts an agent named {agent!r} (the worker that answered "
+        f"hosts {names}){hint} The conversation was closed.",
+        agent=agent,
+        hosted=hosted,
+        suggestion=suggestion,
+    )
+
+
+def turn_error(result: TurnResult, agent: str) -> AgentError | None:
+    """What a caller raises for a turn that ended the conversation instead of answering it (a
+    first turn for an agent no worker hosts); None for every other result, failed or not."""
+    error = result.error
+    if result.closed and error is not None and error.kind == ErrorKind.UNKNOWN_AGENT:
+        return unknown_agent(agent, list(error.hosted or []))
+    return None
+
+
 __all__ = [
     "AgentError",
     "CancelRejected",
+    "ChatNotFound",
     "ConnectionConfigError",
     "NoWorkerAnswered",
     "ResumeRejected",
     "SendRejected",
     "ServerNotAnswering",
+    "UnknownAgent",
     "gave_up",
     "no_worker",
     "raise_update_error",
     "rpc_error",
+    "turn_error",
+    "unknown_agent",
     "worker_missing",
 ]

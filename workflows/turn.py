@@ -37,9 +37,11 @@ from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     OUT,
+    KiB,
     cut_stored,
     human_size,
     json_size,
+    names_within,
     omitted,
     shrink,
     stored_size,
@@ -527,6 +529,8 @@ class TurnMachine:
         return ErrorInfo(
             status=cut_stored(error.status, 40),
             message=cut_stored(error.message, DOOR.note),
+            kind=error.kind,
+            hosted=error.hosted,
         )
 
     def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
@@ -792,7 +796,19 @@ class TurnMachine:
             self.cut_messages(turn.base_len)
         self.s.turn = None
         workflow.logger.warning("turn %d failed: %s %s", turn.turn, error.status, error.message)
-        self._stop(TurnResult(turn=turn.turn, finish_reason=FinishReason.FAILED, error=error))
+        # A conversation whose agent no worker has ever hosted for it (its definition comes
+        # with the first model call a hosting worker answers) is a misspelled or unknown agent:
+        # it is closed, the reason in this turn's result (the workflow's result too), rather
+        # than left running for messages no worker can answer. One that already had a hosting
+        # worker keeps going: another worker on the queue lacks the agent, and the turn failed.
+        closes = error.kind == ErrorKind.UNKNOWN_AGENT and self.s.spec is None
+        if closes:
+            self.s.closed = True
+        self._stop(
+            TurnResult(
+                turn=turn.turn, finish_reason=FinishReason.FAILED, error=error, closed=closes
+            )
+        )
 
     def finish_cancelled(self) -> None:
         """End the turn ``cancelled``: what is pending is withdrawn, every call keeps a
@@ -913,7 +929,20 @@ def _activity_error(err: ActivityError, *, what: str) -> ErrorInfo:
         ErrorKind.UNKNOWN_AGENT,
     ):
         status = str(cause.details[0]) if cause.details else Status.INTERNAL
-        return ErrorInfo(status=status, message=cause.message)
+        hosted = None
+        if cause.type == ErrorKind.UNKNOWN_AGENT:
+            hosted = _hosted(cause.details[1] if len(cause.details) > 1 else None)
+        return ErrorInfo(status=status, message=cause.message, kind=cause.type, hosted=hosted)
     if isinstance(cause, TemporalTimeoutError):
         return ErrorInfo(status=Status.DEADLINE_EXCEEDED, message=f"{what} timed out")
     return ErrorInfo(status=Status.INTERNAL, message=f"{what} failed")
+
+
+def _hosted(detail: object) -> list[str]:
+    """The agent names an ``UnknownAgent`` failure's details carry (the activity's second
+    detail), as far as they fit 1 KiB: whoever runs a worker on the queue wrote them, and the
+    turn's result holds them."""
+    names = detail.get("hosted") if isinstance(detail, dict) else None
+    if not isinstance(names, list):
+        return []
+    return names_within([cut_stored(n, DOOR.agent_name) for n in names if isinstance(n, str)], KiB)

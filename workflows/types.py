@@ -437,6 +437,13 @@ def denial(
 class ErrorInfo(_Wire):
     status: str
     message: str
+    # Optional, added for callers that act on a failure without reading its text:
+    # the ``ErrorKind`` the runtime classified it as (``UnknownAgent``, a tool's ``ToolError``,
+    # a ``ModelError``), where it did.
+    kind: str | None = None
+    # For ``UnknownAgent``: the agents the worker that took the call hosts (as data from that
+    # worker, cut to 1 KiB of names).
+    hosted: list[str] | None = None
 
 
 class TurnResult(_Wire):
@@ -450,6 +457,10 @@ class TurnResult(_Wire):
     # Pending interrupts left out of ``interrupts`` because the result would be too large
     # (a reply that paused on very many); ``Chat.pending()`` lists every one.
     interrupts_omitted: int = 0
+    # The conversation ended with this turn: its first turn asked for an agent no worker on
+    # the task queue hosts (``error.kind`` is ``UnknownAgent``), so it was closed rather than
+    # left running for a message no worker can answer.
+    closed: bool = False
 
 
 # --------------------------------------------------------------------------------------------
