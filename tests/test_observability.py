@@ -39,6 +39,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from temporal_agent_interrupts import FinishReason, ResumeRejected, interrupt
+from temporal_agent_interrupts.errors import UnknownAgent
 from temporal_agent_interrupts.tracing import (
     TRACING_SWITCH,
     SanitizingSpanExporter,
@@ -52,6 +53,7 @@ from temporal_agent_interrupts.worker import sandbox_runner
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
+from temporal_agent_interrupts.workflows.payloads import raw_start
 from temporal_agent_interrupts.workflows.telemetry import (
     INTERRUPT_WAIT,
     INTERRUPT_WAIT_BUCKETS,
@@ -68,7 +70,7 @@ from temporal_agent_interrupts.workflows.telemetry import (
     TOOL_CALLS,
     UNKNOWN_AGENT,
 )
-from temporal_agent_interrupts.workflows.types import ToolResponse
+from temporal_agent_interrupts.workflows.types import ConversationInput, ToolResponse
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -723,12 +725,22 @@ async def test_the_agent_label_names_only_an_agent_the_worker_hosts(metered, cli
     queue = f"test-{uuid.uuid4()}"
     model = ScriptedModel([text("hello")])
     async with hosted(metrics_client, agents=[agent], model=model, task_queue=queue) as agents:
-        # A conversation with an agent nobody hosts: its model call fails, its refusals count.
+        # A conversation with an agent nobody hosts: its refusals count, and its first
+        # message closes it (the send raises UnknownAgent), so it is started bare first.
         stranger = await agents.chat(forged)
-        failed = await stranger.send("hi")
-        assert failed.finish_reason == FinishReason.FAILED
+        await agents.temporal.start_workflow(
+            AgentWorkflow.run,
+            raw_start(
+                ConversationInput(agent=forged),
+                converter=agents.temporal.data_converter.payload_converter,
+            ),
+            id=stranger.id,
+            task_queue=queue,
+        )
         await stranger.handle.signal("frobnicate", {"x": 1})
         await eventually(stranger.rejections, lambda r: len(r) == 1)
+        with pytest.raises(UnknownAgent):
+            await stranger.send("hi")
         # A hosted agent's conversation, refused once its model has answered.
         known = await agents.chat(agent.name)
         assert (await known.send("hi")).text == "hello"
