@@ -10,7 +10,7 @@ import logging
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts import FinishReason, ResumeRejected, SendRejected
+from temporal_agent_interrupts import FinishReason, ResumeRejected, SendRejected, UnknownAgent
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import (
@@ -513,10 +513,17 @@ async def test_max_turns_ends_a_runaway_loop(run_worker, model):
 
 
 async def test_unknown_agent_fails_the_turn_clearly(run_worker, model):
+    """A new chat for an agent no worker hosts: the send raises UnknownAgent, and the
+    conversation is closed with the failed turn as its result (tests/test_web_glue.py has the
+    rest)."""
     async with run_worker() as agents:
         chat = await agents.chat("noSuchAgent")
-        res = await chat.send("hi")
-    assert res.finish_reason == FinishReason.FAILED
+        with pytest.raises(UnknownAgent) as raised:
+            await chat.send("hi")
+        result = await chat.handle.result()
+    assert raised.value.agent == "noSuchAgent" and "assistant" in raised.value.hosted
+    res = result.last_turn
+    assert res is not None and res.finish_reason == FinishReason.FAILED and res.closed
     assert res.error is not None
     assert res.error.status == "NOT_FOUND"
     assert "noSuchAgent" in res.error.message
