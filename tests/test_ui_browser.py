@@ -287,13 +287,13 @@ async def test_with_keys_the_ui_reads_the_interrupt_through_the_codec_server(
             )
             await expect_interrupt(details, interrupt, chat.id)
             await screenshot(page, tmp_path / "encrypted-current-details.png")
-            # The memo, decoded the same way: the pending list the inbox reads, its input a
-            # JSON string.
+            # The memo, decoded the same way: the pending list the inbox reads, its input an
+            # object (each of its fields a line of its own).
             await page.get_by_role("tab", name="Memo").click()
             for line in (
                 f'"name": "{interrupt.name}"',
                 f'"ref": "{interrupt.ref}"',
-                f'"input": {json.dumps(json.dumps(interrupt.input))}',
+                *(f'"{key}": {json.dumps(value)}' for key, value in interrupt.input.items()),
             ):
                 await expect(page.get_by_text(line)).to_be_visible(timeout=UI_TIMEOUT_MS)
         finally:
