@@ -166,6 +166,7 @@ def test_the_wheel_holds_the_one_package_and_its_metadata_only(release: Release)
     (dist_info,) = top - {PACKAGE}
     assert dist_info == f"{PACKAGE}-{PYPROJECT['version']}.dist-info", top
     assert f"{PACKAGE}/py.typed" in names
+    assert f"{dist_info}/licenses/LICENSE" in names  # the MIT text the metadata declares
     for folder in FOLDERS:
         assert f"{PACKAGE}/{folder}/__init__.py" in names, folder
     shipped_parts = {part for name in names for part in PurePosixPath(name).parts}
@@ -178,7 +179,7 @@ def test_the_wheel_holds_the_one_package_and_its_metadata_only(release: Release)
 
 def test_the_sdist_holds_the_source_and_builds_the_same_wheel_as_the_tree(release: Release):
     names = sdist_names(release.sdist)
-    for kept in ("pyproject.toml", "README.md", "CHANGELOG.md", f"{PACKAGE}/py.typed"):
+    for kept in ("pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", f"{PACKAGE}/py.typed"):
         assert kept in names, kept
     # Every module of the wheel from its source: the package root's own, and the four folders
     # at the top, where the build maps them from.
