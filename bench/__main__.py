@@ -38,9 +38,8 @@ from temporalio.worker import Replayer, Worker
 
 from bench.floor_activities import FloorActivities
 from bench.floor_workflow import FloorInput, FloorWorkflow
-from temporal_agent_interrupts.activities import tool
+from temporal_agent_interrupts import AgentClient, FinishReason, tool
 from temporal_agent_interrupts.activities.runtime import AgentActivities
-from temporal_agent_interrupts.client import AgentClient, FinishReason
 from temporal_agent_interrupts.codec import data_converter, generate_key, load_keys
 from temporal_agent_interrupts.connection import connect_answering
 from temporal_agent_interrupts.worker import build_worker, ensure_bytecode, sandbox_runner

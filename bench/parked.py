@@ -27,7 +27,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.codec import data_converter
 from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
 

@@ -1,68 +1,7 @@
-"""Calling agents: ``AgentClient``, ``Chat``, result types and errors."""
+"""Calling agents: ``AgentClient`` and ``Chat`` (``client/api.py``), the inbox, the stream, the
+audit trail and ``agentctl``.
 
-from temporal_agent_interrupts.client.api import (
-    DEFAULT_TASK_QUEUE,
-    AgentClient,
-    AgentError,
-    CancelRejected,
-    Chat,
-    ConnectionConfigError,
-    EventsGone,
-    NoWorkerAnswered,
-    PausedChat,
-    PausedInterrupt,
-    ResumeRejected,
-    SendRejected,
-    ServerNotAnswering,
-    TurnStream,
-    approve,
-    connect_config,
-    deny,
-    exit_now,
-    run_script,
-)
-from temporal_agent_interrupts.client.audit import AuditReport, UntrustedRun
-from temporal_agent_interrupts.workflows.types import (
-    AnswerRecord,
-    ErrorInfo,
-    FinishReason,
-    InterruptRequest,
-    StatusResult,
-    ToolResponse,
-    ToolRestart,
-    TurnEvent,
-    TurnResult,
-)
-
-__all__ = [
-    "DEFAULT_TASK_QUEUE",
-    "AgentClient",
-    "AgentError",
-    "AnswerRecord",
-    "AuditReport",
-    "CancelRejected",
-    "Chat",
-    "ConnectionConfigError",
-    "ErrorInfo",
-    "EventsGone",
-    "FinishReason",
-    "InterruptRequest",
-    "NoWorkerAnswered",
-    "PausedChat",
-    "PausedInterrupt",
-    "ResumeRejected",
-    "SendRejected",
-    "ServerNotAnswering",
-    "StatusResult",
-    "ToolResponse",
-    "ToolRestart",
-    "TurnEvent",
-    "TurnResult",
-    "TurnStream",
-    "UntrustedRun",
-    "approve",
-    "connect_config",
-    "deny",
-    "exit_now",
-    "run_script",
-]
+Nothing is re-exported here: the names a caller needs are at the package root
+(``from temporal_agent_interrupts import AgentClient, Chat, approve, ...``), and everything else
+by its module path (``temporal_agent_interrupts.client.inbox.PausedInterrupt``, ...).
+"""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from temporal_agent_interrupts.activities import ToolContext, tool
+from temporal_agent_interrupts import ToolContext, tool
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 
 

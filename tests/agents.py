@@ -12,16 +12,10 @@ from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from examples import banking_agent, deploy_agent, shell_agent
-from temporal_agent_interrupts.activities import (
-    Interrupt,
-    Notice,
-    ToolContext,
-    ToolError,
-    interrupt,
-    tool,
-)
+from temporal_agent_interrupts import Interrupt, ToolContext, ToolError, interrupt, tool
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
+from temporal_agent_interrupts.workflows.types import Notice
 
 RUNS: Counter[str] = Counter()
 CONTEXTS: list[ToolContext] = []

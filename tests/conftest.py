@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts.client import AgentClient
+from temporal_agent_interrupts import AgentClient
 from temporal_agent_interrupts.worker.observability import metrics_runtime
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent

@@ -8,7 +8,7 @@ import json
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts.client import AgentClient, FinishReason, ResumeRejected
+from temporal_agent_interrupts import AgentClient, FinishReason, ResumeRejected
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.conftest import ScriptedModel

@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 from temporalio.client import Client
 
-from temporal_agent_interrupts.client import Chat, NoWorkerAnswered
+from temporal_agent_interrupts import Chat, NoWorkerAnswered
 from temporal_agent_interrupts.client.api import (
     AgentClient,
     ConnectionConfigError,
@@ -410,7 +410,10 @@ async def test_an_address_that_is_not_host_port_is_a_usage_error(client, tmp_pat
     out, err = await asyncio.wait_for(worker.communicate(), 60)
     assert worker.returncode == 2, (out, err)
     (line,) = err.decode().splitlines()
-    assert "ERROR worker: bad Temporal address 'localhost' (TEMPORAL_ADDRESS): no port" in line
+    assert (
+        "ERROR temporal_agent_interrupts.worker: "
+        "bad Temporal address 'localhost' (TEMPORAL_ADDRESS): no port" in line
+    )
 
 
 # --- a restart that pauses again --------------------------------------------------------------

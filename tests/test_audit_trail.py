@@ -24,18 +24,20 @@ from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from temporal_agent_interrupts.activities import Interrupt, ToolContext, tool
-from temporal_agent_interrupts.client import (
+from temporal_agent_interrupts import (
     AgentClient,
-    AnswerRecord,
     FinishReason,
+    Interrupt,
     NoWorkerAnswered,
+    ToolContext,
+    tool,
 )
 from temporal_agent_interrupts.client.audit import RunTrail, judge, merge, read_run
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, TrustedIssuer
+from temporal_agent_interrupts.workflows.types import AnswerRecord
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_operator import AGENTCTL, Run, agentctl, agentctl_env, agentctl_in_a_terminal

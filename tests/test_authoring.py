@@ -21,8 +21,7 @@ import pytest
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from temporal_agent_interrupts.activities import tool
-from temporal_agent_interrupts.client import AgentClient, FinishReason, approve, deny
+from temporal_agent_interrupts import AgentClient, FinishReason, approve, deny, tool
 from temporal_agent_interrupts.worker.offline_model import BANNER, parse_calls
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request

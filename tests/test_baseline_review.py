@@ -15,7 +15,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.common import RawValue
 
-from temporal_agent_interrupts.client import FinishReason, approve
+from temporal_agent_interrupts import FinishReason, approve
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from tests import agents as t

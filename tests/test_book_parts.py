@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from temporal_agent_interrupts.activities import interrupt, tool
+from temporal_agent_interrupts import interrupt, tool
 from temporal_agent_interrupts.workflows import Agent, ToolApproval, answers, deadlines, governance
 from temporal_agent_interrupts.workflows.answers import ResumeError
 from temporal_agent_interrupts.workflows.calls import Lifecycle

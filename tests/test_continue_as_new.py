@@ -11,7 +11,7 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.types import TurnEvent

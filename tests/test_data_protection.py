@@ -57,14 +57,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples import ALL_AGENTS as EXAMPLE_AGENTS
-from temporal_agent_interrupts.activities import tool
+from temporal_agent_interrupts import AgentClient, ConnectionConfigError, FinishReason, tool
 from temporal_agent_interrupts.activities.runtime import AgentActivities
-from temporal_agent_interrupts.client import (
-    AgentClient,
-    ConnectionConfigError,
-    FinishReason,
-    InterruptRequest,
-)
 from temporal_agent_interrupts.codec import (
     DECODING_FAILED,
     ENCODING,
@@ -96,7 +90,7 @@ from temporal_agent_interrupts.workflows.config import (
     INTERRUPTED_SINCE,
     PENDING_INTERRUPTS,
 )
-from temporal_agent_interrupts.workflows.types import ErrorKind
+from temporal_agent_interrupts.workflows.types import ErrorKind, InterruptRequest
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,

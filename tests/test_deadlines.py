@@ -13,12 +13,12 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts.activities import Notice, interrupt, tool
-from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason, interrupt, tool
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
+from temporal_agent_interrupts.workflows.types import Notice
 from tests import agents as t
 from tests.agents import Answer, Ask, lookup
 

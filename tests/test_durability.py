@@ -12,7 +12,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from temporal_agent_interrupts.client import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.worker import build_worker, sandbox_runner
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules

@@ -34,7 +34,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts.client import (
+from temporal_agent_interrupts import (
     AgentClient,
     CancelRejected,
     Chat,

@@ -20,11 +20,18 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from temporal_agent_interrupts.activities import ToolContext, interrupt, tool
-from temporal_agent_interrupts.client import Chat, FinishReason, ResumeRejected, TurnEvent
+from temporal_agent_interrupts import (
+    Chat,
+    FinishReason,
+    ResumeRejected,
+    ToolContext,
+    interrupt,
+    tool,
+)
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 

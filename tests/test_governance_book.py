@@ -9,7 +9,7 @@ import jwt
 import pytest
 from pydantic import BaseModel
 
-from temporal_agent_interrupts.activities import interrupt, tool
+from temporal_agent_interrupts import interrupt, tool
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
 from temporal_agent_interrupts.workflows.audit import apply, outbox_batch

@@ -17,9 +17,14 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from temporal_agent_interrupts.activities import interrupt
-from temporal_agent_interrupts.client import AgentClient, FinishReason, PausedChat, PausedInterrupt
-from temporal_agent_interrupts.client.inbox import for_approver, memo_interrupts, oldest_first
+from temporal_agent_interrupts import AgentClient, FinishReason, interrupt
+from temporal_agent_interrupts.client.inbox import (
+    PausedChat,
+    PausedInterrupt,
+    for_approver,
+    memo_interrupts,
+    oldest_first,
+)
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, ToolApproval

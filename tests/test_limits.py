@@ -93,7 +93,7 @@ def test_numbers_json_cannot_hold_are_refused():
 
 
 def test_a_deadline_answer_too_large_is_refused_at_declaration():
-    from temporal_agent_interrupts.activities import interrupt
+    from temporal_agent_interrupts import interrupt
     from temporal_agent_interrupts.workflows import Agent
     from tests.agents import Answer, Ask
 

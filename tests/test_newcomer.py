@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from examples import ALL_AGENTS, banking, demo, deploy, shell
-from temporal_agent_interrupts.client import DEFAULT_TASK_QUEUE, AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.connection import DEFAULT_TASK_QUEUE
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.devserver import temporal_cli
 from temporal_agent_interrupts.worker.offline_model import BANNER, respond
@@ -205,7 +206,7 @@ async def test_offline_model_drives_every_example_agent(client):
             task_queue="offline",
             gemini=offline.client(),
         ):
-            from temporal_agent_interrupts.client import AgentClient, deny
+            from temporal_agent_interrupts import AgentClient, deny
 
             agents = AgentClient(client, task_queue="offline")
             bank = await agents.chat("bankingAgent")

@@ -38,8 +38,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from temporal_agent_interrupts.activities import interrupt
-from temporal_agent_interrupts.client import FinishReason, ResumeRejected, ToolResponse
+from temporal_agent_interrupts import FinishReason, ResumeRejected, interrupt
 from temporal_agent_interrupts.tracing import (
     TRACING_SWITCH,
     SanitizingSpanExporter,
@@ -69,6 +68,7 @@ from temporal_agent_interrupts.workflows.telemetry import (
     TOOL_CALLS,
     UNKNOWN_AGENT,
 )
+from temporal_agent_interrupts.workflows.types import ToolResponse
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,

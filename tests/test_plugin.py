@@ -8,10 +8,8 @@ the team's own workflow keeps running on the same worker.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 import pytest
-from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -25,22 +23,7 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel
 from temporal_agent_interrupts.workflows import AgentWorkflow
 from tests import agents as test_agents
-
-
-@activity.defn
-async def shout(word: str) -> str:
-    return word.upper() + "!"
-
-
-@workflow.defn
-class GreetingWorkflow:
-    """The team's own workflow, with an activity of its own."""
-
-    @workflow.run
-    async def run(self, name: str) -> str:
-        return await workflow.execute_activity(
-            shout, name, start_to_close_timeout=timedelta(seconds=10)
-        )
+from tests.team_workflow import GreetingWorkflow, shout
 
 
 def plugged(client: Client, plugin: AgentsPlugin) -> Client:
@@ -52,9 +35,10 @@ def plugged(client: Client, plugin: AgentsPlugin) -> Client:
 
 
 async def test_the_plugin_hosts_agents_beside_the_teams_own_workflow(client):
-    model = ScriptedModel([calls(("charge", {"amount": 12.5})), text("charged 12.5")])
+    model = ScriptedModel([calls(("lookup", {"key": "k"})), text("found K")])
     gemini = model.client()
-    plugin = AgentsPlugin(agents=[test_agents.ops_agent()], gemini=gemini)
+    ops = test_agents.ops_agent()  # lookup is gated by its ToolApproval
+    plugin = AgentsPlugin(agents=[ops], gemini=gemini)
     theirs = plugged(client, plugin)
     assert issubclass(theirs.data_converter.payload_converter_class, AgentPayloadConverter)
     queue = f"team-{uuid.uuid4()}"
@@ -62,11 +46,12 @@ async def test_the_plugin_hosts_agents_beside_the_teams_own_workflow(client):
         theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout]
     ) as worker:
         # The plugin's additions sit beside the team's, which are all still there.
-        assert worker.config(active_config=True)["workflows"] == [GreetingWorkflow, AgentWorkflow]
-        activities = list(worker.config(active_config=True)["activities"])
+        active = worker.config(active_config=True)
+        assert active.get("workflows") == [GreetingWorkflow, AgentWorkflow]
+        activities = list(worker.config(active_config=True).get("activities") or ())
         assert activities[0] is shout
         assert activities[1:] == plugin.agent_activities.activities()
-        assert isinstance(worker.config(active_config=True)["workflow_runner"], OurRunner)
+        assert isinstance(worker.config(active_config=True).get("workflow_runner"), OurRunner)
 
         greeting = await theirs.execute_workflow(
             GreetingWorkflow.run, "ada", id=f"greet-{uuid.uuid4()}", task_queue=queue
@@ -74,14 +59,16 @@ async def test_the_plugin_hosts_agents_beside_the_teams_own_workflow(client):
         assert greeting == "ADA!"
 
         agents = AgentClient(theirs, task_queue=queue)
-        chat = await agents.chat("ops")
-        paused = await chat.send("charge 12.5")
+        chat = await agents.chat(ops.name)
+        paused = await chat.send("look k up")
         assert paused.finish_reason == FinishReason.INTERRUPTED
         (call,) = paused.interrupts
-        assert call.name == "charge" and test_agents.RUNS["charge"] == 1
-        done = await chat.resume([approve(call)])
-        assert done.finish_reason == FinishReason.STOP and done.text == "charged 12.5"
-        assert test_agents.RUNS["charge"] == 2  # the interrupting run, then the approved one
+        assert call.name == "lookup" and test_agents.RUNS["lookup"] == 0  # gated: not run yet
+        done = await chat.resume(answers=[approve(call)])
+        assert done.finish_reason == FinishReason.STOP and done.text == "found K"
+        assert test_agents.RUNS["lookup"] == 1
+        (response,) = model.requests[1].function_responses()
+        assert response["response"] == {"key": "k", "value": "K"}
     await model.release(gemini)
 
 
@@ -89,16 +76,23 @@ async def test_the_plugin_on_a_worker_alone_is_refused_with_what_to_do(client):
     plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
     bare = Client(**{**client.config(), "data_converter": type(client.data_converter).default})
     with pytest.raises(ValueError, match=r"not on its client.*plugins=\[AgentsPlugin"):
-        Worker(bare, task_queue="never", plugins=[plugin])
+        Worker(bare, task_queue=f"never-{uuid.uuid4()}", plugins=[plugin])
 
 
+# The SDK's own warning (the same plugin type on the client and the worker) comes first; ours
+# refuses where it only warns.
+@pytest.mark.filterwarnings("ignore:The same plugin type")
 async def test_the_plugin_twice_is_refused(client):
     plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
     theirs = plugged(client, plugin)
     with pytest.raises(ValueError, match="AgentWorkflow is already on this worker"):
-        Worker(theirs, task_queue="never", plugins=[AgentsPlugin(agents=[test_agents.assistant])])
+        Worker(
+            theirs,
+            task_queue=f"never-{uuid.uuid4()}",
+            plugins=[AgentsPlugin(agents=[test_agents.assistant])],
+        )
     with pytest.raises(ValueError, match="already carries an AgentsPlugin"):
-        build_worker(theirs, agents=[test_agents.assistant], task_queue="never")
+        build_worker(theirs, agents=[test_agents.assistant], task_queue=f"never-{uuid.uuid4()}")
 
 
 async def test_a_sandbox_the_team_configured_keeps_its_restrictions_and_gains_the_passthrough(
@@ -109,25 +103,27 @@ async def test_a_sandbox_the_team_configured_keeps_its_restrictions_and_gains_th
     restrictions = SandboxRestrictions.default.with_passthrough_modules("their_models")
     worker = Worker(
         theirs,
-        task_queue="never",
+        task_queue=f"never-{uuid.uuid4()}",
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
     )
-    runner = worker.config(active_config=True)["workflow_runner"]
+    runner = worker.config(active_config=True).get("workflow_runner")
     assert isinstance(runner, SandboxedWorkflowRunner)
     passed = runner.restrictions.passthrough_modules
     assert "their_models" in passed and set(PASSTHROUGH) <= passed
     # Unsandboxed is the team's own decision: left alone.
     unsandboxed = UnsandboxedWorkflowRunner()
-    kept = Worker(theirs, task_queue="never", workflow_runner=unsandboxed)
-    assert kept.config(active_config=True)["workflow_runner"] is unsandboxed
+    kept = Worker(theirs, task_queue=f"never-{uuid.uuid4()}", workflow_runner=unsandboxed)
+    assert kept.config(active_config=True).get("workflow_runner") is unsandboxed
 
 
 def test_the_plugin_configures_a_replayer_too():
     plugin = AgentsPlugin(agents=[test_agents.assistant], gemini=ScriptedModel().client())
     replayer = Replayer(workflows=[], plugins=[plugin])
     config = replayer.config(active_config=True)
-    assert config["workflows"] == [AgentWorkflow]
-    assert issubclass(config["data_converter"].payload_converter_class, AgentPayloadConverter)
+    assert config.get("workflows") == [AgentWorkflow]
+    converter = config.get("data_converter")
+    assert converter is not None
+    assert issubclass(converter.payload_converter_class, AgentPayloadConverter)
     assert plugin.name() == PLUGIN_NAME
 
 

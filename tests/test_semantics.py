@@ -10,7 +10,7 @@ import logging
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts.client import FinishReason, ResumeRejected, SendRejected
+from temporal_agent_interrupts import FinishReason, ResumeRejected, SendRejected
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import (
@@ -356,7 +356,7 @@ async def test_message_while_paused_is_rejected_and_cancel_withdraws(run_worker,
 
 
 async def test_cancel_with_nothing_to_cancel_is_an_error(run_worker, model):
-    from temporal_agent_interrupts.client import AgentError
+    from temporal_agent_interrupts import AgentError
 
     model.reply(text("hi"))
     async with run_worker() as agents:

@@ -78,7 +78,8 @@ async def test_read_only_commands_in_the_scratch_directory_run_at_once(run_worke
     assert response["response"]["stdout"] == "hello\n"
 
 
-def test_the_worker_does_not_host_the_shell_agent_unless_asked():
+def test_the_worker_does_not_host_the_shell_agent_unless_asked(monkeypatch):
+    monkeypatch.setenv("AGENT_MODULES", "examples")  # what make run and the image name
     assert [a.name for a in load_agents(None)] == ["bankingAgent", "deployAgent"]
     asked = load_agents(["examples:ALL_AGENTS", "examples:shell_agent"])
     assert [a.name for a in asked] == ["bankingAgent", "deployAgent", "shellAgent"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from examples.banking import banking_agent
-from temporal_agent_interrupts.client import EventsGone, FinishReason, SendRejected
+from temporal_agent_interrupts import EventsGone, FinishReason, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import streaming
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text

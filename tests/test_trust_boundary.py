@@ -30,17 +30,9 @@ from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedS
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from temporal_agent_interrupts.client import (
-    AgentClient,
-    AgentError,
-    FinishReason,
-    PausedInterrupt,
-    ResumeRejected,
-    TurnResult,
-    TurnStream,
-    approve,
-)
-from temporal_agent_interrupts.client.inbox import PAUSED_QUERY
+from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, ResumeRejected, approve
+from temporal_agent_interrupts.client.inbox import PAUSED_QUERY, PausedInterrupt
+from temporal_agent_interrupts.client.stream import TurnStream
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
@@ -64,6 +56,7 @@ from temporal_agent_interrupts.workflows.types import (
     Part,
     ToolInput,
     TurnEvent,
+    TurnResult,
     TurnState,
 )
 from tests import agents as t

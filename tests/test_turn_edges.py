@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from temporal_agent_interrupts.client import FinishReason
+from temporal_agent_interrupts import FinishReason
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.config import AGENT_STATUS
 from tests import agents as t
@@ -142,7 +142,7 @@ def test_an_invalid_retry_policy_is_refused_when_the_tool_is_declared():
 
     from temporalio.common import RetryPolicy
 
-    from temporal_agent_interrupts.activities import tool
+    from temporal_agent_interrupts import tool
 
     bad = RetryPolicy(initial_interval=timedelta(seconds=10), maximum_interval=timedelta(seconds=1))
     with pytest.raises(ValueError, match="'flaky': invalid retry policy: maximum_interval"):
@@ -152,7 +152,7 @@ def test_an_invalid_retry_policy_is_refused_when_the_tool_is_declared():
 
 
 async def test_a_closed_chat_says_closed_to_every_call(run_worker, model):
-    from temporal_agent_interrupts.client import AgentError
+    from temporal_agent_interrupts import AgentError
 
     model.reply(text("hi"))
     async with run_worker() as agents:
@@ -172,7 +172,7 @@ async def test_a_closed_chat_says_closed_to_every_call(run_worker, model):
 async def test_an_empty_first_message_starts_no_conversation(run_worker, model, client):
     from temporalio.service import RPCError
 
-    from temporal_agent_interrupts.client import SendRejected
+    from temporal_agent_interrupts import SendRejected
 
     async with run_worker() as agents:
         chat = await agents.chat("careful")
@@ -186,7 +186,7 @@ async def test_an_empty_first_message_starts_no_conversation(run_worker, model, 
 async def test_last_turn_and_close_can_bound_the_wait_for_a_worker(run_worker, model):
     from datetime import timedelta
 
-    from temporal_agent_interrupts.client import NoWorkerAnswered
+    from temporal_agent_interrupts import NoWorkerAnswered
 
     model.reply(text("hi"))
     async with run_worker() as agents:

@@ -45,12 +45,13 @@ from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
 
 from examples import banking_agent
-from temporal_agent_interrupts.client import Chat, InterruptRequest
+from temporal_agent_interrupts import Chat
 from temporal_agent_interrupts.codec import ENCODING, generate_key
 from temporal_agent_interrupts.codec import ENV_VAR as PAYLOAD_KEYS_ENV
 from temporal_agent_interrupts.worker.devserver import port_open
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
+from temporal_agent_interrupts.workflows.types import InterruptRequest
 from tests.helpers import free_port
 
 DEBIAN_CHROMIUM = "/usr/bin/chromium"

@@ -127,6 +127,20 @@ def test_a_bad_agents_value_is_one_line_and_exit_2(tmp_path, spec, expected):
     assert expected in line
 
 
+def test_a_worker_names_its_agents_or_does_not_start(tmp_path, monkeypatch):
+    """The package ships no agents: without ``--agents`` or ``AGENT_MODULES`` the worker says
+    what to give, and hosts nobody else's by default."""
+    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=CLOSED)
+    del environ["AGENT_MODULES"]
+    worker = run("-m", "temporal_agent_interrupts.worker", env=environ, cwd=tmp_path)
+    assert worker.returncode == 2, worker.stdout + worker.stderr
+    (line,) = worker.stderr.splitlines()
+    assert "no agents to host: name them with --agents MODULE[:NAME] (or AGENT_MODULES)" in line
+    monkeypatch.setenv("AGENT_MODULES", "examples:shell_agent, examples")
+    assert load_agents(None) == [shell_agent, *ALL_AGENTS]
+    assert load_agents(["examples:shell_agent"]) == [shell_agent]  # the flag wins
+
+
 def test_agents_are_checked_before_a_dev_server_starts(tmp_path):
     worker = run(
         "-m",

@@ -24,12 +24,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts.client import (
-    AgentClient,
-    ConnectionConfigError,
-    FinishReason,
-    connect_config,
-)
+from temporal_agent_interrupts import AgentClient, ConnectionConfigError, FinishReason
+from temporal_agent_interrupts.connection import connect_config
 from temporal_agent_interrupts.worker.__main__ import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
@@ -362,15 +358,19 @@ def imports_envconfig(path: Path) -> bool:
 
 
 def test_envconfig_is_read_in_one_place():
-    """Every entry point shares ``client.connection.connect_config``; none reads envconfig
-    itself."""
+    """Every entry point shares ``temporal_agent_interrupts.connection.connect_config``; none
+    reads envconfig itself."""
     readers = sorted(
         str(path.relative_to(ROOT))
-        for package in ("workflows", "activities", "worker", "client", "examples")
+        for package in ("workflows", "activities", "worker", "client", "examples", "bench")
         for path in (ROOT / package).rglob("*.py")
         if imports_envconfig(path)
+    ) + sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "temporal_agent_interrupts").glob("*.py")
+        if imports_envconfig(path)
     )
-    assert readers == ["client/connection.py"]
+    assert readers == ["temporal_agent_interrupts/connection.py"]
 
 
 # --- capacity ----------------------------------------------------------------------------------

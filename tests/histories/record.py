@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from temporal_agent_interrupts.client import AgentClient
+from temporal_agent_interrupts import AgentClient
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond
 from temporal_agent_interrupts.worker.standin import GeminiStandIn
