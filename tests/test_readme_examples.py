@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import re
 import subprocess
 import sys
@@ -60,6 +61,25 @@ def test_no_readme_python_block_imports_a_folder_by_its_bare_name():
                 if name.split(".")[0] in FOLDERS
             ]
     assert not bare, bare
+
+
+def test_every_name_a_readme_block_imports_from_the_package_exists():
+    """Blocks that only show a shape (approval governance) are not run; their imports still
+    resolve, so none of them names a module or a name that moved."""
+    missing = []
+    for line, block in python_blocks():
+        for node in ast.walk(ast.parse(block)):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if node.module.split(".")[0] != "temporal_agent_interrupts":
+                continue
+            module = importlib.import_module(node.module)
+            missing += [
+                f"README.md:{line + node.lineno}: {node.module}.{a.name}"
+                for a in node.names
+                if not hasattr(module, a.name)
+            ]
+    assert not missing, missing
 
 
 def test_the_readme_names_no_command_by_a_folders_bare_module():
