@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # Written by whoever starts the embedded dev server (worker/devserver.py); read by `make stop`.
 DEV_PID := .temporal/dev-server.pid
 
-.PHONY: setup demo run test bench lint stop clean
+.PHONY: setup browser demo run test dist bench lint stop clean
 
 setup: $(STAMP)
 
@@ -28,9 +28,22 @@ demo: setup
 run: setup
 	$(PY) -m temporal_agent_interrupts.worker --dev-server --agents examples
 
+## browser: the Chromium the browser tests drive, installed from Debian's packages when missing
+# (as root or through sudo); nothing to do when it is there, or with AGENT_TEST_CHROMIUM or
+# AGENT_TEST_SKIP_BROWSER=1 set. See scripts/install-chromium.
+browser:
+	@bash scripts/install-chromium
+
 ## test: the whole suite against a real Temporal dev server
-test: setup
+test: setup browser
 	$(PY) -m pytest
+
+## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
+# Offline: --no-isolation builds with the venv's own setuptools (a test extra), no download.
+dist: setup
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
 
 ## bench: the benchmarks; results land in bench/results/
 bench: setup
@@ -72,4 +85,4 @@ stop:
 	rm -f $(DEV_PID)
 
 clean: stop
-	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache build dist *.egg-info

@@ -15,7 +15,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from temporalio.common import RetryPolicy
 
 from temporal_agent_interrupts.workflows.agent import (
@@ -25,6 +25,7 @@ from temporal_agent_interrupts.workflows.agent import (
     check_approvers,
     timeout_policy,
 )
+from temporal_agent_interrupts.workflows.answers import pydantic_reason
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     json_size,
@@ -90,8 +91,33 @@ class ToolContext:
     original_input: JsonObject | None = None
 
     def resumed_as(self, model: type[M]) -> M:
-        """The resume metadata parsed into ``model`` (like Genkit Go's typed ``Resume``)."""
-        return model.model_validate(self.resumed_metadata)
+        """The resume metadata parsed into ``model`` (like Genkit Go's typed ``Resume``).
+
+        Metadata that does not fit is the resumer's mistake, which no retry mends: the turn
+        fails classified, and the caller and the model read why (the fields and pydantic's
+        reasons, never their values) instead of an unexplained ``INTERNAL``. Catch
+        ``ToolError`` to handle it in the tool instead.
+
+        Raises:
+            ToolError: ``INVALID_ARGUMENT``, the metadata does not fit ``model``
+                (``the resume metadata of call 'REF' does not fit Approval: reason: Field
+                required``); ``FAILED_PRECONDITION``, this call was not resumed (check
+                ``ctx.resumed`` first: a first run has no resume metadata to parse).
+        """
+        if not self.resumed:
+            raise ToolError(
+                "FAILED_PRECONDITION",
+                f"resumed_as({model.__name__}) in call {self.ref!r}, which was not resumed: "
+                "check ctx.resumed first",
+            )
+        try:
+            return model.model_validate(self.resumed_metadata)
+        except ValidationError as e:
+            raise ToolError(
+                "INVALID_ARGUMENT",
+                f"the resume metadata of call {self.ref!r} does not fit {model.__name__}: "
+                f"{pydantic_reason(e)}",
+            ) from None
 
     def interrupt(self, metadata: Mapping[str, Any] | BaseModel | None = None) -> typing.NoReturn:
         """Pause the conversation here; the same as ``raise Interrupt(metadata)``."""

@@ -11,8 +11,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
-from temporal_agent_interrupts import Interrupt, ToolContext, ToolError, interrupt, tool
-from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts import Agent, Interrupt, ToolContext, ToolError, interrupt, tool
 from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     FEEDBACK,

@@ -27,16 +27,19 @@ from typing import NoReturn
 from urllib.parse import quote
 
 from examples import ALL_AGENTS
+from temporal_agent_interrupts import (
+    AgentClient,
+    ConnectionConfigError,
+    FinishReason,
+    ServerNotAnswering,
+    approve,
+    deny,
+)
 from temporal_agent_interrupts.client.api import (
     DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
-    AgentClient,
-    ConnectionConfigError,
-    ServerNotAnswering,
-    approve,
     connect_answering,
     connect_config,
-    deny,
     run_script,
 )
 from temporal_agent_interrupts.codec import PayloadKeys, data_converter, load_keys
@@ -53,7 +56,6 @@ from temporal_agent_interrupts.worker.devserver import (
     wait_for_port,
 )
 from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
-from temporal_agent_interrupts.workflows.types import FinishReason
 
 ADDRESS = DEFAULT_ADDRESS
 PORT = 7233

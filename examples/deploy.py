@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from temporal_agent_interrupts import ToolContext, tool
-from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts import Agent, ToolApproval, ToolContext, tool
 
 
 class DeployInput(BaseModel):

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from temporal_agent_interrupts import Interrupt, ToolContext, ToolError, tool
-from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts import Agent, Interrupt, ToolContext, ToolError, tool
 from temporal_agent_interrupts.workflows.types import TOOL_APPROVED, Status
 
 READ_ONLY = frozenset(

@@ -14,7 +14,8 @@ importable by its module path (``temporal_agent_interrupts.workflows.types``,
 
 The names resolve on first use, not at import: the workflow sandbox imports this package (the
 parent of ``…workflows``) for every conversation it runs, and must not pull in the client, the
-activities and google-genai each time.
+activities and google-genai each time. ``__version__`` (the installed distribution's version) is
+read the same way, on first use.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
         TrustedIssuer,
     )
     from temporal_agent_interrupts.workflows.types import FinishReason
+
+    __version__: str
 
 _HOME = {
     # Authoring.
@@ -118,7 +121,24 @@ __all__ = [
 ]
 
 
+_DISTRIBUTION = "temporal-agent-interrupts"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # From the installed distribution's metadata, so the version lives in pyproject.toml
+        # alone; read on first use, never at import (see the module docstring).
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version(_DISTRIBUTION)
+        except PackageNotFoundError:
+            raise AttributeError(
+                f"{__name__}.__version__: the {_DISTRIBUTION} distribution is not installed "
+                f"(a clone on PYTHONPATH has no metadata; `make setup` installs it)"
+            ) from None
+        globals()[name] = value
+        return value
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -332,7 +332,7 @@ def test_run_script_exits_with_the_scripts_status(tmp_path):
     for body, (code, err) in cases.items():
         script = tmp_path / "s.py"
         script.write_text(
-            "from client import run_script\n\n"
+            "from temporal_agent_interrupts.client.api import run_script\n\n"
             f"async def main():\n    {body}\n\n"
             "run_script(main())\n"
         )

@@ -517,7 +517,7 @@ async def test_the_entry_points_trace_only_when_the_endpoint_is_set(client):
         import json, sys
         from opentelemetry import trace
         from temporalio.contrib.opentelemetry import TracingInterceptor
-        from temporal_agent_interrupts.client import AgentClient, run_script
+        from temporal_agent_interrupts.client.api import AgentClient, run_script
 
         async def main():
             agents = await AgentClient.connect({server_address(client)!r})

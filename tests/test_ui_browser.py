@@ -14,7 +14,8 @@ it). The second test starts ``agent-codec-server`` and the dev server with
 the memo because the browser had the codec server decode them.
 
 The browser is Debian's ``chromium`` package, driven by ``playwright`` (a test extra) through
-``executable_path``: no browser download. ``.ci/run`` installs the package. Without it the
+``executable_path``: no browser download. ``make test`` installs the package when it is missing
+(``scripts/install-chromium``). Without it (a bare ``pytest`` on a machine with no Chromium) the
 browser tests fail, saying how to install it: a missing browser never passes for a checked UI.
 Only ``AGENT_TEST_SKIP_BROWSER=1``, set by whoever runs the suite, skips them instead (see the
 README's "Tests").
@@ -96,7 +97,7 @@ def chromium() -> str:
         return found
     message = (
         f"no Chromium at {DEBIAN_CHROMIUM}: the Temporal UI tests drive Debian's chromium "
-        f"package (install it with `sudo apt-get install -y chromium`, as .ci/run does), or "
+        f"package (install it with `sudo apt-get install -y chromium`, as `make test` does), or "
         f"set {CHROMIUM_ENV} to a Chromium or Chrome binary"
     )
     # Failing is the default: whether a run "is CI" cannot be told reliably (.ci/run sets no

@@ -46,7 +46,7 @@ ATTRIBUTES = [key.name for key in SEARCH_ATTRIBUTES]
 CLIENT_PROBE = textwrap.dedent(
     """
     from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
-    from temporal_agent_interrupts.client import AgentClient, run_script
+    from temporal_agent_interrupts.client.api import AgentClient, run_script
 
     async def main():
         agents = await AgentClient.connect()

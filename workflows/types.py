@@ -15,7 +15,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 JsonObject = dict[str, Any]
@@ -397,10 +398,47 @@ class InterruptRequest(_Wire):
         return denial(self.source, self.name, self.ref, reason, input_digest=self.input_digest)
 
     def input_as(self, model: type[M]) -> M:
-        return model.model_validate(self.input)
+        """The tool's input parsed into ``model`` (like Genkit Go's ``InterruptAs[T]``).
+
+        Raises:
+            pydantic.ValidationError: the input does not fit ``model``. Its title names the
+                model, the tool and the ref (``1 validation error for PriorityAsk (the input
+                of 'pickPriority', ref '...')``), and its errors are pydantic's own.
+        """
+        return _parsed_as(model, self.input, what=f"the input of {self.name!r}, ref {self.ref!r}")
 
     def metadata_as(self, model: type[M]) -> M:
-        return model.model_validate(self.metadata)
+        """The interrupt's metadata (what the tool's ``Interrupt`` carried, or the gate's
+        message) parsed into ``model``.
+
+        Raises:
+            pydantic.ValidationError: the metadata does not fit ``model``; titled as in
+                :meth:`input_as` (``... (the metadata of 'refundCustomer', ref '...')``).
+        """
+        what = f"the metadata of {self.name!r}, ref {self.ref!r}"
+        return _parsed_as(model, self.metadata, what=what)
+
+
+def _parsed_as(model: type[M], value: JsonObject, *, what: str) -> M:
+    """``model.model_validate(value)``, with a ValidationError whose title says which model and
+    what it was asked to parse: pydantic's own names only the model, and one answer often
+    reads several interrupts."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        title = f"{model.__name__} ({what})"
+        try:
+            retitled = ValidationError.from_exception_data(title, e.errors())
+        except KeyError:  # a PydanticCustomError's own type, unknown to pydantic-core
+            retitled = ValidationError.from_exception_data(
+                title,
+                [
+                    {"type": PydanticCustomError(err["type"], err["msg"]), "loc": err["loc"],
+                     "input": err["input"]}
+                    for err in e.errors()
+                ],
+            )  # fmt: skip
+        raise retitled from None
 
 
 def approval(

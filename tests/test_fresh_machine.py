@@ -1,0 +1,58 @@
+"""``make test`` on a fresh machine needs no step by hand, and CI runs exactly that.
+
+``.ci/run`` is ``make test`` from the repository root and nothing else; ``make test`` installs
+the browser the browser tests drive (``scripts/install-chromium``, through the ``browser``
+target) before it runs pytest; the script does nothing where a browser is already there or the
+browser tests are skipped knowingly. ``make dist`` builds the release as
+tests/test_release.py checks it: offline, then twine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "install-chromium"
+
+
+def recipe(*targets: str) -> list[str]:
+    """The commands ``make`` would run for ``targets`` (a dry run; the venv counted as set up)."""
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", *targets],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
+def test_ci_runs_make_test_and_nothing_else():
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert lines == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test"]
+
+
+def test_make_test_installs_the_browser_before_it_runs_the_suite():
+    commands = recipe("test")
+    install = commands.index("bash scripts/install-chromium")
+    pytest_run = next(i for i, c in enumerate(commands) if c.endswith("-m pytest"))
+    assert install < pytest_run, commands
+    assert os.access(SCRIPT, os.X_OK)
+    syntax = subprocess.run(
+        ["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False
+    )
+    assert syntax.returncode == 0, syntax.stderr
+
+
+def test_make_dist_builds_offline_and_checks_with_twine():
+    commands = recipe("dist")
+    assert any("-m build --no-isolation --outdir dist ." in c for c in commands), commands
+    assert commands[-1].endswith("twine check --strict dist/*"), commands
