@@ -20,13 +20,11 @@ The models here are also ``agentctl pending --json``'s schema: evolve them by ad
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
 
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowExecution
 
 from temporal_agent_interrupts.codec import ENV_VAR, PayloadKeyMissing
@@ -36,7 +34,6 @@ from temporal_agent_interrupts.workflows.config import (
     PENDING_INTERRUPTS,
     WORKFLOW_TYPE,
 )
-from temporal_agent_interrupts.workflows.limits import MEMO_INPUT_CUT, omitted
 from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
@@ -85,22 +82,6 @@ class PausedInterrupt(BaseModel):
     input_digest: str = ""
     """What names the call's whole input (``InterruptRequest.input_digest``): the answers built
     here carry it, so they answer only the input this entry was written for."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _input_object(cls, data: Any) -> Any:
-        """Memos written before the input was an object hold it as JSON text, cut to 200
-        characters: the whole object when the text parses, else a placeholder."""
-        if not isinstance(data, dict) or not isinstance(data.get("input"), str):
-            return data
-        text: str = data["input"]
-        try:
-            value = json.loads(text) if text else {}
-        except ValueError:
-            value = None
-        if isinstance(value, dict):
-            return {**data, "input": value}
-        return {**data, "input": omitted(text, why=MEMO_INPUT_CUT), "input_cut": True}
 
     def approve(self) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with

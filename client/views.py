@@ -50,8 +50,8 @@ class PendingOutput(BaseModel):
     # Each conversation as ``AgentClient.pending()`` returns it (``client.inbox``): the fields
     # of the first release (chat_id, agent, waiting_since; each interrupt's name, ref and
     # input) and, since approval governance, each interrupt's source, since, deadline,
-    # approvers, quorum and votes. Since issue 26 an interrupt's input is a JSON object (it was
-    # JSON text cut to 200 characters), a placeholder object with ``input_cut`` when too large.
+    # approvers, quorum and votes. An interrupt's input is a JSON object (a stated placeholder
+    # with ``input_cut`` when it is too large for the memo).
     conversations: list[PausedChat] = []
 
 

@@ -24,6 +24,7 @@ from temporal_agent_interrupts.client.inbox import (
     for_approver,
     memo_interrupts,
     oldest_first,
+    read_entries,
 )
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.worker.testing import TokenIssuer
@@ -223,35 +224,29 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
     assert nobody.code == 0 and "No paused conversations" in nobody.out
 
 
-def test_memo_entries_of_every_generation_are_read_and_filtered():
-    """Runs begun before approval governance record only name, ref and input: anyone may
-    answer them. An entry some other program wrote is left out, not fatal."""
-    legacy = {"name": "approve", "ref": "r0", "input": '{"question": "q"}'}
+def test_memo_entries_are_read_and_filtered():
+    """An entry with only name, ref and input may be answered by anyone; an entry some other
+    program wrote (no name, not an object, its input text instead of an object) is left out,
+    not fatal."""
+    plain = {"name": "approve", "ref": "r0", "input": {"question": "q"}}
     governed = {
         "name": "wire",
         "ref": "r1",
-        "input": "{}",
+        "input": {},
         "source": "approval",
         "since": "2030-01-01T00:00:00+00:00",
         "approvers": [ALICE, BOB],
         "quorum": 2,
         "votes": [BOB],
     }
-    cut = {"name": "approve", "ref": "r2", "input": '{"question": "a long qu'}
-    entries = memo_interrupts([legacy, governed, {"ref": "no name"}, "junk", cut])
+    text = {"name": "approve", "ref": "r2", "input": '{"question": "q"}'}
+    entries, left_out = read_entries([plain, governed, {"ref": "no name"}, "junk", text])
+    assert left_out == 3
     assert [(i.ref, i.approvers, i.quorum, i.source) for i in entries] == [
         ("r0", [], 1, None),
         ("r1", [ALICE, BOB], 2, "approval"),
-        ("r2", [], 1, None),
     ]
-    # Memos that held the input as JSON text read as objects: whole when the text parses,
-    # else the stated placeholder (cut at 200 characters by the old workflow).
-    assert [(i.input, i.input_cut) for i in entries[:2]] == [
-        ({"question": "q"}, False),
-        ({}, False),
-    ]
-    assert entries[2].input_cut and "omitted" in entries[2].input
-    entries = entries[:2]
+    assert [(i.input, i.input_cut) for i in entries] == [({"question": "q"}, False), ({}, False)]
     assert memo_interrupts(None) == [] and memo_interrupts({"name": "x"}) == []
     chats = [PausedChat(chat_id="c", interrupts=entries)]
     assert seen(for_approver(chats, ALICE)) == [("c", ["r0", "r1"])]
@@ -303,7 +298,7 @@ async def test_case6_a_memo_that_does_not_read_marks_its_chat_and_never_hides_th
     async with run_worker(agents=[agent], task_queue=tq) as agents:
         real = await agents.chat(agent.name)
         (asked,) = (await real.send("order paper")).interrupts
-    good = {"name": "approve", "ref": "g1", "input": "{}"}
+    good = {"name": "approve", "ref": "g1", "input": {}}
     deep = b"[" * 100_000 + b"]" * 100_000
     poisoned = {
         "encoding": await start_paused_looking(
