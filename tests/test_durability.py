@@ -117,6 +117,9 @@ async def test_fresh_durable_histories_replay_deterministically(run_worker, mode
 async def test_recorded_histories_still_replay(path: Path):
     """Conversations recorded by earlier code must replay on today's code (in-flight safety)."""
     data = json.loads(path.read_text())
+    # A run that has only just started holds no workflow task, and its replay waits forever.
+    kinds = [event["eventType"] for event in data["events"]]
+    assert "EVENT_TYPE_WORKFLOW_TASK_COMPLETED" in kinds, f"{path.name} recorded no work"
     hist = WorkflowHistory.from_json(path.stem, data)
     result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
     assert result.replay_failure is None

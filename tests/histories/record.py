@@ -106,9 +106,15 @@ async def record_continued(names: set[str]) -> None:
                 agents, model, chat_id="continued", suggest_after=SUGGEST_AFTER_EVENTS
             )
         assert len(runs) >= 2, runs
-        for name, run_id in (("continued_first", runs[0]), ("continued_last", runs[-1])):
+        # The newest run that did work: once the answered turn ends, the server may suggest
+        # continue-as-new again, and a run that has only just started holds no workflow task
+        # to replay (a replayer waits for one forever).
+        texts = {run: await dump_history(env.client, "continued", run_id=run) for run in runs}
+        worked = [run for run in runs if texts[run].count('"eventType"') > 3]
+        assert len(worked) >= 2, runs
+        for name, run_id in (("continued_first", worked[0]), ("continued_last", worked[-1])):
             if name in names:
-                await write(name, await dump_history(env.client, "continued", run_id=run_id))
+                await write(name, texts[run_id])
 
 
 async def write(name: str, text: str) -> None:
