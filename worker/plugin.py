@@ -165,13 +165,15 @@ def agent_converter(
     - None, the SDK's default or its pydantic converter, without a codec: the pydantic converter
       with the payload codec (``codec.data_converter``), encrypting with ``keys`` (``None``:
       ``AGENT_PAYLOAD_KEYS``).
-    - Ours already (``codec.data_converter``): kept as it is.
+    - Ours already (``codec.data_converter``): kept as it is; ``keys`` other than the ones its
+      codec has (or beside a codec of the team's own) are refused, never dropped.
     - A codec of the team's own, on the default or pydantic payload converter: the codec is kept
       and the payload converter becomes ours; keys as well would encrypt twice, and are refused.
 
     Raises:
-        ValueError: a payload converter of the team's own (the workflow's payloads need ours), or
-            both a codec of the team's own and keys.
+        ValueError: a payload converter of the team's own (the workflow's payloads need ours),
+            both a codec of the team's own and keys, or keys other than those of the codec the
+            client has.
         PayloadKeysError: ``AGENT_PAYLOAD_KEYS`` cannot be used.
     """
     if existing is None:
@@ -179,6 +181,7 @@ def agent_converter(
     if issubclass(existing.payload_converter_class, AgentPayloadConverter):
         if existing.payload_codec is None:
             return data_converter(keys)
+        _refuse_other_keys(existing, keys)
         _warn_if_writing_in_the_clear(existing)
         return existing
     if existing.payload_converter_class not in _REPLACEABLE:
@@ -215,6 +218,27 @@ def _runner(existing: WorkflowRunner | None) -> WorkflowRunner:
             runner_class=existing.runner_class,
         )
     return existing  # unsandboxed: the team's decision, and theirs to review
+
+
+def _refuse_other_keys(converter: DataConverter, keys: PayloadKeys | None) -> None:
+    """Keys given explicitly (``payload_keys=``) that the client's codec does not have would be
+    dropped: payloads written in the clear, or under other keys, than the plugin was told."""
+    if keys is None:
+        return
+    codec = codec_of(converter)
+    if codec is not None and codec.keys.keys == keys.keys:
+        return  # the same keys (a client copied with its plugin, say)
+    has = (
+        f"our codec with {f'keys {list(codec.keys.ids)}' if codec.keys else 'no keys'}"
+        if codec is not None
+        else f"a codec of its own ({type(converter.payload_codec).__name__})"
+    )
+    raise ValueError(
+        f"the client's data converter already has {has}, and payload_keys= gives "
+        f"{f'keys {list(keys.ids)}' if keys else 'no keys'}: the plugin would drop them. Give "
+        "the keys to one place: the client's converter (codec.data_converter(keys)), or "
+        "AgentsPlugin(payload_keys=...) on a client connected without a data converter"
+    )
 
 
 def _warn_if_writing_in_the_clear(converter: DataConverter) -> None:
