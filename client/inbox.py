@@ -42,6 +42,7 @@ from temporal_agent_interrupts.workflows.types import (
     approval,
     denial,
 )
+from temporal_agent_interrupts.workflows.types import input_digest as digest_of
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +88,52 @@ class PausedInterrupt(BaseModel):
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with
         ``Chat.resume`` on this entry's chat: ``agents.chat(paused.agent,
         chat_id=paused.chat_id)``; no worker query is needed first)."""
-        return approval(self._source(), self.name, self.ref, input_digest=self.input_digest)
+        return approval(self._source(), self.name, self.ref, input_digest=self._shown_digest())
 
     def deny(self, reason: str = "") -> ToolResponse:
         """The denying answer, as ``InterruptRequest.deny()`` builds it."""
-        return denial(self._source(), self.name, self.ref, reason, input_digest=self.input_digest)
+        return denial(
+            self._source(), self.name, self.ref, reason, input_digest=self._shown_digest()
+        )
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """The answer that supplies the tool's output, as ``InterruptRequest.respond()``."""
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
-        shown = self.input_digest or None
-        return ToolResponse(name=self.name, ref=self.ref, output=output, input_digest=shown)
+        return ToolResponse(
+            name=self.name, ref=self.ref, output=output, input_digest=self._shown_digest()
+        )
+
+    def _shown_digest(self) -> str:
+        """The digest an answer built here carries: that of the input this entry shows.
+
+        The memo is read as its writer left it, and a start's memo is listed until a worker's
+        first task removes it: a starter could show ``{"amount": 1}`` beside the digest of
+        ``{"amount": 1000000}``, or no digest at all, and an approval of what was shown would
+        approve the other call once the conversation pauses on it. So the digest is computed
+        from the input shown, and an entry whose own digest names another input is refused.
+        A placeholder (``input_cut``) shows no input: its answer carries the memo's digest,
+        and an entry with neither is answered from ``Chat.pending()``.
+
+        Raises:
+            ValueError: the entry's digest does not name the input it shows, or it shows a
+                placeholder and has no digest.
+        """
+        if self.input_cut:
+            if not self.input_digest:
+                raise ValueError(
+                    f"the inbox entry for {self.name!r} (ref {self.ref!r}) shows no input and "
+                    "no digest of it: answer it from Chat.pending()"
+                )
+            return self.input_digest
+        shown = digest_of(self.input)
+        if self.input_digest and self.input_digest != shown:
+            raise ValueError(
+                f"the inbox entry for {self.name!r} (ref {self.ref!r}) carries the digest of "
+                "another input than the one it shows (its memo was not written by the "
+                "conversation): answer it from Chat.pending()"
+            )
+        return shown
 
     def _source(self) -> InterruptSource:
         if self.source is None:
