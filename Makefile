@@ -40,7 +40,10 @@ test: setup browser
 
 ## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
 # Offline: --no-isolation builds with the venv's own setuptools (a test extra), no download.
+# scripts/check-dist-tree first: the build ships every module in the package's folders, tracked
+# or not, and follows links.
 dist: setup
+	$(PY) scripts/check-dist-tree
 	rm -rf dist
 	$(PY) -m build --no-isolation --outdir dist .
 	$(VENV)/bin/twine check --strict dist/*

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.api.common.v1 import Payload
@@ -61,6 +64,7 @@ from tests import agents as t
 from tests.helpers import eventually
 from tests.team_relay import RelayWorkflow
 from tests.team_workflow import GreetingWorkflow, shout
+from tests.test_fresh_machine import recipe
 from tests.test_plugin import plugged
 from tests.test_trust_boundary import approved_charge
 
@@ -297,3 +301,42 @@ async def test_a_model_call_answered_by_id_from_outside_changes_nothing(client, 
     finally:
         release.set()
         await model.release(gemini)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. What make dist would publish.
+
+CHECK_DIST_TREE = Path(__file__).resolve().parents[1] / "scripts" / "check-dist-tree"
+
+
+def git(*argv: str, cwd: Path) -> None:
+    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True)
+
+
+def test_make_dist_refuses_untracked_modules_and_links_out_of_the_repository(tmp_path):
+    """setuptools ships every module of the package's folders, tracked or not, and follows
+    links (an untracked ``worker/scratch.py`` and a link ``workflows/leak.py -> /etc/hostname``
+    were in a ``make dist`` of a working tree): the check before the build lists them."""
+    repo = tmp_path / "repo"
+    for folder in ("workflows", "activities", "worker", "client", "temporal_agent_interrupts"):
+        (repo / folder).mkdir(parents=True)
+        (repo / folder / "__init__.py").write_text("")
+    (repo / "temporal_agent_interrupts" / "worker_link").symlink_to("../worker")
+    git("init", "-q", cwd=repo)
+    git("add", ".", cwd=repo)
+    clean = subprocess.run(
+        [sys.executable, CHECK_DIST_TREE, repo], capture_output=True, text=True, check=False
+    )
+    assert clean.returncode == 0, clean.stderr
+    (repo / "worker" / "scratch.py").write_text("TOKEN = 'x'\n")
+    (repo / "workflows" / "leak.py").symlink_to("/etc/hostname")
+    dirty = subprocess.run(
+        [sys.executable, CHECK_DIST_TREE, repo], capture_output=True, text=True, check=False
+    )
+    assert dirty.returncode == 1
+    assert "worker/scratch.py: not tracked" in dirty.stderr
+    assert "workflows/leak.py: a link to /etc/hostname" in dirty.stderr
+    commands = recipe("dist")
+    check = next(i for i, c in enumerate(commands) if "scripts/check-dist-tree" in c)
+    build = next(i for i, c in enumerate(commands) if "-m build" in c)
+    assert check < build, commands
