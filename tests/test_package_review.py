@@ -340,3 +340,32 @@ def test_make_dist_refuses_untracked_modules_and_links_out_of_the_repository(tmp
     check = next(i for i, c in enumerate(commands) if "scripts/check-dist-tree" in c)
     build = next(i for i, c in enumerate(commands) if "-m build" in c)
     assert check < build, commands
+
+
+async def test_entries_of_real_pauses_are_answered_as_they_are_whatever_their_input_spells(
+    run_worker, model, client
+):
+    """The digest an entry's answer carries is computed from the input the memo shows: the
+    conversation's own memo round-trips to the same digest for floats, escapes and non-BMP
+    text, so real entries are never refused."""
+    asks = [
+        ("approve", {"question": "ok? \u00e9\U0001f600 \u0001 \u202e"}, "q1"),
+        ("charge", {"amount": 1e16}, "c1"),
+        ("charge", {"amount": -0.0}, "c2"),
+        ("charge", {"amount": 0.1}, "c3"),
+    ]
+    model.reply(calls(*asks), text("done"))
+    async with run_worker(agents=[t.gated]) as agents:
+        chat = await agents.chat("gated")
+        paused = await chat.send("go")
+        assert len(paused.interrupts) == len(asks)
+        listed = await eventually(
+            lambda: agents.pending(agent="gated"),
+            lambda chats: any(c.chat_id == chat.id and len(c.interrupts) == 4 for c in chats),
+        )
+        (entry,) = [c for c in listed if c.chat_id == chat.id]
+        answers = [e.approve() for e in entry.interrupts]
+        assert [a.input_digest for a in answers] == [i.input_digest for i in paused.interrupts]
+        done = await chat.resume(answers=answers)
+    assert done.finish_reason == FinishReason.STOP
+    assert t.RUNS["charge"] == 3
