@@ -1,6 +1,7 @@
 """A pytest plugin for tests that use Temporal: pytest's own verdict is the process's exit code.
 
-Load it with ``-p worker.pytest_plugin`` (``addopts`` in ``pyproject.toml``) or
+Load it with ``-p temporal_agent_interrupts.worker.pytest_plugin`` (``addopts`` in
+``pyproject.toml``) or
 ``pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]`` in the root ``conftest.py``.
 
 The Temporal Python SDK can abort during interpreter shutdown (``PyGILState_Release``, exit code
