@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import logging
 import os
@@ -502,6 +503,13 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         )
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # Everything made so far (modules, pydantic validators, the SDK, google-genai) lives as
+        # long as the process: frozen, a full garbage collection no longer walks it. Measured:
+        # 132k objects, a full collection 100 ms before and 0 after. A collection runs inside
+        # whatever workflow activation triggers it, and the SDK fails a workflow task that does
+        # not yield within 2 s, so its pauses count against that limit.
+        gc.collect()
+        gc.freeze()
         async with worker:
             log.info(
                 "worker ready: Temporal %s, namespace %r, task queue %r, agents %s, model %s; "
