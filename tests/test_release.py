@@ -284,6 +284,7 @@ from temporalio.worker import Worker
 from activities import compose_greeting
 from support_agent import support_agent
 from temporal_agent_interrupts import AgentsPlugin
+from temporal_agent_interrupts.client.api import run_script
 from workflows import GreetingWorkflow
 
 TASK_QUEUE = os.environ.get("TASK_QUEUE", "hello-agents-task-queue")
@@ -307,7 +308,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # Not asyncio.run: the SDK can abort at interpreter exit (sdk-python issue 300), and
+    # run_script exits with the script's own status before teardown.
+    run_script(main())
 """
 
 CLIENT = """
@@ -321,6 +324,7 @@ from temporalio.envconfig import ClientConfig
 
 from support_agent import support_agent
 from temporal_agent_interrupts import AgentClient, AgentsPlugin, FinishReason, approve
+from temporal_agent_interrupts.client.api import run_script
 from workflows import GreetingWorkflow
 
 TASK_QUEUE = os.environ.get("TASK_QUEUE", "hello-agents-task-queue")
@@ -355,7 +359,7 @@ async def main(step: str, chat_id: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    run_script(main(sys.argv[1], sys.argv[2]))  # as worker.py: sdk-python issue 300
 """
 
 PROJECT = {
