@@ -169,6 +169,9 @@ def test_the_wheel_holds_the_one_package_and_its_metadata_only(release: Release)
     assert f"{dist_info}/licenses/LICENSE" in names  # the MIT text the metadata declares
     for folder in FOLDERS:
         assert f"{PACKAGE}/{folder}/__init__.py" in names, folder
+    # The inbox page is data, not a module: package-data ships it, or the app serves 404s.
+    for page in ("inbox.html", "inbox.js", "inbox.css"):
+        assert f"{PACKAGE}/client/static/{page}" in names, page
     shipped_parts = {part for name in names for part in PurePosixPath(name).parts}
     assert not shipped_parts & NOT_SHIPPED, sorted(shipped_parts & NOT_SHIPPED)
     with zipfile.ZipFile(release.wheel) as zf:

@@ -1,0 +1,449 @@
+// The approver's inbox page: lists the calls paused on a human (GET /api/inbox) and answers
+// them (POST /api/chats/{chat_id}/interrupts/{ref}), showing what each answer did.
+//
+// What it shows comes from whoever wrote the conversation: a tool's input is the model's (and so
+// possibly a prompt injection's) text, a memo may be a stranger's. So the page builds its DOM with
+// createElement and textContent only, never innerHTML, and every URL part goes through
+// encodeURIComponent. No inline script or style anywhere: the app sends `default-src 'self'`.
+//
+// Every answer carries the input_digest of the entry it was clicked on: the app refuses it
+// (409) when the call's input is no longer the one shown, or the call was answered already.
+"use strict";
+
+(() => {
+  // The list is polled every 2 s, and only while the tab is visible (a hidden tab stops polling
+  // and refreshes once when shown again): the inbox is read from Temporal's visibility store,
+  // which itself lags about a second, so polling faster would show nothing sooner.
+  const POLL_MS = 2000;
+  // A listing that hangs must not stop the polling for good.
+  const LIST_TIMEOUT_MS = 10000;
+
+  // The app's root, from this script's own URL (/inbox/inbox.js), so that the page works where
+  // the app is mounted under a prefix.
+  const ROOT = new URL("..", document.currentScript.src);
+  const api = (path) => new URL("api/" + path, ROOT);
+
+  const SOURCES = {
+    approval: "gated tool: approving runs it",
+    tool: "raised by the tool: approving runs it again",
+    interrupt: "question for a human",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const entriesBody = $("entries");
+  const statusLine = $("status");
+  const results = $("results");
+
+  /** An element with attributes and children (strings become text nodes, never markup). */
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === "class") node.className = value;
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children) {
+      if (child === undefined || child === null) continue;
+      node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return node;
+  }
+
+  const str = (value) => (typeof value === "string" ? value : value == null ? "" : String(value));
+
+  function timeEl(iso, { ago = false } = {}) {
+    if (!iso) return el("span", { class: "none" }, "none");
+    const when = new Date(iso);
+    if (Number.isNaN(when.getTime())) return el("span", {}, str(iso));
+    let shown = when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    if (ago) {
+      const minutes = Math.max(0, Math.round((Date.now() - when.getTime()) / 60000));
+      shown += minutes < 1 ? " (just now)" : ` (${minutes} min ago)`;
+    }
+    return el("time", { datetime: str(iso), title: str(iso) }, shown);
+  }
+
+  function json(value) {
+    return el("pre", { class: "json" }, JSON.stringify(value, null, 2) ?? "");
+  }
+
+  /** The problem a refused request answered with (application/problem+json), in words. */
+  async function problemOf(response) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch {
+      body = null;
+    }
+    const field = (key) => (body && typeof body[key] === "string" ? body[key] : "");
+    return {
+      status: response.status,
+      title: field("title") || response.statusText || "Error",
+      detail: field("detail") || field("title") || `HTTP ${response.status}`,
+      code: field("code"),
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Who the app takes answers from.
+
+  let identity = null;
+
+  async function showWhoami() {
+    const line = $("whoami");
+    try {
+      const response = await fetch(api("whoami"), { headers: { Accept: "application/json" } });
+      if (!response.ok) {
+        const problem = await problemOf(response);
+        line.replaceChildren(`Could not tell who you answer as: ${problem.detail}`);
+        return;
+      }
+      const who = await response.json();
+      identity = typeof who.identity === "string" ? who.identity : null;
+      const mode = str(who.mode);
+      if (identity === null) {
+        line.replaceChildren(
+          mode === "bearer"
+            ? "You answer with your bearer token."
+            : "The app has no identity for you: your answers will be refused."
+        );
+        return;
+      }
+      const note =
+        mode === "dev"
+          ? " (development mode: the identity is asserted, not verified)"
+          : mode === "bearer"
+            ? " (from your bearer token)"
+            : "";
+      line.replaceChildren("You answer as ", el("strong", { id: "identity" }, identity), note);
+    } catch (error) {
+      line.replaceChildren(`Could not tell who you answer as: ${str(error && error.message)}`);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Results: one list item per answer, kept however the inbox changes.
+
+  function addResult(kind, what, ...body) {
+    $("no-results").hidden = true;
+    const item = el(
+      "li",
+      { class: `result ${kind}` },
+      el("strong", {}, kind === "ok" ? "Done" : "Refused"),
+      " ",
+      what,
+      ": ",
+      ...body
+    );
+    results.prepend(item);
+    return item;
+  }
+
+  function describe(chatId, entry, action) {
+    return `${action} ${str(entry.name)} (ref ${str(entry.ref)}) in ${chatId}`;
+  }
+
+  function showTurn(what, result) {
+    const turn = result && typeof result === "object" ? result : {};
+    const parts = [el("span", { class: "finish" }, `finished ${str(turn.finish_reason)}`)];
+    if (turn.text) parts.push(": ", el("q", { class: "text" }, str(turn.text)));
+    if (turn.error && typeof turn.error === "object") {
+      parts.push(" (error: ", el("span", { class: "error" }, str(turn.error.message)), ")");
+    }
+    const pending = Array.isArray(turn.interrupts) ? turn.interrupts.length : 0;
+    if (pending) parts.push(`; it waits on ${pending} call${pending === 1 ? "" : "s"} again`);
+    addResult("ok", what, ...parts);
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Answering.
+
+  // Rows answered from this page, by key: shown as answered while the (lagging) inbox still
+  // lists them, so that they are not offered again.
+  const answered = new Set();
+
+  async function answer(row, action, reason) {
+    const { chatId, entry } = row;
+    const what = describe(chatId, entry, action === "approve" ? "approve" : "deny");
+    row.busy = true;
+    setButtons(row, false, "Sending…");
+    const body = { action, input_digest: str(entry.input_digest) };
+    if (action === "deny") body.reason = reason;
+    let response;
+    try {
+      response = await fetch(
+        api(`chats/${encodeURIComponent(chatId)}/interrupts/${encodeURIComponent(entry.ref)}`),
+        {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json" },
+          body: JSON.stringify(body),
+        }
+      );
+    } catch (error) {
+      // The request may have reached the app before the connection broke: say so rather
+      // than offer it again as if nothing happened.
+      addResult(
+        "refused",
+        what,
+        `no answer from the app (${str(error && error.message)}); it may have been applied, ` +
+          "the list will show"
+      );
+      row.busy = false;
+      setButtons(row, true, "");
+      return;
+    }
+    row.busy = false;
+    if (response.ok) {
+      let reply = null;
+      try {
+        reply = await response.json();
+      } catch {
+        reply = null;
+      }
+      answered.add(row.key);
+      setButtons(row, false, "Answered");
+      showTurn(what, reply && reply.result);
+    } else {
+      const problem = await problemOf(response);
+      const item = addResult(
+        "refused",
+        what,
+        el("span", { class: "status" }, `${problem.status} ${problem.title}`),
+        " — ",
+        el("span", { class: "detail" }, problem.detail)
+      );
+      if (problem.code) item.dataset.code = problem.code;
+      // Refused as already answered or changed: this entry is stale, the next poll replaces it.
+      setButtons(row, response.status !== 409, response.status === 409 ? "Refused" : "");
+    }
+    refreshSoon();
+  }
+
+  function setButtons(row, enabled, note) {
+    for (const button of row.tr.querySelectorAll("button")) button.disabled = !enabled;
+    row.note.textContent = note;
+    if (!enabled) row.denyForm.hidden = true;
+  }
+
+  function actionsCell(row) {
+    const { chatId, entry } = row;
+    const label = `${str(entry.name)} in ${chatId}`;
+    const approve = el("button", { type: "button", class: "approve", "aria-label": `Approve ${label}` }, "Approve");
+    const deny = el("button", { type: "button", class: "deny", "aria-label": `Deny ${label}` }, "Deny");
+    const reasonId = `reason-${row.serial}`;
+    const reason = el("input", { type: "text", id: reasonId, maxlength: 1000, autocomplete: "off" });
+    const send = el("button", { type: "submit", "aria-label": `Send the denial of ${label}` }, "Send denial");
+    const cancel = el("button", { type: "button" }, "Cancel");
+    const form = el(
+      "form",
+      { class: "deny-form", hidden: true },
+      el("label", { for: reasonId }, "Reason (optional)"),
+      reason,
+      send,
+      cancel
+    );
+    const note = el("span", { class: "note", role: "status" });
+    approve.addEventListener("click", () => answer(row, "approve"));
+    deny.addEventListener("click", () => {
+      form.hidden = false;
+      reason.focus();
+    });
+    cancel.addEventListener("click", () => {
+      form.hidden = true;
+      deny.focus();
+    });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      answer(row, "deny", reason.value);
+    });
+    row.denyForm = form;
+    row.note = note;
+    // The answer must name the digest of the input shown, which only the app computes.
+    const answerable = entry.ref !== "?" && Boolean(entry.input_digest);
+    const cell = el("td", { class: "actions" }, approve, " ", deny, form, note);
+    if (!answerable) {
+      approve.disabled = deny.disabled = true;
+      note.textContent = "This entry cannot be answered here: answer it from the chat's pending calls.";
+    }
+    return cell;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The list.
+
+  /** key -> {key, tr, chatId, entry, busy, ...}: rows are kept (focus, a reason being typed)
+   * as long as their entry is listed with the same input; only their other cells change. */
+  const rows = new Map();
+  let serial = 0;
+
+  const keyOf = (chatId, entry) =>
+    JSON.stringify([chatId, str(entry.ref), str(entry.input_digest), str(entry.since)]);
+
+  function dataCells(chat, entry) {
+    const chatCell = el(
+      "td",
+      { class: "chat" },
+      el("code", {}, str(chat.chat_id)),
+      chat.agent ? el("div", { class: "agent" }, "agent ", el("code", {}, str(chat.agent))) : null
+    );
+    const toolCell = el(
+      "td",
+      { class: "tool" },
+      el("code", { class: "name" }, str(entry.name)),
+      el("div", { class: "ref" }, `ref ${str(entry.ref)}`),
+      entry.source ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source)) : null
+    );
+    const inputCell = el("td", { class: "input" }, json(entry.input ?? {}));
+    if (entry.input_cut) {
+      inputCell.append(
+        el("p", { class: "cut" }, "Not the whole input (too large for the inbox): your answer is bound to the whole one.")
+      );
+    }
+    if (entry.metadata && typeof entry.metadata === "object" && Object.keys(entry.metadata).length) {
+      inputCell.append(el("div", { class: "label" }, "metadata"), json(entry.metadata));
+    }
+    if (chat.unreadable) {
+      inputCell.append(el("p", { class: "unreadable" }, `Unreadable: ${str(chat.unreadable)}`));
+    }
+    const approvers = Array.isArray(entry.approvers) ? entry.approvers.map(str) : [];
+    const approversCell = el(
+      "td",
+      { class: "approvers" },
+      approvers.length ? el("ul", {}, ...approvers.map((a) => el("li", {}, a))) : "anyone",
+      entry.approvers_omitted ? el("div", {}, `and ${Number(entry.approvers_omitted)} more`) : null
+    );
+    const votes = Array.isArray(entry.votes) ? entry.votes.map(str) : [];
+    const votesCell = el(
+      "td",
+      { class: "votes" },
+      el("span", { class: "count" }, `${votes.length} / ${Number(entry.quorum ?? 1)}`),
+      votes.length ? el("ul", {}, ...votes.map((v) => el("li", {}, v === identity ? `${v} (you)` : v))) : null
+    );
+    const since = entry.since ?? chat.waiting_since;
+    return [
+      chatCell,
+      toolCell,
+      inputCell,
+      approversCell,
+      votesCell,
+      el("td", { class: "deadline" }, timeEl(entry.deadline)),
+      el("td", { class: "since" }, timeEl(since, { ago: true })),
+    ];
+  }
+
+  /** What a row's data cells show, to leave a row alone (a selection in it) when nothing
+   * changed. */
+  function shownAs(chat, entry) {
+    const since = entry.since ?? chat.waiting_since;
+    const ago = since ? Math.round((Date.now() - new Date(since).getTime()) / 60000) : null;
+    return JSON.stringify([{ ...chat, interrupts: null }, entry, identity, ago]);
+  }
+
+  function render(chats) {
+    const wanted = [];
+    const listed = new Set();
+    for (const chat of chats) {
+      const chatId = str(chat.chat_id);
+      for (const entry of Array.isArray(chat.interrupts) ? chat.interrupts : []) {
+        const key = keyOf(chatId, entry);
+        if (listed.has(key)) continue;
+        listed.add(key);
+        let row = rows.get(key);
+        if (row === undefined) {
+          row = { key, chatId, entry, busy: false, serial: serial++ };
+          row.tr = el("tr", { "data-chat": chatId, "data-ref": str(entry.ref) });
+          row.tr.append(...dataCells(chat, entry), actionsCell(row));
+          rows.set(key, row);
+          if (answered.has(key)) setButtons(row, false, "Answered");
+          row.shown = shownAs(chat, entry);
+        } else if (!row.busy && row.shown !== shownAs(chat, entry)) {
+          // Same call, same input: refresh what may change (votes, deadline, how long ago), cell
+          // by cell, so that the answer cell (its focus, a reason being typed) stays as it is.
+          row.entry = entry;
+          row.shown = shownAs(chat, entry);
+          dataCells(chat, entry).forEach((cell, i) => row.tr.replaceChild(cell, row.tr.children[i]));
+        }
+        wanted.push(row.tr);
+      }
+    }
+    for (const [key, row] of rows) {
+      if (listed.has(key)) continue;
+      if (row.busy) {
+        wanted.push(row.tr); // its answer is on the way: keep it until the result shows
+      } else {
+        rows.delete(key);
+      }
+    }
+    // Rows are removed and moved one by one, only where the order changed: moving a row takes
+    // the focus from its buttons.
+    const keep = new Set(wanted);
+    for (const tr of Array.from(entriesBody.children)) if (!keep.has(tr)) tr.remove();
+    wanted.forEach((tr, i) => {
+      const there = entriesBody.children[i] ?? null;
+      if (there !== tr) entriesBody.insertBefore(tr, there);
+    });
+    const count = listed.size;
+    const when = new Date().toLocaleTimeString();
+    statusLine.textContent = count
+      ? `${count} paused call${count === 1 ? "" : "s"} in ${chats.length} chat${chats.length === 1 ? "" : "s"} (updated ${when}).`
+      : `Nothing is waiting on a human (updated ${when}).`;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Polling.
+
+  const filters = new URLSearchParams();
+  for (const name of ["agent", "approver"]) {
+    const value = new URLSearchParams(window.location.search).get(name);
+    if (value) filters.set(name, value);
+  }
+
+  let timer = null;
+  let loading = false;
+
+  async function refresh() {
+    timer = null;
+    if (loading || document.hidden) return;
+    loading = true;
+    try {
+      const url = api("inbox");
+      url.search = filters.toString();
+      const response = await fetch(url, {
+        headers: { Accept: "application/json" },
+        signal: AbortSignal.timeout(LIST_TIMEOUT_MS),
+      });
+      if (response.ok) {
+        const listing = await response.json();
+        render(Array.isArray(listing.chats) ? listing.chats : []);
+      } else {
+        const problem = await problemOf(response);
+        statusLine.textContent = `Could not refresh the list: ${problem.detail}`;
+      }
+    } catch (error) {
+      statusLine.textContent = `Could not refresh the list: ${str(error && error.message)}`;
+    } finally {
+      loading = false;
+      schedule(POLL_MS);
+    }
+  }
+
+  function schedule(delay) {
+    if (timer !== null) clearTimeout(timer);
+    timer = document.hidden ? null : setTimeout(refresh, delay);
+  }
+
+  function refreshSoon() {
+    if (!loading) schedule(0);
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) {
+      if (timer !== null) clearTimeout(timer);
+      timer = null;
+    } else {
+      refreshSoon();
+    }
+  });
+
+  showWhoami().finally(refresh);
+})();
