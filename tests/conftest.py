@@ -22,6 +22,7 @@ from temporal_agent_interrupts.worker.observability import metrics_runtime
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent
 from tests import agents as test_agents
+from tests.browser import chromium
 from tests.helpers import SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
 
 pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]
@@ -61,6 +62,13 @@ def model() -> ScriptedModel:
 @pytest.fixture(autouse=True)
 def _reset_tool_counters() -> None:
     test_agents.reset()
+
+
+@pytest.fixture
+def browser() -> str:
+    """The Chromium the browser tests drive, found before any server starts (or a failure
+    saying how to install it; see :func:`tests.browser.chromium`)."""
+    return chromium()
 
 
 @pytest.fixture

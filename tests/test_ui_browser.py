@@ -13,16 +13,9 @@ it). The second test starts ``agent-codec-server`` and the dev server with
 ``--ui-codec-endpoint``, and checks that the page shows the interrupt in the current details and
 the memo because the browser had the codec server decode them.
 
-The browser is Debian's ``chromium`` package, driven by ``playwright`` (a test extra) through
-``executable_path``: no browser download. ``make test`` installs the package when it is missing
-(``scripts/install-chromium``). Without it (a bare ``pytest`` on a machine with no Chromium) the
-browser tests fail, saying how to install it: a missing browser never passes for a checked UI.
-Only ``AGENT_TEST_SKIP_BROWSER=1``, set by whoever runs the suite, skips them instead (see the
-README's "Tests").
-
-Only loopback: the browser's background services are off (their connections would be refused
-here anyway), and the page's requests to any other host (the UI asks for a news feed) are
-aborted before they leave.
+The browser is Debian's ``chromium`` package, on loopback only (``tests.browser``): without it
+the browser tests fail, saying how to install it, unless ``AGENT_TEST_SKIP_BROWSER=1`` asks for a
+skip (the last test here checks both).
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,7 +32,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.async_api import FrameLocator, Page, Response, Route, async_playwright, expect
+from playwright.async_api import FrameLocator, Page, Response, expect
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.testing import WorkflowEnvironment
@@ -53,85 +45,12 @@ from temporal_agent_interrupts.worker.devserver import port_open
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
 from temporal_agent_interrupts.workflows.types import InterruptRequest
+from tests import browser as browser_module
+from tests.browser import CHROMIUM_ENV, SKIP_ENV, UI_TIMEOUT_MS, browser_page, chromium
 from tests.helpers import free_port
-
-DEBIAN_CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ENV = "AGENT_TEST_CHROMIUM"
-SKIP_ENV = "AGENT_TEST_SKIP_BROWSER"
-"""Another Chromium or Chrome binary to drive instead (macOS, say): its full path."""
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",  # the tests run as root in CI, where Chromium's sandbox refuses to start
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    # Chromium's own background traffic (updates, sync, safe browsing lists, metrics): none of
-    # it may leave a machine whose only network is loopback.
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-UI_TIMEOUT_MS = 45_000
-"""How long the UI may take to show what is asked of it (playwright's own default for an
-``expect`` is 5 s): the app loads its bundle, then asks the server (and, for the details, a
-worker, and with keys the codec server) before it draws anything. Measured here: about 2 s."""
 
 ASK = {"action": "transfer $512.34 to savings-7f3a", "details": "rent for March"}
 """What the scripted model asks a human to approve."""
-
-LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
-
-
-def chromium() -> str:
-    """The Chromium binary to drive, or a failure saying how to install it (a skip only when
-    the person running the suite asked for one)."""
-    chosen = os.environ.get(CHROMIUM_ENV, "").strip()
-    if chosen:
-        if not os.access(chosen, os.X_OK):
-            pytest.fail(f"{CHROMIUM_ENV}={chosen} is not an executable file")
-        return chosen
-    found = DEBIAN_CHROMIUM if os.access(DEBIAN_CHROMIUM, os.X_OK) else shutil.which("chromium")
-    if found:
-        return found
-    message = (
-        f"no Chromium at {DEBIAN_CHROMIUM}: the Temporal UI tests drive Debian's chromium "
-        f"package (install it with `sudo apt-get install -y chromium`, as `make test` does), or "
-        f"set {CHROMIUM_ENV} to a Chromium or Chrome binary"
-    )
-    # Failing is the default: whether a run "is CI" cannot be told reliably (.ci/run sets no
-    # variable), and a skip nobody asked for would let an unchecked UI pass.
-    if os.environ.get(SKIP_ENV, "").strip() == "1":
-        pytest.skip(f"{message} (skipped: {SKIP_ENV}=1)")
-    pytest.fail(f"{message}; or set {SKIP_ENV}=1 to skip the browser tests knowingly")
-
-
-@asynccontextmanager
-async def browser_page(executable: str, profile: Path) -> AsyncIterator[Page]:
-    """A page in headless Chromium with a fresh profile, whose requests stay on loopback."""
-
-    async def loopback_only(route: Route) -> None:
-        if urlsplit(route.request.url).hostname in LOOPBACK:
-            await route.continue_()
-        else:
-            await route.abort("blockedbyclient")
-
-    async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            profile,
-            executable_path=executable,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        try:
-            await context.route("**/*", loopback_only)
-            page = context.pages[0] if context.pages else await context.new_page()
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            yield page
-        finally:
-            await context.close()
 
 
 async def open_current_details(page: Page, *, ui_port: int, workflow_id: str) -> FrameLocator:
@@ -187,12 +106,6 @@ async def expect_interrupt(
     await expect(command).to_contain_text(
         f"--workflow-id {chat_id} --name resume", timeout=UI_TIMEOUT_MS
     )
-
-
-@pytest.fixture
-def browser() -> str:
-    """The Chromium to drive, found before any server starts (see :func:`chromium`)."""
-    return chromium()
 
 
 async def test_the_ui_shows_a_paused_conversations_interrupt_in_its_current_details(
@@ -320,7 +233,7 @@ async def test_with_keys_the_ui_reads_the_interrupt_through_the_codec_server(
 def test_without_chromium_the_tests_fail_unless_a_skip_is_asked_for_and_say_how_to_install_it(
     skip: str, outcome: type[BaseException], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(f"{__name__}.DEBIAN_CHROMIUM", str(tmp_path / "chromium"))
+    monkeypatch.setattr(browser_module, "DEBIAN_CHROMIUM", str(tmp_path / "chromium"))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(CHROMIUM_ENV, raising=False)
     monkeypatch.setenv("CI", "")  # no longer consulted: without Chromium, CI or not, it fails
