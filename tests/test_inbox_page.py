@@ -1,0 +1,287 @@
+"""The approver's inbox page in a real browser: the web app's ``/inbox``, in Chromium.
+
+The app (``client.web.agents_app``, in development mode: the identity is the asserted
+``dev@localhost``) is served by uvicorn on a loopback port, against the session's dev server and
+a worker hosting a gated tool that counts its runs (``tests.agents.release``). The page is
+driven as an approver uses it: it lists the paused call (its input shown as text, whatever
+markup the model put in it), Approve runs the tool once and shows what the turn did, a second
+tab still showing the call (it has not refreshed since) is refused and says why, and Deny sends
+the reason typed. What the page requested is recorded: its own origin only.
+
+Visibility is shared by every test on the session's server, so each test's agent name is its
+own and the page is opened with ``?agent=`` (which it passes on to ``/api/inbox``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import uvicorn
+from playwright.async_api import ConsoleMessage, Locator, Page, Response, Route, expect
+from starlette.types import ASGIApp
+
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.types import DENIED_BY_USER
+from tests import agents as t
+from tests.browser import UI_TIMEOUT_MS, browser_context, first_page
+from tests.helpers import free_port, history, scheduled_activities
+
+HOSTILE = {
+    "service": '<img src=x onerror="window.__pwned=1">',
+    "version": "</pre><script>window.__pwned=2</script>",
+}
+"""The model's arguments for the gated call: markup a prompt injection could have put there."""
+
+DONE = 'Released. <b>Done</b> <img src=x onerror="window.__pwned=3">'
+"""What the model says once the tool ran: shown as the turn's result, as text too."""
+
+DEV_IDENTITY = "dev@localhost"
+"""Who a development-mode app takes answers from when the request names no one."""
+
+SERVER_START_S = 30
+"""How long uvicorn may take to listen (it starts in well under a second)."""
+
+
+def release_agent() -> Agent:
+    """``release`` gated by ``ToolApproval`` (anyone may answer), under a name of this test's."""
+    return Agent(
+        f"inbox-page-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.release],
+        middleware=[ToolApproval(allow=[])],
+    )
+
+
+@asynccontextmanager
+async def served(app: ASGIApp) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on a free loopback port, in this event loop; its origin."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SERVER_START_S
+        while not server.started:
+            assert not task.done(), f"uvicorn stopped before it listened: {task.exception()!r}"
+            assert loop.time() < deadline, f"uvicorn did not listen on {port}"
+            await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def inbox_url(origin: str, agent: Agent) -> str:
+    return f"{origin}/inbox?agent={quote(agent.name)}"
+
+
+def row_of(page: Page, chat_id: str) -> Locator:
+    """The table row of the chat's paused call."""
+    return page.locator("#entries tr", has=page.locator("td.chat code", has_text=chat_id))
+
+
+async def keep_first_listing_of(page: Page, chat_id: str) -> None:
+    """From the first ``/api/inbox`` answer that lists ``chat_id`` on, the page gets that answer
+    again at every poll: a tab showing the call as it was when it loaded, which has not
+    refreshed since (the race a second approver loses, made certain)."""
+    kept: list[bytes] = []
+
+    async def replay(route: Route) -> None:
+        if kept:
+            await route.fulfill(status=200, content_type="application/json", body=kept[0])
+            return
+        response = await route.fetch()
+        body = await response.body()
+        if chat_id.encode() in body:
+            kept.append(body)
+        await route.fulfill(response=response, body=body)
+
+    await page.route(lambda url: urlsplit(url).path == "/api/inbox", replay)
+
+
+def page_errors(page: Page) -> list[str]:
+    """The page's errors from now on: its script's uncaught exceptions, and the console's
+    errors (a script or style the policy blocked says so there) but for the refused answers'
+    statuses, which the page shows."""
+    errors: list[str] = []
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error" and "the server responded with a status of" not in message.text:
+            errors.append(message.text)
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: errors.append(f"uncaught: {error}"))
+    return errors
+
+
+async def assert_markup_shown_as_text(page: Page) -> None:
+    """Nothing the conversation holds became an element: no image, no script but the page's
+    own, none of their handlers ran."""
+    assert await page.locator("img").count() == 0
+    scripts = await page.eval_on_selector_all("script", "all => all.map(s => s.src)")
+    assert [urlsplit(src).path for src in scripts] == ["/inbox/inbox.js"], scripts
+    assert await page.evaluate("() => window.__pwned") is None
+
+
+async def screenshot(page: Page, path: Path) -> None:
+    await page.screenshot(path=path, full_page=True)
+    print(f"screenshot of the inbox page: {path}")
+
+
+async def click_and_answer(page: Page, button: Locator) -> Response:
+    """Click an answer button and the app's response to the POST it sends."""
+    async with page.expect_response(
+        lambda r: r.request.method == "POST" and "/interrupts/" in r.url
+    ) as posted:
+        await button.click()
+    return await posted.value
+
+
+async def test_approve_runs_the_tool_once_shows_the_result_and_a_stale_second_click_is_refused(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    agent = release_agent()
+    model.reply(calls(("release", HOSTILE, "release-1")), text(DONE))
+    requested: list[str] = []
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-approve")
+        paused = await chat.send("Release it.")
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        (call,) = paused.interrupts
+        assert (call.name, call.ref, call.input) == ("release", "release-1", HOSTILE)
+
+        async with (
+            served(agents_app(agents, dev_loopback=True)) as origin,
+            browser_context(browser, tmp_path / "profile", requested=requested) as context,
+        ):
+            page = await first_page(context)
+            errors = page_errors(page)
+            loaded = await page.goto(inbox_url(origin, agent))
+            assert loaded is not None and loaded.ok
+            # The page runs under the app's policy: no inline script or style would.
+            policy = await loaded.header_value("content-security-policy") or ""
+            assert "default-src 'self'" in policy, policy
+            await expect(page.locator("#identity")).to_have_text(DEV_IDENTITY)
+
+            # The paused call is listed (once visibility has it: the page polls), its input as
+            # the JSON the model sent, markup and all, as text.
+            row = row_of(page, chat.id)
+            await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+            await expect(row.locator("td.tool code.name")).to_have_text("release")
+            await expect(row.locator("td.input pre")).to_have_text(
+                json.dumps(HOSTILE, indent=2, ensure_ascii=False)
+            )
+            await expect(row.locator("td.approvers")).to_have_text("anyone")
+            await expect(row.locator("td.votes .count")).to_have_text("0 / 1")
+            await assert_markup_shown_as_text(page)
+            await screenshot(page, tmp_path / "inbox-listed.png")
+
+            # A second tab, as the same approver left it: it keeps showing the call.
+            stale = await context.new_page()
+            stale_errors = page_errors(stale)
+            await keep_first_listing_of(stale, chat.id)
+            await stale.goto(inbox_url(origin, agent))
+            stale_row = row_of(stale, chat.id)
+            await expect(stale_row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+
+            # Approve: the tool runs once, and the page shows what the turn did.
+            assert t.RUNS["release"] == 0
+            approve = row.get_by_role("button", name=f"Approve release in {chat.id}")
+            answered = await click_and_answer(page, approve)
+            assert answered.status == 200, await answered.text()
+            results = page.locator("#results li")
+            await expect(results).to_have_count(1)
+            await expect(results).to_contain_text("finished stop")
+            await expect(results.locator("q")).to_have_text(DONE)
+            assert t.RUNS["release"] == 1
+            # Answered, the call leaves the list at a later poll; the result stays.
+            await expect(row).to_have_count(0, timeout=UI_TIMEOUT_MS)
+            await expect(results).to_have_count(1)
+            await expect(results.locator("q")).to_have_text(DONE)
+            await assert_markup_shown_as_text(page)
+
+            # The stale tab's Approve reaches the app, which refuses it; the tab says why.
+            again = stale_row.get_by_role("button", name=f"Approve release in {chat.id}")
+            refused = await click_and_answer(stale, again)
+            assert refused.status == 409, await refused.text()
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            problem = await refused.json()
+            shown = stale.locator("#results li")
+            await expect(shown).to_have_count(1)
+            await expect(shown).to_have_class("result refused")
+            await expect(shown.locator(".detail")).to_have_text(problem["detail"])
+            await expect(shown.locator(".status")).to_contain_text("409")
+            await expect(
+                stale_row.get_by_role("button", name=f"Approve release in {chat.id}")
+            ).to_be_disabled()
+            assert not errors and not stale_errors, errors + stale_errors
+            await screenshot(page, tmp_path / "inbox-approved.png")
+            await screenshot(stale, tmp_path / "inbox-refused.png")
+
+        # Exactly once, by the count and by history.
+        assert t.RUNS["release"] == 1
+        scheduled = scheduled_activities(await history(agents.temporal, chat.id))
+        assert scheduled.count("tool_call") == 1, scheduled  # release is its only tool
+
+    # Everything either page asked for was the app's: no CDN, no font, no beacon.
+    app = urlsplit(origin)
+    assert requested and all(
+        (urlsplit(url).scheme, urlsplit(url).netloc) == (app.scheme, app.netloc)
+        for url in requested
+    ), requested
+    paths = {urlsplit(url).path for url in requested}
+    assert {"/inbox", "/inbox/inbox.js", "/inbox/inbox.css", "/api/whoami", "/api/inbox"} <= paths
+
+
+async def test_a_chat_that_pauses_after_the_page_loaded_shows_up_and_deny_sends_the_reason(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    agent = release_agent()
+    model.reply(
+        calls(("release", {"service": "billing", "version": "2.0"}, "release-2")),
+        text("Not released."),
+    )
+    reason = "not on a Friday <b>please</b>"
+    async with (
+        run_worker(agents=[agent]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        page = await first_page(context)
+        errors = page_errors(page)
+        await page.goto(inbox_url(origin, agent))
+        await expect(page.locator("#status")).to_contain_text("Nothing is waiting")
+
+        # Paused after the page loaded: a later poll lists it, with no reload.
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-deny")
+        assert (await chat.send("Release billing 2.0.")).interrupts
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+
+        # Deny asks for a reason (optional), in the row, and sends it.
+        await row.get_by_role("button", name=f"Deny release in {chat.id}").click()
+        await row.get_by_label("Reason (optional)").fill(reason)
+        send = row.get_by_role("button", name=f"Send the denial of release in {chat.id}")
+        answered = await click_and_answer(page, send)
+        assert answered.status == 200, await answered.text()
+        result = page.locator("#results li")
+        await expect(result).to_contain_text("finished stop")
+        await expect(result.locator("q")).to_have_text("Not released.")
+        await expect(row).to_have_count(0, timeout=UI_TIMEOUT_MS)
+        await expect(result).to_have_count(1)
+        assert not errors, errors
+
+    # The tool never ran; the model was told it was denied, and why.
+    assert t.RUNS["release"] == 0
+    (response,) = model.requests[-1].function_responses()
+    assert response["response"] == {"error": DENIED_BY_USER, "reason": reason}
