@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -45,6 +47,8 @@ DONE = 'Released. <b>Done</b> <img src=x onerror="window.__pwned=3">'
 
 DEV_IDENTITY = "dev@localhost"
 """Who a development-mode app takes answers from when the request names no one."""
+
+STATIC = Path(__file__).resolve().parent.parent / "client" / "static"
 
 SERVER_START_S = 30
 """How long uvicorn may take to listen (it starts in well under a second)."""
@@ -285,3 +289,51 @@ async def test_a_chat_that_pauses_after_the_page_loaded_shows_up_and_deny_sends_
     assert t.RUNS["release"] == 0
     (response,) = model.requests[-1].function_responses()
     assert response["response"] == {"error": DENIED_BY_USER, "reason": reason}
+
+
+class _Markup(HTMLParser):
+    """What the page's HTML loads, and anything inline in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[str] = []
+        self.inline: list[str] = []
+        self._in: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        self.loads += [v for k, v in attrs if k in ("src", "href") and v is not None]
+        self.inline += [f"{tag} {k}=" for k, _ in attrs if k == "style" or k.startswith("on")]
+        if tag == "style" or (tag == "script" and not named.get("src")):
+            self.inline.append(tag)
+        self._in = tag
+
+    def handle_data(self, data: str) -> None:
+        if self._in == "script" and data.strip():
+            self.inline.append(f"script: {data.strip()[:40]}")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in = None
+
+
+def test_the_page_has_nothing_inline_and_loads_nothing_from_another_origin() -> None:
+    """What the browser test sees through the app, read from the files themselves: the page
+    must work under ``default-src 'self'`` wherever it is served, and show data as text."""
+    markup = _Markup()
+    markup.feed((STATIC / "inbox.html").read_text())
+    assert markup.inline == []
+    assert markup.loads == ["/inbox/inbox.css", "/inbox/inbox.js"]
+    css = (STATIC / "inbox.css").read_text()
+    assert not re.search(r"@import|url\(", css)
+    script = (STATIC / "inbox.js").read_text()
+    assert not re.search(r"https?://", script)
+    # Data only ever goes through textContent, text nodes and attributes.
+    for sink in (
+        ".innerHTML",
+        ".outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+    ):
+        assert sink not in script, sink
