@@ -824,8 +824,25 @@ def agents_app(
 async def serve(
     app: Starlette, *, host: str = "127.0.0.1", port: int = 8234, ready: asyncio.Event | None = None
 ) -> None:
-    """Serve ``app`` with uvicorn until cancelled."""
+    """Serve ``app`` with uvicorn until cancelled.
+
+    Raises:
+        OSError: the address cannot be bound (in use, or not this machine's).
+    """
+    import socket
+
     import uvicorn
+
+    # Bound here, not by uvicorn: it exits the process (SystemExit) when it cannot bind, which
+    # from a task would take the worker serving next to it down too.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
 
     config = uvicorn.Config(
         app,
@@ -841,7 +858,7 @@ async def serve(
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller's own handlers stay
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started and not task.done():  # noqa: ASYNC110  # uvicorn sets a flag, no event
             await asyncio.sleep(0.01)
@@ -852,6 +869,7 @@ async def serve(
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
