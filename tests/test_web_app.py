@@ -333,3 +333,98 @@ async def test_no_worker_is_503_and_too_many_streams_is_429(run_worker, model, c
     async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
         r = await http.get(f"{base}/api/chats/{chat.id}/pending")
         assert r.status_code == 503 and r.json()["code"] == "no_worker"
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile requests: a clear refusal, nothing run, no workflow task failed.
+
+
+async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, model, client):
+    agent = gated()
+    model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True, cors_origins=["http://ui.example"])
+        chat = await agents.chat(agent.name)
+        (shown,) = (await chat.send("release")).interrupts
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+
+            async def refused(r: httpx2.Response, status: int) -> dict[str, Any]:
+                assert r.status_code == status, r.text
+                assert r.headers["content-type"] == "application/problem+json"
+                return r.json()
+
+            # Bodies: too large (said and sent), not JSON, nested past what JSON parsing takes,
+            # and not a run input.
+            big = b"[" * (3 * 1024 * 1024)
+            await refused(
+                await http.post(url, content=big, headers={"content-type": "application/json"}),
+                413,
+            )
+            deep = b"[" * 200_000 + b"]" * 200_000
+            body = await refused(
+                await http.post(url, content=deep, headers={"content-type": "application/json"}),
+                400,
+            )
+            assert body["code"] == "malformed_json"
+            body = await refused(await http.post(url, json={"threadId": 3}), 400)
+            assert "the run input" in body["detail"]
+            await refused(await http.post(url, json=run_input("bad\x00id", "hi")), 400)
+            await refused(await http.post(f"{base}/agui/a%22b", json=run_input("t", "hi")), 400)
+
+            # CORS: an origin given gets its headers; any other is refused before it acts.
+            r = await http.options(url, headers={"Origin": "http://ui.example"})
+            assert r.status_code == 204
+            assert r.headers["access-control-allow-origin"] == "http://ui.example"
+            r = await http.options(url, headers={"Origin": "http://evil.example"})
+            assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+            evil = await http.post(
+                f"{base}/api/chats/{chat.id}/interrupts/r1",
+                json={"action": "approve", "input_digest": shown.input_digest},
+                headers={"Origin": "http://evil.example"},
+            )
+            assert (await refused(evil, 403))["code"] == "origin"
+            # Identity is never taken from the body.
+            r = await http.post(
+                f"{base}/api/chats/{chat.id}/interrupts/r1",
+                json={
+                    "action": "approve",
+                    "input_digest": shown.input_digest,
+                    "identity": "ceo@example.com",
+                },
+            )
+            assert "identity" in (await refused(r, 400))["detail"]
+
+            # Inside a run: what the conversation cannot store is a RUN_ERROR, never a failed
+            # workflow task, and nothing runs.
+            def resume_with(payload: Any) -> dict[str, Any]:
+                entry = {"interruptId": "r1", "status": "resolved", "payload": payload}
+                return run_input(chat.id, resume=[entry])
+
+            nested: Any = {"approved": True}
+            for _ in range(100):
+                nested = {"input": nested}
+            for payload in (
+                {"approved": True, "input": {"service": "\ud800", "version": "2"}},
+                {"approved": True, "input": nested},
+                {"approved": True, "input": {"service": "x" * 1_500_000, "version": "2"}},
+                {"approved": True, "reason": 1},
+                {"approved": True, "extra": 1},
+            ):
+                seen = await frames(http, url, resume_with(payload))
+                assert types(seen) == ["RUN_ERROR"], seen
+            # A thread that does not exist: reconnecting to it, answering on it.
+            ghost = f"ghost-{uuid.uuid4()}"
+            seen = await frames(http, url, run_input(ghost))
+            assert types(seen) == ["RUN_ERROR"] and seen[0].event["code"] == "not_found"
+            seen = await frames(
+                http,
+                url,
+                run_input(ghost, resume=[{"interruptId": "x", "status": "cancelled"}]),
+            )
+            assert types(seen) == ["RUN_ERROR"] and seen[0].event["code"] == "not_found"
+            seen = await frames(http, url, run_input(ghost), headers={"Last-Event-ID": "5/5.0"})
+            assert types(seen) == ["RUN_ERROR"]
+        assert (await chat.pending())[0].ref == "r1"  # the pause is kept
+    assert t.RUNS["release"] == 0
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -54,7 +54,9 @@ async def frames(
     """POST ``body`` and read the SSE frames until the stream ends (or ``stop`` says so, which
     drops the connection there)."""
     seen: list[Frame] = []
-    async with http.stream("POST", url, json=body, headers=headers or {}) as response:
+    # json.dumps escapes what UTF-8 cannot carry (a lone surrogate) as JSON allows.
+    sent = {"content-type": "application/json", **(headers or {})}
+    async with http.stream("POST", url, content=json.dumps(body), headers=sent) as response:
         assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"].startswith("text/event-stream")
         frame_id: str | None = None
