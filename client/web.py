@@ -864,7 +864,11 @@ async def serve(
             await asyncio.sleep(0.01)
         if ready is not None:
             ready.set()
-        await task
+        # Shielded: a cancellation of this call must not reach uvicorn's task, which would stop
+        # without its shutdown. Its listening socket would stay registered in the event loop's
+        # selector, and the next server in the same loop, given the same file descriptor, would
+        # never be polled for connections (its clients hang).
+        await asyncio.shield(task)
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):

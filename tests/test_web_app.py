@@ -428,3 +428,13 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
         assert (await chat.pending())[0].ref == "r1"  # the pause is kept
     assert t.RUNS["release"] == 0
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_app_served_again_in_the_same_event_loop_answers(client):
+    """A cancelled ``serve`` shuts uvicorn down: the next server in the same event loop (the
+    next test, or an application that restarts it) is polled for connections, not left with
+    its clients hanging."""
+    app = agents_app(AgentClient(client), dev_loopback=True)
+    for _ in range(3):
+        async with served(app) as base, httpx2.AsyncClient(timeout=10) as http:
+            assert (await http.get(f"{base}/api/whoami")).status_code == 200
