@@ -1,12 +1,13 @@
 """The approver's inbox page in a real browser: the web app's ``/inbox``, in Chromium.
 
 The app (``client.web.agents_app``, in development mode: the identity is the asserted
-``dev@localhost``) is served by uvicorn on a loopback port, against the session's dev server and
-a worker hosting a gated tool that counts its runs (``tests.agents.release``). The page is
-driven as an approver uses it: it lists the paused call (its input shown as text, whatever
-markup the model put in it), Approve runs the tool once and shows what the turn did, a second
-tab still showing the call (it has not refreshed since) is refused and says why, and Deny sends
-the reason typed. What the page requested is recorded: its own origin only.
+``dev@localhost``) is served by uvicorn on a loopback port (``tests.web.served``), against the
+session's dev server and a worker hosting a gated tool that counts its runs
+(``tests.agents.release``). The page is driven as an approver uses it: it lists the paused call
+(its input shown as text, whatever markup the model put in it), Approve runs the tool once and
+shows what the turn did, a second tab still showing the call (it has not refreshed since) is
+refused and says why, and Deny sends the reason typed. What the pages requested is recorded:
+their own origin only.
 
 Visibility is shared by every test on the session's server, so each test's agent name is its
 own and the page is opened with ``?agent=`` (which it passes on to ``/api/inbox``).
@@ -14,19 +15,14 @@ own and the page is opened with ``?agent=`` (which it passes on to ``/api/inbox`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-import uvicorn
 from playwright.async_api import ConsoleMessage, Locator, Page, Response, Route, expect
-from starlette.types import ASGIApp
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
 from temporal_agent_interrupts.client.web import agents_app
@@ -34,7 +30,8 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.types import DENIED_BY_USER
 from tests import agents as t
 from tests.browser import UI_TIMEOUT_MS, browser_context, first_page
-from tests.helpers import free_port, history, scheduled_activities
+from tests.helpers import history, scheduled_activities
+from tests.web import served
 
 HOSTILE = {
     "service": '<img src=x onerror="window.__pwned=1">',
@@ -50,9 +47,6 @@ DEV_IDENTITY = "dev@localhost"
 
 STATIC = Path(__file__).resolve().parent.parent / "client" / "static"
 
-SERVER_START_S = 30
-"""How long uvicorn may take to listen (it starts in well under a second)."""
-
 
 def release_agent() -> Agent:
     """``release`` gated by ``ToolApproval`` (anyone may answer), under a name of this test's."""
@@ -62,27 +56,6 @@ def release_agent() -> Agent:
         tools=[t.release],
         middleware=[ToolApproval(allow=[])],
     )
-
-
-@asynccontextmanager
-async def served(app: ASGIApp) -> AsyncIterator[str]:
-    """``app`` served by uvicorn on a free loopback port, in this event loop; its origin."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SERVER_START_S
-        while not server.started:
-            assert not task.done(), f"uvicorn stopped before it listened: {task.exception()!r}"
-            assert loop.time() < deadline, f"uvicorn did not listen on {port}"
-            await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 def inbox_url(origin: str, agent: Agent) -> str:
@@ -337,3 +310,44 @@ def test_the_page_has_nothing_inline_and_loads_nothing_from_another_origin() -> 
         "new Function",
     ):
         assert sink not in script, sink
+
+
+async def test_an_approver_the_call_does_not_name_is_refused_and_the_page_says_why(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    agent = Agent(
+        f"inbox-page-ops-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.release],
+        middleware=[ToolApproval(allow=[], approvers=["ops@example.com"])],
+    )
+    model.reply(calls(("release", {"service": "billing", "version": "3.0"}, "release-3")))
+    # The application's own identity function (its session, say): here, always the same person.
+    app_identity = "mallory@example.com"
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-ops")
+        assert (await chat.send("Release billing 3.0.")).interrupts
+        async with (
+            served(agents_app(agents, identity=lambda _request: app_identity)) as origin,
+            browser_context(browser, tmp_path / "profile") as context,
+        ):
+            page = await first_page(context)
+            errors = page_errors(page)
+            await page.goto(inbox_url(origin, agent))
+            await expect(page.locator("#identity")).to_have_text(app_identity)
+            row = row_of(page, chat.id)
+            await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+            await expect(row.locator("td.approvers")).to_have_text("ops@example.com")
+
+            approve = row.get_by_role("button", name=f"Approve release in {chat.id}")
+            refused = await click_and_answer(page, approve)
+            assert refused.status == 403, await refused.text()
+            problem = await refused.json()
+            shown = page.locator("#results li")
+            await expect(shown).to_have_class("result refused")
+            await expect(shown.locator(".status")).to_contain_text("403")
+            await expect(shown.locator(".detail")).to_have_text(problem["detail"])
+            # Still pending, for someone it names: the row stays, and the result with it.
+            await expect(row).to_have_count(1)
+            assert not errors, errors
+    assert t.RUNS["release"] == 0
