@@ -23,6 +23,8 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from playwright.async_api import ConsoleMessage, Locator, Page, Response, Route, expect
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
 from temporal_agent_interrupts.client.web import agents_app
@@ -58,8 +60,8 @@ def release_agent() -> Agent:
     )
 
 
-def inbox_url(origin: str, agent: Agent) -> str:
-    return f"{origin}/inbox?agent={quote(agent.name)}"
+def inbox_url(origin: str, agent: Agent, *, mounted_at: str = "") -> str:
+    return f"{origin}{mounted_at}/inbox?agent={quote(agent.name)}"
 
 
 def row_of(page: Page, chat_id: str) -> Locator:
@@ -106,7 +108,7 @@ async def assert_markup_shown_as_text(page: Page) -> None:
     own, none of their handlers ran."""
     assert await page.locator("img").count() == 0
     scripts = await page.eval_on_selector_all("script", "all => all.map(s => s.src)")
-    assert [urlsplit(src).path for src in scripts] == ["/inbox/inbox.js"], scripts
+    assert len(scripts) == 1 and urlsplit(scripts[0]).path.endswith("/inbox/inbox.js"), scripts
     assert await page.evaluate("() => window.__pwned") is None
 
 
@@ -295,7 +297,8 @@ def test_the_page_has_nothing_inline_and_loads_nothing_from_another_origin() -> 
     markup = _Markup()
     markup.feed((STATIC / "inbox.html").read_text())
     assert markup.inline == []
-    assert markup.loads == ["/inbox/inbox.css", "/inbox/inbox.js"]
+    # Relative to the page, so that it works where the app is mounted.
+    assert markup.loads == ["inbox/inbox.css", "inbox/inbox.js"]
     css = (STATIC / "inbox.css").read_text()
     assert not re.search(r"@import|url\(", css)
     script = (STATIC / "inbox.js").read_text()
@@ -312,9 +315,12 @@ def test_the_page_has_nothing_inline_and_loads_nothing_from_another_origin() -> 
         assert sink not in script, sink
 
 
-async def test_an_approver_the_call_does_not_name_is_refused_and_the_page_says_why(
+async def test_mounted_in_an_application_an_approver_the_call_does_not_name_is_refused(
     browser: str, run_worker, model, tmp_path: Path
 ) -> None:
+    """The app inside the team's own (``Mount``, as a FastAPI service mounts it), with the
+    application's identity function: the page finds its files and the API under the prefix,
+    and an approver the gate does not name is refused (403), the page saying why."""
     agent = Agent(
         f"inbox-page-ops-{uuid.uuid4().hex[:8]}",
         model="gemini-test",
@@ -328,12 +334,16 @@ async def test_an_approver_the_call_does_not_name_is_refused_and_the_page_says_w
         chat = await agents.chat(agent.name, chat_id=f"{agent.name}-ops")
         assert (await chat.send("Release billing 3.0.")).interrupts
         async with (
-            served(agents_app(agents, identity=lambda _request: app_identity)) as origin,
+            served(
+                Starlette(
+                    routes=[Mount("/agents", agents_app(agents, identity=lambda _: app_identity))]
+                )
+            ) as origin,
             browser_context(browser, tmp_path / "profile") as context,
         ):
             page = await first_page(context)
             errors = page_errors(page)
-            await page.goto(inbox_url(origin, agent))
+            await page.goto(inbox_url(origin, agent, mounted_at="/agents"))
             await expect(page.locator("#identity")).to_have_text(app_identity)
             row = row_of(page, chat.id)
             await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
@@ -347,6 +357,7 @@ async def test_an_approver_the_call_does_not_name_is_refused_and_the_page_says_w
             await expect(shown).to_have_class("result refused")
             await expect(shown.locator(".status")).to_contain_text("403")
             await expect(shown.locator(".detail")).to_have_text(problem["detail"])
+            assert refused.url.startswith(f"{origin}/agents/api/chats/")
             # Still pending, for someone it names: the row stays, and the result with it.
             await expect(row).to_have_count(1)
             assert not errors, errors

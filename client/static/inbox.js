@@ -18,8 +18,8 @@
   // A listing that hangs must not stop the polling for good.
   const LIST_TIMEOUT_MS = 10000;
 
-  // The app's root, from this script's own URL (/inbox/inbox.js), so that the page works where
-  // the app is mounted under a prefix.
+  // The app's root, from this script's own URL (…/inbox/inbox.js), so that the page works where
+  // the app is mounted under a prefix (a FastAPI service's app.mount("/agents", ...)).
   const ROOT = new URL("..", document.currentScript.src);
   const api = (path) => new URL("api/" + path, ROOT);
 
@@ -99,22 +99,23 @@
         return;
       }
       const who = await response.json();
-      identity = typeof who.identity === "string" ? who.identity : null;
       const mode = str(who.mode);
-      if (identity === null) {
+      if (mode === "bearer") {
+        // The token is passed on to the agent, which verifies it: the app names no one here.
         line.replaceChildren(
-          mode === "bearer"
-            ? "You answer with your bearer token."
-            : "The app has no identity for you: your answers will be refused."
+          who.identity == null
+            ? "No bearer token comes with this page's requests: your answers will be refused."
+            : "You answer with the identity token your requests carry (the agent verifies it)."
         );
         return;
       }
+      identity = typeof who.identity === "string" ? who.identity : null;
+      if (identity === null) {
+        line.replaceChildren("The app has no identity for you: your answers will be refused.");
+        return;
+      }
       const note =
-        mode === "dev"
-          ? " (development mode: the identity is asserted, not verified)"
-          : mode === "bearer"
-            ? " (from your bearer token)"
-            : "";
+        mode === "dev" ? " (development mode: the identity is asserted, not verified)" : "";
       line.replaceChildren("You answer as ", el("strong", { id: "identity" }, identity), note);
     } catch (error) {
       line.replaceChildren(`Could not tell who you answer as: ${str(error && error.message)}`);
@@ -228,12 +229,17 @@
   function actionsCell(row) {
     const { chatId, entry } = row;
     const label = `${str(entry.name)} in ${chatId}`;
-    const approve = el("button", { type: "button", class: "approve", "aria-label": `Approve ${label}` }, "Approve");
-    const deny = el("button", { type: "button", class: "deny", "aria-label": `Deny ${label}` }, "Deny");
+    const button = (text, attrs) => el("button", { type: "button", ...attrs }, text);
+    const approve = button("Approve", { class: "approve", "aria-label": `Approve ${label}` });
+    const deny = button("Deny", { class: "deny", "aria-label": `Deny ${label}` });
     const reasonId = `reason-${row.serial}`;
-    const reason = el("input", { type: "text", id: reasonId, maxlength: 1000, autocomplete: "off" });
-    const send = el("button", { type: "submit", "aria-label": `Send the denial of ${label}` }, "Send denial");
-    const cancel = el("button", { type: "button" }, "Cancel");
+    const reason = el("input", { type: "text", id: reasonId, maxlength: 1000 });
+    reason.autocomplete = "off";
+    const send = button("Send denial", {
+      type: "submit",
+      "aria-label": `Send the denial of ${label}`,
+    });
+    const cancel = button("Cancel", {});
     const form = el(
       "form",
       { class: "deny-form", hidden: true },
@@ -263,7 +269,8 @@
     const cell = el("td", { class: "actions" }, approve, " ", deny, form, note);
     if (!answerable) {
       approve.disabled = deny.disabled = true;
-      note.textContent = "This entry cannot be answered here: answer it from the chat's pending calls.";
+      note.textContent =
+        "This entry cannot be answered here: answer it from the chat's pending calls.";
     }
     return cell;
   }
@@ -291,16 +298,23 @@
       { class: "tool" },
       el("code", { class: "name" }, str(entry.name)),
       el("div", { class: "ref" }, `ref ${str(entry.ref)}`),
-      entry.source ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source)) : null
+      entry.source
+        ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source))
+        : null
     );
     const inputCell = el("td", { class: "input" }, json(entry.input ?? {}));
     if (entry.input_cut) {
       inputCell.append(
-        el("p", { class: "cut" }, "Not the whole input (too large for the inbox): your answer is bound to the whole one.")
+        el(
+          "p",
+          { class: "cut" },
+          "Not the whole input (too large for the inbox): your answer is bound to the whole one."
+        )
       );
     }
-    if (entry.metadata && typeof entry.metadata === "object" && Object.keys(entry.metadata).length) {
-      inputCell.append(el("div", { class: "label" }, "metadata"), json(entry.metadata));
+    const metadata = entry.metadata;
+    if (metadata && typeof metadata === "object" && Object.keys(metadata).length) {
+      inputCell.append(el("div", { class: "label" }, "metadata"), json(metadata));
     }
     if (chat.unreadable) {
       inputCell.append(el("p", { class: "unreadable" }, `Unreadable: ${str(chat.unreadable)}`));
@@ -317,7 +331,9 @@
       "td",
       { class: "votes" },
       el("span", { class: "count" }, `${votes.length} / ${Number(entry.quorum ?? 1)}`),
-      votes.length ? el("ul", {}, ...votes.map((v) => el("li", {}, v === identity ? `${v} (you)` : v))) : null
+      votes.length
+        ? el("ul", {}, ...votes.map((v) => el("li", {}, v === identity ? `${v} (you)` : v)))
+        : null
     );
     const since = entry.since ?? chat.waiting_since;
     return [
@@ -361,7 +377,8 @@
           // by cell, so that the answer cell (its focus, a reason being typed) stays as it is.
           row.entry = entry;
           row.shown = shownAs(chat, entry);
-          dataCells(chat, entry).forEach((cell, i) => row.tr.replaceChild(cell, row.tr.children[i]));
+          const cells = dataCells(chat, entry);
+          cells.forEach((cell, i) => row.tr.replaceChild(cell, row.tr.children[i]));
         }
         wanted.push(row.tr);
       }
@@ -384,8 +401,9 @@
     });
     const count = listed.size;
     const when = new Date().toLocaleTimeString();
+    const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
     statusLine.textContent = count
-      ? `${count} paused call${count === 1 ? "" : "s"} in ${chats.length} chat${chats.length === 1 ? "" : "s"} (updated ${when}).`
+      ? `${plural(count, "paused call")} in ${plural(chats.length, "chat")} (updated ${when}).`
       : `Nothing is waiting on a human (updated ${when}).`;
   }
 
