@@ -8,16 +8,18 @@ tests/test_inbox_page.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import httpx2
+import pytest
 
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.client.stream import next_offset
-from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.client.web import Access, agents_app
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -343,7 +345,11 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
     agent = gated()
     model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
     async with run_worker(agents=[agent]) as agents:
-        app = agents_app(agents, dev_loopback=True, cors_origins=["http://ui.example"])
+        app = agents_app(
+            agents,
+            identity=lambda request: request.headers.get("x-user", "tester@example.com"),
+            cors_origins=["http://ui.example"],
+        )
         chat = await agents.chat(agent.name)
         (shown,) = (await chat.send("release")).interrupts
         async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
@@ -370,6 +376,9 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
             body = await refused(await http.post(url, json={"threadId": 3}), 400)
             assert "the run input" in body["detail"]
             await refused(await http.post(url, json=run_input("bad\x00id", "hi")), 400)
+            lone = json.dumps(run_input("bad\ud800id", "hi"))
+            r = await http.post(url, content=lone, headers={"content-type": "application/json"})
+            await refused(r, 400)
             await refused(await http.post(f"{base}/agui/a%22b", json=run_input("t", "hi")), 400)
 
             # CORS: an origin given gets its headers; any other is refused before it acts.
@@ -428,3 +437,54 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
         assert (await chat.pending())[0].ref == "r1"  # the pause is kept
     assert t.RUNS["release"] == 0
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_applications_authorize_rule_is_asked_before_anything_is_done(
+    run_worker, model, client
+):
+    """``authorize(request, access)``: here a user may only touch chats named after them."""
+    agent = gated()
+    model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
+    asked: list[Access] = []
+
+    async def own_chats_only(request: Any, access: Access) -> bool:
+        asked.append(access)
+        user = request.headers.get("x-user")
+        return access.chat_id is not None and access.chat_id.startswith(f"{user}-")
+
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(
+            agents, identity=lambda request: request.headers.get("x-user"), authorize=own_chats_only
+        )
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            thread = f"ann-{uuid.uuid4()}"
+            ann, bob = {"X-User": "ann"}, {"X-User": "bob"}
+            r = await http.post(url, json=run_input(thread, "release"), headers=bob)
+            assert r.status_code == 403 and r.json()["code"] == "forbidden"
+            with pytest.raises(AssertionError):  # nothing started for bob
+                await frames(http, url, run_input(thread), headers=bob)
+            seen = await frames(http, url, run_input(thread, "release"), headers=ann)
+            assert seen[-1].event["outcome"]["type"] == "interrupt"
+            for path in ("pending", "audit"):
+                r = await http.get(f"{base}/api/chats/{thread}/{path}", headers=bob)
+                assert r.status_code == 403
+            digest = seen[-1].event["outcome"]["interrupts"][0]["metadata"]["inputDigest"]
+            body = {"action": "approve", "input_digest": digest}
+            assert (await answer(http, base, thread, "r1", body, headers=bob)).status_code == 403
+            assert (await http.get(f"{base}/api/inbox", headers=ann)).status_code == 403
+            r = await answer(http, base, thread, "r1", body, headers=ann)
+            assert r.status_code == 200 and r.json()["result"]["text"] == "ok"
+    assert t.RUNS["release"] == 1
+    assert {a.action for a in asked} == {"send", "read", "answer", "inbox"}
+    assert Access(action="answer", chat_id=thread, identity="ann") in asked
+
+
+def test_dev_mode_serves_loopback_only():
+    agents = AgentClient.__new__(AgentClient)
+    with pytest.raises(ValueError, match="loopback only"):
+        agents_app(agents, dev_loopback=True, allowed_hosts=["agents.example"])
+    with pytest.raises(ValueError, match="loopback only"):
+        agents_app(agents, dev_loopback=True, cors_origins=["https://app.example"])
+    with pytest.raises(TypeError):
+        agents_app(agents, identity="header")  # type: ignore[arg-type]  # the wrong form, on purpose
