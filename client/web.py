@@ -160,6 +160,8 @@ _TITLES = {
     421: "Wrong host",
     422: "Does not fit",
     429: "Too many streams",
+    500: "Internal error",
+    502: "Temporal refused",
     503: "No worker answered",
 }
 

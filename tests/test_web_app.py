@@ -612,3 +612,84 @@ async def test_an_agent_no_worker_hosts_is_one_run_error(run_worker, model, clie
             assert types(seen)[-1] == "RUN_ERROR" and types(seen).count("RUN_ERROR") == 1
             assert seen[-1].event["code"] == "unknown_agent"
             assert agent.name in seen[-1].event["message"]  # did you mean
+
+
+async def test_edits_through_agui_and_the_api_run_the_edited_input_once(run_worker, model, client):
+    """An approval with ``input`` edits an editable tool: the edited input is what runs (once),
+    and the audit record keeps the original."""
+    agent = gated()
+    model.reply(
+        calls(("release", {"service": "api", "version": "2"}, "r1")),
+        text("released"),
+        calls(("release", {"service": "web", "version": "5"}, "r2")),
+        text("released again"),
+    )
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            url = f"{base}/agui/{agent.name}"
+            (interrupt,) = (await frames(http, url, run_input(thread, "release")))[-1].event[
+                "outcome"
+            ]["interrupts"]
+            assert "input" in interrupt["responseSchema"]["properties"]  # editable
+            edit = {"approved": True, "input": {"service": "api", "version": "3"}}
+            done = await frames(
+                http,
+                url,
+                run_input(
+                    thread, resume=[{"interruptId": "r1", "status": "resolved", "payload": edit}]
+                ),
+            )
+            (result,) = [f.event for f in done if f.type == "TOOL_CALL_RESULT"]
+            assert json.loads(result["content"]) == {"released": "api@3"}
+            # The approvals API's edit, with the digest of the input shown.
+            second = await frames(http, url, run_input(thread, "release web"))
+            (shown,) = second[-1].event["outcome"]["interrupts"]
+            r = await answer(
+                http,
+                base,
+                thread,
+                "r2",
+                {
+                    "action": "edit",
+                    "input_digest": shown["metadata"]["inputDigest"],
+                    "input": {"service": "web", "version": "6"},
+                },
+            )
+            assert r.status_code == 200 and r.json()["result"]["text"] == "released again"
+    assert t.RUNS["release"] == 2
+    records = await AgentClient(client, task_queue=agents.task_queue).audit(thread)
+    assert [(r.kind, r.input, r.original_input) for r in records] == [
+        ("edit", {"service": "api", "version": "3"}, {"service": "api", "version": "2"}),
+        ("edit", {"service": "web", "version": "6"}, {"service": "web", "version": "5"}),
+    ]
+
+
+async def test_an_identity_function_that_breaks_is_a_500_without_its_reason(
+    run_worker, model, client
+):
+    agent = gated()
+    model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
+
+    def broken(request: Any) -> str:
+        raise RuntimeError("db password hunter2")
+
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        (shown,) = (await chat.send("release")).interrupts
+        body = {"action": "approve", "input_digest": shown.input_digest}
+        async with (
+            served(agents_app(agents, identity=broken)) as base,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            r = await answer(http, base, chat.id, "r1", body)
+            assert r.status_code == 500 and r.json()["code"] == "internal"
+            assert "hunter2" not in r.text
+            # Asked before the stream starts, so a problem body here too.
+            r = await http.post(
+                f"{base}/agui/{agent.name}",
+                json=run_input(chat.id, resume=[{"interruptId": "r1", "status": "cancelled"}]),
+            )
+            assert r.status_code == 500 and "hunter2" not in r.text
+    assert t.RUNS["release"] == 0
