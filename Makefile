@@ -28,8 +28,9 @@ demo: setup
 
 ## run: the worker hosting the example agents, plus the dev server unless an address is configured
 # (TEMPORAL_ADDRESS or a profile): a configured server that is down is reported, not replaced.
+# The web app too, on http://127.0.0.1:8234 (AG-UI, the approvals API, the inbox at /inbox).
 run: setup
-	$(PY) -m temporal_agent_interrupts.worker --dev-server --agents examples
+	$(PY) -m temporal_agent_interrupts.worker --dev-server --agents examples --web 127.0.0.1:8234
 
 ## browser: the Chromium the browser tests drive, installed from Debian's packages when missing
 # (as root or through sudo); nothing to do when it is there, or with AGENT_TEST_CHROMIUM or

@@ -1,5 +1,6 @@
 """``python -m bench``: B1 interrupt cycle vs the floor, B2 parked conversations, B3 history cost,
-B4 resume by update vs by signal. Writes JSON, a markdown table and plots to ``bench/results/``.
+B4 resume by update vs by signal, B5 streaming, B6 the web app (AG-UI over HTTP) against the
+Python API. Writes JSON, a markdown table and plots to ``bench/results/``.
 
 B1 and B3 also run ours with the model activity's conversation cache off (a second worker on a
 task queue of its own, ``conversation_cache=0``), to show what the cache saves.
@@ -726,6 +727,27 @@ def _markdown(results: dict[str, Any]) -> str:
             "update, accepted and completed, with the workflow task that serves it).",
             "",
         ]
+    if "b6" in results:
+        b = results["b6"]
+        c, f, r = b["cycle_ms"], b["first_text_ms"], b["ratio_agui_to_python"]
+        lines += [
+            f"## B6 the web app against the Python API ({b['cycles']} approval cycles and "
+            f"{b['turns']} streamed turns each, interleaved)",
+            "",
+            "| | approval cycle (median / p90) | first text after the model's first chunk |",
+            "|---|---|---|",
+            f"| AgentClient (send, resume; send_stream) | {c['python']['median_ms']:.1f} / "
+            f"{c['python']['p90_ms']:.1f} ms | {f['python']['median_ms']:.1f} ms |",
+            f"| AG-UI over HTTP (a run that pauses, a run that resumes) | "
+            f"{c['agui']['median_ms']:.1f} / {c['agui']['p90_ms']:.1f} ms | "
+            f"{f['agui']['median_ms']:.1f} ms |",
+            f"| ratio AG-UI / AgentClient | {r['cycle']:.2f}× | {r['first_text']:.2f}× |",
+            "",
+            "The app is served by uvicorn in the benchmark's own process, on loopback. An AG-UI "
+            "run that pauses also reads the conversation's messages (MESSAGES_SNAPSHOT, a "
+            "query) before it finishes.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -784,6 +806,105 @@ async def b5(bench: Bench, *, turns: int, sizes: list[int]) -> dict[str, Any]:
         "max_signals": MAX_TEXT_SIGNALS,
         "first_text_ms": _summary(latencies),
         "rows": rows,
+    }
+
+
+async def _sse(http: Any, url: str, body: dict[str, Any], on_event: Callable[[dict], None]) -> dict:
+    """POST an AG-UI run and read its frames; returns the last event."""
+    last: dict[str, Any] = {}
+    async with http.stream("POST", url, json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                last = json.loads(line[6:])
+                on_event(last)
+    return last
+
+
+async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
+    """The HTTP path against the Python API: the approval cycle as an AG-UI client runs it (a
+    run that pauses, a run that resumes) against ``send`` + ``resume``, and the first text of a
+    streamed reply through AG-UI against ``send_stream``; interleaved, one worker, one app
+    served in this process on loopback."""
+    import httpx2
+
+    from temporal_agent_interrupts.client.web import agents_app, serve
+
+    run = uuid.uuid4().hex[:6]
+    port = _free_port()
+    ready = asyncio.Event()
+    server = asyncio.create_task(
+        serve(agents_app(bench.agents, dev_loopback=True), port=port, ready=ready)
+    )
+    await ready.wait()
+    url = f"http://127.0.0.1:{port}/agui/benchAgent"
+    cycle: dict[str, list[float]] = {"python": [], "agui": []}
+    first: dict[str, list[float]] = {"python": [], "agui": []}
+    try:
+        async with httpx2.AsyncClient(timeout=60) as http:
+
+            async def python_cycle(tag: str) -> None:
+                chat = await bench.agents.chat("benchAgent", chat_id=f"b6-{tag}")
+                res = await chat.send(f"go {tag}")
+                res = await chat.resume(restart=[approved(i) for i in res.interrupts])
+                assert res.finish_reason == FinishReason.STOP, res
+
+            async def agui_cycle(tag: str) -> None:
+                thread = f"b6-{tag}"
+                message = {"id": "m1", "role": "user", "content": f"go {tag}"}
+                body = {"threadId": thread, "runId": "r1", "messages": [message]}
+                paused = await _sse(http, url, body, lambda _: None)
+                (interrupt,) = paused["outcome"]["interrupts"]
+                entry = {"interruptId": interrupt["id"], "status": "resolved",
+                         "payload": {"approved": True}}  # fmt: skip
+                done = await _sse(
+                    http, url, {"threadId": thread, "runId": "r2", "messages": [],
+                                "resume": [entry]}, lambda _: None)  # fmt: skip
+                assert done["outcome"] == {"type": "success"}, done
+
+            for i in range(cycles):
+                order = ("python", "agui") if i % 2 == 0 else ("agui", "python")
+                for path in order:
+                    tag = f"{run}-{path}-{i}"
+                    t0 = time.perf_counter()
+                    await (python_cycle(tag) if path == "python" else agui_cycle(tag))
+                    cycle[path].append(time.perf_counter() - t0)
+
+            for i in range(turns):
+                order = ("python", "agui") if i % 2 == 0 else ("agui", "python")
+                for path in order:
+                    tag = f"t{run}{path}{i}"
+                    prompt = f"stream {tag} 20 0.02"
+                    seen: list[float] = []
+                    if path == "python":
+                        chat = await bench.agents.chat("benchAgent", chat_id=f"b6s-{tag}")
+                        async for ev in chat.send_stream(prompt):
+                            if ev.kind == "text" and not seen:
+                                seen.append(time.perf_counter())
+                    else:
+                        message = {"id": "m1", "role": "user", "content": prompt}
+                        body = {"threadId": f"b6s-{tag}", "runId": "r1", "messages": [message]}
+
+                        def on_event(event: dict[str, Any], seen: list[float] = seen) -> None:
+                            if event["type"] == "TEXT_MESSAGE_CONTENT" and not seen:
+                                seen.append(time.perf_counter())
+
+                        await _sse(http, url, body, on_event)
+                    first[path].append(seen[0] - bench.model.stream_started[tag])
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+    med = {k: statistics.median(v) for k, v in cycle.items()}
+    med_first = {k: statistics.median(v) for k, v in first.items()}
+    return {
+        "cycles": cycles,
+        "turns": turns,
+        "cycle_ms": {k: _summary(v) for k, v in cycle.items()},
+        "first_text_ms": {k: _summary(v) for k, v in first.items()},
+        "ratio_agui_to_python": {
+            "cycle": med["agui"] / med["python"],
+            "first_text": med_first["agui"] / med_first["python"],
+        },
     }
 
 
@@ -936,6 +1057,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "B5: streaming, %d turns, replies of %s chunks", args.streams, args.chunks
                     )
                     results["b5"] = await b5(bench, turns=args.streams, sizes=args.chunks)
+                if "b6" in args.only:
+                    log.info("B6: the web app, %d cycles and %d streamed turns", args.web_cycles,
+                             args.streams)  # fmt: skip
+                    results["b6"] = await b6(bench, cycles=args.web_cycles, turns=args.streams)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
         (out / "results.md").write_text(_markdown(results) + "\n")
         if "b1" in results:
@@ -953,7 +1078,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description=(
-            "B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths, B5 streaming."
+            "B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths, B5 streaming, "
+            "B6 the web app against the Python API."
         ),
     )
     p.add_argument(
@@ -971,13 +1097,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--db-file", action="store_true", help="SQLite on disk instead of in memory")
     p.add_argument("--streams", type=int, default=20, help="B5 streamed turns for latency")
     p.add_argument("--chunks", type=int, nargs="+", default=[10, 100, 1000])
-    p.add_argument("--only", nargs="+", default=["b1", "b4", "b2", "b3", "b5"])
+    p.add_argument("--web-cycles", type=int, default=40, help="B6 approval cycles per path")
+    p.add_argument("--only", nargs="+", default=["b1", "b4", "b2", "b3", "b5", "b6"])
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     if args.quick:
         args.cycles, args.warmup, args.resumes, args.parked = 4, 1, 2, 20
         args.turns = [2, 5]
         args.streams, args.chunks = 2, [10]
+        args.web_cycles = 2
     return args
 
 

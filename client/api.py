@@ -27,6 +27,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -412,7 +413,7 @@ class Chat:
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
-            if on_accept is not None:
+            if on_accept is not None and not _rejected(accepted):
                 on_accept.set()
             return _checked(await accepted.result(), self.agent)
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
@@ -749,7 +750,7 @@ class Chat:
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 # The SDK turns the cancellation into its own error, hence both.
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
-            if on_accept is not None:
+            if on_accept is not None and not _rejected(accepted):
                 on_accept.set()
             return await accepted.result()
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
@@ -826,6 +827,16 @@ class Chat:
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
             raise no_worker(worker_timeout, queued=False) from None
+
+
+def _rejected(handle: WorkflowUpdateHandle[Any]) -> bool:
+    """Whether the workflow refused the update outright (its validator): the server then
+    answers the start with the outcome, a failure, and the SDK keeps it on the handle, where
+    ``result()`` reads it. No public member tells it from an accepted update before
+    ``result()`` (which decodes the failure, through the payload codec) returns, and a stream
+    must not announce a run that was refused (tests/test_web_app.py fails if this changes)."""
+    outcome = getattr(handle, "_known_outcome", None)
+    return outcome is not None and outcome.HasField("failure")
 
 
 def _checked(result: TurnResult, agent: str) -> TurnResult:

@@ -174,6 +174,17 @@ class TurnStream:
         """The turn's result: the same as ``send()`` / ``resume()`` return."""
         return await (await self._begin())
 
+    async def accepted(self) -> None:
+        """Send, and wait until the conversation has taken it: raises its refusal (what
+        ``send()`` / ``resume()`` would raise) instead. A front end can say a run has started
+        before the first event, which may be a long model call away."""
+        task = await self._begin()
+        waiter = asyncio.ensure_future(self._accepted.wait())
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not self._accepted.is_set():
+            waiter.cancel()
+            await task  # raises the refusal (or returns: a turn that ended at once)
+
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
         return self._events()
 

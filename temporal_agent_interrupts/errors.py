@@ -22,7 +22,16 @@ from temporal_agent_interrupts.workflows.types import ErrorKind, TurnResult
 
 
 class AgentError(Exception):
-    """Something the agent runtime refused or could not do; the message says why."""
+    """Something the agent runtime refused or could not do; the message says why.
+
+    Attributes:
+        code: For a refusal the conversation made, what kind it is: ``invalid`` (the request
+            is wrong), ``forbidden`` (this sender may not), ``conflict`` (not now: already
+            answered, edited since shown, busy) or ``not_found`` (an unknown ref); ``None``
+            where the conversation did not say. The HTTP app maps it to 422, 403, 409, 404.
+    """
+
+    code: str | None = None
 
 
 class ResumeRejected(AgentError):
@@ -176,8 +185,19 @@ _ERRORS: dict[str, type[AgentError]] = {
 def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
     cause = err.cause
     if isinstance(cause, ApplicationError):
-        raise _ERRORS.get(cause.type or "", AgentError)(cause.message) from None
+        error = _ERRORS.get(cause.type or "", AgentError)(cause.message)
+        error.code = _refusal_code(cause)
+        raise error from None
     raise AgentError(str(cause or err)) from err
+
+
+def _refusal_code(cause: ApplicationError) -> str | None:
+    """The refusal's kind from its details (``workflows.payloads.rejected`` puts it there); a
+    worker of an older release sends none."""
+    details = cause.details
+    first = details[0] if details else None
+    code = first.get("code") if isinstance(first, dict) else None
+    return code if code in ("invalid", "forbidden", "conflict", "not_found") else None
 
 
 def rpc_error(err: RPCError, chat_id: str) -> AgentError:

@@ -34,5 +34,9 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
     assert results["b2"]["lost"] == 0
     assert [r["turns"] for r in results["b3"]["rows"]] == [2, 5]
     assert set(results["b4"]["until_turn_result"]) == {"update", "signal"}
+    b6 = results["b6"]
+    assert b6["cycle_ms"]["agui"]["n"] == b6["cycle_ms"]["python"]["n"] == 2
+    assert set(b6["ratio_agui_to_python"]) == {"cycle", "first_text"}
+    assert "## B6 the web app" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "results.md").read_text().startswith("# Benchmark results")
     assert (tmp_path / "b1_cycle.png").stat().st_size > 1000

@@ -246,7 +246,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="serve the SDK's Prometheus metrics on http://HOST:PORT/metrics (env "
         "AGENT_METRICS_BIND; default off)",
     )
-    return p.parse_args(argv)
+    p.add_argument(
+        "--web",
+        type=_host_port,
+        default=_from_env(p, "AGENT_WEB_BIND", _host_port, None),
+        metavar="HOST:PORT",
+        help="also serve the web app (AG-UI, the approvals API, the inbox page at /inbox) on "
+        "http://HOST:PORT (env AGENT_WEB_BIND; default off; `make run` serves it on "
+        "127.0.0.1:8234)",
+    )
+    p.add_argument(
+        "--web-identity",
+        choices=["dev", "bearer"],
+        default=os.environ.get("AGENT_WEB_IDENTITY") or "dev",
+        help="who answers through the web app: dev takes the X-Agent-Identity header and "
+        "serves loopback only (one machine); bearer passes the request's bearer token on as "
+        "the answer's identity token, for agents with trust= (env AGENT_WEB_IDENTITY; default "
+        "%(default)s)",
+    )
+    args = p.parse_args(argv)
+    if args.web and args.web_identity == "dev" and args.web.rsplit(":", 1)[0] not in _LOOPBACK:
+        p.error("--web-identity dev serves loopback only: bind --web to 127.0.0.1")
+    return args
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 class AgentSpecError(ValueError):
@@ -510,6 +534,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         # not yield within 2 s, so its pauses count against that limit.
         gc.collect()
         gc.freeze()
+        web = _start_web(args, client) if args.web else None
         async with worker:
             log.info(
                 "worker ready: Temporal %s, namespace %r, task queue %r, agents %s, model %s; "
@@ -539,6 +564,9 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
                     missing[0],
                 )
             log.info("shutting down gracefully")
+            if web is not None:
+                web.cancel()
+                await asyncio.gather(web, return_exceptions=True)
         return 3 if missing else 0
     finally:
         if codec_server is not None:
@@ -553,6 +581,52 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
                 server.kill()
             # Gone with the server: a stale pid could name an unrelated process later.
             pid_file(STATE_DIR / "temporal.db").unlink(missing_ok=True)
+
+
+def _start_web(args: argparse.Namespace, client: Client) -> asyncio.Task[None]:
+    """The web app (``client/web.py``) in this process, on this worker's connection."""
+    # Imported here: a worker that serves no web app needs none of Starlette or uvicorn.
+    from temporal_agent_interrupts.client.api import AgentClient
+    from temporal_agent_interrupts.client.web import agents_app, serve
+
+    host, _, port = args.web.rpartition(":")
+    app = agents_app(
+        AgentClient(client, task_queue=args.task_queue),
+        identity="bearer" if args.web_identity == "bearer" else None,
+        dev_loopback=args.web_identity == "dev",
+    )
+    ready = asyncio.Event()
+
+    async def run() -> None:
+        serving = asyncio.create_task(
+            serve(app, host=host.strip("[]"), port=int(port), ready=ready)
+        )
+        waiter = asyncio.create_task(ready.wait())
+        try:
+            await asyncio.wait({serving, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if ready.is_set():
+                log.info(
+                    "web app on http://%s:%s (inbox: /inbox, AG-UI: POST /agui/<agent>; "
+                    "identity: %s)",
+                    host,
+                    port,
+                    args.web_identity,
+                )
+            await serving
+        finally:
+            waiter.cancel()
+            serving.cancel()
+            await asyncio.gather(serving, waiter, return_exceptions=True)
+
+    task = asyncio.create_task(run())
+
+    def stopped(done: asyncio.Task[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            # The worker goes on: conversations do not depend on the web app.
+            log.error("the web app on %s stopped: %s", args.web, done.exception())
+
+    task.add_done_callback(stopped)
+    return task
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -259,7 +259,9 @@ def check_match(
         raise ResumeError("empty resume: give at least one 'respond' or 'restart' entry")
     pending = {c.ref: c for c in calls if c.status == "pending"}
     if not pending:
-        raise ResumeError("nothing is paused: this conversation has no pending interrupts")
+        raise ResumeError(
+            "nothing is paused: this conversation has no pending interrupts", code="conflict"
+        )
     seen: set[str] = set()
     for kind, name, ref in answers:
         if ref in seen:
@@ -267,7 +269,11 @@ def check_match(
         seen.add(ref)
         call = pending.get(ref)
         if call is None:
-            raise ResumeError(_not_pending(ref, pending, calls=calls, known_refs=known_refs))
+            answered = ref in known_refs or any(c.ref == ref for c in calls)
+            raise ResumeError(
+                _not_pending(ref, pending, calls=calls, known_refs=known_refs),
+                code="conflict" if answered else "not_found",
+            )
         if call.name != name:
             raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
     for r in [*resume.respond, *resume.restart]:
@@ -276,7 +282,8 @@ def check_match(
             # An approval of what was shown must never approve something else.
             raise ResumeError(
                 f"{r.name!r} (ref {r.ref!r}) no longer has the input this answer was shown "
-                "(it was edited since): answer the input it has now (pending lists it)"
+                "(it was edited since): answer the input it has now (pending lists it)",
+                code="conflict",
             )
     return pending
 

@@ -361,7 +361,7 @@ class AgentWorkflow:
                 # accepted update's payload is in history: spend its token.
                 self._m.spend_refused(claimed_token([payload]))
                 self._m.telemetry.rejected("resume", via="update")
-                raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
+                raise rejected(ErrorKind.RESUME_REJECTED, e.reason, e.code) from None
             if not self._m.book(turn).all_answered():
                 return fit(self._m.paused_result(turn), OUT.update_result)
             return await self._stopped_since(seen)
@@ -374,7 +374,7 @@ class AgentWorkflow:
             workflow.logger.info("resume rejected (update): %s", e.reason)
             # A metric is no command: a validator may count what it refuses.
             self._m.telemetry.rejected("resume", via="update")
-            raise rejected(ErrorKind.RESUME_REJECTED, e.reason) from None
+            raise rejected(ErrorKind.RESUME_REJECTED, e.reason, e.code) from None
 
     @workflow.update
     async def cancel(self, input: CancelInput) -> TurnResult:
@@ -567,7 +567,9 @@ class AgentWorkflow:
     def _check_resume(self, payload: RawResume) -> ResumeInput:
         turn = self._s.turn
         if turn is None or not self._m.paused():
-            raise ResumeError("nothing is paused: this conversation has no pending interrupts")
+            raise ResumeError(
+                "nothing is paused: this conversation has no pending interrupts", code="conflict"
+            )
         size = len(payload.payload.data)
         try:
             # Size first: an oversized payload is refused before it is even parsed.

@@ -171,6 +171,7 @@ def to_request(
     approvers_omitted: int = 0,
     quorum: int = 1,
     editable: bool = False,
+    output_schema: JsonObject | None = None,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -189,6 +190,7 @@ def to_request(
         votes=list(call.votes),
         editable=editable,
         input_digest=input_digest(call.args),
+        output_schema=output_schema,
     )
 
 

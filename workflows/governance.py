@@ -172,47 +172,54 @@ def who(
         if token is not None:
             raise ResumeError(
                 "this agent does not verify identity tokens: leave out identity_token and "
-                "say who you are with identity"
+                "say who you are with identity",
+                code="forbidden",
             )
         return Who(identity=resume.identity)
     if token is None:
         raise ResumeError(
             f"this agent verifies who answers: send identity_token, a JWT from "
-            f"{trust.issuer} for audience {trust.audience}"
+            f"{trust.issuer} for audience {trust.audience}",
+            code="forbidden",
         )
     if now is None:
         raise ResumeError("identity tokens cannot be checked here")  # never in the workflow
     try:
         verified = verify_token(token, trust, now=now)
     except IdentityError as e:
-        raise ResumeError(f"identity token refused: {e.reason}") from None
+        raise ResumeError(f"identity token refused: {e.reason}", code="forbidden") from None
     if verified.identity.startswith(GROUP_PREFIX):
         raise ResumeError(
             f"the identity token names {verified.identity!r}: an identity may not begin "
-            f"with {GROUP_PREFIX!r}, which names a group"
+            f"with {GROUP_PREFIX!r}, which names a group",
+            code="forbidden",
         )
     if resume.identity is not None and resume.identity != verified.identity:
         raise ResumeError(
             f"identity {resume.identity!r} does not match the identity token's "
-            f"{verified.identity!r}: leave out identity, or send your own token"
+            f"{verified.identity!r}: leave out identity, or send your own token",
+            code="forbidden",
         )
     facts = token_facts(verified)
     if is_spent(spent, facts):
         raise ResumeError(
             "this identity token was already used or offered to answer in this "
             "conversation: each answer needs a fresh token (the one used is in the "
-            "conversation's history)"
+            "conversation's history)",
+            code="forbidden",
         )
     if verified.expires - now > MAX_TOKEN_LIFE:
         # Every token is remembered until it expires, so their number stays bounded.
         raise ResumeError(
             "the identity token is valid for more than a day: use a short-lived token "
-            "(minutes), as identity providers issue for this"
+            "(minutes), as identity providers issue for this",
+            code="forbidden",
         )
     if not has_room(spent, facts, now=now):
         raise ResumeError(
             f"{MAX_SPENT_TOKENS} different accounts have answered here with identity tokens "
-            "not yet expired: try again once the oldest have expired"
+            "not yet expired: try again once the oldest have expired",
+            code="forbidden",
         )
     return Who(
         identity=verified.identity,
@@ -236,7 +243,8 @@ def check_approvers(
             unverified = not who.verified and any(a.startswith(GROUP_PREFIX) for a in allowed)
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
-                f"{sender} may not ({kind}){groups if unverified else ''}"
+                f"{sender} may not ({kind}){groups if unverified else ''}",
+                code="forbidden",
             )
 
 
@@ -272,13 +280,15 @@ def check_votes(
         if who.identity is None:
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) needs {needed} approvals from distinct people: "
-                "say who you are (identity)"
+                "say who you are (identity)",
+                code="forbidden",
             )
         voters = [v.identity for v in call.votes]
         if not edit and voted(call, who):
             raise ResumeError(
                 f"{who.identity!r} has already voted on {name!r} (ref {ref!r}); "
-                f"{len(voters)} of {needed} approvals so far ({', '.join(voters)})"
+                f"{len(voters)} of {needed} approvals so far ({', '.join(voters)})",
+                code="conflict",
             )
 
 

@@ -183,6 +183,7 @@ class InterruptBook:
             approvers_omitted=omitted,
             quorum=self.quorum(call),
             editable=tool is not None and tool.editable,
+            output_schema=tool.output_schema if tool and tool.interrupt_only else None,
         )
 
     # -- governance -------------------------------------------------------------------------

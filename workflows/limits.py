@@ -49,7 +49,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pydantic_core
 
@@ -200,12 +200,21 @@ OUT = Out()
 RUN = RunBounds()
 
 
+RefusalCode = Literal["invalid", "forbidden", "conflict", "not_found"]
+"""What kind of refusal, for callers that map it (the HTTP app: 422, 403, 409, 404):
+``invalid`` the request itself is wrong (a shape, a size, an output that does not fit);
+``forbidden`` this sender may not (not an approver, an identity token refused); ``conflict``
+the conversation is not in a state for it (already answered, edited since shown, busy);
+``not_found`` it names what the conversation never had (an unknown ref)."""
+
+
 class Refused(Exception):
     """Input that may not enter a conversation; ``reason`` says why, without quoting it."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, code: RefusalCode = "invalid") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code: RefusalCode = code
 
 
 def human_size(n: int) -> str:

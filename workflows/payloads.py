@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporal_agent_interrupts.workflows.interrupts import ResumeError
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
+    RefusalCode,
     Refused,
     check_label,
     decode_json,
@@ -206,10 +207,12 @@ MAX_CLAIM_SCAN_BYTES = 2 * 1024 * 1024
 signals would otherwise be parsed twice)."""
 
 
-def rejected(kind: ErrorKind, reason: str) -> ApplicationError:
-    """An update's refusal, for its caller."""
+def rejected(kind: ErrorKind, reason: str, code: RefusalCode = "invalid") -> ApplicationError:
+    """An update's refusal, for its caller: ``code`` (see ``RefusalCode``) rides in the
+    error's details, so a caller can tell "not yours" from "already answered" without reading
+    the reason's words."""
     # Non-retryable: a rejected answer is wrong, not unlucky; retrying cannot help.
-    return ApplicationError(reason, type=kind, non_retryable=True)
+    return ApplicationError(reason, {"code": code}, type=kind, non_retryable=True)
 
 
 def fit(result: R, budget: int) -> R:

@@ -13,10 +13,10 @@ import hashlib
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, LiteralString, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 JsonObject = dict[str, Any]
@@ -347,6 +347,10 @@ class InterruptRequest(_Wire):
     # What names ``input`` exactly (see input_digest()), whatever this request shows of it; the
     # answers built here carry it, so they answer only the input shown.
     input_digest: str = ""
+    # An interrupt-only tool's declared output schema: the shape a respond must have (a web
+    # front end builds its form from it). None for gated and conditional tools, whose answer
+    # is an approval, and for a tool that declares none.
+    output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -427,14 +431,19 @@ def _parsed_as(model: type[M], value: JsonObject, *, what: str) -> M:
         return model.model_validate(value)
     except ValidationError as e:
         title = f"{model.__name__} ({what})"
+        # pydantic-core types an error's details for reading (ErrorDetails) apart from those
+        # for building one (InitErrorDetails), and a custom error's type and message as
+        # literal strings; these are the very values it gave, handed back.
+        errors = cast("list[InitErrorDetails]", e.errors())
         try:
-            retitled = ValidationError.from_exception_data(title, e.errors())
+            retitled = ValidationError.from_exception_data(title, errors)
         except KeyError:  # a PydanticCustomError's own type, unknown to pydantic-core
             retitled = ValidationError.from_exception_data(
                 title,
                 [
-                    {"type": PydanticCustomError(err["type"], err["msg"]), "loc": err["loc"],
-                     "input": err["input"]}
+                    {"type": PydanticCustomError(cast("LiteralString", err["type"]),
+                                                 cast("LiteralString", err["msg"])),
+                     "loc": err["loc"], "input": err["input"]}
                     for err in e.errors()
                 ],
             )  # fmt: skip

@@ -1,0 +1,1000 @@
+"""The HTTP face of the product: AG-UI for every agent, an approvals API, an approver's inbox.
+
+``agents_app(client)`` is a Starlette application (a FastAPI app can ``mount`` it); uvicorn
+serves it (``serve()``, or ``python -m temporal_agent_interrupts.client.web``). It holds no state
+of its own beyond the streams it is sending: every answer goes through the conversation's own
+checks, every read comes from Temporal.
+
+Routes:
+    ``POST /agui/{agent}``                     AG-UI 1.0 runs (see ``client/agui.py``)
+    ``GET  /api/inbox``                        chats paused on a human (``?agent=&approver=``)
+    ``GET  /api/chats/{chat_id}/pending``      one chat's pending calls
+    ``GET  /api/chats/{chat_id}/audit``        its audit trail
+    ``POST /api/chats/{chat_id}/interrupts/{ref}``   answer one call
+    ``GET  /api/whoami``                       who this request answers as
+    ``GET  /inbox``                            the approver's inbox page
+
+Who answers comes from the request, never from the body: a bearer token passed on as the
+answer's identity token (``identity="bearer"``, for agents with ``trust=``), or the
+application's own function of the request. With neither, answers are refused, unless the app
+was made with ``dev_loopback=True``: then it serves loopback clients only and takes the
+identity from the ``X-Agent-Identity`` header (for trying it out on one machine).
+
+Refusals are ``application/problem+json`` (RFC 9457) with the product's reason as ``detail``
+and its kind as ``code``: 400 malformed, 401 no identity, 403 not allowed, 404 no such chat or
+call, 409 not now (answered already, edited since shown, busy, closed), 413 too large, 415 not
+JSON, 421 a Host this app does not answer to, 422 an answer that does not fit, 429 too many
+streams on one chat, 503 no worker answered. Within an AG-UI stream a refusal is a
+``RUN_ERROR`` with the same reason and code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import ipaddress
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from importlib import resources
+from typing import Any, Literal
+
+from ag_ui.core import RunAgentInput
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.client import RPCError
+
+from temporal_agent_interrupts.client import agui
+from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
+from temporal_agent_interrupts.client.inbox import check_agent_name
+from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow, next_offset
+from temporal_agent_interrupts.errors import (
+    AgentError,
+    CancelRejected,
+    ChatNotFound,
+    NoWorkerAnswered,
+    ResumeRejected,
+    SendRejected,
+    UnknownAgent,
+    rpc_error,
+)
+from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
+from temporal_agent_interrupts.workflows.types import (
+    FinishReason,
+    InterruptRequest,
+    JsonObject,
+    ToolResponse,
+    ToolRestart,
+    TurnEvent,
+    TurnResult,
+)
+
+log = logging.getLogger(__name__)
+
+IdentityFunction = Callable[[Request], "str | Awaitable[str | None] | None"]
+"""The application's own answer to "who is this?": the identity on record, or None to refuse."""
+
+Action = Literal["send", "answer", "read", "inbox"]
+
+
+class Access(BaseModel):
+    """What a request is about to do, for the application's ``authorize`` function.
+
+    ``send``: start a run with a user message (AG-UI); ``answer``: answer interrupts (AG-UI
+    resume entries or the approvals API), ``identity`` is who; ``read``: a chat's messages,
+    pending calls, audit trail or stream; ``inbox``: the list of paused chats (``chat_id`` is
+    None, ``agent`` the filter asked for).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Action
+    chat_id: str | None = None
+    agent: str | None = None
+    identity: str | None = None
+
+
+Authorize = Callable[[Request, Access], "bool | Awaitable[bool]"]
+"""The application's own rule: may this request do that? False is a 403."""
+
+DEV_IDENTITY_HEADER = "x-agent-identity"
+DEV_IDENTITY = "dev@localhost"
+"""The identity in ``dev_loopback`` mode when the request names none."""
+
+MAX_BODY = 2 * MiB
+"""The default limit on a request body. An AG-UI client sends the whole conversation with
+every run, so this is more than one answer needs (an answer's own limit, 1 MiB, still holds)."""
+
+STREAMS_PER_CHAT = 2
+"""Streams one chat may have open through this app at once. Each follows the conversation
+with updates its history records; the conversation itself admits four followers."""
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+# RFC 3986's host (an IP literal in brackets, or a reg-name) and an optional port: the codec
+# server's rule (worker/codec_server.py).
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]*)?")
+
+# A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
+# most 1,000 bytes on the server; refs are far shorter).
+_ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff]{1,400}")
+
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+
+PROBLEM_TYPE = "application/problem+json"
+
+_STATUS_OF_CODE = {"invalid": 422, "forbidden": 403, "conflict": 409, "not_found": 404}
+
+
+class Problem(Exception):
+    """A refused request: its HTTP status, a short code, and the reason."""
+
+    def __init__(self, status: int, code: str, detail: str, *, title: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.title = title or _TITLES.get(status, "Refused")
+
+
+_TITLES = {
+    400: "Bad request",
+    401: "Who are you?",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Conflict",
+    413: "Too large",
+    415: "Not JSON",
+    421: "Wrong host",
+    422: "Does not fit",
+    429: "Too many streams",
+    503: "No worker answered",
+}
+
+
+def problem_response(problem: Problem) -> JSONResponse:
+    return JSONResponse(
+        {
+            "type": "about:blank",
+            "title": problem.title,
+            "status": problem.status,
+            "detail": problem.detail,
+            "code": problem.code,
+        },
+        status_code=problem.status,
+        media_type=PROBLEM_TYPE,
+    )
+
+
+def agent_problem(error: AgentError) -> Problem:
+    """A typed error of the product as an HTTP refusal."""
+    reason = str(error)
+    if isinstance(error, ChatNotFound):
+        return Problem(404, "not_found", reason)
+    if isinstance(error, UnknownAgent):
+        return Problem(404, "unknown_agent", reason)
+    if isinstance(error, NoWorkerAnswered):
+        return Problem(503, "no_worker", reason)
+    if isinstance(error, ResumeRejected):
+        code = error.code or "invalid"
+        return Problem(_STATUS_OF_CODE.get(code, 422), code, reason)
+    if isinstance(error, (SendRejected, CancelRejected)):
+        return Problem(409, "conflict", reason)
+    return Problem(502, "temporal", reason, title="Temporal refused")
+
+
+# ----------------------------------------------------------------------------------------------
+# Bodies.
+
+
+class AnswerBody(BaseModel):
+    """An approver's answer to one call (``POST /api/chats/{chat_id}/interrupts/{ref}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["approve", "deny", "respond", "edit"]
+    input_digest: str = Field(min_length=1, max_length=128)
+    """The digest of the input the approver was shown (the inbox entry's ``input_digest``)."""
+    output: JsonObject | None = None
+    input: JsonObject | None = None
+    reason: str = Field(default="", max_length=1024)
+    metadata: JsonObject | None = None
+
+
+async def read_body(request: Request, *, limit: int) -> bytes:
+    """The body, refused past ``limit`` bytes, whatever Content-Length says."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise Problem(400, "bad_length", "Content-Length is not a number")
+        if int(declared[:20]) > limit:
+            raise Problem(413, "too_large", f"the body is over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "too_large", f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, *, limit: int) -> Any:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise Problem(415, "not_json", "send the body as application/json")
+    raw = await read_body(request, limit=limit)
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Problem(400, "malformed_json", f"the body is not JSON: {e}") from None
+    except RecursionError:
+        raise Problem(400, "malformed_json", "the body nests too deeply") from None
+
+
+def _path_id(value: str, *, what: str) -> str:
+    if not _ID.fullmatch(value):
+        raise Problem(400, "bad_id", f"{what} is empty, too long or holds control characters")
+    return value
+
+
+def _validation_problem(error: ValidationError, *, what: str) -> Problem:
+    first = error.errors()[0] if error.errors() else {"loc": (), "msg": str(error)}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "the body"
+    return Problem(400, "malformed", f"{what}: {where}: {first.get('msg')}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Host, CORS and loopback: the codec server's rules, as ASGI middleware.
+
+
+def _loopback_client(scope: Scope) -> bool:
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        return ipaddress.ip_address(client[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class _Guard:
+    """Answers only requests whose ``Host`` names this app; CORS for the origins given only;
+    in ``dev_loopback`` mode, loopback clients only."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hosts: frozenset[str],
+        origins: frozenset[str],
+        loopback_only: bool,
+    ) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.origins = origins
+        self.loopback_only = loopback_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        hosts = [v for k, v in headers if k == "host"]
+        if len(hosts) != 1 or not self._host_allowed(hosts[0]):
+            await problem_response(
+                Problem(421, "wrong_host", "this app does not answer to that Host")
+            )(scope, receive, send)
+            return
+        if self.loopback_only and not _loopback_client(scope):
+            await problem_response(
+                Problem(403, "not_loopback", "this app serves loopback clients only (dev mode)")
+            )(scope, receive, send)
+            return
+        origins = [v for k, v in headers if k == "origin"]
+        cors = self._cors(origins)
+        if scope["method"] == "OPTIONS":
+            status = 204 if cors else 403
+            await Response(status_code=status, headers=dict(cors))(scope, receive, send)
+            return
+        if origins and not cors and not self._same_origin(origins[0], hosts[0], scope):
+            # A browser page of another origin: refused outright, not just unreadable, since a
+            # simple POST would otherwise still act.
+            await problem_response(
+                Problem(403, "origin", "requests from this origin are not allowed")
+            )(scope, receive, send)
+            return
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start" and cors:
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((k.lower().encode(), v.encode()) for k, v in cors),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    def _host_allowed(self, host: str) -> bool:
+        found = _HOST.fullmatch(host.strip(" \t").lower())
+        if found is None:
+            return False
+        return found[0] in self.hosts or found["name"] in self.hosts
+
+    def _same_origin(self, origin: str, host: str, scope: Scope) -> bool:
+        scheme = scope.get("scheme", "http")
+        return origin.strip(" \t").rstrip("/").lower() == f"{scheme}://{host.strip().lower()}"
+
+    def _cors(self, origins: list[str]) -> list[tuple[str, str]]:
+        if len(origins) != 1:
+            return []
+        origin = origins[0].strip(" \t").rstrip("/")
+        if origin not in self.origins:
+            return []
+        return [
+            ("Access-Control-Allow-Origin", origin),
+            ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+            ("Access-Control-Allow-Headers", "authorization, content-type, last-event-id"),
+            ("Access-Control-Max-Age", "600"),
+            ("Vary", "Origin"),
+        ]
+
+
+# ----------------------------------------------------------------------------------------------
+# The app.
+
+
+class _Identity(BaseModel):
+    identity: str | None = None
+    token: str | None = Field(default=None, repr=False)
+
+
+class _App:
+    def __init__(
+        self,
+        client: AgentClient,
+        *,
+        identity: Literal["bearer"] | IdentityFunction | None,
+        dev_loopback: bool,
+        max_body: int,
+        streams_per_chat: int,
+        worker_timeout: timedelta | None,
+        authorize: Authorize | None,
+    ) -> None:
+        self.client = client
+        self.authorize = authorize
+        self.identity = identity
+        self.dev = dev_loopback
+        self.max_body = max_body
+        self.streams_per_chat = streams_per_chat
+        self.worker_timeout = worker_timeout
+        self.streams: Counter[str] = Counter()
+
+    @property
+    def mode(self) -> str:
+        if self.identity == "bearer":
+            return "bearer"
+        if self.identity is not None:
+            return "function"
+        return "dev" if self.dev else "none"
+
+    async def who(self, request: Request) -> _Identity:
+        """Who this request answers as.
+
+        Raises:
+            Problem: 401, no identity could be had from it.
+        """
+        if self.identity == "bearer":
+            found = request.headers.get("authorization", "")
+            scheme, _, token = found.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Problem(401, "no_identity", "send Authorization: Bearer <identity token>")
+            token = token.strip()
+            if len(token) > 16 * KiB:
+                raise Problem(400, "malformed", "the bearer token is over 16 KiB")
+            return _Identity(token=token)
+        if callable(self.identity):
+            given = self.identity(request)
+            name = await given if inspect.isawaitable(given) else given
+            if not name:
+                raise Problem(401, "no_identity", "this request does not say who answers")
+            return _Identity(identity=name)
+        if self.dev:
+            name = request.headers.get(DEV_IDENTITY_HEADER, "").strip() or DEV_IDENTITY
+            return _Identity(identity=name[:256])
+        raise Problem(
+            401,
+            "no_identity",
+            "this app has no way to know who answers: make it with identity='bearer' or an "
+            "identity function (or dev_loopback=True, on one machine)",
+        )
+
+    async def allow(self, request: Request, access: Access) -> None:
+        """Ask the application's ``authorize``, if it gave one.
+
+        Raises:
+            Problem: 403, it said no.
+        """
+        if self.authorize is None:
+            return
+        said = self.authorize(request, access)
+        if not (await said if inspect.isawaitable(said) else said):
+            what = f" on chat {access.chat_id[:100]!r}" if access.chat_id else ""
+            raise Problem(403, "forbidden", f"not allowed to {access.action}{what}")
+
+    def chat(self, chat_id: str, agent: str = "") -> Chat:
+        return Chat(self.client, agent=agent, chat_id=chat_id)
+
+    @contextlib.contextmanager
+    def stream_slot(self, chat_id: str) -> Any:
+        if self.streams[chat_id] >= self.streams_per_chat:
+            raise Problem(
+                429,
+                "too_many_streams",
+                f"chat {chat_id[:100]!r} has {self.streams_per_chat} streams open through this "
+                "app; close one first",
+            )
+        self.streams[chat_id] += 1
+        try:
+            yield
+        finally:
+            self.streams[chat_id] -= 1
+            if not self.streams[chat_id]:
+                del self.streams[chat_id]
+
+    # -- the approvals API -------------------------------------------------------------------
+
+    async def whoami(self, request: Request) -> Response:
+        try:
+            who = await self.who(request)
+            name = who.identity if who.token is None else "(identity token)"
+        except Problem:
+            name = None
+        return JSONResponse({"identity": name, "mode": self.mode})
+
+    async def inbox(self, request: Request) -> Response:
+        agent = request.query_params.get("agent") or None
+        approver = request.query_params.get("approver") or None
+        for value, what in ((agent, "agent"), (approver, "approver")):
+            if value is not None and (len(value) > 256 or not _ID.fullmatch(value)):
+                raise Problem(400, "malformed", f"{what} is too long or holds control characters")
+        if agent is not None:
+            try:
+                check_agent_name(agent)
+            except ValueError as e:
+                raise Problem(400, "malformed", str(e)) from None
+        await self.allow(request, Access(action="inbox", agent=agent))
+        chats = await self.client.pending(agent=agent, approver=approver)
+        return JSONResponse({"chats": [c.model_dump(mode="json") for c in chats]})
+
+    async def pending(self, request: Request) -> Response:
+        chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        await self.allow(request, Access(action="read", chat_id=chat_id))
+        interrupts = await self.chat(chat_id).pending(worker_timeout=self.worker_timeout)
+        return JSONResponse(
+            {"chat_id": chat_id, "interrupts": [i.model_dump(mode="json") for i in interrupts]}
+        )
+
+    async def audit(self, request: Request) -> Response:
+        chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        await self.allow(request, Access(action="read", chat_id=chat_id))
+        report = await self.client.audit_report(chat_id)
+        return JSONResponse({"chat_id": chat_id, **report.model_dump(mode="json")})
+
+    async def answer(self, request: Request) -> Response:
+        chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        ref = _path_id(request.path_params["ref"], what="the ref")
+        raw = await read_json(request, limit=min(self.max_body, DOOR.resume))
+        try:
+            body = AnswerBody.model_validate(raw)
+        except ValidationError as e:
+            raise _validation_problem(e, what="the answer") from None
+        who = await self.who(request)
+        await self.allow(request, Access(action="answer", chat_id=chat_id, identity=who.identity))
+        chat = self.chat(chat_id)
+        status = await chat.status(worker_timeout=self.worker_timeout)
+        if status.status == "closed":
+            raise Problem(409, "conflict", f"chat {chat_id[:100]!r} is closed")
+        request_for = {i.ref: i for i in status.pending}.get(ref)
+        if request_for is None:
+            answered = any(a.ref == ref for a in status.recent_answers)
+            if answered:
+                raise Problem(
+                    409, "conflict", f"ref {ref[:100]!r} is not pending: it was already answered"
+                )
+            raise Problem(
+                404, "not_found", f"chat {chat_id[:100]!r} has no pending call {ref[:100]!r}"
+            )
+        shown = request_for.model_copy(update={"input_digest": body.input_digest})
+        answer = _answer_of(body, shown)
+        result = await chat.resume(
+            answers=[answer],
+            identity=who.identity,
+            identity_token=who.token,
+            metadata=body.metadata,
+            worker_timeout=self.worker_timeout,
+        )
+        return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
+
+    # -- AG-UI ---------------------------------------------------------------------------------
+
+    async def agui_run(self, request: Request) -> Response:
+        agent = request.path_params["agent"]
+        try:
+            check_agent_name(agent)
+        except ValueError as e:
+            raise Problem(400, "malformed", str(e)) from None
+        raw = await read_json(request, limit=self.max_body)
+        try:
+            run = RunAgentInput.model_validate(raw)
+        except ValidationError as e:
+            raise _validation_problem(e, what="the run input") from None
+        thread_id = _path_id(run.thread_id, what="threadId")
+        last_id = request.headers.get("last-event-id")
+        resume_from: tuple[int, agui.FramePos] | None = None
+        if last_id is not None:
+            try:
+                resume_from = agui.parse_frame_id(last_id)
+            except ValueError as e:
+                raise Problem(400, "malformed", str(e)) from None
+        answering = bool(run.resume) and resume_from is None
+        who = await self.who(request) if answering else None
+        if answering:
+            action: Action = "answer"
+        elif resume_from is None and agui.user_text(run.messages) is not None:
+            action = "send"
+        else:
+            action = "read"  # a reconnect: the thread's messages and stream
+        await self.allow(
+            request,
+            Access(
+                action=action,
+                chat_id=thread_id,
+                agent=agent,
+                identity=who.identity if who else None,
+            ),
+        )
+        slot = self.stream_slot(thread_id)
+        slot.__enter__()  # 429 now, before the stream starts; left in the stream's finally
+        chat = self.chat(thread_id, agent)
+
+        async def frames() -> AsyncIterator[str]:
+            try:
+                if resume_from is not None:
+                    async for frame in self._reattach(chat, run, *resume_from):
+                        yield frame
+                elif run.resume:
+                    assert who is not None
+                    async for frame in self._resume(chat, run, who):
+                        yield frame
+                else:
+                    async for frame in self._send_or_connect(chat, run):
+                        yield frame
+            except Problem as p:
+                yield agui.refusal(p.detail, p.code)
+            except AgentError as e:
+                p = agent_problem(e)
+                yield agui.refusal(p.detail, p.code)
+            except Exception:
+                # Never a reason from inside: it may hold what the request should not see.
+                log.exception("AG-UI run on chat %r failed", thread_id[:100])
+                yield agui.refusal("internal error (logged by the app)", "internal")
+            finally:
+                slot.__exit__(None, None, None)
+
+        return StreamingResponse(
+            frames(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def _send_or_connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
+        text = agui.user_text(run.messages)
+        if text is None:
+            async for frame in self._connect(chat, run):
+                yield frame
+            return
+        turn = chat.send_stream(text, worker_timeout=self.worker_timeout)
+        await turn.accepted()
+        async for frame in self._live(chat, run, turn.offset, turn):
+            yield frame
+
+    async def _resume(self, chat: Chat, run: RunAgentInput, who: _Identity) -> AsyncIterator[str]:
+        pending = {i.ref: i for i in await chat.pending(worker_timeout=self.worker_timeout)}
+        if not pending:
+            raise Problem(409, "conflict", "nothing is paused on this thread: nothing to resume")
+        try:
+            answers = [agui.to_answer(entry, pending) for entry in run.resume or ()]
+        except agui.BadResume as e:
+            raise Problem(_STATUS_OF_CODE.get(e.code, 422), e.code, str(e)) from None
+        turn = chat.resume_stream(
+            answers=answers,
+            identity=who.identity,
+            identity_token=who.token,
+            worker_timeout=self.worker_timeout,
+        )
+        await turn.accepted()
+        async for frame in self._live(chat, run, turn.offset, turn):
+            yield frame
+
+    async def _live(
+        self, chat: Chat, run: RunAgentInput, start: int, turn: TurnStream
+    ) -> AsyncIterator[str]:
+        frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
+        for pos, event in frames.started():
+            yield agui.encode(event, frames.frame_id(pos))
+        async for event in turn:
+            async for frame in self._frames_of(chat, frames, event):
+                yield frame
+        if not frames.ended:
+            # Answers that left others pending: the turn stays paused, with no turn_end.
+            result = await turn.result()
+            for pos, ev in frames.finished(result, offset=frames.last):
+                yield agui.encode(ev, frames.frame_id(pos))
+
+    async def _frames_of(
+        self,
+        chat: Chat,
+        frames: agui.RunFrames,
+        event: TurnEvent,
+        *,
+        after: agui.FramePos | None = None,
+    ) -> AsyncIterator[str]:
+        out = frames.feed(event)
+        if event.kind == "turn_end" and event.result is not None:
+            result = event.result
+            snapshot = pending = None
+            if result.finish_reason == "interrupted":
+                history = await chat.history(worker_timeout=self.worker_timeout)
+                pending = (
+                    await chat.pending(worker_timeout=self.worker_timeout)
+                    if result.interrupts_omitted
+                    else result.interrupts
+                )
+                snapshot = agui.messages_snapshot(chat.id, history.messages, pending)
+            out += frames.finished(result, offset=event.offset, snapshot=snapshot, pending=pending)
+        for pos, ev in out:
+            if after is None or pos > after:
+                yield agui.encode(ev, frames.frame_id(pos))
+
+    async def _connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
+        """A run with no new message and no answers: where the thread stands. The messages,
+        then the pending interrupts (a paused thread) or the rest of the running turn."""
+        status = await chat.status(worker_timeout=self.worker_timeout)
+        history = await chat.history(worker_timeout=self.worker_timeout)
+        start = await next_offset(chat, worker_timeout=self.worker_timeout)
+        frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
+        for pos, event in frames.started():
+            yield agui.encode(event, frames.frame_id(pos))
+        snapshot = agui.messages_snapshot(chat.id, history.messages, status.pending)
+        if status.status == "running":
+            yield agui.encode(snapshot)
+            async for frame in self._follow_run(chat, frames, after=None):
+                yield frame
+            return
+        last = status.last_turn
+        if status.status == "interrupted" and status.pending:
+            result = TurnResult(
+                turn=last.turn if last else 0,
+                finish_reason=FinishReason.INTERRUPTED,
+                interrupts=status.pending,
+            )
+        else:
+            result = TurnResult(
+                turn=last.turn if last else 0,
+                finish_reason=FinishReason.STOP,
+                text=last.text if last else "",
+            )
+        for pos, event in frames.finished(
+            result, offset=start, snapshot=snapshot, pending=status.pending
+        ):
+            yield agui.encode(event, frames.frame_id(pos))
+
+    async def _reattach(
+        self, chat: Chat, run: RunAgentInput, start: int, after: agui.FramePos
+    ) -> AsyncIterator[str]:
+        """The rest of a run after frame ``after``, recomputed from the conversation's stream."""
+        if start > await next_offset(chat, worker_timeout=self.worker_timeout):
+            raise Problem(404, "not_found", "Last-Event-ID names a run this thread never had")
+        frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
+        for pos, event in frames.started():
+            if pos > after:
+                yield agui.encode(event, frames.frame_id(pos))
+        async for frame in self._follow_run(chat, frames, after=after):
+            yield frame
+
+    async def _follow_run(
+        self, chat: Chat, frames: agui.RunFrames, *, after: agui.FramePos | None
+    ) -> AsyncIterator[str]:
+        """The run's frames from its start offset until it ends: at its ``turn_end``, or, for
+        answers that left others pending (no ``turn_end``), once the stream is read to its end
+        and the conversation is still paused."""
+        try:
+            events = follow(chat, from_offset=frames.start)
+            following: asyncio.Future[TurnEvent] | None = None
+            last = frames.start - 1
+            try:
+                while not frames.ended:
+                    if following is None:
+                        following = asyncio.ensure_future(anext(events))
+                    done, _ = await asyncio.wait({following}, timeout=0.5)
+                    if not done:
+                        if frames.answers_only and await self._paused_after(chat, last):
+                            status = await chat.status(worker_timeout=self.worker_timeout)
+                            result = TurnResult(
+                                finish_reason=FinishReason.INTERRUPTED,
+                                interrupts=status.pending,
+                            )
+                            for pos, ev in frames.finished(result, offset=frames.last):
+                                if after is None or pos > after:
+                                    yield agui.encode(ev, frames.frame_id(pos))
+                        continue
+                    event = following.result()
+                    following = None
+                    last = event.offset
+                    async for frame in self._frames_of(chat, frames, event, after=after):
+                        yield frame
+            finally:
+                if following is not None:
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await following
+                await events.aclose()
+        except StopAsyncIteration:
+            return
+        except EventsGone as e:
+            raise Problem(
+                409, "events_gone", f"{e}: start again without Last-Event-ID to get a snapshot"
+            ) from None
+        except RPCError as e:
+            raise rpc_error(e, chat.id) from e
+
+    async def _paused_after(self, chat: Chat, last: int) -> bool:
+        """Whether the stream holds nothing after ``last`` and the conversation is paused."""
+        if await next_offset(chat, worker_timeout=self.worker_timeout) > last + 1:
+            return False
+        status = await chat.status(worker_timeout=self.worker_timeout)
+        return status.status == "interrupted" and bool(status.pending)
+
+
+def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:
+    if body.action == "approve":
+        return shown.approve()
+    if body.action == "deny":
+        return shown.deny(body.reason)
+    if body.action == "respond":
+        if body.output is None:
+            raise Problem(400, "malformed", "respond needs output, an object")
+        return shown.respond(body.output)
+    if body.input is None:
+        raise Problem(400, "malformed", "edit needs input, the tool's whole new input")
+    return shown.restart({"tool_approved": True}, input=body.input)
+
+
+def _static(name: str, media_type: str) -> Callable[[Request], Awaitable[Response]]:
+    async def page(_: Request) -> Response:
+        try:
+            content = (
+                resources.files("temporal_agent_interrupts.client")
+                .joinpath("static", name)
+                .read_bytes()
+            )
+        except FileNotFoundError:
+            raise Problem(404, "not_found", f"{name} is not installed") from None
+        return Response(
+            content,
+            media_type=media_type,
+            headers={
+                "Content-Security-Policy": _CSP,
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer",
+                "Cache-Control": "no-cache",
+            },
+        )
+
+    return page
+
+
+def agents_app(
+    client: AgentClient,
+    *,
+    identity: Literal["bearer"] | IdentityFunction | None = None,
+    dev_loopback: bool = False,
+    cors_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
+    max_body: int = MAX_BODY,
+    streams_per_chat: int = STREAMS_PER_CHAT,
+    worker_timeout: timedelta | None = WORKER_TIMEOUT,
+    authorize: Authorize | None = None,
+) -> Starlette:
+    """The web front ends' application, for ``client``'s namespace and task queue.
+
+    Args:
+        identity: Who answers: ``"bearer"`` passes the request's bearer token on as the
+            answer's identity token (for agents with ``trust=``, which verify it); a function
+            of the request (sync or async) returns the identity on record, or None to refuse.
+        dev_loopback: With no ``identity``, take it from the ``X-Agent-Identity`` header (or
+            ``dev@localhost``), serving loopback clients only. For one machine, never a
+            deployment: anyone who can reach it can say they are anyone.
+        cors_origins: Browser origins allowed to call it (exact ``scheme://host[:port]``).
+        allowed_hosts: ``Host`` values it answers besides loopback names (a name alone allows
+            any port).
+        max_body: The largest request body taken, in bytes.
+        streams_per_chat: AG-UI streams one chat may have open through this app at once.
+        worker_timeout: How long a worker may take to accept what the app sends.
+        authorize: The application's rule for who may do what (:class:`Access`: send, answer,
+            read a chat, list the inbox), a function of the request (sync or async); without
+            it, whoever reaches the app may chat with any agent and read any chat, and only
+            answers are checked (by identity, against each agent's approvers and trust).
+
+    Raises:
+        TypeError: ``identity`` is none of its forms.
+        ValueError: ``dev_loopback`` with ``allowed_hosts`` or ``cors_origins``: development
+            mode answers loopback only, and takes anyone's word for who they are.
+    """
+    if identity is not None and identity != "bearer" and not callable(identity):
+        raise TypeError("identity is 'bearer', a function of the request, or None")
+    if dev_loopback and identity is None and (allowed_hosts or cors_origins):
+        raise ValueError(
+            "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
+        )
+    state = _App(
+        client,
+        identity=identity,
+        dev_loopback=dev_loopback,
+        max_body=max_body,
+        streams_per_chat=streams_per_chat,
+        worker_timeout=worker_timeout,
+        authorize=authorize,
+    )
+
+    def guarded(
+        handler: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Problem as p:
+                return problem_response(p)
+            except AgentError as e:
+                return problem_response(agent_problem(e))
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path[:200])
+                return problem_response(
+                    Problem(500, "internal", "internal error (logged by the app)")
+                )
+
+        return run
+
+    routes = [
+        Route("/agui/{agent}", guarded(state.agui_run), methods=["POST"]),
+        Route("/api/whoami", guarded(state.whoami), methods=["GET"]),
+        Route("/api/inbox", guarded(state.inbox), methods=["GET"]),
+        Route("/api/chats/{chat_id}/pending", guarded(state.pending), methods=["GET"]),
+        Route("/api/chats/{chat_id}/audit", guarded(state.audit), methods=["GET"]),
+        Route("/api/chats/{chat_id}/interrupts/{ref}", guarded(state.answer), methods=["POST"]),
+        Route("/inbox", guarded(_static("inbox.html", "text/html; charset=utf-8"))),
+        Route("/inbox/inbox.js", guarded(_static("inbox.js", "text/javascript; charset=utf-8"))),
+        Route("/inbox/inbox.css", guarded(_static("inbox.css", "text/css; charset=utf-8"))),
+    ]
+    app = Starlette(routes=routes)
+    hosts = frozenset([*LOOPBACK_NAMES, *(h.strip().lower() for h in allowed_hosts if h.strip())])
+    app.add_middleware(
+        _Guard,
+        hosts=hosts,
+        origins=frozenset(o.strip().rstrip("/") for o in cors_origins),
+        loopback_only=dev_loopback and identity is None,
+    )
+    app.state.agents = state
+    return app
+
+
+async def serve(
+    app: Starlette, *, host: str = "127.0.0.1", port: int = 8234, ready: asyncio.Event | None = None
+) -> None:
+    """Serve ``app`` with uvicorn until cancelled.
+
+    Raises:
+        OSError: the address cannot be bound (in use, or not this machine's).
+    """
+    import socket
+
+    import uvicorn
+
+    # Bound here, not by uvicorn: it exits the process (SystemExit) when it cannot bind, which
+    # from a task would take the worker serving next to it down too.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",  # the app has no start-up or shut-down of its own
+        # Headers and a keep-alive idle connection are bounded; bodies by the app itself.
+        timeout_keep_alive=5,
+        h11_max_incomplete_event_size=64 * KiB,
+        limit_concurrency=200,
+        server_header=False,
+        # Streams follow conversations for as long as a turn runs: at shutdown they get this
+        # long to end, then are closed (a client reconnects with Last-Event-ID).
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller's own handlers stay
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110  # uvicorn sets a flag, no event
+            await asyncio.sleep(0.01)
+        if ready is not None:
+            ready.set()
+        # Shielded: cancelling serve() stops uvicorn the way it stops itself (listeners
+        # closed, open streams ended), not by cancelling it midway, which leaves it half
+        # running in the event loop.
+        await asyncio.shield(task)
+    finally:
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+        sock.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m temporal_agent_interrupts.client.web",
+        description="Serve AG-UI, the approvals API and the inbox page for the configured "
+        "Temporal namespace (TEMPORAL_ADDRESS etc., as AgentClient.connect reads them).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8234)
+    parser.add_argument(
+        "--identity",
+        choices=["bearer", "dev"],
+        default=None,
+        help="bearer: answers carry the request's bearer token as identity token; dev: "
+        "loopback only, identity from X-Agent-Identity",
+    )
+    parser.add_argument("--cors-origin", action="append", default=[])
+    parser.add_argument("--allowed-host", action="append", default=[])
+    args = parser.parse_args(argv)
+
+    async def run() -> None:
+        client = await AgentClient.connect()
+        dev = args.identity == "dev"
+        if dev and args.host not in ("127.0.0.1", "localhost", "::1"):
+            parser.error("--identity dev serves loopback only: leave --host at 127.0.0.1")
+        app = agents_app(
+            client,
+            identity="bearer" if args.identity == "bearer" else None,
+            dev_loopback=dev,
+            cors_origins=args.cors_origin,
+            allowed_hosts=args.allowed_host,
+        )
+        print(f"agents app on http://{args.host}:{args.port}/inbox", flush=True)
+        await serve(app, host=args.host, port=args.port)
+
+    from temporal_agent_interrupts.client.api import run_script
+
+    run_script(run())
+
+
+if __name__ == "__main__":
+    main()

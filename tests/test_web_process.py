@@ -1,0 +1,139 @@
+"""``agent-worker --web``, as ``make run`` starts it, answered with the README's curl commands.
+
+The README's ``# curl:`` block runs as printed, in a shell, against a worker process hosting
+the example agents with the offline model, with the port, the chat id and the two values a
+reader copies from the output (the ref and the input digest) put in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+from temporal_agent_interrupts import AgentClient
+from tests.helpers import eventually, free_port, server_address
+from tests.test_authoring import readme_block
+from tests.test_operator import VISIBILITY_TIMEOUT
+from tests.test_worker_process import Process, bare_environ, worker_cli
+
+
+async def shell(script: str, *, cwd: Path) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        script,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+def objects(text: str) -> list[dict]:
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) != -1:
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+    return found
+
+
+async def test_the_readmes_curl_session_against_make_runs_worker(env, tmp_path):
+    client = env.client
+    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(client))
+    queue = f"tq-{uuid.uuid4()}"
+    port = free_port()
+    worker = await Process.start(
+        sys.executable,
+        "-m",
+        "temporal_agent_interrupts.worker",
+        "--task-queue",
+        queue,
+        "--agents",
+        "examples",
+        "--web",
+        f"127.0.0.1:{port}",
+        env=environ,
+        cwd=tmp_path,
+    )
+    try:
+        await worker.wait_for(f"web app on http://127.0.0.1:{port}")
+        await worker.wait_for("worker ready")
+        chat_id = f"chat-curl-{uuid.uuid4().hex[:8]}"
+        block = readme_block(
+            "# curl: a conversation that pauses, read and answered over HTTP", lang="sh"
+        )
+        block = block.replace("localhost:8234", f"localhost:{port}").replace("chat-curl", chat_id)
+        lines = block.splitlines()
+        # The first command starts the conversation; what a reader copies comes from it.
+        cut = next(i for i, line in enumerate(lines) if line.startswith("# ..."))
+        first = "\n".join(lines[:cut])
+        started = await shell(first, cwd=tmp_path)
+        finished = [json.loads(x[6:]) for x in started.splitlines() if x.startswith("data: ")]
+        outcome = finished[-1]["outcome"]
+        assert finished[-1]["type"] == "RUN_FINISHED" and outcome["type"] == "interrupt"
+        (interrupt,) = outcome["interrupts"]
+        assert interrupt["metadata"]["tool"] == "userApproval"
+        ref, digest = interrupt["id"], interrupt["metadata"]["inputDigest"]
+
+        agents = AgentClient(client, task_queue=queue)
+        await eventually(
+            lambda: agents.pending(agent="bankingAgent"),
+            lambda chats: any(c.chat_id == chat_id for c in chats),
+            timeout=VISIBILITY_TIMEOUT,
+        )
+        rest = "\n".join(lines[len(first.splitlines()) :])
+        out = await shell(rest.replace("REF", ref).replace("DIGEST", digest), cwd=tmp_path)
+        replies = objects(out)  # curl adds no newline: the replies run together
+        inbox, pending, answered, audit = replies
+        assert chat_id in [c["chat_id"] for c in inbox["chats"]]
+        assert [i["ref"] for i in pending["interrupts"]] == [ref]
+        # The approval ran transferMoney; the offline model reports what it did.
+        assert answered["result"]["finish_reason"] == "stop", answered
+        assert "transferred $500.00 to savings" in answered["result"]["text"]
+        assert [(r["ref"], r["identity"]) for r in audit["records"]] == [(ref, "ann@example.com")]
+    finally:
+        await worker.stop()
+
+
+async def test_a_web_port_in_use_is_reported_and_the_worker_serves_on(env, tmp_path):
+    """The web app is beside the worker, not in its way: a port in use is logged, and the
+    worker keeps serving conversations."""
+    import socket
+
+    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(env.client))
+    queue = f"tq-{uuid.uuid4()}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = await Process.start(
+            sys.executable,
+            "-m",
+            "temporal_agent_interrupts.worker",
+            "--task-queue",
+            queue,
+            "--web",
+            f"127.0.0.1:{port}",
+            env=environ,
+            cwd=tmp_path,
+        )
+        try:
+            await worker.wait_for("the web app on")
+            chat = await AgentClient(env.client, task_queue=queue).chat("bankingAgent")
+            result = await chat.send("hello")
+            assert result.finish_reason == "stop"
+        finally:
+            await worker.stop()
+
+
+async def test_dev_identity_refuses_a_public_bind(tmp_path):
+    bad = await worker_cli("--web", "0.0.0.0:8234", env=bare_environ(tmp_path), cwd=tmp_path)
+    assert bad.proc.returncode == 2
+    assert "--web-identity dev serves loopback only" in bad.output
