@@ -635,9 +635,16 @@ class _App:
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
         for pos, event in frames.started():
             yield agui.encode(event, frames.frame_id(pos))
-        async for event in turn:
-            async for frame in self._frames_of(chat, frames, event):
-                yield frame
+        try:
+            async for event in turn:
+                async for frame in self._frames_of(chat, frames, event):
+                    yield frame
+        except AgentError:
+            if frames.ended:
+                # Raised for a turn that already said how it ended (a new chat whose agent no
+                # worker hosts is closed after its failed turn_end): one terminal event only.
+                return
+            raise
         if not frames.ended:
             # Answers that left others pending: the turn stays paused, with no turn_end.
             result = await turn.result()

@@ -507,3 +507,108 @@ async def test_the_readmes_web_app_block_makes_a_bearer_app(env, monkeypatch):
         assert r.headers["access-control-allow-origin"] == "https://app.example.com"
         r = await answer(http, base, "c", "r", {"action": "approve", "input_digest": "d"})
         assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+
+
+async def test_a_partial_resume_ends_with_what_is_still_pending_and_reattaches(
+    run_worker, model, client
+):
+    agent = gated()
+    model.reply(
+        calls(
+            ("release", {"service": "api", "version": "2"}, "r1"),
+            ("release", {"service": "web", "version": "3"}, "r2"),
+        ),
+        text("both done"),
+    )
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            url = f"{base}/agui/{agent.name}"
+            first = await frames(http, url, run_input(thread, "release both"))
+            ids = [i["id"] for i in first[-1].event["outcome"]["interrupts"]]
+            assert ids == ["r1", "r2"]
+            approve_r1 = {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
+            body = run_input(thread, resume=[approve_r1])
+            partial = await frames(http, url, body)
+            assert types(partial) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
+            assert partial[1].event["value"]["ref"] == "r1"
+            (left,) = partial[-1].event["outcome"]["interrupts"]
+            assert left["id"] == "r2"
+            # Reattached after each of its frames: the rest, the same, and nothing runs.
+            for cut in range(1, len(partial)):
+                rest = await frames(
+                    http, url, body, headers={"Last-Event-ID": str(partial[cut - 1].id)}
+                )
+                assert [(f.id, f.type) for f in partial[:cut] + rest] == [
+                    (f.id, f.type) for f in partial
+                ]
+            assert t.RUNS["release"] == 0
+            deny_r2 = {"interruptId": "r2", "status": "cancelled"}
+            last = await frames(http, url, run_input(thread, resume=[deny_r2]))
+            assert last[-1].event["outcome"] == {"type": "success"}
+            results = {
+                f.event["toolCallId"]: f.event["content"]
+                for f in last
+                if f.type == "TOOL_CALL_RESULT"
+            }
+            assert set(results) == {"r1", "r2"} and "denied by the user" in results["r2"]
+    assert t.RUNS["release"] == 1  # r1 ran; r2 was denied
+    await assert_no_workflow_task_failed(client, thread)
+
+
+async def test_a_browser_that_comes_back_after_a_worker_restart_finds_the_paused_run(
+    run_worker, model, client
+):
+    """A reconnect (no new message, no answers): the messages, then the same interrupts, after
+    the worker that paused it is gone and another took its place."""
+    agent = gated()
+    model.reply(
+        calls(("release", {"service": "api", "version": "2"}, "r1"), say="Releasing api."),
+        text("released"),
+    )
+    thread = f"thread-{uuid.uuid4()}"
+    queue = f"test-{uuid.uuid4()}"
+    async with run_worker(agents=[agent], task_queue=queue) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            paused = (await frames(http, url, run_input(thread, "release api 2")))[-1].event
+    async with run_worker(agents=[agent], task_queue=queue) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            back = await frames(http, url, run_input(thread))
+            assert types(back) == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+            assert back[-1].event["outcome"] == paused["outcome"]
+            messages = back[1].event["messages"]
+            assert [m["role"] for m in messages] == ["user", "assistant"]
+            assert messages[0]["content"] == "release api 2"
+            assert messages[1]["content"] == "Releasing api."
+            (call,) = messages[1]["toolCalls"]
+            # The interrupt names a call the snapshot holds.
+            assert call["id"] == paused["outcome"]["interrupts"][0]["toolCallId"] == "r1"
+            resumed = await frames(
+                http,
+                url,
+                run_input(
+                    thread,
+                    resume=[
+                        {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
+                    ],
+                ),
+            )
+            assert resumed[-1].event["result"]["text"] == "released"
+    assert t.RUNS["release"] == 1
+
+
+async def test_an_agent_no_worker_hosts_is_one_run_error(run_worker, model, client):
+    agent = gated()
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            seen = await frames(http, f"{base}/agui/{agent.name}x", run_input(thread, "hi"))
+            assert types(seen)[-1] == "RUN_ERROR" and types(seen).count("RUN_ERROR") == 1
+            assert seen[-1].event["code"] == "unknown_agent"
+            assert agent.name in seen[-1].event["message"]  # did you mean
