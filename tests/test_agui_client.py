@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -50,7 +51,14 @@ from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import tool_runs
 from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from tests.agents import RUNS, ops_agent
-from tests.helpers import assert_no_workflow_task_failed, free_port, scheduled_activities
+from tests.helpers import (
+    assert_no_workflow_task_failed,
+    free_port,
+    scheduled_activities,
+    server_address,
+)
+from tests.test_authoring import readme_block
+from tests.test_worker_process import Process, bare_environ
 
 CLIENT_DIR = Path(__file__).resolve().parent / "agui_client"
 SCRIPT = CLIENT_DIR / "run.mjs"
@@ -389,3 +397,48 @@ async def test_a_connection_cut_mid_run_reattaches_with_last_event_id_and_misses
     assert (
         RUNS["lookup"] == 2 and ran["lookup"] == 1
     )  # once a chat: the reconnect ran nothing again
+
+
+async def test_the_readmes_agui_client_block_against_make_runs_worker(node, env, tmp_path):
+    """The README's ``agui_client.mjs``, as printed, in node with the official client (from
+    tests/agui_client's lockfile), against a worker process serving the web app: it pauses on
+    the banking agent's approval, approves, and prints the offline model's last reply."""
+    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(env.client))
+    queue = f"tq-{uuid.uuid4()}"
+    port = free_port()
+    script = readme_block(
+        "// agui_client.mjs: node agui_client.mjs (with make run serving)", lang="js"
+    ).replace("127.0.0.1:8234", f"127.0.0.1:{port}")
+    (tmp_path / "agui_client.mjs").write_text(script)
+    # Where node finds the packages for a script in tmp_path: the lockfile's install.
+    (tmp_path / "node_modules").symlink_to(CLIENT_DIR / "node_modules")
+    worker = await Process.start(
+        sys.executable,
+        "-m",
+        "temporal_agent_interrupts.worker",
+        "--task-queue",
+        queue,
+        "--agents",
+        "examples",
+        "--web",
+        f"127.0.0.1:{port}",
+        env=environ,
+        cwd=tmp_path,
+    )
+    try:
+        await worker.wait_for(f"web app on http://127.0.0.1:{port}")
+        await worker.wait_for("worker ready")
+        proc = await asyncio.create_subprocess_exec(
+            node,
+            "agui_client.mjs",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        text = out.decode()
+        assert proc.returncode == 0, text
+        assert '\'userApproval {"action":"transferMoney"' in text
+        assert "transferred $500.00 to savings" in text.splitlines()[-1]
+    finally:
+        await worker.stop()
