@@ -7,8 +7,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Written by whoever starts the embedded dev server (worker/devserver.py); read by `make stop`.
 DEV_PID := .temporal/dev-server.pid
+# The official AG-UI client tests/test_agui_client.py drives, and the stamp of its npm install.
+AGUI_CLIENT := tests/agui_client
+AGUI_STAMP := $(AGUI_CLIENT)/node_modules/.installed
 
-.PHONY: setup browser demo run test dist bench lint stop clean
+.PHONY: setup browser agui-client demo run test dist bench lint stop clean
 
 setup: $(STAMP)
 
@@ -35,8 +38,24 @@ run: setup
 browser:
 	@bash scripts/install-chromium
 
+## agui-client: the npm packages of the AG-UI client (@ag-ui/client), installed from its lockfile
+# (npm ci, from the npm registry) when node_modules is missing or older than the lockfile or
+# package.json; nothing to do with AGENT_TEST_SKIP_AGUI_CLIENT=1 set. Needs Node.js 20+ and npm.
+agui-client: $(AGUI_STAMP)
+
+$(AGUI_STAMP): $(AGUI_CLIENT)/package-lock.json $(AGUI_CLIENT)/package.json
+	@if [ "$${AGENT_TEST_SKIP_AGUI_CLIENT:-}" = "1" ]; then exit 0; fi; \
+	if ! command -v npm >/dev/null 2>&1; then \
+		echo "the AG-UI client tests need Node.js 20 or newer with npm (https://nodejs.org, or" \
+			"Debian's nodejs and npm packages where they are 20+); or set AGENT_TEST_SKIP_AGUI_CLIENT=1" \
+			"to skip them knowingly" >&2; \
+		exit 1; \
+	fi; \
+	echo "npm ci --prefix $(AGUI_CLIENT)"; \
+	npm ci --prefix $(AGUI_CLIENT) --no-audit --no-fund && touch $@
+
 ## test: the whole suite against a real Temporal dev server
-test: setup browser
+test: setup browser agui-client
 	$(PY) -m pytest
 
 ## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
@@ -89,4 +108,4 @@ stop:
 	rm -f $(DEV_PID)
 
 clean: stop
-	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .temporal .pytest_cache .ruff_cache build dist *.egg-info $(AGUI_CLIENT)/node_modules

@@ -738,10 +738,14 @@ def _markdown(results: dict[str, Any]) -> str:
             "|---|---|---|",
             f"| AgentClient (send, resume; send_stream) | {c['python']['median_ms']:.1f} / "
             f"{c['python']['p90_ms']:.1f} ms | {f['python']['median_ms']:.1f} ms |",
+            f"| AgentClient, both turns followed (send_stream, resume_stream) | "
+            f"{c['python_stream']['median_ms']:.1f} / {c['python_stream']['p90_ms']:.1f} ms | |",
             f"| AG-UI over HTTP (a run that pauses, a run that resumes) | "
             f"{c['agui']['median_ms']:.1f} / {c['agui']['p90_ms']:.1f} ms | "
             f"{f['agui']['median_ms']:.1f} ms |",
             f"| ratio AG-UI / AgentClient | {r['cycle']:.2f}× | {r['first_text']:.2f}× |",
+            f"| ratio AG-UI / AgentClient followed | "
+            f"{b['ratio_agui_to_python_stream']['cycle']:.2f}× | |",
             "",
             "The app is served by uvicorn in the benchmark's own process, on loopback. An AG-UI "
             "run that pauses also reads the conversation's messages (MESSAGES_SNAPSHOT, a "
@@ -838,7 +842,7 @@ async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
     )
     await ready.wait()
     url = f"http://127.0.0.1:{port}/agui/benchAgent"
-    cycle: dict[str, list[float]] = {"python": [], "agui": []}
+    cycle: dict[str, list[float]] = {"python": [], "python_stream": [], "agui": []}
     first: dict[str, list[float]] = {"python": [], "agui": []}
     try:
         async with httpx2.AsyncClient(timeout=60) as http:
@@ -847,6 +851,17 @@ async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
                 chat = await bench.agents.chat("benchAgent", chat_id=f"b6-{tag}")
                 res = await chat.send(f"go {tag}")
                 res = await chat.resume(restart=[approved(i) for i in res.interrupts])
+                assert res.finish_reason == FinishReason.STOP, res
+
+            async def python_stream_cycle(tag: str) -> None:
+                # What the AG-UI path does underneath: both turns followed on the stream.
+                chat = await bench.agents.chat("benchAgent", chat_id=f"b6-{tag}")
+                turn = chat.send_stream(f"go {tag}")
+                _ = [ev async for ev in turn]
+                res = await turn.result()
+                turn = chat.resume_stream(restart=[approved(i) for i in res.interrupts])
+                _ = [ev async for ev in turn]
+                res = await turn.result()
                 assert res.finish_reason == FinishReason.STOP, res
 
             async def agui_cycle(tag: str) -> None:
@@ -862,12 +877,14 @@ async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
                                 "resume": [entry]}, lambda _: None)  # fmt: skip
                 assert done["outcome"] == {"type": "success"}, done
 
+            paths = {"python": python_cycle, "python_stream": python_stream_cycle,
+                     "agui": agui_cycle}  # fmt: skip
+            names = list(paths)
             for i in range(cycles):
-                order = ("python", "agui") if i % 2 == 0 else ("agui", "python")
-                for path in order:
+                for path in names[i % 3 :] + names[: i % 3]:  # each first in turn
                     tag = f"{run}-{path}-{i}"
                     t0 = time.perf_counter()
-                    await (python_cycle(tag) if path == "python" else agui_cycle(tag))
+                    await paths[path](tag)
                     cycle[path].append(time.perf_counter() - t0)
 
             for i in range(turns):
@@ -905,6 +922,8 @@ async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
             "cycle": med["agui"] / med["python"],
             "first_text": med_first["agui"] / med_first["python"],
         },
+        # The HTTP app's own share: against the same turns followed on the stream in Python.
+        "ratio_agui_to_python_stream": {"cycle": med["agui"] / med["python_stream"]},
     }
 
 

@@ -429,7 +429,7 @@ class RunFrames:
             out.append(
                 RunErrorEvent(
                     message=error.message if error else "the turn failed",
-                    code=(error.kind or error.status) if error else "failed",
+                    code=snake(error.kind or error.status) if error else "failed",
                 )
             )
         elif reason == FinishReason.CANCELLED:
@@ -456,6 +456,12 @@ class RunFrames:
     def last(self) -> int:
         """The offset of the event the latest frames came from."""
         return self._offset
+
+
+def snake(kind: str) -> str:
+    """A product error kind (``UnknownAgent``, ``ModelError``) or status (``INTERNAL``) as the
+    snake-case ``code`` every ``RUN_ERROR`` and problem body uses (``unknown_agent``)."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", kind).lower()
 
 
 def refusal(message: str, code: str) -> str:

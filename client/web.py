@@ -83,6 +83,29 @@ log = logging.getLogger(__name__)
 IdentityFunction = Callable[[Request], "str | Awaitable[str | None] | None"]
 """The application's own answer to "who is this?": the identity on record, or None to refuse."""
 
+Action = Literal["send", "answer", "read", "inbox"]
+
+
+class Access(BaseModel):
+    """What a request is about to do, for the application's ``authorize`` function.
+
+    ``send``: start a run with a user message (AG-UI); ``answer``: answer interrupts (AG-UI
+    resume entries or the approvals API), ``identity`` is who; ``read``: a chat's messages,
+    pending calls, audit trail or stream; ``inbox``: the list of paused chats (``chat_id`` is
+    None, ``agent`` the filter asked for).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Action
+    chat_id: str | None = None
+    agent: str | None = None
+    identity: str | None = None
+
+
+Authorize = Callable[[Request, Access], "bool | Awaitable[bool]"]
+"""The application's own rule: may this request do that? False is a 403."""
+
 DEV_IDENTITY_HEADER = "x-agent-identity"
 DEV_IDENTITY = "dev@localhost"
 """The identity in ``dev_loopback`` mode when the request names none."""
@@ -103,7 +126,7 @@ _HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
-_ID = re.compile(r"[^\x00-\x1f\x7f]{1,400}")
+_ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff]{1,400}")
 
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -137,6 +160,8 @@ _TITLES = {
     421: "Wrong host",
     422: "Does not fit",
     429: "Too many streams",
+    500: "Internal error",
+    502: "Temporal refused",
     503: "No worker answered",
 }
 
@@ -348,8 +373,10 @@ class _App:
         max_body: int,
         streams_per_chat: int,
         worker_timeout: timedelta | None,
+        authorize: Authorize | None,
     ) -> None:
         self.client = client
+        self.authorize = authorize
         self.identity = identity
         self.dev = dev_loopback
         self.max_body = max_body
@@ -396,6 +423,19 @@ class _App:
             "identity function (or dev_loopback=True, on one machine)",
         )
 
+    async def allow(self, request: Request, access: Access) -> None:
+        """Ask the application's ``authorize``, if it gave one.
+
+        Raises:
+            Problem: 403, it said no.
+        """
+        if self.authorize is None:
+            return
+        said = self.authorize(request, access)
+        if not (await said if inspect.isawaitable(said) else said):
+            what = f" on chat {access.chat_id[:100]!r}" if access.chat_id else ""
+            raise Problem(403, "forbidden", f"not allowed to {access.action}{what}")
+
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)
 
@@ -437,11 +477,13 @@ class _App:
                 check_agent_name(agent)
             except ValueError as e:
                 raise Problem(400, "malformed", str(e)) from None
+        await self.allow(request, Access(action="inbox", agent=agent))
         chats = await self.client.pending(agent=agent, approver=approver)
         return JSONResponse({"chats": [c.model_dump(mode="json") for c in chats]})
 
     async def pending(self, request: Request) -> Response:
         chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        await self.allow(request, Access(action="read", chat_id=chat_id))
         interrupts = await self.chat(chat_id).pending(worker_timeout=self.worker_timeout)
         return JSONResponse(
             {"chat_id": chat_id, "interrupts": [i.model_dump(mode="json") for i in interrupts]}
@@ -449,6 +491,7 @@ class _App:
 
     async def audit(self, request: Request) -> Response:
         chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        await self.allow(request, Access(action="read", chat_id=chat_id))
         report = await self.client.audit_report(chat_id)
         return JSONResponse({"chat_id": chat_id, **report.model_dump(mode="json")})
 
@@ -461,6 +504,7 @@ class _App:
         except ValidationError as e:
             raise _validation_problem(e, what="the answer") from None
         who = await self.who(request)
+        await self.allow(request, Access(action="answer", chat_id=chat_id, identity=who.identity))
         chat = self.chat(chat_id)
         status = await chat.status(worker_timeout=self.worker_timeout)
         if status.status == "closed":
@@ -507,8 +551,22 @@ class _App:
                 resume_from = agui.parse_frame_id(last_id)
             except ValueError as e:
                 raise Problem(400, "malformed", str(e)) from None
-        who: _Identity | None = (
-            await self.who(request) if run.resume and resume_from is None else None
+        answering = bool(run.resume) and resume_from is None
+        who = await self.who(request) if answering else None
+        if answering:
+            action: Action = "answer"
+        elif resume_from is None and agui.user_text(run.messages) is not None:
+            action = "send"
+        else:
+            action = "read"  # a reconnect: the thread's messages and stream
+        await self.allow(
+            request,
+            Access(
+                action=action,
+                chat_id=thread_id,
+                agent=agent,
+                identity=who.identity if who else None,
+            ),
         )
         slot = self.stream_slot(thread_id)
         slot.__enter__()  # 429 now, before the stream starts; left in the stream's finally
@@ -531,6 +589,10 @@ class _App:
             except AgentError as e:
                 p = agent_problem(e)
                 yield agui.refusal(p.detail, p.code)
+            except Exception:
+                # Never a reason from inside: it may hold what the request should not see.
+                log.exception("AG-UI run on chat %r failed", thread_id[:100])
+                yield agui.refusal("internal error (logged by the app)", "internal")
             finally:
                 slot.__exit__(None, None, None)
 
@@ -575,9 +637,16 @@ class _App:
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
         for pos, event in frames.started():
             yield agui.encode(event, frames.frame_id(pos))
-        async for event in turn:
-            async for frame in self._frames_of(chat, frames, event):
-                yield frame
+        try:
+            async for event in turn:
+                async for frame in self._frames_of(chat, frames, event):
+                    yield frame
+        except AgentError:
+            if frames.ended:
+                # Raised for a turn that already said how it ended (a new chat whose agent no
+                # worker hosts is closed after its failed turn_end): one terminal event only.
+                return
+            raise
         if not frames.ended:
             # Answers that left others pending: the turn stays paused, with no turn_end.
             result = await turn.result()
@@ -757,6 +826,7 @@ def agents_app(
     max_body: int = MAX_BODY,
     streams_per_chat: int = STREAMS_PER_CHAT,
     worker_timeout: timedelta | None = WORKER_TIMEOUT,
+    authorize: Authorize | None = None,
 ) -> Starlette:
     """The web front ends' application, for ``client``'s namespace and task queue.
 
@@ -773,9 +843,22 @@ def agents_app(
         max_body: The largest request body taken, in bytes.
         streams_per_chat: AG-UI streams one chat may have open through this app at once.
         worker_timeout: How long a worker may take to accept what the app sends.
+        authorize: The application's rule for who may do what (:class:`Access`: send, answer,
+            read a chat, list the inbox), a function of the request (sync or async); without
+            it, whoever reaches the app may chat with any agent and read any chat, and only
+            answers are checked (by identity, against each agent's approvers and trust).
+
+    Raises:
+        TypeError: ``identity`` is none of its forms.
+        ValueError: ``dev_loopback`` with ``allowed_hosts`` or ``cors_origins``: development
+            mode answers loopback only, and takes anyone's word for who they are.
     """
     if identity is not None and identity != "bearer" and not callable(identity):
         raise TypeError("identity is 'bearer', a function of the request, or None")
+    if dev_loopback and identity is None and (allowed_hosts or cors_origins):
+        raise ValueError(
+            "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
+        )
     state = _App(
         client,
         identity=identity,
@@ -783,6 +866,7 @@ def agents_app(
         max_body=max_body,
         streams_per_chat=streams_per_chat,
         worker_timeout=worker_timeout,
+        authorize=authorize,
     )
 
     def guarded(
@@ -795,6 +879,11 @@ def agents_app(
                 return problem_response(p)
             except AgentError as e:
                 return problem_response(agent_problem(e))
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path[:200])
+                return problem_response(
+                    Problem(500, "internal", "internal error (logged by the app)")
+                )
 
         return run
 
@@ -855,6 +944,9 @@ async def serve(
         h11_max_incomplete_event_size=64 * KiB,
         limit_concurrency=200,
         server_header=False,
+        # Streams follow conversations for as long as a turn runs: at shutdown they get this
+        # long to end, then are closed (a client reconnects with Last-Event-ID).
+        timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller's own handlers stay
@@ -864,15 +956,13 @@ async def serve(
             await asyncio.sleep(0.01)
         if ready is not None:
             ready.set()
-        # Shielded: a cancellation of this call must not reach uvicorn's task, which would stop
-        # without its shutdown. Its listening socket would stay registered in the event loop's
-        # selector, and the next server in the same loop, given the same file descriptor, would
-        # never be polled for connections (its clients hang).
+        # Shielded: cancelling serve() stops uvicorn the way it stops itself (listeners
+        # closed, open streams ended), not by cancelling it midway, which leaves it half
+        # running in the event loop.
         await asyncio.shield(task)
     finally:
         server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.gather(task, return_exceptions=True)
         sock.close()
 
 

@@ -3,13 +3,17 @@
 ``.ci/run`` is ``make test`` from the repository root and nothing else; ``make test`` installs
 the browser the browser tests drive (``scripts/install-chromium``, through the ``browser``
 target) before it runs pytest; the script does nothing where a browser is already there or the
-browser tests are skipped knowingly. ``make dist`` builds the release as
-tests/test_release.py checks it: offline, then twine.
+browser tests are skipped knowingly; and the npm packages of the AG-UI client
+tests/test_agui_client.py drives (``npm ci`` from ``tests/agui_client``'s lockfile, through the
+``agui-client`` target) when they are missing or the lockfile changed. ``make dist`` builds the
+release as tests/test_release.py checks it: offline, then twine.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -50,6 +54,22 @@ def test_make_test_installs_the_browser_before_it_runs_the_suite():
         ["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False
     )
     assert syntax.returncode == 0, syntax.stderr
+
+
+def test_make_test_installs_the_agui_client_from_its_lockfile_before_it_runs_the_suite():
+    # -W: as if the lockfile had just changed, whatever is installed here now.
+    commands = recipe("-W", "tests/agui_client/package-lock.json", "test")
+    install = next(i for i, c in enumerate(commands) if "npm ci --prefix tests/agui_client" in c)
+    pytest_run = next(i for i, c in enumerate(commands) if c.endswith("-m pytest"))
+    assert install < pytest_run, commands
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", "tests/agui_client/node_modules/x"], cwd=ROOT, check=False
+    )
+    assert ignored.returncode == 0, "tests/agui_client/node_modules is not git-ignored"
+    lock = json.loads((ROOT / "tests" / "agui_client" / "package-lock.json").read_text())
+    pinned = json.loads((ROOT / "tests" / "agui_client" / "package.json").read_text())
+    assert lock["packages"][""]["dependencies"] == pinned["dependencies"]
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in pinned["dependencies"].values())
 
 
 def test_make_dist_builds_offline_and_checks_with_twine():

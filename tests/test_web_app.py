@@ -8,16 +8,18 @@ tests/test_inbox_page.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import httpx2
+import pytest
 
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.client.stream import next_offset
-from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.client.web import Access, agents_app
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -343,7 +345,11 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
     agent = gated()
     model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
     async with run_worker(agents=[agent]) as agents:
-        app = agents_app(agents, dev_loopback=True, cors_origins=["http://ui.example"])
+        app = agents_app(
+            agents,
+            identity=lambda request: request.headers.get("x-user", "tester@example.com"),
+            cors_origins=["http://ui.example"],
+        )
         chat = await agents.chat(agent.name)
         (shown,) = (await chat.send("release")).interrupts
         async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
@@ -370,6 +376,9 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
             body = await refused(await http.post(url, json={"threadId": 3}), 400)
             assert "the run input" in body["detail"]
             await refused(await http.post(url, json=run_input("bad\x00id", "hi")), 400)
+            lone = json.dumps(run_input("bad\ud800id", "hi"))
+            r = await http.post(url, content=lone, headers={"content-type": "application/json"})
+            await refused(r, 400)
             await refused(await http.post(f"{base}/agui/a%22b", json=run_input("t", "hi")), 400)
 
             # CORS: an origin given gets its headers; any other is refused before it acts.
@@ -428,6 +437,262 @@ async def test_hostile_requests_get_clear_refusals_and_fail_nothing(run_worker, 
         assert (await chat.pending())[0].ref == "r1"  # the pause is kept
     assert t.RUNS["release"] == 0
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_applications_authorize_rule_is_asked_before_anything_is_done(
+    run_worker, model, client
+):
+    """``authorize(request, access)``: here a user may only touch chats named after them."""
+    agent = gated()
+    model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
+    asked: list[Access] = []
+
+    async def own_chats_only(request: Any, access: Access) -> bool:
+        asked.append(access)
+        user = request.headers.get("x-user")
+        return access.chat_id is not None and access.chat_id.startswith(f"{user}-")
+
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(
+            agents, identity=lambda request: request.headers.get("x-user"), authorize=own_chats_only
+        )
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            thread = f"ann-{uuid.uuid4()}"
+            ann, bob = {"X-User": "ann"}, {"X-User": "bob"}
+            r = await http.post(url, json=run_input(thread, "release"), headers=bob)
+            assert r.status_code == 403 and r.json()["code"] == "forbidden"
+            with pytest.raises(AssertionError):  # nothing started for bob
+                await frames(http, url, run_input(thread), headers=bob)
+            seen = await frames(http, url, run_input(thread, "release"), headers=ann)
+            assert seen[-1].event["outcome"]["type"] == "interrupt"
+            for path in ("pending", "audit"):
+                r = await http.get(f"{base}/api/chats/{thread}/{path}", headers=bob)
+                assert r.status_code == 403
+            digest = seen[-1].event["outcome"]["interrupts"][0]["metadata"]["inputDigest"]
+            body = {"action": "approve", "input_digest": digest}
+            assert (await answer(http, base, thread, "r1", body, headers=bob)).status_code == 403
+            assert (await http.get(f"{base}/api/inbox", headers=ann)).status_code == 403
+            r = await answer(http, base, thread, "r1", body, headers=ann)
+            assert r.status_code == 200 and r.json()["result"]["text"] == "ok"
+    assert t.RUNS["release"] == 1
+    assert {a.action for a in asked} == {"send", "read", "answer", "inbox"}
+    assert Access(action="answer", chat_id=thread, identity="ann") in asked
+
+
+def test_dev_mode_serves_loopback_only():
+    agents = AgentClient.__new__(AgentClient)
+    with pytest.raises(ValueError, match="loopback only"):
+        agents_app(agents, dev_loopback=True, allowed_hosts=["agents.example"])
+    with pytest.raises(ValueError, match="loopback only"):
+        agents_app(agents, dev_loopback=True, cors_origins=["https://app.example"])
+    with pytest.raises(TypeError):
+        agents_app(agents, identity="header")  # type: ignore[arg-type]  # the wrong form, on purpose
+
+
+async def test_the_readmes_web_app_block_makes_a_bearer_app(env, monkeypatch):
+    """The README's ``web_app.py`` runs as printed: AgentClient.connect from the environment,
+    a bearer-token app with one allowed origin."""
+    from tests.helpers import server_address
+    from tests.test_authoring import readme_block
+
+    monkeypatch.setenv("TEMPORAL_ADDRESS", server_address(env.client))
+    namespace: dict[str, Any] = {}
+    block = readme_block("# web_app.py: served with uvicorn, in your own service", lang="python")
+    exec(compile(block, "web_app.py", "exec"), namespace)  # the README's own code, as printed
+    app = await namespace["make_app"]()
+    async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+        assert (await http.get(f"{base}/api/whoami")).json() == {"identity": None, "mode": "bearer"}
+        r = await http.options(f"{base}/api/inbox", headers={"Origin": "https://app.example.com"})
+        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+        r = await answer(http, base, "c", "r", {"action": "approve", "input_digest": "d"})
+        assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+
+
+async def test_a_partial_resume_ends_with_what_is_still_pending_and_reattaches(
+    run_worker, model, client
+):
+    agent = gated()
+    model.reply(
+        calls(
+            ("release", {"service": "api", "version": "2"}, "r1"),
+            ("release", {"service": "web", "version": "3"}, "r2"),
+        ),
+        text("both done"),
+    )
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            url = f"{base}/agui/{agent.name}"
+            first = await frames(http, url, run_input(thread, "release both"))
+            ids = [i["id"] for i in first[-1].event["outcome"]["interrupts"]]
+            assert ids == ["r1", "r2"]
+            approve_r1 = {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
+            body = run_input(thread, resume=[approve_r1])
+            partial = await frames(http, url, body)
+            assert types(partial) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
+            assert partial[1].event["value"]["ref"] == "r1"
+            (left,) = partial[-1].event["outcome"]["interrupts"]
+            assert left["id"] == "r2"
+            # Reattached after each of its frames: the rest, the same, and nothing runs.
+            for cut in range(1, len(partial)):
+                rest = await frames(
+                    http, url, body, headers={"Last-Event-ID": str(partial[cut - 1].id)}
+                )
+                assert [(f.id, f.type) for f in partial[:cut] + rest] == [
+                    (f.id, f.type) for f in partial
+                ]
+            assert t.RUNS["release"] == 0
+            deny_r2 = {"interruptId": "r2", "status": "cancelled"}
+            last = await frames(http, url, run_input(thread, resume=[deny_r2]))
+            assert last[-1].event["outcome"] == {"type": "success"}
+            results = {
+                f.event["toolCallId"]: f.event["content"]
+                for f in last
+                if f.type == "TOOL_CALL_RESULT"
+            }
+            assert set(results) == {"r1", "r2"} and "denied by the user" in results["r2"]
+    assert t.RUNS["release"] == 1  # r1 ran; r2 was denied
+    await assert_no_workflow_task_failed(client, thread)
+
+
+async def test_a_browser_that_comes_back_after_a_worker_restart_finds_the_paused_run(
+    run_worker, model, client
+):
+    """A reconnect (no new message, no answers): the messages, then the same interrupts, after
+    the worker that paused it is gone and another took its place."""
+    agent = gated()
+    model.reply(
+        calls(("release", {"service": "api", "version": "2"}, "r1"), say="Releasing api."),
+        text("released"),
+    )
+    thread = f"thread-{uuid.uuid4()}"
+    queue = f"test-{uuid.uuid4()}"
+    async with run_worker(agents=[agent], task_queue=queue) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            paused = (await frames(http, url, run_input(thread, "release api 2")))[-1].event
+    async with run_worker(agents=[agent], task_queue=queue) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            back = await frames(http, url, run_input(thread))
+            assert types(back) == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+            assert back[-1].event["outcome"] == paused["outcome"]
+            messages = back[1].event["messages"]
+            assert [m["role"] for m in messages] == ["user", "assistant"]
+            assert messages[0]["content"] == "release api 2"
+            assert messages[1]["content"] == "Releasing api."
+            (call,) = messages[1]["toolCalls"]
+            # The interrupt names a call the snapshot holds.
+            assert call["id"] == paused["outcome"]["interrupts"][0]["toolCallId"] == "r1"
+            resumed = await frames(
+                http,
+                url,
+                run_input(
+                    thread,
+                    resume=[
+                        {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
+                    ],
+                ),
+            )
+            assert resumed[-1].event["result"]["text"] == "released"
+    assert t.RUNS["release"] == 1
+
+
+async def test_an_agent_no_worker_hosts_is_one_run_error(run_worker, model, client):
+    agent = gated()
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            seen = await frames(http, f"{base}/agui/{agent.name}x", run_input(thread, "hi"))
+            assert types(seen)[-1] == "RUN_ERROR" and types(seen).count("RUN_ERROR") == 1
+            assert seen[-1].event["code"] == "unknown_agent"
+            assert agent.name in seen[-1].event["message"]  # did you mean
+
+
+async def test_edits_through_agui_and_the_api_run_the_edited_input_once(run_worker, model, client):
+    """An approval with ``input`` edits an editable tool: the edited input is what runs (once),
+    and the audit record keeps the original."""
+    agent = gated()
+    model.reply(
+        calls(("release", {"service": "api", "version": "2"}, "r1")),
+        text("released"),
+        calls(("release", {"service": "web", "version": "5"}, "r2")),
+        text("released again"),
+    )
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            thread = f"thread-{uuid.uuid4()}"
+            url = f"{base}/agui/{agent.name}"
+            (interrupt,) = (await frames(http, url, run_input(thread, "release")))[-1].event[
+                "outcome"
+            ]["interrupts"]
+            assert "input" in interrupt["responseSchema"]["properties"]  # editable
+            edit = {"approved": True, "input": {"service": "api", "version": "3"}}
+            done = await frames(
+                http,
+                url,
+                run_input(
+                    thread, resume=[{"interruptId": "r1", "status": "resolved", "payload": edit}]
+                ),
+            )
+            (result,) = [f.event for f in done if f.type == "TOOL_CALL_RESULT"]
+            assert json.loads(result["content"]) == {"released": "api@3"}
+            # The approvals API's edit, with the digest of the input shown.
+            second = await frames(http, url, run_input(thread, "release web"))
+            (shown,) = second[-1].event["outcome"]["interrupts"]
+            r = await answer(
+                http,
+                base,
+                thread,
+                "r2",
+                {
+                    "action": "edit",
+                    "input_digest": shown["metadata"]["inputDigest"],
+                    "input": {"service": "web", "version": "6"},
+                },
+            )
+            assert r.status_code == 200 and r.json()["result"]["text"] == "released again"
+    assert t.RUNS["release"] == 2
+    records = await AgentClient(client, task_queue=agents.task_queue).audit(thread)
+    assert [(r.kind, r.input, r.original_input) for r in records] == [
+        ("edit", {"service": "api", "version": "3"}, {"service": "api", "version": "2"}),
+        ("edit", {"service": "web", "version": "6"}, {"service": "web", "version": "5"}),
+    ]
+
+
+async def test_an_identity_function_that_breaks_is_a_500_without_its_reason(
+    run_worker, model, client
+):
+    agent = gated()
+    model.reply(calls(("release", {"service": "api", "version": "2"}, "r1")), text("ok"))
+
+    def broken(request: Any) -> str:
+        raise RuntimeError("db password hunter2")
+
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        (shown,) = (await chat.send("release")).interrupts
+        body = {"action": "approve", "input_digest": shown.input_digest}
+        async with (
+            served(agents_app(agents, identity=broken)) as base,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            r = await answer(http, base, chat.id, "r1", body)
+            assert r.status_code == 500 and r.json()["code"] == "internal"
+            assert "hunter2" not in r.text
+            # Asked before the stream starts, so a problem body here too.
+            r = await http.post(
+                f"{base}/agui/{agent.name}",
+                json=run_input(chat.id, resume=[{"interruptId": "r1", "status": "cancelled"}]),
+            )
+            assert r.status_code == 500 and "hunter2" not in r.text
+    assert t.RUNS["release"] == 0
 
 
 async def test_the_app_served_again_in_the_same_event_loop_answers(client):
