@@ -125,12 +125,14 @@
   // ---------------------------------------------------------------------------------------
   // Results: one list item per answer, kept however the inbox changes.
 
+  const RESULT_LABELS = { ok: "Done", refused: "Refused", unknown: "No answer" };
+
   function addResult(kind, what, ...body) {
     $("no-results").hidden = true;
     const item = el(
       "li",
       { class: `result ${kind}` },
-      el("strong", {}, kind === "ok" ? "Done" : "Refused"),
+      el("strong", {}, RESULT_LABELS[kind]),
       " ",
       what,
       ": ",
@@ -184,7 +186,7 @@
       // The request may have reached the app before the connection broke: say so rather
       // than offer it again as if nothing happened.
       addResult(
-        "refused",
+        "unknown",
         what,
         `no answer from the app (${str(error && error.message)}); it may have been applied, ` +
           "the list will show"
