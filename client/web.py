@@ -51,7 +51,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCError
+from temporalio.client import RPCError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
@@ -117,6 +118,13 @@ every run, so this is more than one answer needs (an answer's own limit, 1 MiB, 
 STREAMS_PER_CHAT = 2
 """Streams one chat may have open through this app at once. Each follows the conversation
 with updates its history records; the conversation itself admits four followers."""
+
+FOLLOW_CHECK_SECONDS = 0.5
+"""How often a stream with nothing to send asks where its conversation stands (by query: its
+history records nothing of it)."""
+
+_TOO_MANY_FOLLOWERS = "TooManyFollowers"
+"""The type of the conversation's refusal of a follower past its four (workflows/stream.py)."""
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -587,7 +595,16 @@ class _App:
             except AgentError as e:
                 p = agent_problem(e)
                 yield agui.refusal(p.detail, p.code)
-            except Exception:
+            except Exception as e:
+                if _followers_full(e):
+                    # Followers that went away keep their places until the next event (see
+                    # _follow_run): the run itself goes on, and a reconnect picks it up.
+                    yield agui.refusal(
+                        "this conversation has as many streams open as it admits: reconnect "
+                        "with Last-Event-ID in a moment",
+                        "too_many_streams",
+                    )
+                    return
                 # Never a reason from inside: it may hold what the request should not see.
                 log.exception("AG-UI run on chat %r failed", thread_id[:100])
                 yield agui.refusal("internal error (logged by the app)", "internal")
@@ -722,6 +739,21 @@ class _App:
         answers that left others pending (no ``turn_end``), once the stream is read to its end
         and the conversation is still paused."""
         try:
+            # A follower takes one of the few places a conversation has for them (MAX_FOLLOWERS
+            # in workflows/stream.py) for as long as its long poll waits, and a poll cannot be
+            # withdrawn: a client that goes away leaves its place taken until the next event.
+            # So nothing is followed until the stream holds something of this run: a reattach
+            # to a run not begun yet (an idle thread's next) waits by query, which takes no
+            # place. Otherwise four dropped reattaches left the thread's next run no stream.
+            while await next_offset(chat, worker_timeout=self.worker_timeout) <= frames.start:
+                status = await chat.status(worker_timeout=self.worker_timeout)
+                if status.status == "closed":
+                    break  # following reads what is left, and ends
+                if status.status == "interrupted" and status.pending:
+                    for frame in self._paused_frames(frames, status.pending, after=after):
+                        yield frame
+                    return
+                await asyncio.sleep(FOLLOW_CHECK_SECONDS)
             events = follow(chat, from_offset=frames.start)
             following: asyncio.Future[TurnEvent] | None = None
             last = frames.start - 1
@@ -729,17 +761,12 @@ class _App:
                 while not frames.ended:
                     if following is None:
                         following = asyncio.ensure_future(anext(events))
-                    done, _ = await asyncio.wait({following}, timeout=0.5)
+                    done, _ = await asyncio.wait({following}, timeout=FOLLOW_CHECK_SECONDS)
                     if not done:
                         if frames.answers_only and await self._paused_after(chat, last):
                             status = await chat.status(worker_timeout=self.worker_timeout)
-                            result = TurnResult(
-                                finish_reason=FinishReason.INTERRUPTED,
-                                interrupts=status.pending,
-                            )
-                            for pos, ev in frames.finished(result, offset=frames.last):
-                                if after is None or pos > after:
-                                    yield agui.encode(ev, frames.frame_id(pos))
+                            for frame in self._paused_frames(frames, status.pending, after=after):
+                                yield frame
                         continue
                     event = following.result()
                     following = None
@@ -761,12 +788,31 @@ class _App:
         except RPCError as e:
             raise rpc_error(e, chat.id) from e
 
+    @staticmethod
+    def _paused_frames(
+        frames: agui.RunFrames, pending: list[InterruptRequest], *, after: agui.FramePos | None
+    ) -> list[str]:
+        """The last frames of a run that ends paused on ``pending`` (answers that left others
+        pending: no ``turn_end``)."""
+        result = TurnResult(finish_reason=FinishReason.INTERRUPTED, interrupts=pending)
+        return [
+            agui.encode(ev, frames.frame_id(pos))
+            for pos, ev in frames.finished(result, offset=frames.last)
+            if after is None or pos > after
+        ]
+
     async def _paused_after(self, chat: Chat, last: int) -> bool:
         """Whether the stream holds nothing after ``last`` and the conversation is paused."""
         if await next_offset(chat, worker_timeout=self.worker_timeout) > last + 1:
             return False
         status = await chat.status(worker_timeout=self.worker_timeout)
         return status.status == "interrupted" and bool(status.pending)
+
+
+def _followers_full(error: BaseException) -> bool:
+    """Whether ``error`` is the conversation refusing one more follower."""
+    cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
+    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
 
 
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:

@@ -611,11 +611,6 @@ async def test_a_request_dropped_at_once_leaves_no_stream_slot_behind(run_worker
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a reattach to a run an idle thread has not begun holds a follower, and a "
-    "dropped one keeps it: four drops leave the next run RUN_STARTED then an internal error",
-)
 async def test_streams_dropped_while_waiting_leave_the_next_run_its_stream(
     run_worker, model, client
 ):
@@ -655,3 +650,35 @@ async def test_streams_dropped_while_waiting_leave_the_next_run_its_stream(
             said = "".join(f.event["delta"] for f in seen if f.type == "TEXT_MESSAGE_CONTENT")
             assert said == "second"
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_stream_past_the_conversations_followers_is_told_so(run_worker, model, client):
+    """Mid-turn (a tool running), a dropped reattach still keeps its place until the next
+    event: past four followers, a stream is refused as ``too_many_streams``, to reconnect,
+    not as an internal error."""
+    agent = Agent(f"attack-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.slow])
+    model.reply(calls(("slow", {"key": "k", "seconds": 8}, "s1")), text("slept"))
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, identity=lambda _: "tester@example.com")
+        thread = f"thread-{uuid.uuid4()}"
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/{agent.name}"
+            started: list[Frame] = []
+
+            def tool_started(seen: list[Frame]) -> bool:
+                started[:] = seen
+                return seen[-1].type == "TOOL_CALL_END"
+
+            await frames(http, url, run_input(thread, "sleep"), stop=tool_started)
+            run_id = {"Last-Event-ID": str(started[0].id)}
+            for _ in range(4):
+                waiting = asyncio.ensure_future(
+                    frames(http, url, run_input(thread), headers=run_id)
+                )
+                await asyncio.sleep(0.7)  # read up to the tool call, then waiting for more
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+            seen = await frames(http, url, run_input(thread), headers=run_id)
+            assert seen[-1].type == "RUN_ERROR", seen
+            assert seen[-1].event["code"] == "too_many_streams"
+    await assert_no_workflow_task_failed(client, thread)
