@@ -250,6 +250,12 @@ async def read_json(request: Request, *, limit: int) -> Any:
         raise Problem(400, "malformed_json", f"the body is not JSON: {e}") from None
     except RecursionError:
         raise Problem(400, "malformed_json", "the body nests too deeply") from None
+    except ValueError:
+        # Not a JSONDecodeError: an integer past Python's digit limit (sys.int_info's
+        # default_max_str_digits, 4,300), which json.loads refuses only as it converts it.
+        raise Problem(
+            400, "malformed_json", "the body holds a number with too many digits"
+        ) from None
 
 
 def _path_id(value: str, *, what: str) -> str:

@@ -830,11 +830,6 @@ async def test_a_number_as_long_as_json_parsing_takes_is_kept_and_read_back(
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a number past Python's 4,300-digit limit makes json.loads raise ValueError, "
-    "which read_json let through: a 500 and a logged traceback per request",
-)
 async def test_a_number_past_what_python_parses_is_a_bad_request(run_worker, model, client):
     agent = three_kinds()
     model.reply(PAUSE)
