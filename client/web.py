@@ -556,6 +556,9 @@ class _App:
         except ValidationError as e:
             raise _validation_problem(e, what="the run input") from None
         thread_id = _path_id(run.thread_id, what="threadId")
+        # Echoed in every frame: checked before anything is sent, since one that cannot be
+        # encoded (a lone surrogate) broke the stream only once its run had started.
+        _path_id(run.run_id, what="runId")
         last_id = request.headers.get("last-event-id")
         resume_from: tuple[int, agui.FramePos] | None = None
         if last_id is not None:

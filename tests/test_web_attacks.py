@@ -850,11 +850,6 @@ async def test_a_number_past_what_python_parses_is_a_bad_request(run_worker, mod
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: runId is echoed in every frame unchecked: one holding a lone surrogate "
-    "(JSON-escaped) was sent, the turn ran, and its stream was one internal-error RUN_ERROR",
-)
 async def test_a_run_id_that_cannot_be_echoed_is_refused_before_anything_is_sent(
     run_worker, model, client
 ):
