@@ -872,3 +872,41 @@ async def test_a_run_id_that_cannot_be_echoed_is_refused_before_anything_is_sent
             with pytest.raises(ChatNotFound):
                 await (await agents.chat(agent.name, chat_id=thread)).status()
     assert model.calls == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: AG-UI reads and answers went to the thread by id whatever agent the path "
+    "named, so an authorize rule by Access.agent let a user of one agent read and answer "
+    "another agent's threads",
+)
+async def test_an_agents_path_reaches_only_that_agents_threads(run_worker, model, client):
+    """An application whose rule is by agent: bob may use ``public`` only. Through
+    ``/agui/public`` he must not read, reattach to or answer a ``private`` thread."""
+    private, public = three_kinds(), three_kinds()
+    model.reply(PAUSE)
+
+    def by_agent(request: Any, access: Access) -> bool:
+        return request.headers.get("x-user") != "bob" or access.agent == public.name
+
+    async with run_worker(agents=[private, public]) as agents:
+        chat, _ = await paused(agents, private)
+        app = agents_app(agents, identity=lambda _: "bob", authorize=by_agent)
+        bob = {"X-User": "bob"}
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            assert (
+                await http.post(f"{base}/agui/{private.name}", json=run_input(chat.id), headers=bob)
+            ).status_code == 403
+            url = f"{base}/agui/{public.name}"
+            for run, headers in (
+                (run_input(chat.id), bob),
+                (run_input(chat.id), {**bob, "Last-Event-ID": "0/0.0"}),
+                (resume(chat.id, resolved("g1", {"approved": True})), bob),
+                (resume(chat.id, {"interruptId": "r1", "status": "cancelled"}), bob),
+                (run_input(chat.id, "hello"), bob),
+            ):
+                seen = await frames(http, url, run, headers=headers)
+                assert types(seen) == ["RUN_ERROR"], seen
+                assert seen[0].event["code"] in ("not_found", "conflict"), seen
+                assert "look k up" not in json.dumps(seen)
+        await intact(client, chat, ["g1", "r1", "a1"])
