@@ -73,6 +73,7 @@ from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     InterruptRequest,
     JsonObject,
+    StatusResult,
     ToolResponse,
     ToolRestart,
     TurnEvent,
@@ -638,6 +639,7 @@ class _App:
             yield frame
 
     async def _resume(self, chat: Chat, run: RunAgentInput, who: _Identity) -> AsyncIterator[str]:
+        _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         pending = {i.ref: i for i in await chat.pending(worker_timeout=self.worker_timeout)}
         if not pending:
             raise Problem(409, "conflict", "nothing is paused on this thread: nothing to resume")
@@ -699,6 +701,7 @@ class _App:
         """A run with no new message and no answers: where the thread stands. The messages,
         then the pending interrupts (a paused thread) or the rest of the running turn."""
         status = await chat.status(worker_timeout=self.worker_timeout)
+        _same_agent(chat, status)
         history = await chat.history(worker_timeout=self.worker_timeout)
         start = await next_offset(chat, worker_timeout=self.worker_timeout)
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
@@ -732,6 +735,7 @@ class _App:
         self, chat: Chat, run: RunAgentInput, start: int, after: agui.FramePos
     ) -> AsyncIterator[str]:
         """The rest of a run after frame ``after``, recomputed from the conversation's stream."""
+        _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         if start > await next_offset(chat, worker_timeout=self.worker_timeout):
             raise Problem(404, "not_found", "Last-Event-ID names a run this thread never had")
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
@@ -816,6 +820,25 @@ class _App:
             return False
         status = await chat.status(worker_timeout=self.worker_timeout)
         return status.status == "interrupted" and bool(status.pending)
+
+
+def _same_agent(chat: Chat, status: StatusResult) -> None:
+    """Refuse a read or an answer through one agent's path of another agent's thread.
+
+    A send is refused by the conversation itself; reads and answers go to a thread by its id
+    alone, and the application's ``authorize`` is told the path's agent (``Access.agent``),
+    so a rule by agent would otherwise let a user of one agent reach every other's threads.
+    Refused as a thread that does not exist, which is what it is for that agent.
+
+    Raises:
+        Problem: 404, the thread is another agent's.
+    """
+    if status.agent != chat.agent:
+        raise Problem(
+            404,
+            "not_found",
+            f"agent {chat.agent[:100]!r} has no conversation {chat.id[:100]!r}",
+        )
 
 
 def _followers_full(error: BaseException) -> bool:
