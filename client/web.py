@@ -137,6 +137,12 @@ _HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9
 # most 1,000 bytes on the server; refs are far shorter).
 _ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff]{1,400}")
 
+# One site's origin as a browser sends it: a scheme (http, https, an extension's or an app
+# shell's own), a host, a port, nothing else.
+_ORIGIN = re.compile(
+    r"[a-z][a-z0-9+.-]*://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE
+)
+
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
@@ -920,7 +926,8 @@ def agents_app(
     Raises:
         TypeError: ``identity`` is none of its forms.
         ValueError: ``dev_loopback`` with ``allowed_hosts`` or ``cors_origins``: development
-            mode answers loopback only, and takes anyone's word for who they are.
+            mode answers loopback only, and takes anyone's word for who they are. Or an entry
+            of ``cors_origins`` is not one site's origin (``null``, ``*``, a path).
     """
     if identity is not None and identity != "bearer" and not callable(identity):
         raise TypeError("identity is 'bearer', a function of the request, or None")
@@ -928,6 +935,14 @@ def agents_app(
         raise ValueError(
             "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
         )
+    for origin in cors_origins:
+        if not _ORIGIN.fullmatch(origin.strip().rstrip("/")):
+            # "null" above all: it is the origin of every sandboxed frame and file: page, on
+            # any site, so allowing it allows them all to act here.
+            raise ValueError(
+                f"cors_origins: {origin[:100]!r} is not one site's origin (scheme://host[:port], "
+                "no path, no wildcard, not 'null')"
+            )
     state = _App(
         client,
         identity=identity,

@@ -1030,14 +1030,13 @@ async def test_a_page_of_another_origin_cannot_act_or_read(run_worker, model, cl
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole (misconfiguration): cors_origins=['null'] was taken, and 'null' is the "
-    "origin of every sandboxed frame and file: page, on any site: each could then act",
-)
 def test_origins_that_name_no_one_site_are_refused_when_the_app_is_made():
     agents = AgentClient.__new__(AgentClient)
     for origin in ("null", "*", "https://*.example", "https://ui.example/app", "ui.example"):
         with pytest.raises(ValueError, match="origin"):
             agents_app(agents, identity=lambda _: "x", cors_origins=[origin])
-    agents_app(agents, identity=lambda _: "x", cors_origins=["https://ui.example:8443/"])
+    agents_app(
+        agents,
+        identity=lambda _: "x",
+        cors_origins=["https://ui.example:8443/", "http://[::1]:3000", "chrome-extension://abc"],
+    )
