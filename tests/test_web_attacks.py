@@ -659,7 +659,7 @@ async def test_a_stream_past_the_conversations_followers_is_told_so(run_worker, 
     event: past four followers, a stream is refused as ``too_many_streams``, to reconnect,
     not as an internal error."""
     agent = Agent(f"attack-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.slow])
-    model.reply(calls(("slow", {"key": "k", "seconds": 8}, "s1")), text("slept"))
+    model.reply(calls(("slow", {"key": "k", "seconds": 5}, "s1")), text("slept"))
     async with run_worker(agents=[agent]) as agents:
         app = agents_app(agents, identity=lambda _: "tester@example.com")
         thread = f"thread-{uuid.uuid4()}"
@@ -683,6 +683,15 @@ async def test_a_stream_past_the_conversations_followers_is_told_so(run_worker, 
             seen = await frames(http, url, run_input(thread), headers=run_id)
             assert seen[-1].type == "RUN_ERROR", seen
             assert seen[-1].event["code"] == "too_many_streams"
+
+            # The run itself goes on, and ends: once the tool's response has freed the places,
+            # a reattach gets the rest of it.
+            async def rest() -> list[Frame]:
+                return await frames(http, url, run_input(thread), headers=run_id)
+
+            seen = await eventually(rest, lambda s: s[-1].type != "RUN_ERROR", timeout=20)
+            assert seen[-1].event["result"]["text"] == "slept"
+    assert t.RUNS["slow_finished"] == 1
     await assert_no_workflow_task_failed(client, thread)
 
 
