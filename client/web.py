@@ -51,7 +51,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCError
+from temporalio.client import RPCError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
@@ -72,6 +73,7 @@ from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     InterruptRequest,
     JsonObject,
+    StatusResult,
     ToolResponse,
     ToolRestart,
     TurnEvent,
@@ -118,6 +120,13 @@ STREAMS_PER_CHAT = 2
 """Streams one chat may have open through this app at once. Each follows the conversation
 with updates its history records; the conversation itself admits four followers."""
 
+FOLLOW_CHECK_SECONDS = 0.5
+"""How often a stream with nothing to send asks where its conversation stands (by query: its
+history records nothing of it)."""
+
+_TOO_MANY_FOLLOWERS = "TooManyFollowers"
+"""The type of the conversation's refusal of a follower past its four (workflows/stream.py)."""
+
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 # RFC 3986's host (an IP literal in brackets, or a reg-name) and an optional port: the codec
@@ -127,6 +136,12 @@ _HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
 _ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff]{1,400}")
+
+# One site's origin as a browser sends it: a scheme (http, https, an extension's or an app
+# shell's own), a host, a port, nothing else.
+_ORIGIN = re.compile(
+    r"[a-z][a-z0-9+.-]*://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE
+)
 
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -244,6 +259,12 @@ async def read_json(request: Request, *, limit: int) -> Any:
         raise Problem(400, "malformed_json", f"the body is not JSON: {e}") from None
     except RecursionError:
         raise Problem(400, "malformed_json", "the body nests too deeply") from None
+    except ValueError:
+        # Not a JSONDecodeError: an integer past Python's digit limit (sys.int_info's
+        # default_max_str_digits, 4,300), which json.loads refuses only as it converts it.
+        raise Problem(
+            400, "malformed_json", "the body holds a number with too many digits"
+        ) from None
 
 
 def _path_id(value: str, *, what: str) -> str:
@@ -544,6 +565,9 @@ class _App:
         except ValidationError as e:
             raise _validation_problem(e, what="the run input") from None
         thread_id = _path_id(run.thread_id, what="threadId")
+        # Echoed in every frame: checked before anything is sent, since one that cannot be
+        # encoded (a lone surrogate) broke the stream only once its run had started.
+        _path_id(run.run_id, what="runId")
         last_id = request.headers.get("last-event-id")
         resume_from: tuple[int, agui.FramePos] | None = None
         if last_id is not None:
@@ -589,7 +613,16 @@ class _App:
             except AgentError as e:
                 p = agent_problem(e)
                 yield agui.refusal(p.detail, p.code)
-            except Exception:
+            except Exception as e:
+                if _followers_full(e):
+                    # Followers that went away keep their places until the next event (see
+                    # _follow_run): the run itself goes on, and a reconnect picks it up.
+                    yield agui.refusal(
+                        "this conversation has as many streams open as it admits: reconnect "
+                        "with Last-Event-ID in a moment",
+                        "too_many_streams",
+                    )
+                    return
                 # Never a reason from inside: it may hold what the request should not see.
                 log.exception("AG-UI run on chat %r failed", thread_id[:100])
                 yield agui.refusal("internal error (logged by the app)", "internal")
@@ -614,6 +647,7 @@ class _App:
             yield frame
 
     async def _resume(self, chat: Chat, run: RunAgentInput, who: _Identity) -> AsyncIterator[str]:
+        _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         pending = {i.ref: i for i in await chat.pending(worker_timeout=self.worker_timeout)}
         if not pending:
             raise Problem(409, "conflict", "nothing is paused on this thread: nothing to resume")
@@ -682,6 +716,7 @@ class _App:
         """A run with no new message and no answers: where the thread stands. The messages,
         then the pending interrupts (a paused thread) or the rest of the running turn."""
         status = await chat.status(worker_timeout=self.worker_timeout)
+        _same_agent(chat, status)
         history = await chat.history(worker_timeout=self.worker_timeout)
         start = await next_offset(chat, worker_timeout=self.worker_timeout)
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
@@ -715,6 +750,7 @@ class _App:
         self, chat: Chat, run: RunAgentInput, start: int, after: agui.FramePos
     ) -> AsyncIterator[str]:
         """The rest of a run after frame ``after``, recomputed from the conversation's stream."""
+        _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         if start > await next_offset(chat, worker_timeout=self.worker_timeout):
             raise Problem(404, "not_found", "Last-Event-ID names a run this thread never had")
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
@@ -731,6 +767,21 @@ class _App:
         answers that left others pending (no ``turn_end``), once the stream is read to its end
         and the conversation is still paused."""
         try:
+            # A follower takes one of the few places a conversation has for them (MAX_FOLLOWERS
+            # in workflows/stream.py) for as long as its long poll waits, and a poll cannot be
+            # withdrawn: a client that goes away leaves its place taken until the next event.
+            # So nothing is followed until the stream holds something of this run: a reattach
+            # to a run not begun yet (an idle thread's next) waits by query, which takes no
+            # place. Otherwise four dropped reattaches left the thread's next run no stream.
+            while await next_offset(chat, worker_timeout=self.worker_timeout) <= frames.start:
+                status = await chat.status(worker_timeout=self.worker_timeout)
+                if status.status == "closed":
+                    break  # following reads what is left, and ends
+                if status.status == "interrupted" and status.pending:
+                    for frame in self._paused_frames(frames, status.pending, after=after):
+                        yield frame
+                    return
+                await asyncio.sleep(FOLLOW_CHECK_SECONDS)
             events = follow(chat, from_offset=frames.start)
             following: asyncio.Future[TurnEvent] | None = None
             last = frames.start - 1
@@ -738,17 +789,12 @@ class _App:
                 while not frames.ended:
                     if following is None:
                         following = asyncio.ensure_future(anext(events))
-                    done, _ = await asyncio.wait({following}, timeout=0.5)
+                    done, _ = await asyncio.wait({following}, timeout=FOLLOW_CHECK_SECONDS)
                     if not done:
                         if frames.answers_only and await self._paused_after(chat, last):
                             status = await chat.status(worker_timeout=self.worker_timeout)
-                            result = TurnResult(
-                                finish_reason=FinishReason.INTERRUPTED,
-                                interrupts=status.pending,
-                            )
-                            for pos, ev in frames.finished(result, offset=frames.last):
-                                if after is None or pos > after:
-                                    yield agui.encode(ev, frames.frame_id(pos))
+                            for frame in self._paused_frames(frames, status.pending, after=after):
+                                yield frame
                         continue
                     event = following.result()
                     following = None
@@ -770,12 +816,50 @@ class _App:
         except RPCError as e:
             raise rpc_error(e, chat.id) from e
 
+    @staticmethod
+    def _paused_frames(
+        frames: agui.RunFrames, pending: list[InterruptRequest], *, after: agui.FramePos | None
+    ) -> list[str]:
+        """The last frames of a run that ends paused on ``pending`` (answers that left others
+        pending: no ``turn_end``)."""
+        result = TurnResult(finish_reason=FinishReason.INTERRUPTED, interrupts=pending)
+        return [
+            agui.encode(ev, frames.frame_id(pos))
+            for pos, ev in frames.finished(result, offset=frames.last)
+            if after is None or pos > after
+        ]
+
     async def _paused_after(self, chat: Chat, last: int) -> bool:
         """Whether the stream holds nothing after ``last`` and the conversation is paused."""
         if await next_offset(chat, worker_timeout=self.worker_timeout) > last + 1:
             return False
         status = await chat.status(worker_timeout=self.worker_timeout)
         return status.status == "interrupted" and bool(status.pending)
+
+
+def _same_agent(chat: Chat, status: StatusResult) -> None:
+    """Refuse a read or an answer through one agent's path of another agent's thread.
+
+    A send is refused by the conversation itself; reads and answers go to a thread by its id
+    alone, and the application's ``authorize`` is told the path's agent (``Access.agent``),
+    so a rule by agent would otherwise let a user of one agent reach every other's threads.
+    Refused as a thread that does not exist, which is what it is for that agent.
+
+    Raises:
+        Problem: 404, the thread is another agent's.
+    """
+    if status.agent != chat.agent:
+        raise Problem(
+            404,
+            "not_found",
+            f"agent {chat.agent[:100]!r} has no conversation {chat.id[:100]!r}",
+        )
+
+
+def _followers_full(error: BaseException) -> bool:
+    """Whether ``error`` is the conversation refusing one more follower."""
+    cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
+    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
 
 
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:
@@ -851,7 +935,8 @@ def agents_app(
     Raises:
         TypeError: ``identity`` is none of its forms.
         ValueError: ``dev_loopback`` with ``allowed_hosts`` or ``cors_origins``: development
-            mode answers loopback only, and takes anyone's word for who they are.
+            mode answers loopback only, and takes anyone's word for who they are. Or an entry
+            of ``cors_origins`` is not one site's origin (``null``, ``*``, a path).
     """
     if identity is not None and identity != "bearer" and not callable(identity):
         raise TypeError("identity is 'bearer', a function of the request, or None")
@@ -859,6 +944,14 @@ def agents_app(
         raise ValueError(
             "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
         )
+    for origin in cors_origins:
+        if not _ORIGIN.fullmatch(origin.strip().rstrip("/")):
+            # "null" above all: it is the origin of every sandboxed frame and file: page, on
+            # any site, so allowing it allows them all to act here.
+            raise ValueError(
+                f"cors_origins: {origin[:100]!r} is not one site's origin (scheme://host[:port], "
+                "no path, no wildcard, not 'null')"
+            )
     state = _App(
         client,
         identity=identity,
