@@ -205,6 +205,14 @@ def to_answer(
         if not isinstance(edited, dict):
             raise BadResume("the payload's input must be an object (the tool's whole input)")
         return request.restart({TOOL_APPROVED: True}, input=edited)
+    if request.editable and shown is None:
+        # An editable call's input may have changed since the run that showed it (an edit
+        # the gate holds for more approvals keeps the ref): only the digest says which input
+        # this approval is for. A non-editable call's input is the one it paused with.
+        raise BadResume(
+            f"{request.name!r} ({request.ref}) can be edited, so its approval must say which "
+            f"input it approves: send metadata.{DIGEST_KEY} from the interrupt shown"
+        )
     return request.approve()
 
 

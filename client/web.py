@@ -120,6 +120,19 @@ STREAMS_PER_CHAT = 2
 """Streams one chat may have open through this app at once. Each follows the conversation
 with updates its history records; the conversation itself admits four followers."""
 
+HEADER_DEADLINE = 10.0
+"""Seconds a connection has to send a whole request line and headers (its first request, or
+its next one after a response): uvicorn sets none, so a connection that never finishes one
+would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+
+BODY_DEADLINE = 30.0
+"""Seconds a request has to send its whole body (at most ``max_body``)."""
+
+CONNECTIONS = 1000
+"""Connections (and requests in flight) uvicorn takes at once; past it, a 503. Per-client
+limits are a reverse proxy's work: deploy one in front of anything beyond loopback."""
+
+
 FOLLOW_CHECK_SECONDS = 0.5
 """How often a stream with nothing to send asks where its conversation stands (by query: its
 history records nothing of it)."""
@@ -170,6 +183,7 @@ _TITLES = {
     403: "Not allowed",
     404: "Not found",
     409: "Conflict",
+    408: "Too slow",
     413: "Too large",
     415: "Not JSON",
     421: "Wrong host",
@@ -240,11 +254,17 @@ async def read_body(request: Request, *, limit: int) -> bytes:
             raise Problem(413, "too_large", f"the body is over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Problem(413, "too_large", f"the body is over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_DEADLINE):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise Problem(413, "too_large", f"the body is over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise Problem(
+            408, "too_slow", f"the body did not arrive within {BODY_DEADLINE:g} s"
+        ) from None
     return b"".join(chunks)
 
 
@@ -1003,6 +1023,57 @@ def agents_app(
     return app
 
 
+def _deadline_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, closing a connection that has not sent a whole request's line
+    and headers within :data:`HEADER_DEADLINE`.
+
+    uvicorn has no such setting (its keep-alive timer starts only after a first response and
+    any byte resets it; Kludex/uvicorn#157), so this subclasses its ``H11Protocol`` and reads
+    three of its members: ``loop``, ``transport`` and ``cycle`` (the request being served,
+    created when the headers are complete). tests/test_web_attacks.py fails if that changes.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineH11(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(HEADER_DEADLINE, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            waiting = self.cycle is None or self.cycle.response_complete
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before and self.cycle is not None:
+                self._disarm()  # a whole request is in: the app's deadlines take over
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request has the same time
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return DeadlineH11
+
+
 async def serve(
     app: Starlette, *, host: str = "127.0.0.1", port: int = 8234, ready: asyncio.Event | None = None
 ) -> None:
@@ -1032,10 +1103,12 @@ async def serve(
         port=port,
         log_level="warning",
         lifespan="off",  # the app has no start-up or shut-down of its own
-        # Headers and a keep-alive idle connection are bounded; bodies by the app itself.
+        # A request's headers are bounded in size and time (HEADER_DEADLINE), an idle
+        # keep-alive connection in time, bodies by the app itself (max_body, BODY_DEADLINE).
+        http=_deadline_protocol(),
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=64 * KiB,
-        limit_concurrency=200,
+        limit_concurrency=CONNECTIONS,
         server_header=False,
         # Streams follow conversations for as long as a turn runs: at shutdown they get this
         # long to end, then are closed (a client reconnects with Last-Event-ID).

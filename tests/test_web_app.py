@@ -24,7 +24,7 @@ from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_operator import VISIBILITY_TIMEOUT
-from tests.web import Frame, answer, frames, run_input, served
+from tests.web import Frame, answer, approval, frames, run_input, served
 
 
 def gated(approvers: list[str] | None = None) -> Agent:
@@ -82,12 +82,7 @@ async def test_an_agui_run_pauses_with_the_interrupt_outcome_and_a_resume_runs_t
             second = await frames(
                 http,
                 url,
-                run_input(
-                    thread,
-                    resume=[
-                        {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
-                    ],
-                ),
+                run_input(thread, resume=[approval(interrupt)]),
             )
             assert t.RUNS["release"] == 1
             (result,) = [f.event for f in second if f.type == "TOOL_CALL_RESULT"]
@@ -526,9 +521,9 @@ async def test_a_partial_resume_ends_with_what_is_still_pending_and_reattaches(
             thread = f"thread-{uuid.uuid4()}"
             url = f"{base}/agui/{agent.name}"
             first = await frames(http, url, run_input(thread, "release both"))
-            ids = [i["id"] for i in first[-1].event["outcome"]["interrupts"]]
-            assert ids == ["r1", "r2"]
-            approve_r1 = {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
+            shown = first[-1].event["outcome"]["interrupts"]
+            assert [i["id"] for i in shown] == ["r1", "r2"]
+            approve_r1 = approval(shown[0])
             body = run_input(thread, resume=[approve_r1])
             partial = await frames(http, url, body)
             assert types(partial) == ["RUN_STARTED", "CUSTOM", "RUN_FINISHED"]
@@ -591,12 +586,7 @@ async def test_a_browser_that_comes_back_after_a_worker_restart_finds_the_paused
             resumed = await frames(
                 http,
                 url,
-                run_input(
-                    thread,
-                    resume=[
-                        {"interruptId": "r1", "status": "resolved", "payload": {"approved": True}}
-                    ],
-                ),
+                run_input(thread, resume=[approval(paused["outcome"]["interrupts"][0])]),
             )
             assert resumed[-1].event["result"]["text"] == "released"
     assert t.RUNS["release"] == 1

@@ -24,6 +24,7 @@ import httpx2
 import pytest
 
 from temporal_agent_interrupts import Agent, ToolApproval
+from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import AgentClient, Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import Access, agents_app
@@ -257,7 +258,10 @@ async def test_bearer_tokens_answer_once_as_their_holder_and_never_show_up_anywh
             seen = await frames(
                 http,
                 f"{base}/agui/{agent.name}",
-                resume(chat.id, resolved("r1", {"approved": True})),
+                resume(
+                    chat.id,
+                    resolved("r1", {"approved": True}, metadata={"inputDigest": digest["r1"]}),
+                ),
                 headers=as_ops,
             )
             assert types(seen) == ["RUN_ERROR"] and seen[0].event["code"] == "forbidden"
@@ -461,14 +465,6 @@ async def test_an_edit_racing_an_approval_runs_the_tool_once_with_the_winners_in
     assert t.RUNS["release"] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an AG-UI resume entry without metadata.inputDigest (what the official "
-    "client and the README send) answers the input the call holds when the resume arrives, "
-    "not the one its run showed: after an edit that the gate pauses again (quorum > 1), such "
-    "an approval runs the edited input, unseen (see the report: the app cannot bind it "
-    "without the digest in the id the client echoes, or in its messages)",
-)
 async def test_an_agui_approval_without_a_digest_approves_only_what_its_run_showed(
     run_worker, model, client
 ):
@@ -497,10 +493,17 @@ async def test_an_agui_approval_without_a_digest_approves_only_what_its_run_show
             body = {"action": "approve", "input_digest": edited["input_digest"]}
             r = await answer(http, base, thread, "r1", body, headers={"X-Agent-Identity": "c@x"})
             assert r.status_code == 200
-            # a approves as the official client does, having seen version 2.
+            # a approves with no digest, having seen version 2: an editable call's approval
+            # must say which input it approves.
             entry = resolved("r1", {"approved": True})
             seen = await frames(http, url, resume(thread, entry), headers=as_a)
+            assert types(seen) == ["RUN_ERROR"] and seen[0].event["code"] == "invalid"
+            assert "inputDigest" in seen[0].event["message"]
+            # With the digest of what its run showed: refused, the input is no longer that.
+            entry["metadata"] = {"inputDigest": digest}
+            seen = await frames(http, url, resume(thread, entry), headers=as_a)
             assert types(seen) == ["RUN_ERROR"] and seen[0].event["code"] == "conflict"
+            assert "no longer has the input" in seen[0].event["message"]
     assert t.RUNS["release"] == 0
 
 
@@ -1153,30 +1156,61 @@ async def test_without_authorize_the_inbox_and_every_chat_are_anyones_to_read(
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: uvicorn puts no deadline on a request's headers or body (Kludex/uvicorn#157), "
-    "so serve()'s limit_concurrency=200 connections that never finish a request answer "
-    "everyone else 503 for as long as they stay open",
-)
-async def test_connections_that_never_finish_a_request_do_not_shut_the_app_to_others():
+async def test_connections_that_never_finish_a_request_do_not_shut_the_app_to_others(
+    monkeypatch,
+):
+    """As many connections as the app takes, each stuck before the end of its headers (one
+    sends half, one trickles a byte a second, one sends nothing): each is closed at the
+    header deadline, and the app answers again. Also the guard of ``_deadline_protocol``'s
+    reliance on uvicorn's ``H11Protocol``."""
+    monkeypatch.setattr(web, "HEADER_DEADLINE", 1.0)
+    monkeypatch.setattr(web, "CONNECTIONS", 30)
     app = agents_app(AgentClient.__new__(AgentClient), identity=lambda _: "x")  # whoami only
     async with served(app) as base, httpx2.AsyncClient(timeout=10) as http:
         held = []
         try:
-            for _ in range(200):
-                _, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
-                writer.write(b"POST /api/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and no more
-                held.append(writer)
+            for i in range(30):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
+                if i % 3 == 0:
+                    writer.write(b"POST /api/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                elif i % 3 == 1:
+                    writer.write(b"G")  # then a byte now and then, below
+                held.append((reader, writer))
+            r = await http.get(f"{base}/api/whoami")
+            assert r.status_code == 503  # full
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 8  # past uvicorn's 5 s keep-alive limit
+            for _ in range(2):
+                await asyncio.sleep(0.5)
+                for i, (_, writer) in enumerate(held):
+                    if i % 3 == 1 and not writer.is_closing():
+                        writer.write(b"E")
+            deadline = loop.time() + 10
             status = 0
             while loop.time() < deadline:
                 status = (await http.get(f"{base}/api/whoami")).status_code
                 if status == 200:
                     break
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.2)
             assert status == 200
+            # Every stuck connection was closed by the app (EOF), none answered.
+            for reader, _ in held:
+                assert await asyncio.wait_for(reader.read(), 5) == b""
         finally:
-            for writer in held:
+            for _, writer in held:
                 writer.close()
+
+
+async def test_a_body_that_never_arrives_is_a_408(monkeypatch):
+    monkeypatch.setattr(web, "BODY_DEADLINE", 0.5)
+    app = agents_app(AgentClient.__new__(AgentClient), identity=lambda _: "x")
+    async with served(app) as base:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
+        try:
+            writer.write(
+                b"POST /api/chats/c/interrupts/r HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"act'
+            )
+            answer_head = await asyncio.wait_for(reader.readline(), 10)
+            assert answer_head.startswith(b"HTTP/1.1 408"), answer_head
+        finally:
+            writer.close()

@@ -87,3 +87,14 @@ async def answer(
 
 
 Probe = Callable[[], Awaitable[Any]]
+
+
+def approval(interrupt: dict[str, Any]) -> dict[str, Any]:
+    """The resume entry that approves an AG-UI interrupt as shown (its input digest echoed,
+    as an editable tool's approval must)."""
+    return {
+        "interruptId": interrupt["id"],
+        "status": "resolved",
+        "payload": {"approved": True},
+        "metadata": {"inputDigest": interrupt["metadata"]["inputDigest"]},
+    }
