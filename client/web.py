@@ -68,6 +68,7 @@ from temporal_agent_interrupts.errors import (
     UnknownAgent,
     rpc_error,
 )
+from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
@@ -140,21 +141,9 @@ history records nothing of it)."""
 _TOO_MANY_FOLLOWERS = "TooManyFollowers"
 """The type of the conversation's refusal of a follower past its four (workflows/stream.py)."""
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
-# RFC 3986's host (an IP literal in brackets, or a reg-name) and an optional port: the codec
-# server's rule (worker/codec_server.py).
-_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]*)?")
-
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
 _ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff]{1,400}")
-
-# One site's origin as a browser sends it: a scheme (http, https, an extension's or an app
-# shell's own), a host, a port, nothing else.
-_ORIGIN = re.compile(
-    r"[a-z][a-z0-9+.-]*://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE
-)
 
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -371,23 +360,23 @@ class _Guard:
         await self.app(scope, receive, send_with_cors)
 
     def _host_allowed(self, host: str) -> bool:
-        found = _HOST.fullmatch(host.strip(" \t").lower())
+        found = HOST.fullmatch(host.strip(" \t").lower())
         if found is None:
             return False
         return found[0] in self.hosts or found["name"] in self.hosts
 
-    def _same_origin(self, origin: str, host: str, scope: Scope) -> bool:
+    def _same_origin(self, sent: str, host: str, scope: Scope) -> bool:
         scheme = scope.get("scheme", "http")
-        return origin.strip(" \t").rstrip("/").lower() == f"{scheme}://{host.strip().lower()}"
+        return origin(sent).lower() == f"{scheme}://{host.strip().lower()}"
 
     def _cors(self, origins: list[str]) -> list[tuple[str, str]]:
         if len(origins) != 1:
             return []
-        origin = origins[0].strip(" \t").rstrip("/")
-        if origin not in self.origins:
+        sent = origin(origins[0])
+        if sent not in self.origins:
             return []
         return [
-            ("Access-Control-Allow-Origin", origin),
+            ("Access-Control-Allow-Origin", sent),
             ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
             ("Access-Control-Allow-Headers", "authorization, content-type, last-event-id"),
             ("Access-Control-Max-Age", "600"),
@@ -964,14 +953,7 @@ def agents_app(
         raise ValueError(
             "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
         )
-    for origin in cors_origins:
-        if not _ORIGIN.fullmatch(origin.strip().rstrip("/")):
-            # "null" above all: it is the origin of every sandboxed frame and file: page, on
-            # any site, so allowing it allows them all to act here.
-            raise ValueError(
-                f"cors_origins: {origin[:100]!r} is not one site's origin (scheme://host[:port], "
-                "no path, no wildcard, not 'null')"
-            )
+    origins = site_origins(cors_origins, what="cors_origins")
     state = _App(
         client,
         identity=identity,
@@ -1016,7 +998,7 @@ def agents_app(
     app.add_middleware(
         _Guard,
         hosts=hosts,
-        origins=frozenset(o.strip().rstrip("/") for o in cors_origins),
+        origins=origins,
         loopback_only=dev_loopback and identity is None,
     )
     app.state.agents = state

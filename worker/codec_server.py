@@ -119,7 +119,6 @@ import json
 import logging
 import os
 import queue
-import re
 import signal
 import socket
 import struct
@@ -143,6 +142,7 @@ from temporal_agent_interrupts.codec import (
     generate_key,
     load_keys,
 )
+from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
 
 log = logging.getLogger("temporal_agent_interrupts.worker.codec_server")
 
@@ -153,11 +153,6 @@ DEFAULT_PORT = 8081
 DEV_UI_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 """The embedded dev server's UI, under both names a browser may use for it."""
 ALLOWED_HEADERS = "content-type, x-namespace, authorization"
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-# RFC 3986's host (an IP literal in brackets, or a reg-name: no ":", "@", "/" or space) and an
-# optional port.
-_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]*)?")
-
 # The limits (module docstring). Each is the default of a field of Limits, for tests and for a
 # team that embeds the server with other needs.
 #
@@ -256,12 +251,6 @@ class Load:
     """Requests being parsed, transformed or rendered."""
     waiting_to_process: int
     """Requests read, waiting for a thread."""
-
-
-def _origin(value: str) -> str:
-    # Spaces and tabs only: h11 lets bytes 0x80-0xff through in a header, and str.strip()
-    # would take "\xa0" for whitespace.
-    return value.strip(" \t").rstrip("/")
 
 
 def _fix_malloc_mmap_threshold() -> None:
@@ -956,7 +945,7 @@ class _Connection:
         any port). Read as RFC 9110 spells a Host, ``uri-host [":" port]``, and nothing looser:
         ``localhost:8081:1`` or ``a@localhost:8081`` is no name of its."""
         # Not str.strip(): "\xa0" is no part of a Host (h11 has trimmed spaces and tabs).
-        found = _HOST.fullmatch((host or "").strip(" \t").lower())
+        found = HOST.fullmatch((host or "").strip(" \t").lower())
         if found is None:
             return False
         allowed = self.config.hosts
@@ -964,11 +953,11 @@ class _Connection:
 
     def _cors(self, headers: _Headers) -> list[tuple[str, str]]:
         origins = headers.all("origin")
-        if len(origins) != 1 or (origin := _origin(origins[0])) not in self.config.origins:
+        if len(origins) != 1 or (sent := origin(origins[0])) not in self.config.origins:
             return []
         return [
             # The origin as configured, not as sent: only what was checked goes back.
-            ("Access-Control-Allow-Origin", origin),
+            ("Access-Control-Allow-Origin", sent),
             ("Access-Control-Allow-Methods", "POST, OPTIONS"),
             ("Access-Control-Allow-Headers", ALLOWED_HEADERS),
             # The UI may send its access token ("pass access token"); it is never stored.
@@ -1071,7 +1060,7 @@ class CodecServer:
             )
         self._codec = EncryptionCodec(keys)
         self._namespaces = frozenset(namespaces)
-        self._origins = frozenset(_origin(o) for o in cors_origins)
+        self._origins = site_origins(cors_origins, what="--cors-origin")
         self._host = host
         self._port = port
         self._allowed_hosts = tuple(h.strip().lower() for h in allowed_hosts if h.strip())

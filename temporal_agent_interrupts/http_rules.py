@@ -1,0 +1,50 @@
+"""The rules both HTTP servers of the product keep: the codec server (``worker/codec_server.py``)
+and the web app (``client/web.py``). Which ``Host`` they answer to (DNS rebinding), and which
+browser origins they may give CORS headers to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+"""The names a loopback server answers to in ``Host``, with its port."""
+
+HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]*)?")
+"""RFC 3986's host (an IP literal in brackets, or a reg-name: no ":", "@", "/" or space) and an
+optional port, as RFC 9110 spells a ``Host``: ``uri-host [":" port]`` and nothing looser, so
+``localhost:8081:1`` or ``a@localhost:8081`` names no host of ours. Match it lower-cased."""
+
+ORIGIN = re.compile(
+    r"[a-z][a-z0-9+.-]*://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE
+)
+"""One site's origin as a browser sends it: a scheme (http, https, an extension's or an app
+shell's own), a host, a port, nothing else."""
+
+
+def origin(value: str) -> str:
+    """An ``Origin`` value (or a configured one) as compared: spaces and tabs and a trailing
+    slash trimmed. Not ``str.strip()``: a parser may let bytes 0x80-0xff through in a header,
+    and ``strip()`` would take ``"\\xa0"`` for whitespace."""
+    return value.strip(" \t").rstrip("/")
+
+
+def site_origins(values: Iterable[str], *, what: str) -> frozenset[str]:
+    """The configured CORS origins, each checked to be one site's origin.
+
+    Raises:
+        ValueError: one is not (``null``, ``*``, a path): "null" above all, the origin of every
+            sandboxed frame and ``file:`` page on any site, so allowing it would let them all
+            act here; a wildcard or a path would never match, silently.
+    """
+    found = []
+    for value in values:
+        given = origin(value)
+        if not ORIGIN.fullmatch(given):
+            raise ValueError(
+                f"{what}: {value[:100]!r} is not one site's origin (scheme://host[:port], no "
+                "path, no wildcard, not 'null')"
+            )
+        found.append(given)
+    return frozenset(found)
