@@ -185,6 +185,18 @@ class TurnStream:
             waiter.cancel()
             await task  # raises the refusal (or returns: a turn that ended at once)
 
+    async def close(self) -> None:
+        """Stop waiting here for what was sent: the turn goes on in the conversation (a
+        follower that went away, a client that disconnected), and nothing it raises later is
+        left unretrieved."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved: the caller that went away does not want it
+
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
         return self._events()
 

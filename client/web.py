@@ -678,23 +678,27 @@ class _App:
         self, chat: Chat, run: RunAgentInput, start: int, turn: TurnStream
     ) -> AsyncIterator[str]:
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
-        for pos, event in frames.started():
-            yield agui.encode(event, frames.frame_id(pos))
         try:
-            async for event in turn:
-                async for frame in self._frames_of(chat, frames, event):
-                    yield frame
-        except AgentError:
-            if frames.ended:
-                # Raised for a turn that already said how it ended (a new chat whose agent no
-                # worker hosts is closed after its failed turn_end): one terminal event only.
-                return
-            raise
-        if not frames.ended:
-            # Answers that left others pending: the turn stays paused, with no turn_end.
-            result = await turn.result()
-            for pos, ev in frames.finished(result, offset=frames.last):
-                yield agui.encode(ev, frames.frame_id(pos))
+            for pos, event in frames.started():
+                yield agui.encode(event, frames.frame_id(pos))
+            try:
+                async for event in turn:
+                    async for frame in self._frames_of(chat, frames, event):
+                        yield frame
+            except AgentError:
+                if frames.ended:
+                    # Raised for a turn that already said how it ended (a new chat whose agent
+                    # no worker hosts is closed after its failed turn_end): one terminal event.
+                    return
+                raise
+            if not frames.ended:
+                # Answers that left others pending: the turn stays paused, with no turn_end.
+                result = await turn.result()
+                for pos, ev in frames.finished(result, offset=frames.last):
+                    yield agui.encode(ev, frames.frame_id(pos))
+        finally:
+            # A client that went away mid-run: the turn goes on; this stream stops waiting.
+            await turn.close()
 
     async def _frames_of(
         self,
