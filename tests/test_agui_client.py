@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -55,10 +54,9 @@ from tests.helpers import (
     assert_no_workflow_task_failed,
     free_port,
     scheduled_activities,
-    server_address,
 )
 from tests.test_authoring import readme_block
-from tests.test_worker_process import Process, bare_environ
+from tests.test_web_process import web_worker
 
 CLIENT_DIR = Path(__file__).resolve().parent / "agui_client"
 SCRIPT = CLIENT_DIR / "run.mjs"
@@ -403,8 +401,6 @@ async def test_the_readmes_agui_client_block_against_make_runs_worker(node, env,
     """The README's ``agui_client.mjs``, as printed, in node with the official client (from
     tests/agui_client's lockfile), against a worker process serving the web app: it pauses on
     the banking agent's approval, approves, and prints the offline model's last reply."""
-    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(env.client))
-    queue = f"tq-{uuid.uuid4()}"
     port = free_port()
     script = readme_block(
         "// agui_client.mjs: node agui_client.mjs (with make run serving)", lang="js"
@@ -412,19 +408,7 @@ async def test_the_readmes_agui_client_block_against_make_runs_worker(node, env,
     (tmp_path / "agui_client.mjs").write_text(script)
     # Where node finds the packages for a script in tmp_path: the lockfile's install.
     (tmp_path / "node_modules").symlink_to(CLIENT_DIR / "node_modules")
-    worker = await Process.start(
-        sys.executable,
-        "-m",
-        "temporal_agent_interrupts.worker",
-        "--task-queue",
-        queue,
-        "--agents",
-        "examples",
-        "--web",
-        f"127.0.0.1:{port}",
-        env=environ,
-        cwd=tmp_path,
-    )
+    worker = await web_worker(env, tmp_path, port=port, queue=f"tq-{uuid.uuid4()}")
     try:
         await worker.wait_for(f"web app on http://127.0.0.1:{port}")
         await worker.wait_for("worker ready")

@@ -12,12 +12,33 @@ import json
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from temporal_agent_interrupts import AgentClient
 from tests.helpers import eventually, free_port, server_address
 from tests.test_authoring import readme_block
 from tests.test_operator import VISIBILITY_TIMEOUT
 from tests.test_worker_process import Process, bare_environ, worker_cli
+
+
+async def web_worker(env: Any, tmp_path: Path, *, port: int, queue: str) -> Process:
+    """``agent-worker --web 127.0.0.1:PORT`` on ``queue``, as ``make run`` starts it, hosting
+    the example agents on the offline model."""
+    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(env.client))
+    worker = await Process.start(
+        sys.executable,
+        "-m",
+        "temporal_agent_interrupts.worker",
+        "--task-queue",
+        queue,
+        "--agents",
+        "examples",
+        "--web",
+        f"127.0.0.1:{port}",
+        env=environ,
+        cwd=tmp_path,
+    )
+    return worker
 
 
 async def shell(script: str, *, cwd: Path) -> str:
@@ -46,22 +67,8 @@ def objects(text: str) -> list[dict]:
 
 async def test_the_readmes_curl_session_against_make_runs_worker(env, tmp_path):
     client = env.client
-    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(client))
-    queue = f"tq-{uuid.uuid4()}"
-    port = free_port()
-    worker = await Process.start(
-        sys.executable,
-        "-m",
-        "temporal_agent_interrupts.worker",
-        "--task-queue",
-        queue,
-        "--agents",
-        "examples",
-        "--web",
-        f"127.0.0.1:{port}",
-        env=environ,
-        cwd=tmp_path,
-    )
+    port, queue = free_port(), f"tq-{uuid.uuid4()}"
+    worker = await web_worker(env, tmp_path, port=port, queue=queue)
     try:
         await worker.wait_for(f"web app on http://127.0.0.1:{port}")
         await worker.wait_for("worker ready")
