@@ -508,7 +508,10 @@ class _App:
             except ValueError as e:
                 raise Problem(400, "malformed", str(e)) from None
         await self.allow(request, Access(action="inbox", agent=agent))
-        chats = await self.client.pending(agent=agent, approver=approver)
+        try:
+            chats = await self.client.pending(agent=agent, approver=approver)
+        except RPCError as e:  # the visibility query itself (a namespace, credentials)
+            raise rpc_error(e, "") from e
         return JSONResponse({"chats": [c.model_dump(mode="json") for c in chats]})
 
     async def pending(self, request: Request) -> Response:

@@ -693,3 +693,16 @@ async def test_the_app_served_again_in_the_same_event_loop_answers(client):
     for _ in range(3):
         async with served(app) as base, httpx2.AsyncClient(timeout=10) as http:
             assert (await http.get(f"{base}/api/whoami")).status_code == 200
+
+
+async def test_what_temporal_refuses_is_a_502_saying_so(client):
+    """A namespace the server does not have: every read says so, as Temporal's refusal."""
+    from temporalio.client import Client
+
+    elsewhere = Client(**{**client.config(), "namespace": "no-such-namespace"})
+    app = agents_app(AgentClient(elsewhere), identity=lambda _: "ops@example.com")
+    async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+        for path in ("/api/chats/c1/audit", "/api/inbox"):
+            r = await http.get(f"{base}{path}")
+            assert r.status_code == 502, (path, r.text)
+            assert "no-such-namespace" in r.json()["detail"]
