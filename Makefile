@@ -35,8 +35,11 @@ browser:
 	@bash scripts/install-chromium
 
 ## test: the whole suite against a real Temporal dev server
+# On TEST_WORKERS pytest-xdist workers, each a session with its own dev servers, sharing the files
+# as tests/scheduling.py says (TEST_WORKERS=0: one process, as a bare `pytest` runs).
+TEST_WORKERS ?= 2
 test: setup browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
 # Offline: --no-isolation builds with the venv's own setuptools (a test extra), no download.

@@ -3,7 +3,8 @@
 ``.ci/run`` is ``make test`` from the repository root and nothing else; ``make test`` installs
 the browser the browser tests drive (``scripts/install-chromium``, through the ``browser``
 target) before it runs pytest; the script does nothing where a browser is already there or the
-browser tests are skipped knowingly. ``make dist`` builds the release as
+browser tests are skipped knowingly; it runs the suite on two pytest-xdist workers
+(``tests/scheduling.py``). ``make dist`` builds the release as
 tests/test_release.py checks it: offline, then twine.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+
+from tests.scheduling import CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install-chromium"
@@ -43,13 +46,22 @@ def test_ci_runs_make_test_and_nothing_else():
 def test_make_test_installs_the_browser_before_it_runs_the_suite():
     commands = recipe("test")
     install = commands.index("bash scripts/install-chromium")
-    pytest_run = next(i for i, c in enumerate(commands) if c.endswith("-m pytest"))
+    pytest_run = next(i for i, c in enumerate(commands) if " -m pytest" in c)
     assert install < pytest_run, commands
     assert os.access(SCRIPT, os.X_OK)
     syntax = subprocess.run(
         ["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False
     )
     assert syntax.returncode == 0, syntax.stderr
+
+
+def test_make_test_runs_the_suite_on_two_xdist_workers_sharing_it_by_file():
+    (run,) = [c for c in recipe("test") if " -m pytest" in c]
+    assert run.endswith("-m pytest -n 2 --dist loadfile"), run
+    # The scheduler's lists name files by name: a renamed file would silently leave them.
+    named = {*CPU_HEAVY, *SLOWEST_FIRST} - {CPU_HEAVY_UNIT}
+    assert named <= {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert set(CPU_HEAVY).isdisjoint(SLOWEST_FIRST)
 
 
 def test_make_dist_builds_offline_and_checks_with_twine():
