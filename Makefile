@@ -55,8 +55,11 @@ $(AGUI_STAMP): $(AGUI_CLIENT)/package-lock.json $(AGUI_CLIENT)/package.json
 	npm ci --prefix $(AGUI_CLIENT) --no-audit --no-fund && touch $@
 
 ## test: the whole suite against a real Temporal dev server
+# On TEST_WORKERS pytest-xdist workers, each a session with its own dev servers, sharing the files
+# as tests/scheduling.py says (TEST_WORKERS=0: one process, as a bare `pytest` runs).
+TEST_WORKERS ?= 2
 test: setup browser agui-client
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
 # Offline: --no-isolation builds with the venv's own setuptools (a test extra), no download.

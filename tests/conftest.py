@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from temporalio.client import Client
@@ -25,15 +25,33 @@ from tests import agents as test_agents
 from tests.browser import chromium
 from tests.helpers import SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
 
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler import Scheduling
+
 pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
+# tryfirst: xdist's own implementation answers for every --dist mode.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """``--dist loadfile`` (``make test``) shares the files as ``tests/scheduling.py`` says;
+    any other mode is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.scheduling import SlowestFilesFirst
+
+    return SlowestFilesFirst(config, log)
+
+
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    """One dev server for the whole session, started like the embedded default."""
+    """One dev server for the whole session, started like the embedded default (each
+    pytest-xdist worker is a session: its own server, on a free port, with an in-memory
+    database)."""
     async with dev_server() as environment:
         yield environment
 

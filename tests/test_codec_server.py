@@ -325,6 +325,8 @@ async def test_a_client_that_does_not_read_its_answer_is_cut_off():
         # A small window, and the answer (13 MiB, more than the kernel buffers) never read.
         raw = await Raw.connect(server, receive_buffer=4096)
         await raw.send(request(server, sealed(plain(b"x" * 10 * MIB))))
+        # Not yet accepted counts no connection either: see the server take it, then let go.
+        await eventually(lambda: server.load.connections == 1, what="the server took it")
         await eventually(
             lambda: server.load.connections == 0,
             what="the connection is cut off while its answer waits",

@@ -141,20 +141,24 @@ def test_keys_parse_in_order_the_first_encrypting():
     assert load_keys({ENV_VAR: K1}).ids == ("k1",)
 
 
-@pytest.mark.parametrize(
-    ("value", "says"),
-    [
-        ("k1", "entry 1 is not ID:BASE64KEY"),
-        (f"{K1},nocolon", "entry 2 is not ID:BASE64KEY"),
-        (f"bad id:{K1.partition(':')[2]}", "entry 1: the key id (6 characters) is not usable"),
-        (f"{K2},k/1:{K1.partition(':')[2]}", "entry 2: the key id (3 characters) is not usable"),
-        (f"{'k' * 65}:{K1.partition(':')[2]}", "(65 characters) is not usable; an id is 1 to 64"),
-        (f":{K1.partition(':')[2]}", "entry 1: the key id (0 characters) is not usable"),
-        ("k1:not base64!!", "key 'k1' is not valid base64"),
-        (f"k1:{base64.b64encode(b'x' * 16).decode()}", "key 'k1' is 16 bytes; AES-256 needs 32"),
-        (f"{K1},k1:{K2.partition(':')[2]}", "key id 'k1' is listed twice"),
-    ],
-)
+UNUSABLE = [
+    ("k1", "entry 1 is not ID:BASE64KEY"),
+    (f"{K1},nocolon", "entry 2 is not ID:BASE64KEY"),
+    (f"bad id:{K1.partition(':')[2]}", "entry 1: the key id (6 characters) is not usable"),
+    (f"{K2},k/1:{K1.partition(':')[2]}", "entry 2: the key id (3 characters) is not usable"),
+    (f"{'k' * 65}:{K1.partition(':')[2]}", "(65 characters) is not usable; an id is 1 to 64"),
+    (f":{K1.partition(':')[2]}", "entry 1: the key id (0 characters) is not usable"),
+    ("k1:not base64!!", "key 'k1' is not valid base64"),
+    (f"k1:{base64.b64encode(b'x' * 16).decode()}", "key 'k1' is 16 bytes; AES-256 needs 32"),
+    (f"{K1},k1:{K2.partition(':')[2]}", "key id 'k1' is listed twice"),
+]
+"""Each unusable value and what the refusal says."""
+
+
+# The values hold this run's random keys, and every pytest-xdist worker imports this module and
+# draws keys of its own; the workers must collect the same test ids, so these are named by what
+# the refusal says instead.
+@pytest.mark.parametrize(("value", "says"), UNUSABLE, ids=[says for _, says in UNUSABLE])
 def test_unusable_keys_are_refused_by_entry_never_quoting_a_key(value, says):
     with pytest.raises(PayloadKeysError) as caught:
         PayloadKeys.parse(value)
@@ -179,6 +183,8 @@ ALNUM_KEY = base64.b64encode(b"A" * 32).decode()
         f"{ALNUM_KEY.rstrip('=')}:key1",  # ... and "key1" is 3 bytes of base64
         f"{ALNUM_KEY.rstrip('=')}:{K1.partition(':')[2]},{ALNUM_KEY.rstrip('=')}:{K2.partition(':')[2]}",
     ],
+    # Not the values, which hold this run's random keys (see UNUSABLE above).
+    ids=["key-first", "second-entry-key-first", "alnum-key-first", "alnum-key-then-key1", "both"],
 )
 def test_an_entry_written_key_first_never_shows_the_key(value):
     """An id that fails the check is never quoted (its length and position only), nor is a

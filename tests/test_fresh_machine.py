@@ -5,8 +5,9 @@ the browser the browser tests drive (``scripts/install-chromium``, through the `
 target) before it runs pytest; the script does nothing where a browser is already there or the
 browser tests are skipped knowingly; and the npm packages of the AG-UI client
 tests/test_agui_client.py drives (``npm ci`` from ``tests/agui_client``'s lockfile, through the
-``agui-client`` target) when they are missing or the lockfile changed. ``make dist`` builds the
-release as tests/test_release.py checks it: offline, then twine.
+``agui-client`` target) when they are missing or the lockfile changed. It runs the suite on two
+pytest-xdist workers (``tests/scheduling.py``). ``make dist`` builds the release as
+tests/test_release.py checks it: offline, then twine.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import re
 import subprocess
 from pathlib import Path
+
+from tests.scheduling import CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install-chromium"
@@ -47,7 +50,7 @@ def test_ci_runs_make_test_and_nothing_else():
 def test_make_test_installs_the_browser_before_it_runs_the_suite():
     commands = recipe("test")
     install = commands.index("bash scripts/install-chromium")
-    pytest_run = next(i for i, c in enumerate(commands) if c.endswith("-m pytest"))
+    pytest_run = next(i for i, c in enumerate(commands) if " -m pytest" in c)
     assert install < pytest_run, commands
     assert os.access(SCRIPT, os.X_OK)
     syntax = subprocess.run(
@@ -60,7 +63,7 @@ def test_make_test_installs_the_agui_client_from_its_lockfile_before_it_runs_the
     # -W: as if the lockfile had just changed, whatever is installed here now.
     commands = recipe("-W", "tests/agui_client/package-lock.json", "test")
     install = next(i for i, c in enumerate(commands) if "npm ci --prefix tests/agui_client" in c)
-    pytest_run = next(i for i, c in enumerate(commands) if c.endswith("-m pytest"))
+    pytest_run = next(i for i, c in enumerate(commands) if " -m pytest" in c)
     assert install < pytest_run, commands
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", "tests/agui_client/node_modules/x"], cwd=ROOT, check=False
@@ -70,6 +73,15 @@ def test_make_test_installs_the_agui_client_from_its_lockfile_before_it_runs_the
     pinned = json.loads((ROOT / "tests" / "agui_client" / "package.json").read_text())
     assert lock["packages"][""]["dependencies"] == pinned["dependencies"]
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in pinned["dependencies"].values())
+
+
+def test_make_test_runs_the_suite_on_two_xdist_workers_sharing_it_by_file():
+    (run,) = [c for c in recipe("test") if " -m pytest" in c]
+    assert run.endswith("-m pytest -n 2 --dist loadfile"), run
+    # The scheduler's lists name files by name: a renamed file would silently leave them.
+    named = {*CPU_HEAVY, *SLOWEST_FIRST} - {CPU_HEAVY_UNIT}
+    assert named <= {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert set(CPU_HEAVY).isdisjoint(SLOWEST_FIRST)
 
 
 def test_make_dist_builds_offline_and_checks_with_twine():
