@@ -71,14 +71,15 @@ FORBIDDEN = {
     "workflows": {"activities", "worker", "client", SHARED, "examples"},
     "activities": {"worker", "client", SHARED, "examples"},
     # The worker imports the shared modules, never the client, and hosts the examples only by
-    # name (``--agents examples``). The test kit (worker/testing.py) is the exception: it drives
-    # conversations through the client API on purpose.
+    # name (``--agents examples``). Two exceptions: the test kit (worker/testing.py) drives
+    # conversations through the client API on purpose, and the worker process serves the web
+    # app (client/web.py) beside itself with ``--web``, imported only then.
     "worker": {"client", "examples"},
     "client": {"worker", "examples"},
     SHARED: {"activities", "worker", "client", "examples"},
     "examples": set(),
 }
-ALLOWED = {"worker/testing.py": {"client"}}
+ALLOWED = {"worker/testing.py": {"client"}, "worker/__main__.py": {"client"}}
 
 
 def _where(root: Path) -> dict[str, Path]:
