@@ -114,23 +114,12 @@ async def test_a_web_port_in_use_is_reported_and_the_worker_serves_on(env, tmp_p
     worker keeps serving conversations."""
     import socket
 
-    environ = bare_environ(tmp_path, TEMPORAL_ADDRESS=server_address(env.client))
     queue = f"tq-{uuid.uuid4()}"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        worker = await Process.start(
-            sys.executable,
-            "-m",
-            "temporal_agent_interrupts.worker",
-            "--task-queue",
-            queue,
-            "--web",
-            f"127.0.0.1:{port}",
-            env=environ,
-            cwd=tmp_path,
-        )
+        worker = await web_worker(env, tmp_path, port=port, queue=queue)
         try:
             await worker.wait_for("the web app on")
             chat = await AgentClient(env.client, task_queue=queue).chat("bankingAgent")
