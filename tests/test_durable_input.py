@@ -655,15 +655,22 @@ def many_calls() -> dict[str, Any]:
 
 
 async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(small_histories, model):
-    # The whole suite's objects share this process: a full garbage collection over them ran
-    # inside one of this conversation's activations (the worker is in process) and took it past
-    # the SDK's 2 s deadlock limit. Frozen, they are out of the collector's walk, as
-    # agent-worker freezes its start-up objects; what this test makes is still collected.
+    # A full garbage collection inside one of this conversation's activations (the worker is
+    # in process) takes it past the SDK's 2 s deadlock limit: one over the whole suite's
+    # objects, which share this process, did in a serial run; one over what this test makes
+    # (0.1 to 0.3 s alone) took 2.9 s under the load of a parallel run (`make test`). So the
+    # suite's objects are frozen, out of the collector's walk, as agent-worker freezes its
+    # start-up objects, and the collector waits until the conversation is over: what the test
+    # made (about 1M objects, 0.7 s) is collected once its worker has stopped, before the next
+    # test.
     gc.collect()
     gc.freeze()
+    gc.disable()
     try:
         await _tens_of_thousands(small_histories, model)
     finally:
+        gc.enable()
+        gc.collect()
         gc.unfreeze()
 
 
@@ -687,10 +694,8 @@ async def _tens_of_thousands(small_histories, model) -> None:
         for turn in range(turns):
             res = await chat.send(f"turn {turn}")
             # The scripted model records every request, and each holds the conversation so far
-            # (thousands of call parts): kept, the 340 of them made a full collection in this
-            # process take up to 1.6 s on an idle machine (0.2 s without them), and under the
-            # load of a parallel run one inside an activation passed the SDK's 2 s deadlock
-            # limit. Nothing here reads them.
+            # (thousands of call parts): the 340 of them would hold this process's memory (a
+            # full collection over them took 1.6 s), and nothing here reads them.
             model.requests.clear()
             # The answer is kept whole; the update's result, limited to 128 KiB, cuts it.
             assert res.text.startswith(f"turn {turn} done. aaa"), res.text[:100]
