@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.scheduling import CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
+from tests.scheduling import ALONE, CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install-chromium"
@@ -58,10 +58,13 @@ def test_make_test_installs_the_browser_before_it_runs_the_suite():
 def test_make_test_runs_the_suite_on_two_xdist_workers_sharing_it_by_file():
     (run,) = [c for c in recipe("test") if " -m pytest" in c]
     assert run.endswith("-m pytest -n 2 --dist loadfile"), run
-    # The scheduler's lists name files by name: a renamed file would silently leave them.
+    # The scheduler's lists name files and tests: a renamed one would silently leave them.
     named = {*CPU_HEAVY, *SLOWEST_FIRST} - {CPU_HEAVY_UNIT}
     assert named <= {p.name for p in (ROOT / "tests").glob("test_*.py")}
     assert set(CPU_HEAVY).isdisjoint(SLOWEST_FIRST)
+    for nodeid in ALONE:
+        path, _, name = nodeid.partition("::")
+        assert f"\ndef {name}(" in (ROOT / path).read_text().replace("async def", "def"), nodeid
 
 
 def test_make_dist_builds_offline_and_checks_with_twine():
