@@ -21,10 +21,14 @@ SCRIPT = ROOT / "scripts" / "install-chromium"
 
 
 def recipe(*targets: str) -> list[str]:
-    """The commands ``make`` would run for ``targets`` (a dry run; the venv counted as set up)."""
+    """The commands ``make`` would run for ``targets`` (a dry run; the venv counted as set up),
+    with the Makefile's defaults: not what this run's own make was given (``make test
+    TEST_WORKERS=0`` passes its variables on through MAKEFLAGS)."""
+    own = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TEST_WORKERS")
     done = subprocess.run(
         ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", *targets],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in own},
         capture_output=True,
         text=True,
         timeout=60,
