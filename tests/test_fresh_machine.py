@@ -18,17 +18,21 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.scheduling import CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
+from tests.scheduling import ALONE, CPU_HEAVY, CPU_HEAVY_UNIT, SLOWEST_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install-chromium"
 
 
 def recipe(*targets: str) -> list[str]:
-    """The commands ``make`` would run for ``targets`` (a dry run; the venv counted as set up)."""
+    """The commands ``make`` would run for ``targets`` (a dry run; the venv counted as set up),
+    with the Makefile's defaults: not what this run's own make was given (``make test
+    TEST_WORKERS=0`` passes its variables on through MAKEFLAGS)."""
+    own = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "TEST_WORKERS")
     done = subprocess.run(
         ["make", "-n", "--no-print-directory", "-o", ".venv/.installed", *targets],
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in own},
         capture_output=True,
         text=True,
         timeout=60,
@@ -78,10 +82,13 @@ def test_make_test_installs_the_agui_client_from_its_lockfile_before_it_runs_the
 def test_make_test_runs_the_suite_on_two_xdist_workers_sharing_it_by_file():
     (run,) = [c for c in recipe("test") if " -m pytest" in c]
     assert run.endswith("-m pytest -n 2 --dist loadfile"), run
-    # The scheduler's lists name files by name: a renamed file would silently leave them.
+    # The scheduler's lists name files and tests: a renamed one would silently leave them.
     named = {*CPU_HEAVY, *SLOWEST_FIRST} - {CPU_HEAVY_UNIT}
     assert named <= {p.name for p in (ROOT / "tests").glob("test_*.py")}
     assert set(CPU_HEAVY).isdisjoint(SLOWEST_FIRST)
+    for nodeid in ALONE:
+        path, _, name = nodeid.partition("::")
+        assert f"\ndef {name}(" in (ROOT / path).read_text().replace("async def", "def"), nodeid
 
 
 def test_make_dist_builds_offline_and_checks_with_twine():
