@@ -11,7 +11,7 @@ DEV_PID := .temporal/dev-server.pid
 AGUI_CLIENT := tests/agui_client
 AGUI_STAMP := $(AGUI_CLIENT)/node_modules/.installed
 
-.PHONY: setup browser agui-client demo run test dist bench lint stop clean
+.PHONY: setup browser agui-client demo run test docs dist bench lint stop clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is required")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,bench,docs]'
 	touch $(STAMP)
 
 ## demo: one banking conversation that pauses for your approval (echo y | make demo)
@@ -60,6 +60,12 @@ $(AGUI_STAMP): $(AGUI_CLIENT)/package-lock.json $(AGUI_CLIENT)/package.json
 TEST_WORKERS ?= 2
 test: setup browser agui-client
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+## docs: the docs site on http://127.0.0.1:8000, rebuilt as the pages change (offline)
+# DOCS_BIND=HOST:PORT to serve elsewhere; `mkdocs build --strict` is what the tests run.
+DOCS_BIND ?= 127.0.0.1:8000
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr $(DOCS_BIND)
 
 ## dist: the release: an sdist, and a wheel built from it, in dist/, checked by twine
 # Offline: --no-isolation builds with the venv's own setuptools (a test extra), no download.

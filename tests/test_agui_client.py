@@ -50,12 +50,12 @@ from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import tool_runs
 from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from tests.agents import RUNS, ops_agent
+from tests.docs import block
 from tests.helpers import (
     assert_no_workflow_task_failed,
     free_port,
     scheduled_activities,
 )
-from tests.test_authoring import readme_block
 from tests.test_web_process import web_worker
 
 CLIENT_DIR = Path(__file__).resolve().parent / "agui_client"
@@ -402,7 +402,7 @@ async def test_the_readmes_agui_client_block_against_make_runs_worker(node, env,
     tests/agui_client's lockfile), against a worker process serving the web app: it pauses on
     the banking agent's approval, approves, and prints the offline model's last reply."""
     port = free_port()
-    script = readme_block(
+    script = block(
         "// agui_client.mjs: node agui_client.mjs (with make run serving)", lang="js"
     ).replace("127.0.0.1:8234", f"127.0.0.1:{port}")
     (tmp_path / "agui_client.mjs").write_text(script)

@@ -9,7 +9,6 @@ offline model's ``call TOOL`` rules, the test kit (``worker.testing``) on its ow
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import subprocess
 import sys
@@ -37,33 +36,24 @@ from temporal_agent_interrupts.worker.testing import (
 )
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from tests import agents as t
+from tests.docs import block
 from tests.helpers import eventually, server_address
 from tests.test_worker_process import Process, bare_environ
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
-
-
-def readme_block(first_line: str, *, lang: str) -> str:
-    """The README's ```lang block whose first line is ``first_line``, as printed."""
-    found = re.search(rf"```{lang}\n({re.escape(first_line)}\n.*?)```", README, re.S)
-    assert found is not None, f"the README lost its {first_line!r} block"
-    return found[1]
-
-
 @pytest.fixture
 def author_repo(tmp_path: Path) -> Path:
     """A repository laid out as "Writing an agent" says: mypackage/agents.py, tests/, pyproject."""
     (tmp_path / "mypackage").mkdir()
     (tmp_path / "mypackage" / "__init__.py").write_text("")
     (tmp_path / "mypackage" / "agents.py").write_text(
-        readme_block("# mypackage/agents.py", lang="python")
+        block("# mypackage/agents.py", lang="python")
     )
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_ticket_agent.py").write_text(
-        readme_block("# tests/test_ticket_agent.py", lang="python")
+        block("# tests/test_ticket_agent.py", lang="python")
     )
-    (tmp_path / "pyproject.toml").write_text(readme_block("[tool.pytest.ini_options]", lang="toml"))
+    (tmp_path / "pyproject.toml").write_text(block("[tool.pytest.ini_options]", lang="toml"))
     return tmp_path
 
 

@@ -21,6 +21,7 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.devserver import temporal_cli
 from temporal_agent_interrupts.worker.offline_model import BANNER, respond
 from temporal_agent_interrupts.worker.standin import GeminiStandIn
+from tests.docs import block
 from tests.helpers import fake_dev_server, server_address
 
 ROOT = Path(__file__).parent.parent
@@ -284,11 +285,8 @@ def test_build_worker_refuses_sdk_retries(client):
 
 
 def readme_python_example() -> str:
-    """The README's client example (the first python block), as a newcomer would copy it."""
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"```python\n(# terminal 2.*?)```", readme, re.S)
-    assert found is not None, "the README lost its client example"
-    return found[1]
+    """The client example of "Getting started", as a newcomer would copy it."""
+    return block("# terminal 2: python this_file.py", lang="python")
 
 
 async def test_the_readme_client_example_runs_as_written(env, tmp_path):

@@ -1,7 +1,8 @@
-"""The README's examples import through the package, and its plugin example runs as printed.
+"""The docs' examples import through the package, and the plugin example runs as printed.
 
-Every Python block of the README is checked for imports by a folder's bare name (``from client
-import ...`` works from a clone, and loads a second copy of every module beside the package's)
+Every Python block of the README and of the pages under docs/ is checked for imports by a
+folder's bare name (``from client import ...`` works from a clone, and loads a second copy of
+every module beside the package's)
 and for commands that no longer exist (``python -m worker``). The block "Inside your own Temporal
 application" runs against the session's dev server with the README's ticket agent: the team's own
 workflow and the agent on one worker, an interrupt approved. The README's other blocks run in
@@ -23,31 +24,29 @@ from pathlib import Path
 import pytest
 
 from temporal_agent_interrupts import AgentClient
+from tests import docs
+from tests.docs import block
 from tests.helpers import eventually, server_address
-from tests.test_authoring import readme_block
 from tests.test_worker_process import bare_environ
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
 FOLDERS = ("workflows", "activities", "worker", "client")
 
 
-def python_blocks() -> list[tuple[int, str]]:
-    """Every ```python block of the README: the line it starts on, and its text."""
-    return [
-        (README.count("\n", 0, m.start()) + 1, m[1])
-        for m in re.finditer(r"```python\n(.*?)```", README, re.S)
-    ]
+def python_blocks() -> list[tuple[str, str]]:
+    """Every ```python block of every page: where it starts (``page:line``), and its text."""
+    return [(b.where, b.text) for b in docs.all_blocks() if b.lang == "python"]
 
 
-def test_the_readme_has_python_blocks_to_check():
+def test_the_docs_have_python_blocks_to_check():
     assert len(python_blocks()) >= 6
 
 
 def test_no_readme_python_block_imports_a_folder_by_its_bare_name():
     bare = []
-    for line, block in python_blocks():
-        tree = ast.parse(block, filename=f"README.md, block at line {line}")
+    for where, source in python_blocks():
+        page, line = where.rsplit(":", 1)
+        tree = ast.parse(source, filename=where)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -56,7 +55,8 @@ def test_no_readme_python_block_imports_a_folder_by_its_bare_name():
             else:
                 continue
             bare += [
-                f"README.md:{line + node.lineno}: {name} (import temporal_agent_interrupts.{name})"
+                f"{page}:{int(line) + node.lineno - 1}: {name} "
+                f"(import temporal_agent_interrupts.{name})"
                 for name in names
                 if name.split(".")[0] in FOLDERS
             ]
@@ -67,15 +67,16 @@ def test_every_name_a_readme_block_imports_from_the_package_exists():
     """Blocks that only show a shape (approval governance) are not run; their imports still
     resolve, so none of them names a module or a name that moved."""
     missing = []
-    for line, block in python_blocks():
-        for node in ast.walk(ast.parse(block)):
+    for where, source in python_blocks():
+        page, line = where.rsplit(":", 1)
+        for node in ast.walk(ast.parse(source)):
             if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
                 continue
             if node.module.split(".")[0] != "temporal_agent_interrupts":
                 continue
             module = importlib.import_module(node.module)
             missing += [
-                f"README.md:{line + node.lineno}: {node.module}.{a.name}"
+                f"{page}:{int(line) + node.lineno - 1}: {node.module}.{a.name}"
                 for a in node.names
                 if not hasattr(module, a.name)
             ]
@@ -85,19 +86,18 @@ def test_every_name_a_readme_block_imports_from_the_package_exists():
 def test_the_readme_names_no_command_by_a_folders_bare_module():
     """``python -m worker`` is ``agent-worker``; ``python -m worker.codec_server`` is
     ``agent-codec-server``; a pytest plugin is named by its package path."""
-    stale = re.findall(rf"(?:python -m|-p) (?:{'|'.join(FOLDERS)})\b[\w.]*", README)
+    bare = rf"(?:python -m|-p) (?:{'|'.join(FOLDERS)})\b[\w.]*"
+    stale = re.findall(bare, docs.text_of_all_pages())
     assert not stale, stale
 
 
 def test_the_checks_above_see_a_bare_import(monkeypatch):
     """The bare-name check finds an import it must refuse, inside a function too."""
-    monkeypatch.setattr(
-        sys.modules[__name__],
-        "README",
-        "```python\nfrom temporal_agent_interrupts import Agent\n\ndef f():\n"
-        "    from client import run_script\n```\n",
-    )
-    with pytest.raises(AssertionError, match=r"README\.md:5: client "):
+    page = docs.ROOT / "README.md"
+    text = "Intro.\n\n```python\nfrom temporal_agent_interrupts import Agent\n\ndef f():\n" \
+        "    from client import run_script\n```\n"  # fmt: skip
+    monkeypatch.setattr(docs, "all_blocks", lambda: docs.blocks_of(page, text))
+    with pytest.raises(AssertionError, match=r"README\.md:7: client "):
         test_no_readme_python_block_imports_a_folder_by_its_bare_name()
 
 
@@ -111,19 +111,19 @@ async def test_the_readme_plugin_example_hosts_an_agent_beside_the_teams_own_wor
     (tmp_path / "mypackage").mkdir()
     (tmp_path / "mypackage" / "__init__.py").write_text("")
     (tmp_path / "mypackage" / "agents.py").write_text(
-        readme_block("# mypackage/agents.py", lang="python")
+        block("# mypackage/agents.py", lang="python")
     )
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "__init__.py").write_text("")
     (tmp_path / "myapp" / "invoices.py").write_text(
-        readme_block(
+        block(
             "# myapp/invoices.py: the team's own workflow, in a module of its own as Temporal "
             "advises",
             lang="python",
         )
     )
     queue = f"billing-{uuid.uuid4()}"
-    source = readme_block(
+    source = block(
         "# myapp/worker.py: python -m myapp.worker, from the folder holding mypackage/ and myapp/",
         lang="python",
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 import tempfile
 import time
@@ -20,9 +19,8 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import streaming
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text
 from temporal_agent_interrupts.workflows.types import TurnEvent
+from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
-
-README = Path(__file__).parent.parent / "README.md"
 
 
 async def drain(stream) -> None:
@@ -155,12 +153,11 @@ async def test_an_offset_no_longer_kept_is_a_clear_error_and_no_offset_reads_wha
 async def test_the_readme_streaming_example_runs_against_the_offline_model(client):
     """The README's "Streaming a turn" script, as printed, against a worker serving the offline
     stand-in the embedded default uses (which streams its replies in chunks)."""
-    found = re.search(r"```python\n(# stream_transfer\.py\n.*?)```", README.read_text(), re.S)
-    assert found is not None, "the README lost its stream_transfer.py block"
+    source = block("# stream_transfer.py", lang="python")
     queue = f"readme-{uuid.uuid4()}"
     with GeminiStandIn(streaming) as offline, tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "stream_transfer.py"
-        script.write_text(found[1])
+        script.write_text(source)
         async with build_worker(
             client, agents=[banking_agent], task_queue=queue, gemini=offline.client()
         ):

@@ -717,15 +717,14 @@ async def test_waiting_updates_always_leave_cancel_a_slot(run_worker, model, cli
 # The README's table names real tests.
 
 
-def test_the_readmes_trust_table_names_tests_that_exist():
-    """Each "cannot" in the README's "For security reviewers" names the test that proves it:
+def test_the_security_pages_trust_table_names_tests_that_exist():
+    """Each "cannot" in docs/security.md names the test that proves it:
     every name there must be a test of this suite (a renamed test would leave a row unproven)."""
     import re
     from pathlib import Path
 
     root = Path(__file__).parent
-    readme = (root.parent / "README.md").read_text()
-    section = readme.split("## For security reviewers", 1)[1].split("\n## ", 1)[0]
+    section = (root.parent / "docs" / "security.md").read_text()
     named = re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)`", section)
     assert len(named) >= 15, named
     defined: dict[str, set[str]] = {
@@ -735,7 +734,7 @@ def test_the_readmes_trust_table_names_tests_that_exist():
     anywhere = set().union(*defined.values())
     for file, test in named:
         known = defined.get(file, set()) if file else anywhere
-        assert test in known, f"the README names {file or 'a'} test {test}, which does not exist"
+        assert test in known, f"docs/security.md names {file or 'a'} test {test}: there is none"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -488,13 +488,13 @@ def test_dev_mode_serves_loopback_only():
 async def test_the_readmes_web_app_block_makes_a_bearer_app(env, monkeypatch):
     """The README's ``web_app.py`` runs as printed: AgentClient.connect from the environment,
     a bearer-token app with one allowed origin."""
+    from tests.docs import block
     from tests.helpers import server_address
-    from tests.test_authoring import readme_block
 
     monkeypatch.setenv("TEMPORAL_ADDRESS", server_address(env.client))
     namespace: dict[str, Any] = {}
-    block = readme_block("# web_app.py: served with uvicorn, in your own service", lang="python")
-    exec(compile(block, "web_app.py", "exec"), namespace)  # the README's own code, as printed
+    source = block("# web_app.py: served with uvicorn, in your own service", lang="python")
+    exec(compile(source, "web_app.py", "exec"), namespace)  # the README's own code, as printed
     app = await namespace["make_app"]()
     async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
         assert (await http.get(f"{base}/api/whoami")).json() == {"identity": None, "mode": "bearer"}

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from temporal_agent_interrupts import AgentClient
+from tests.docs import block
 from tests.helpers import eventually, free_port, server_address
-from tests.test_authoring import readme_block
 from tests.test_operator import VISIBILITY_TIMEOUT
 from tests.test_worker_process import Process, bare_environ, worker_cli
 
@@ -73,11 +73,11 @@ async def test_the_readmes_curl_session_against_make_runs_worker(env, tmp_path):
         await worker.wait_for(f"web app on http://127.0.0.1:{port}")
         await worker.wait_for("worker ready")
         chat_id = f"chat-curl-{uuid.uuid4().hex[:8]}"
-        block = readme_block(
+        script = block(
             "# curl: a conversation that pauses, read and answered over HTTP", lang="sh"
         )
-        block = block.replace("localhost:8234", f"localhost:{port}").replace("chat-curl", chat_id)
-        lines = block.splitlines()
+        script = script.replace("localhost:8234", f"localhost:{port}").replace("chat-curl", chat_id)
+        lines = script.splitlines()
         # The first command starts the conversation; what a reader copies comes from it.
         cut = next(i for i, line in enumerate(lines) if line.startswith("# ..."))
         first = "\n".join(lines[:cut])
