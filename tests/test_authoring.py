@@ -58,15 +58,12 @@ def author_repo(tmp_path: Path) -> Path:
 
 
 async def authors_worker(env, repo: Path, queue: str) -> Process:
-    """`AGENT_TASK_QUEUE=queue agent-worker --agents mypackage.agents`, run in ``repo``."""
-    environ = bare_environ(
-        repo, TEMPORAL_ADDRESS=server_address(env.client), AGENT_TASK_QUEUE=queue,
-        PYTHONPATH=str(ROOT),
-    )  # fmt: skip
+    """`AGENT_TASK_QUEUE=queue agent-worker --agents mypackage.agents`, run in ``repo``: the
+    installed console script, with nothing on PYTHONPATH, as the docs say to run it."""
+    environ = bare_environ(repo, TEMPORAL_ADDRESS=server_address(env.client), AGENT_TASK_QUEUE=queue)
+    environ.pop("PYTHONPATH", None)
     return await Process.start(
-        sys.executable,
-        "-m",
-        "temporal_agent_interrupts.worker",
+        str(Path(sys.executable).parent / "agent-worker"),
         "--agents",
         "mypackage.agents",
         env=environ,

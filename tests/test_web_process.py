@@ -41,7 +41,7 @@ async def web_worker(env: Any, tmp_path: Path, *, port: int, queue: str) -> Proc
     return worker
 
 
-async def shell(script: str, *, cwd: Path) -> str:
+async def shell(script: str, *, cwd: Path, env: dict[str, str] | None = None) -> str:
     proc = await asyncio.create_subprocess_exec(
         "bash",
         "-euo",
@@ -49,6 +49,7 @@ async def shell(script: str, *, cwd: Path) -> str:
         "-c",
         script,
         cwd=cwd,
+        env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -295,6 +295,12 @@ def load_agents(specs: Sequence[str] | None) -> list[Agent]:
             f"no agents to host: name them with --agents MODULE[:NAME] (or {AGENTS_VAR}); "
             "from a clone, --agents examples hosts the example agents"
         )
+    # The folder the command runs in holds the author's package, as it does for `python -m` and
+    # for uvicorn's --app-dir (default "."); an installed console script starts with only its
+    # own bin/ folder on sys.path, so `agent-worker --agents mypackage.agents` found nothing.
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     agents: list[Agent] = []
     for spec in specs:
         try:
