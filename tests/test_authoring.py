@@ -60,7 +60,8 @@ def author_repo(tmp_path: Path) -> Path:
 async def authors_worker(env, repo: Path, queue: str) -> Process:
     """`AGENT_TASK_QUEUE=queue agent-worker --agents mypackage.agents`, run in ``repo``: the
     installed console script, with nothing on PYTHONPATH, as the docs say to run it."""
-    environ = bare_environ(repo, TEMPORAL_ADDRESS=server_address(env.client), AGENT_TASK_QUEUE=queue)
+    address = server_address(env.client)
+    environ = bare_environ(repo, TEMPORAL_ADDRESS=address, AGENT_TASK_QUEUE=queue)
     environ.pop("PYTHONPATH", None)
     return await Process.start(
         str(Path(sys.executable).parent / "agent-worker"),
