@@ -41,14 +41,14 @@ from tests.helpers import eventually, server_address
 from tests.test_worker_process import Process, bare_environ
 
 ROOT = Path(__file__).parent.parent
+
+
 @pytest.fixture
 def author_repo(tmp_path: Path) -> Path:
     """A repository laid out as "Writing an agent" says: mypackage/agents.py, tests/, pyproject."""
     (tmp_path / "mypackage").mkdir()
     (tmp_path / "mypackage" / "__init__.py").write_text("")
-    (tmp_path / "mypackage" / "agents.py").write_text(
-        block("# mypackage/agents.py", lang="python")
-    )
+    (tmp_path / "mypackage" / "agents.py").write_text(block("# mypackage/agents.py", lang="python"))
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_ticket_agent.py").write_text(
         block("# tests/test_ticket_agent.py", lang="python")

@@ -110,9 +110,7 @@ async def test_the_readme_plugin_example_hosts_an_agent_beside_the_teams_own_wor
     once approved."""
     (tmp_path / "mypackage").mkdir()
     (tmp_path / "mypackage" / "__init__.py").write_text("")
-    (tmp_path / "mypackage" / "agents.py").write_text(
-        block("# mypackage/agents.py", lang="python")
-    )
+    (tmp_path / "mypackage" / "agents.py").write_text(block("# mypackage/agents.py", lang="python"))
     (tmp_path / "myapp").mkdir()
     (tmp_path / "myapp" / "__init__.py").write_text("")
     (tmp_path / "myapp" / "invoices.py").write_text(

@@ -74,9 +74,7 @@ async def test_the_readmes_curl_session_against_make_runs_worker(env, tmp_path):
         await worker.wait_for(f"web app on http://127.0.0.1:{port}")
         await worker.wait_for("worker ready")
         chat_id = f"chat-curl-{uuid.uuid4().hex[:8]}"
-        script = block(
-            "# curl: a conversation that pauses, read and answered over HTTP", lang="sh"
-        )
+        script = block("# curl: a conversation that pauses, read and answered over HTTP", lang="sh")
         script = script.replace("localhost:8234", f"localhost:{port}").replace("chat-curl", chat_id)
         lines = script.splitlines()
         # The first command starts the conversation; what a reader copies comes from it.
