@@ -1,7 +1,7 @@
 # The worker image: `agent-worker`, hosting the example agents (or your own: build FROM this
 # image, copy your package in and set AGENT_MODULES, or pass `--agents MODULE:ATTR`). It connects through temporalio.envconfig, so TEMPORAL_ADDRESS,
 # TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* and TEMPORAL_CONFIG_FILE/TEMPORAL_PROFILE
-# configure it; see .env.example and the README's "Running in production".
+# configure it; see .env.example and docs/operating/deploying.md.
 #
 #   docker build -t agent-worker .
 #   docker compose up --build          # Temporal, its UI and this worker

@@ -1,4 +1,4 @@
-# The README's commands. Each target does its own set-up: a venv under .venv and the project
+# The commands of the README and docs/. Each target does its own set-up: a venv under .venv and the project
 # installed into it, redone only when pyproject.toml changes.
 
 PYTHON ?= python3

@@ -302,8 +302,8 @@ def for_a_conversation(chat_id: str, *, what: str) -> None:
     true}``), and a tool would run with no approval and no record. The activity's info comes
     from the server: a standalone activity has no workflow, and a workflow's id and type are
     what the server ran. (A workflow of another program named ``AgentWorkflow`` on a queue of
-    its own would pass; completing workflow tasks is a worker's right, see the README's "For
-    security reviewers".)
+    its own would pass; completing workflow tasks is a worker's right, see
+    docs/security.md.)
 
     Raises:
         ApplicationError: non-retryable ``NotScheduledByConversation``; logged as an error.

@@ -168,7 +168,9 @@ TokenFileOption = Annotated[
         dir_okay=False,
     ),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (schema in the README).")]
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print JSON (schema: docs/reference/agentctl.md).")
+]
 ChatIdArg = Annotated[
     str, typer.Argument(metavar="CHAT_ID", help="The conversation's chat id (its workflow id).")
 ]
@@ -443,10 +445,11 @@ async def _ask(
 
 
 def _failure(e: AgentError) -> _Fail:
-    """The exit code for what the API raised, as the README's table has it."""
+    """The exit code for what the API raised, as docs/reference/agentctl.md's table has it."""
     if isinstance(e, ConnectionConfigError | ChatNotFound | UnknownAgent):
         # A bad setting, a chat id that names nothing, an agent name no worker hosts: each is
-        # what the command was given, so a usage error (exit 2), as the README's table says.
+        # what the command was given, so a usage error (exit 2), as the exit-code table of
+        # docs/reference/agentctl.md says.
         return _Fail(ExitCode.USAGE, str(e))
     if isinstance(e.__cause__, RPCError):
         # A Temporal error the API put in words: the conversation closed or went away since

@@ -43,7 +43,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------
-# ``--json`` output: stable schemas, documented in the README. Evolve by adding fields.
+# ``--json`` output: stable schemas, documented in docs/reference/agentctl.md. Evolve by adding
+# fields.
 
 
 class PendingOutput(BaseModel):

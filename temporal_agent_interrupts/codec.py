@@ -2,8 +2,8 @@
 
 ``AGENT_PAYLOAD_KEYS`` (``id:base64key[,id:base64key...]``, each key 32 random bytes) turns it
 on. The first key encrypts; every listed key decrypts, so keys rotate by putting a new key first
-and keeping the old ones listed until nothing written with them is still read (see the README's
-"Production: data protection").
+and keeping the old ones listed until nothing written with them is still read (see
+docs/data-protection.md).
 
 An encrypted payload carries ``encoding: binary/encrypted`` and ``encryption-key-id: <id>`` in
 its metadata; its data is a 12-byte random nonce followed by the AES-GCM ciphertext (with its

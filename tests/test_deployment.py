@@ -1,7 +1,7 @@
 """The deployment files, checked without Docker: compose, Dockerfile, env and ignore files.
 
 No Docker engine runs here, so these read the files the way Compose and BuildKit would and
-check the facts the README states about them: pinned images, the dev server's flags and search
+check the facts the docs state about them: pinned images, the dev server's flags and search
 attributes, the healthcheck, the named volume, the worker's dependency on a healthy Temporal, its
 env file, a non-root user and the real entry point. The wheel test builds the project the way the
 Dockerfile's ``pip install .`` does and runs the entry point from it.
@@ -326,7 +326,7 @@ def test_grace_period_outlasts_the_workers_graceful_shutdown():
 
 
 def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only():
-    """README, "Production: data protection": the codec server beside the UI, behind the same
+    """docs/data-protection.md: the codec server beside the UI, behind the same
     env file, started by the profile .env.example names, answering the UI's origin only."""
     from temporal_agent_interrupts.worker.codec_server import parse_args
 

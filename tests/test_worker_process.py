@@ -41,7 +41,7 @@ ROOT = Path(__file__).parent.parent
 ATTRIBUTES = [key.name for key in SEARCH_ATTRIBUTES]
 
 # Connects the way an application would, and says where it landed. It ends through
-# run_script, as the README tells scripts to: the SDK can abort at interpreter exit (sdk-python
+# run_script, as the docs tell scripts to: the SDK can abort at interpreter exit (sdk-python
 # issue 300, exit code 134) after the probe printed its answer, which once failed this test.
 CLIENT_PROBE = textwrap.dedent(
     """
@@ -315,7 +315,7 @@ def test_api_key_and_tls_settings_reach_the_connection(tmp_path, no_temporal_env
         connect_config()
     monkeypatch.delenv("TEMPORAL_TLS_CLIENT_CERT_PATH")
 
-    # The same settings from a profile, in the README's TOML spelling.
+    # The same settings from a profile, in the docs' TOML spelling.
     profiles = tmp_path / "temporal.toml"
     profiles.write_text(
         textwrap.dedent(
@@ -467,7 +467,7 @@ async def test_setup_prepares_a_fresh_namespace_and_a_worker_then_serves_and_sto
         assert res.finish_reason == FinishReason.INTERRUPTED
         assert [i.name for i in res.interrupts] == ["userApproval"]
 
-        # What the README tells operators to watch: paused conversations by search attribute,
+        # What the docs tell operators to watch: paused conversations by search attribute,
         # by the tool they wait on, and by how long they have waited...
         later = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
         for query in (

@@ -97,7 +97,7 @@ AGENTS_VAR = "AGENT_MODULES"
 """Where ``--agents`` values come from when the command line gives none: whitespace- or
 comma-separated ``MODULE[:NAME]`` specs (a container's environment, say)."""
 
-# Capacity defaults, sized for a 2-core box and documented in the README. Model and tool calls
+# Capacity defaults, sized for a 2-core box (docs/operating/deploying.md). Model and tool calls
 # are async and wait on the network, so 50 at once costs little CPU. Workflow tasks are CPU work
 # under one GIL: 20 at once keeps the queue moving without starving activities, and a busy worker
 # shows up as schedule-to-start latency while other workers take the rest. A short paused
@@ -139,7 +139,7 @@ def _host_port(value: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error in one line (the README's promise) instead of the whole
+    """argparse, with a usage error in one line (the docs' promise) instead of the whole
     usage block."""
 
     def error(self, message: str) -> NoReturn:

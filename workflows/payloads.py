@@ -62,7 +62,7 @@ NO_START = RawValue(Payload())
 """What a start without an input gives (``temporal workflow start`` without ``--input``): the
 SDK passes no argument then, and this default stands in, to be refused like any bad start. (A
 start with two or more arguments is decoded before any code of ours runs, and fails its
-workflow task: the README's "For security reviewers" says so.)"""
+workflow task: docs/security.md says so.)"""
 
 
 def raw_start(start: ConversationInput, *, converter: PayloadConverter) -> RawStart:

@@ -47,7 +47,8 @@ from temporalio.contrib.opentelemetry.workflow import completed_span
 from temporal_agent_interrupts.workflows.types import AgentSpec, CallState, TurnEvent
 
 # Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
-# README lists them). The worker's Prometheus endpoint takes the buckets from here.
+# docs/operating/monitoring.md lists them). The worker's Prometheus endpoint takes the buckets
+# from here.
 INTERRUPTS_RAISED = "agent_interrupts_raised"
 INTERRUPTS_ANSWERED = "agent_interrupts_answered"
 INTERRUPTS_EXPIRED = "agent_interrupts_expired"
@@ -72,7 +73,7 @@ INTERRUPT_WAIT_BUCKETS = (
 """Seconds: a human answers in a minute or in a week, so the default buckets (milliseconds for
 Temporal's own latencies) would put every wait in the last one."""
 
-# Span names (the README lists them with their attributes).
+# Span names (docs/operating/monitoring.md lists them with their attributes).
 SPAN_TURN_START = "agent.turn.start"
 SPAN_TURN_END = "agent.turn.end"
 SPAN_RAISED = "agent.interrupt.raised"

@@ -355,7 +355,7 @@ class TurnMachine:
         self._fit_unseen(seen)
         self.streamed = {}
         # A fresh publisher id for each streaming call: known to the workflow and the activity
-        # it schedules, not to a signal from outside (unless it reads history: see the README).
+        # it schedules, not to a signal from outside (unless it reads history: docs/security.md).
         self.stream_key = str(workflow.uuid4()) if turn.stream else None
         try:
             result = await self._execute(
