@@ -27,12 +27,15 @@ FENCE = re.compile(
 @dataclass(frozen=True)
 class Block:
     """One fenced code block: where it is (``page`` relative to the root, its first line's
-    number), its language and its text as a reader copies it."""
+    number), its language and its text as a reader copies it; ``before``, the (up to) three
+    lines above its fence, where a page says what a block is (``<!-- model: ... -->``,
+    ``<!-- output -->``: see ``tests/test_docs.py``)."""
 
     page: str
     line: int
     lang: str
     text: str
+    before: str = ""
 
     @property
     def first(self) -> str:
@@ -61,12 +64,14 @@ def blocks_of(path: Path, text: str | None = None) -> list[Block]:
                 line[len(indent) :] if line.startswith(indent) else line
                 for line in body.splitlines(keepends=True)
             )
+        above = text[: m.start()].splitlines()[-3:]
         found.append(
             Block(
                 page=str(path.relative_to(ROOT)),
                 line=text.count("\n", 0, m.start()) + 2,  # the block's first line, after ```
                 lang=m["lang"],
                 text=body,
+                before="\n".join(line.strip() for line in above),
             )
         )
     return found
