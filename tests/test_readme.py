@@ -111,6 +111,7 @@ async def test_the_readmes_first_agent_pauses_and_a_script_resumes_it(env, tmp_p
         assert "Last turn 1: stop" in shown and '"refunded": 25.0' in shown  # agentctl show
 
         result = await chat.last_turn()
+        assert result is not None
         assert result.finish_reason == FinishReason.STOP, result
         assert (await tool_runs(chat))["refundOrder"] == 1
         (answer,) = (await chat.history()).answers
