@@ -247,7 +247,7 @@ async def first_scheduled_model_call(client: Client, chat_id: str) -> tuple[str,
     strict=True,
     reason="open: RespondActivityTaskFailedById/CompletedById need no poll; a forged "
     "UnknownAgent failure of a new chat's first model call closes it, and a forged completion "
-    "is the model's reply; the README's trust section ('What stays open') says which "
+    "is the model's reply; docs/security.md ('What stays open, and why') says which "
     "authorizer rule closes it",
 )
 @pytest.mark.parametrize(

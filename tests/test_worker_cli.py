@@ -396,3 +396,29 @@ def test_a_setting_that_cannot_work_is_one_line_and_exit_2(tmp_path, argv, envir
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("agent-worker: error: ") and says in line, line
+
+
+def test_agents_are_found_in_the_working_folder_which_shadows_no_installed_module(
+    tmp_path, monkeypatch
+):
+    """`agent-worker --agents mine` from the folder holding mine.py finds it (an installed
+    console script has only bin/ on sys.path), and that folder goes last on the path: a
+    ``pydantic.py`` or ``json.py`` someone left there never replaces the real one."""
+    import importlib
+
+    from temporal_agent_interrupts.worker.__main__ import load_agents
+
+    (tmp_path / "mine.py").write_text(
+        "from temporal_agent_interrupts import Agent\nALL_AGENTS = [Agent('mineAgent')]\n"
+    )
+    (tmp_path / "pydantic_core.py").write_text("raise SystemExit('shadowed')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "mine", raising=False)
+    (agent,) = load_agents(["mine"])
+    assert agent.name == "mineAgent"
+    assert sys.path[-1] == str(tmp_path)
+    # An import that resolves afresh now still finds the installed package, not the folder's.
+    spec = importlib.util.find_spec("pydantic_core")
+    assert spec is not None and spec.origin is not None
+    assert not spec.origin.startswith(str(tmp_path))

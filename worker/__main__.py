@@ -295,12 +295,14 @@ def load_agents(specs: Sequence[str] | None) -> list[Agent]:
             f"no agents to host: name them with --agents MODULE[:NAME] (or {AGENTS_VAR}); "
             "from a clone, --agents examples hosts the example agents"
         )
-    # The folder the command runs in holds the author's package, as it does for `python -m` and
-    # for uvicorn's --app-dir (default "."); an installed console script starts with only its
-    # own bin/ folder on sys.path, so `agent-worker --agents mypackage.agents` found nothing.
+    # The folder the command runs in holds the author's package, as it does for `python -m`;
+    # an installed console script starts with only its own bin/ folder on sys.path, so
+    # `agent-worker --agents mypackage.agents` found nothing. Last on the path, not first: a
+    # file in that folder named like a module the worker imports (json.py, temporalio/) must not
+    # shadow it, so a worker started in a folder others can write to runs only what it names.
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
+        sys.path.append(here)
     agents: list[Agent] = []
     for spec in specs:
         try:
