@@ -404,7 +404,7 @@ def test_agents_are_found_in_the_working_folder_which_shadows_no_installed_modul
     """`agent-worker --agents mine` from the folder holding mine.py finds it (an installed
     console script has only bin/ on sys.path), and that folder goes last on the path: a
     ``pydantic.py`` or ``json.py`` someone left there never replaces the real one."""
-    import importlib
+    import importlib.util
 
     from temporal_agent_interrupts.worker.__main__ import load_agents
 
