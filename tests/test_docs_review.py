@@ -1,0 +1,280 @@
+"""A review of the docs checker (tests/docs.py, tests/test_docs.py): pages that hold code the
+checker neither runs nor really checks, each written here as the smallest page that shows it.
+Each test fails while the hole is open.
+
+Nothing here names a real block: the pages are written in the tests, and a test that reads
+the tests' ``block(...)`` calls reads source written to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests import docs
+from tests import test_docs as td
+from tests.docs import ROOT
+
+
+def _page(text: str, name: str = "docs/checked.md") -> list[docs.Block]:
+    return docs.blocks_of(ROOT / name, text)
+
+
+def _fence(lang: str, body: str, above: str = "") -> str:
+    return (f"{above}\n" if above else "") + f"```{lang}\n{body}\n```\n"
+
+
+TYPE_ERROR = "x: int = 'a'"
+
+
+# --------------------------------------------------------------------------------------------
+# Fences the FENCE regex does not see, though the site renders them as code
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Intro.\n\n~~~python\nx: int = 'a'\n~~~\n",
+        "Intro.\n\n````python\nx: int = 'a'\n````\n",
+        "Intro.\n\n~~~~python\nx: int = 'a'\n~~~~\n",
+        "??? note \"details\"\n    ~~~python\n    x: int = 'a'\n    ~~~\n",
+    ],
+    ids=["tilde", "four-backticks", "four-tildes", "tilde-in-details"],
+)
+def test_tilde_and_long_fences_are_blocks(text):
+    """CommonMark and pymdownx.superfences take ~~~ and fences of 4+ backticks: the site
+    shows them as code, so the checker must see them."""
+    found = _page(text)
+    assert [(b.lang, b.text) for b in found] == [("python", "x: int = 'a'\n")], found
+
+
+def test_a_long_fence_holds_a_shorter_one():
+    """A ````markdown block showing a ``` fence is one block (the inner fence is its text)."""
+    text = "````markdown\nSee:\n\n```python\nx = 1\n```\n````\n\n```python\ny = 2\n```\n"
+    found = _page(text)
+    assert [(b.lang, b.first) for b in found] == [("markdown", "See:"), ("python", "y = 2")]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Intro.\n\n    agentctl frobnicate\n    rm -rf /\n\nMore.\n",
+        "<pre><code>rm -rf /</code></pre>\n",
+    ],
+    ids=["indented-code", "raw-pre"],
+)
+def test_code_the_site_shows_that_no_fence_holds_is_reported(text):
+    """An indented code block (Markdown's own) and raw HTML <pre> render as code, and no
+    checker reads them."""
+    from tests.test_docs import unseen_code  # the check this review adds
+
+    failures = unseen_code(ROOT / "docs" / "checked.md", text)
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("docs/checked.md: "), failures
+
+
+def test_an_included_file_with_code_is_reported(tmp_path):
+    """A page that includes another file (pymdownx.snippets, as performance.md includes the
+    bench results) shows that file's code blocks; the checker reads only the page."""
+    from tests.test_docs import unseen_code
+
+    included = tmp_path / "included.md"
+    included.write_text("Results.\n\n```bash\nrm -rf /\n```\n")
+    text = f'Intro.\n\n--8<-- "{included}"\n'
+    failures = unseen_code(ROOT / "docs" / "checked.md", text)
+    assert len(failures) == 1, failures
+
+
+# --------------------------------------------------------------------------------------------
+# python blocks pyright does not check
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"# type: ignore\n{TYPE_ERROR}",
+        f"# pyright: basic, reportAssignmentType=false\n{TYPE_ERROR}",
+        f"# .private/agents.py\n{TYPE_ERROR}",
+        f"# node_modules/agents.py\n{TYPE_ERROR}",
+    ],
+    ids=[
+        "file-type-ignore",
+        "pyright-comment",
+        "dot-folder",
+        "node_modules",
+    ],
+)
+def test_a_python_block_cannot_opt_out_of_pyright(body, tmp_path):
+    """A file-level ``# type: ignore`` or ``# pyright:`` comment, or a path pyright excludes by
+    default (``**/.*``, ``**/node_modules``), and nothing in the block was checked."""
+    failures = td.check_python(_page(_fence("python", body)), tmp_path)
+    assert failures, "the block's type error went unreported"
+
+
+def test_python_dash_c_in_a_command_block_is_type_checked(tmp_path):
+    """``python -c CODE`` runs CODE; the command check waved any CODE through."""
+    from tests.test_docs import python_blocks  # the python blocks, with each -c's code
+
+    page = _page(
+        _fence("bash", "python -c 'import temporal_agent_interrupts as t; t.no_such_name()'")
+    )
+    failures = td.check_python(python_blocks(page), tmp_path)
+    assert len(failures) == 1, failures
+    assert failures[0].startswith("docs/checked.md:2: pyright:"), failures
+    assert "no_such_name" in failures[0]
+
+
+# --------------------------------------------------------------------------------------------
+# bash: commands and settings the command check does not see
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'echo "$(frobnicate --now)"',
+        "echo `frobnicate`",
+        'agentctl respond CHAT REF "$(agentctl frobnicate)"',
+    ],
+    ids=["dollar-paren-in-quotes", "backticks", "nested-agentctl"],
+)
+def test_a_command_substituted_in_quotes_is_checked(body):
+    failures = td.check_commands(_page(_fence("bash", body)))
+    assert len(failures) == 1, failures
+    assert "frobnicate" in failures[0], failures
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "TEMPORAL_ADRESS=temporal-frontend.internal:7233",
+        "export AGENT_PAYLOD_KEYS='k1:...'",
+        "AGENT_TASK_QEUE=refunds agent-worker --agents refunds",
+    ],
+    ids=["env-file-line", "export", "before-a-command"],
+)
+def test_a_misspelt_setting_is_reported(body):
+    """An env-file block (deploying.md's) is all assignments: no command, so nothing was
+    checked, and a misspelt variable is silently ignored by every process."""
+    failures = td.check_commands(_page(_fence("bash", body)))
+    assert len(failures) == 1, failures
+    assert "not a setting" in failures[0], failures
+
+
+def test_the_settings_the_docs_set_are_accepted():
+    body = (
+        "TEMPORAL_ADDRESS=h:7233\nTEMPORAL_TLS_CLIENT_CERT_PATH=/x\nexport AGENT_PAYLOAD_KEYS=k\n"
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4318\nsince=$(date -u)\nCOMPOSE_PROFILES=x\n"
+    )
+    assert td.check_commands(_page(_fence("bash", body))) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'temporal workflow update execute -w x --name close --input \'{"reson": "x"}\'',
+        "temporal workflow query -w x --name history --input '{\"ende\": 3}'",
+    ],
+    ids=["close", "history"],
+)
+def test_every_handler_payload_is_checked(body):
+    failures = td.check_commands(_page(_fence("bash", body)))
+    assert len(failures) == 1, failures
+    assert "does not fit" in failures[0], failures
+
+
+# --------------------------------------------------------------------------------------------
+# json: a model comment that validates nothing
+
+
+def test_a_json_model_must_be_the_packages():
+    """``<!-- model: pydantic.RootModel -->`` takes any array: a model from outside the package
+    says nothing about its wire."""
+    above = "<!-- model: pydantic.RootModel -->"
+    failures = td.check_json(_page(_fence("json", '["anything", 1]', above)))
+    assert len(failures) == 1, failures
+
+
+# --------------------------------------------------------------------------------------------
+# RUN: a block() call that runs nothing
+
+
+def test_a_block_call_in_a_skipped_test_or_thrown_away_runs_nothing(tmp_path):
+    (tmp_path / "test_a.py").write_text(
+        "import pytest\nfrom tests.docs import block\n\n"
+        "@pytest.mark.skip(reason='later')\n"
+        "def test_skipped():\n    text = block('a: 1', lang='yaml')\n    assert text\n\n"
+        "@pytest.mark.xfail(reason='broken')\n"
+        "def test_xfailed():\n    assert block('b: 2', lang='yaml')\n\n"
+        "def test_thrown_away():\n    block('c: 3', lang='yaml')\n\n"
+        "def test_runs():\n    assert block('d: 4', lang='yaml')\n"
+    )
+    assert {c.first for c in td.run_calls(tmp_path)} == {"d: 4"}
+
+
+# --------------------------------------------------------------------------------------------
+# agent-worker's working folder
+
+
+def test_the_working_folder_serves_only_the_modules_named(tmp_path):
+    """agent-worker appends its working folder to sys.path: an installed module is not
+    shadowed, but a module that is *not* installed is imported from the folder. google-genai's
+    httpx looks for ``h2``, ``socksio`` and ``trio``, Starlette for ``multipart``: a
+    ``socksio.py`` left in a shared folder (/tmp) runs inside the worker. Run in a fresh
+    interpreter with only the venv's paths, as the console script runs."""
+    (tmp_path / "mine.py").write_text(
+        "from temporal_agent_interrupts import Agent\nALL_AGENTS = [Agent('mineAgent')]\n"
+    )
+    (tmp_path / "socksio.py").write_text("raise SystemExit('socksio.py from the folder ran')\n")
+    script = (
+        "import importlib.util, sys\n"
+        "sys.path = [p for p in sys.path if p not in ('', sys.argv[1])]\n"
+        "from temporal_agent_interrupts.worker.__main__ import load_agents\n"
+        "(agent,) = load_agents(['mine'])\n"
+        "assert agent.name == 'mineAgent'\n"
+        "spec = importlib.util.find_spec('socksio')\n"
+        "print('socksio:', spec.origin if spec else None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith("socksio:")]
+    origin = line.removeprefix("socksio: ")
+    assert not origin.startswith(str(tmp_path)), f"the folder's socksio.py is importable: {line}"
+
+
+# --------------------------------------------------------------------------------------------
+# make docs: offline (this one holds; a guard)
+
+
+EXTERNAL = re.compile(
+    r"""(?:src|href)\s*=\s*["'](?:https?:)?//(?!127\.0\.0\.1|localhost)[^"']+["']"""
+    r"""|@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//"""
+)
+
+
+def test_the_built_site_loads_nothing_from_elsewhere(tmp_path):
+    """Every page's scripts, styles, fonts and images are the site's own: a link (<a href>)
+    may lead elsewhere, nothing a browser fetches by itself may."""
+    site = tmp_path / "site"
+    result = td._mkdocs_build(ROOT / "mkdocs.yml", site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fetched = []
+    for path in sorted(site.rglob("*")):
+        if path.suffix not in (".html", ".css"):
+            continue
+        text = path.read_text()
+        if path.suffix == ".html":
+            # <a href> is a link the reader follows; <link>, <script>, <img> are fetched.
+            text = re.sub(r"<a\s[^>]*>", "", text)
+        fetched += [f"{path.relative_to(site)}: {m[0]}" for m in EXTERNAL.finditer(text)]
+    assert not fetched, "\n".join(fetched)
