@@ -20,8 +20,11 @@ cheaply, run or not:
 - ``js``: ``node --check``;
 - ``text``: only a figure of output, said so above the fence (``<!-- output -->``).
 
-A block of any other kind, or of none, fails until a test runs it or it says what it is. Each
-checker collects every failure, as ``page:line: why``, and reports them together.
+A block of any other kind, or of none, fails until a test runs it or it says what it is. Code
+a page shows outside the fences read here (an indented block, raw ``<pre>``, an included file's
+block, a docstring's example on the API reference) fails too: each page, rendered with the
+site's Markdown extensions and as the built site serves it, shows exactly the blocks found here.
+Each checker collects every failure, as ``page:line: why``, and reports them together.
 """
 
 from __future__ import annotations
@@ -45,9 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import markdown
 import pytest
 import typer.core
 import typer.main
+import yaml
 from pydantic import BaseModel, ValidationError
 from temporalio.envconfig import ClientConfig
 
@@ -163,6 +168,65 @@ def unaccounted(blocks: Sequence[Block], calls: Sequence[RunCall]) -> list[str]:
         for c in calls
         if (c.lang, c.first) not in present
     ]
+    return failures
+
+
+# --------------------------------------------------------------------------------------------
+# Code a page shows that no fence holds
+
+
+def _markdown_extensions(base_path: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The site's Markdown extensions and their settings (mkdocs.yml), with the snippets'
+    base path at ``base_path`` (the root, where `make docs` runs)."""
+    names: list[str] = []
+    configs: dict[str, dict[str, Any]] = {}
+    for entry in yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]:
+        name, config = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+        names.append(name)
+        configs[name] = dict(config or {})
+    if "pymdownx.snippets" in configs:
+        configs["pymdownx.snippets"]["base_path"] = [str(base_path)]
+    return names, configs
+
+
+def rendered_code_blocks(html: str) -> int:
+    """The code blocks in a page's HTML, the signatures mkdocstrings renders aside."""
+    signatures = len(re.findall(r'<div class="[^"]*\bdoc-signature\b[^"]*"><pre\b', html))
+    return len(re.findall(r"<pre\b", html)) - signatures
+
+
+def _unseen(page: str, rendered: int, found: int) -> list[str]:
+    if rendered == found:
+        return []
+    return [
+        f"{page}: renders {rendered} code blocks, and the checks read {found}: code outside a "
+        "fence they read (an indented block, raw <pre>, an included file's block, a "
+        "docstring's example) is neither run nor checked; make it a ``` block of the page"
+    ]
+
+
+def unseen_code(path: Path, text: str | None = None, *, base_path: Path = ROOT) -> list[str]:
+    """A page (the README, or a page of the site before mkdocstrings) renders exactly the code
+    blocks ``blocks_of`` finds: one more is code nothing reads."""
+    text = path.read_text() if text is None else text
+    names, configs = _markdown_extensions(base_path)
+    html = markdown.markdown(text, extensions=names, extension_configs=configs)
+    return _unseen(
+        str(path.relative_to(ROOT)), rendered_code_blocks(html), len(docs.blocks_of(path, text))
+    )
+
+
+def unseen_code_in_site(site: Path) -> list[str]:
+    """The built site's pages, as served (includes and the API reference's docstrings in):
+    each shows the code blocks of its Markdown page, and no other."""
+    failures = []
+    for path in docs.pages()[1:]:  # the README is no page of the site
+        page = path.relative_to(docs.DOCS).with_suffix("")
+        folder = page.parent if page.name == "index" else page
+        html = (site / folder / "index.html").read_text()
+        failures += _unseen(
+            str(path.relative_to(ROOT)), rendered_code_blocks(html), len(docs.blocks_of(path))
+        )
     return failures
 
 
@@ -917,9 +981,14 @@ def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_site_builds_strict(tmp_path):
+def test_the_site_builds_strict_and_shows_only_the_code_that_is_checked(tmp_path):
     result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
+    _report(unseen_code_in_site(tmp_path / "site"), "pages with code no check reads")
+
+
+def test_every_code_block_a_page_renders_is_one_the_checks_read():
+    _report([f for p in docs.pages() for f in unseen_code(p)], "pages with code no check reads")
 
 
 def test_the_strict_build_fails_on_a_broken_link(tmp_path):

@@ -81,11 +81,21 @@ def test_an_included_file_with_code_is_reported(tmp_path):
     bench results) shows that file's code blocks; the checker reads only the page."""
     from tests.test_docs import unseen_code
 
-    included = tmp_path / "included.md"
-    included.write_text("Results.\n\n```bash\nrm -rf /\n```\n")
-    text = f'Intro.\n\n--8<-- "{included}"\n'
-    failures = unseen_code(ROOT / "docs" / "checked.md", text)
+    (tmp_path / "included.md").write_text("Results.\n\n```bash\nrm -rf /\n```\n")
+    text = 'Intro.\n\n--8<-- "included.md"\n'
+    failures = unseen_code(ROOT / "docs" / "checked.md", text, base_path=tmp_path)
     assert len(failures) == 1, failures
+
+
+def test_a_docstrings_example_in_the_api_reference_counts_and_its_signature_does_not():
+    """mkdocstrings renders each signature as a code block (not the docs' code) and a
+    docstring's example as one (code no check reads)."""
+    from tests.test_docs import rendered_code_blocks
+
+    signature = '<div class="doc-signature highlight"><pre><span></span><code>f()</code></pre>'
+    example = '<div class="highlight"><pre><span></span><code>f(1)</code></pre></div>'
+    assert rendered_code_blocks(signature * 3) == 0
+    assert rendered_code_blocks(signature + example) == 1
 
 
 # --------------------------------------------------------------------------------------------
