@@ -234,6 +234,14 @@ def unseen_code_in_site(site: Path) -> list[str]:
 # python: compile, and pyright over all the blocks at once
 
 
+# An own-line comment that turns pyright off (``# type: ignore`` at the top ignores the whole
+# file) or down (``# pyright: basic``, ``# pyright: reportX=false``) for the rest of a block; a
+# line's own ``# type: ignore[rule]`` stays visible where it is, and is allowed.
+PYRIGHT_OPT_OUT = re.compile(r"^\s*#\s*(?:type:\s*ignore\b|pyright:\s*(?!strict\s*$))")
+# Folders pyright skips whatever its settings say (besides any starting with a dot).
+PYRIGHT_SKIPS = ("node_modules", "__pycache__")
+
+
 def _named_path(b: Block) -> str | None:
     m = NAMED_PATH.match(b.first)
     return m[1] if m else None
@@ -266,6 +274,12 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
             failures.append(f"{_page_line(b, e.lineno or 1)}: does not compile: {e.msg}")
         else:
             compiled.append(b)  # pyright on the others would only say it again, at length
+        for number, line in enumerate(b.text.splitlines(), start=1):
+            if PYRIGHT_OPT_OUT.match(line):
+                failures.append(
+                    f"{_page_line(b, number)}: {line.strip()!r} turns pyright's checks off for "
+                    "the block: a reader's copy would hide what the check no longer sees"
+                )
     python = compiled
 
     # Blocks that name the same path (a page and its copy) go to a second project of their own
@@ -274,6 +288,8 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
     files: dict[Path, Block] = {}
     for b in python:
         rel = _named_path(b) or _block_file_name(b, ".py")
+        if any(part.startswith(".") or part in PYRIGHT_SKIPS for part in Path(rel).parts[:-1]):
+            rel = _block_file_name(b, ".py")  # a folder pyright never analyses: checked alone
         index = next((i for i, s in enumerate(sets) if rel not in s), len(sets))
         if index == len(sets):
             sets.append({})
@@ -313,6 +329,10 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
         report = json.loads(result.stdout)
     except json.JSONDecodeError:
         return [*failures, f"pyright did not report: {result.stdout[-2000:]}{result.stderr}"]
+    analysed = report.get("summary", {}).get("filesAnalyzed", 0)
+    written = len([p for i in range(len(sets)) for p in (tmp / f"set{i}").rglob("*.py")])
+    if analysed < written:
+        failures.append(f"pyright analysed {analysed} of the {written} files the blocks make")
     for d in report["generalDiagnostics"]:
         if d["severity"] != "error":
             continue
