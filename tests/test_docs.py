@@ -6,7 +6,8 @@ cheaply, run or not:
 
 - ``python``: compiled, and type-checked by pyright, all blocks in one project, each at the
   path its first line names (``# mypackage/agents.py``) so that their imports of each other
-  resolve, with the project's own pyright settings;
+  resolve, with the project's own pyright settings; the code of a command block's
+  ``python -c CODE`` too;
 - ``bash``, ``sh``, ``console`` (its ``$ `` lines): each command is parsed, and the program
   it names must be one the docs may name: ours (``agentctl``, ``agent-worker``,
   ``agent-codec-server``) with their own parsers, ``temporal`` against its ``--help``, a
@@ -234,9 +235,9 @@ def unseen_code_in_site(site: Path) -> list[str]:
 # python: compile, and pyright over all the blocks at once
 
 
-# An own-line comment that turns pyright off (``# type: ignore`` at the top ignores the whole
-# file) or down (``# pyright: basic``, ``# pyright: reportX=false``) for the rest of a block; a
-# line's own ``# type: ignore[rule]`` stays visible where it is, and is allowed.
+# An own-line comment that turns pyright off (a "type: ignore" comment at the top ignores the
+# whole file) or down ("pyright: basic", "pyright: reportX=false") for the rest of a block; an
+# ignore at the end of a line of code stays visible where it is, and is allowed.
 PYRIGHT_OPT_OUT = re.compile(r"^\s*#\s*(?:type:\s*ignore\b|pyright:\s*(?!strict\s*$))")
 # Folders pyright skips whatever its settings say (besides any starting with a dot).
 PYRIGHT_SKIPS = ("node_modules", "__pycache__")
@@ -731,7 +732,7 @@ def _python_error(args: list[str], blocks: Sequence[Block]) -> str | None:
             module = rest[0]
             return None if _module_exists(module, blocks) else f"no module {module!r}"
         if arg == "-c":
-            return None
+            return None  # the code is a python block of its own (python_blocks)
         if arg.startswith("-"):
             continue
         return _file_error(arg, blocks)
@@ -767,6 +768,23 @@ def command_error(command: Command, blocks: Sequence[Block]) -> str | None:
     if name in ALLOWED:
         return None
     return f"{program!r} is not a program the docs may name (see ALLOWED in tests/test_docs.py)"
+
+
+def python_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """The python blocks, and the code of each ``python -c CODE`` in a command block, as a
+    python block at the command's line: what ``-c`` runs is checked as a block is."""
+    found = [b for b in blocks if b.lang == "python"]
+    for b in blocks:
+        if b.lang not in COMMAND_KINDS:
+            continue
+        for command in commands_of(b)[0]:
+            program, *args = command.argv
+            if _program(program) != "python" or "-c" not in args[:-1]:
+                continue
+            page, _, line = command.where.rpartition(":")
+            code = args[args.index("-c") + 1]
+            found.append(Block(page=page, line=int(line), lang="python", text=code))
+    return found
 
 
 def check_commands(blocks: Sequence[Block], every: Sequence[Block] | None = None) -> list[str]:
@@ -1044,7 +1062,7 @@ def test_every_block_is_run_or_checked(blocks):
 
 def test_python_blocks_compile_and_type_check(blocks, tmp_path):
     assert any(b.lang == "python" for b in blocks)
-    _report(check_python(blocks, tmp_path), "errors in python blocks")
+    _report(check_python(python_blocks(blocks), tmp_path), "errors in python blocks")
 
 
 def test_command_blocks_name_commands_that_parse(blocks):
