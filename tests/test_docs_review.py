@@ -124,6 +124,16 @@ def test_a_python_block_cannot_opt_out_of_pyright(body, tmp_path):
     assert failures, "the block's type error went unreported"
 
 
+def test_a_misspelt_root_import_is_a_type_error(tmp_path):
+    """The package resolves its root names lazily with a module-level ``__getattr__``, which
+    tells pyright that every name exists (as Any): ``from temporal_agent_interrupts import
+    Agnet`` type-checked clean in every block, and in every user's code."""
+    body = "from temporal_agent_interrupts import Agnet\n\nAgnet('refundAgent')"
+    failures = td.check_python(_page(_fence("python", body)), tmp_path)
+    assert len(failures) == 1, failures
+    assert '"Agnet" is unknown import symbol' in failures[0], failures
+
+
 def test_python_dash_c_in_a_command_block_is_type_checked(tmp_path):
     """``python -c CODE`` runs CODE; the command check waved any CODE through."""
     from tests.test_docs import python_blocks  # the python blocks, with each -c's code
