@@ -426,14 +426,71 @@ OPERATOR = re.compile(r"^[();<>|&]+$")
 ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 
 
+def _substitutions(text: str) -> list[str]:
+    """The commands a line runs inside a word: ``$(...)`` within double quotes and `` `...` ``
+    anywhere outside single quotes (shlex keeps both inside one word; an unquoted ``$(`` it
+    splits at the parenthesis already)."""
+    found = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "`":
+            end = text.find("`", i + 1)
+            if end < 0:
+                break
+            found.append(text[i + 1 : end])
+            i = end
+        elif quote == '"' and text.startswith("$(", i):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            found.append(text[i + 2 : j - 1])
+            i = j - 1
+        elif c in "'\"":
+            quote = None if quote == c else (quote or c)
+        i += 1
+    return found
+
+
+@functools.cache
+def _settings_known() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The variables the settings page names, and the prefixes it names as ``PREFIX_*``."""
+    text = (docs.DOCS / "reference" / "settings.md").read_text()
+    names = frozenset(SETTING.findall(text))
+    stars = tuple(m + "_" for m in re.findall(rf"({SETTING.pattern})_\*", text))
+    return names, stars
+
+
+# The variables of this product and of the libraries it configures: one a page sets must be one
+# the settings page names (a misspelt one is ignored by every process, silently).
+SETTING = re.compile(r"\b(?:AGENT|AGENTCTL|TEMPORAL|GEMINI)_[A-Z0-9_]*[A-Z0-9]\b")
+
+
+def _setting_error(assignment: str) -> str | None:
+    name = assignment.split("=", 1)[0]
+    if not SETTING.fullmatch(name):
+        return None
+    names, stars = _settings_known()
+    if name in names or name.startswith(stars):
+        return None
+    return f"{name} is not a setting docs/reference/settings.md names"
+
+
 def commands_of(b: Block) -> tuple[list[Command], list[str]]:
     """The block's simple commands (split at ``&&``, ``||``, ``;``, ``|``, ``(``/``)``, with
-    their leading ``VAR=value`` assignments and any redirections taken off) and the lines that
-    do not parse."""
+    their leading ``VAR=value`` assignments and any redirections taken off, and those a word
+    substitutes), and the lines that do not parse or set a variable that is no setting."""
     commands: list[Command] = []
     failures: list[str] = []
-    for number, text in _logical_lines(b):
-        where = _page_line(b, number)
+
+    def parse(text: str, where: str) -> None:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         lexer.commenters = ""  # taken off above, where a quote is told from a word
@@ -441,7 +498,7 @@ def commands_of(b: Block) -> tuple[list[Command], list[str]]:
             tokens = list(lexer)
         except ValueError as e:
             failures.append(f"{where}: does not parse as a shell command: {e}")
-            continue
+            return
         segments: list[list[str]] = [[]]
         skip_next = False
         for token in tokens:
@@ -458,15 +515,23 @@ def commands_of(b: Block) -> tuple[list[Command], list[str]]:
                 continue
             segments[-1].append(token)
         for argv in segments:
-            # `export NAME=value` and `NAME=value cmd`: the assignments are fine as they are.
+            # `export NAME=value` and `NAME=value cmd`: a setting's name must be one.
             if argv and argv[0] == "export":
                 argv = argv[1:]
                 if all(ASSIGNMENT.match(a) for a in argv):
+                    failures.extend(f"{where}: {e}" for a in argv if (e := _setting_error(a)))
                     continue
             while argv and ASSIGNMENT.match(argv[0]):
+                if error := _setting_error(argv[0]):
+                    failures.append(f"{where}: {error}")
                 argv = argv[1:]
             if argv:
                 commands.append(Command(where=where, argv=tuple(argv)))
+        for inner in _substitutions(text):
+            parse(inner, where)
+
+    for number, text in _logical_lines(b):
+        parse(text, _page_line(b, number))
     if b.lang == "console" and not any(line.startswith("$ ") for line in b.text.splitlines()):
         failures.append(
             f"{b.where}: a console block with no `$ ` command: if it is a figure of output "
