@@ -693,10 +693,24 @@ def _temporal_flags(help_text: str) -> dict[str, Flag]:
 
 
 def _handler_payloads() -> dict[str, type[BaseModel]]:
-    """The conversation's signals and updates that take a payload, by name, and its model."""
-    from temporal_agent_interrupts.workflows.types import CancelInput, ResumeInput, SendInput
+    """The conversation's signals, updates and queries that take a payload, by name, and its
+    model (docs/reference/payloads.md's table)."""
+    from temporal_agent_interrupts.workflows.types import (
+        CancelInput,
+        HistoryInput,
+        MessagesInput,
+        ResumeInput,
+        SendInput,
+    )
 
-    return {"resume": ResumeInput, "send": SendInput, "cancel": CancelInput}
+    return {
+        "resume": ResumeInput,
+        "send": SendInput,
+        "cancel": CancelInput,
+        "close": CancelInput,
+        "history": HistoryInput,
+        "messages": MessagesInput,
+    }
 
 
 def _temporal_error(args: list[str]) -> str | None:
@@ -964,6 +978,11 @@ def check_json(blocks: Sequence[Block]) -> list[str]:
                 "temporal_agent_interrupts.some.module.Model --> on one of the 3 lines above "
                 "the fence"
             )
+            continue
+        if not named[1].startswith("temporal_agent_interrupts."):
+            # A model from elsewhere says nothing of the product's wire (pydantic.RootModel
+            # takes any array): and the import would run whatever module the page names.
+            failures.append(f"{b.where}: <!-- model: {named[1]} --> is not one of the package's")
             continue
         try:
             model = _model(named[1])
