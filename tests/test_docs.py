@@ -1,7 +1,8 @@
 """Every code block of every page is run or checked, and the site builds with ``--strict``.
 
 A block is RUN when a test under tests/ names its first line (``block("<first line>",
-lang=...)``, found here by reading the tests' source). Every block is also CHECKED by its kind,
+lang=...)``, found here by reading the tests' source) and uses its text, in a test not marked
+``skip`` or ``xfail``. Every block is also CHECKED by its kind,
 cheaply, run or not:
 
 - ``python``: compiled, and type-checked by pyright, all blocks in one project, each at the
@@ -104,8 +105,14 @@ def run_calls(tests: Path = TESTS) -> list[RunCall]:
     for path in sorted(tests.rglob("*.py")):
         if "node_modules" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        if _marked_not_to_run(tree):
+            continue
+        for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args:
+                continue
+            if not _runs(node, parents):
                 continue
             func = node.func
             named = (isinstance(func, ast.Name) and func.id == "block") or (
@@ -131,6 +138,38 @@ def run_calls(tests: Path = TESTS) -> list[RunCall]:
                 where = f"{path.relative_to(tests.parent)}:{node.lineno}"
                 found.append(RunCall(where=where, first=first.value, lang=lang))
     return found
+
+
+# pytest's marks under which a test's block() runs nothing that can fail the suite: skipped, or
+# expected to fail (skipif is a condition, and runs where it is false: CI).
+NOT_RUN_MARK = re.compile(r"\bmark\.(?:skip|xfail)\b")
+
+
+def _marked_not_to_run(node: ast.AST) -> bool:
+    """A module whose ``pytestmark`` skips or xfails it, or a function or class so decorated."""
+    if isinstance(node, ast.Module):
+        return any(
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+            and NOT_RUN_MARK.search(ast.unparse(n.value))
+            for n in node.body
+        )
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return any(NOT_RUN_MARK.search(ast.unparse(d)) for d in node.decorator_list)
+    return False
+
+
+def _runs(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    """A block() call whose text is used (not a statement of its own, thrown away), in no test
+    or class marked not to run."""
+    if isinstance(parents.get(call), ast.Expr):
+        return False
+    node: ast.AST | None = call
+    while node is not None:
+        if _marked_not_to_run(node):
+            return False
+        node = parents.get(node)
+    return True
 
 
 def unaccounted(blocks: Sequence[Block], calls: Sequence[RunCall]) -> list[str]:
