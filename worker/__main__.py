@@ -328,7 +328,7 @@ def load_agents(specs: Sequence[str] | None) -> list[Agent]:
     # an installed console script starts with only its own bin/ folder on sys.path, so
     # `agent-worker --agents mypackage.agents` found nothing. That folder serves the modules
     # named here and nothing else, after everything installed: on sys.path, even last, it would
-    # also serve every module the worker's libraries try and lack (httpx looks for h2, socksio
+    # also serve every module the worker's libraries try and lack (httpx2 looks for h2, socksio
     # and trio, Starlette for multipart), so a socksio.py left in a folder others can write to
     # (/tmp) would run inside the worker.
     here = os.getcwd()
