@@ -11,12 +11,28 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
 
+import httpx2
 import pytest
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.workflows.types import (
+    InterruptRequest,
+    StatusResult,
+    TurnResult,
+    input_digest,
+)
 from tests import docs
 from tests import test_docs as td
 from tests.docs import ROOT
+from tests.web import served
 
 
 def _page(text: str, name: str = "docs/checked.md") -> list[docs.Block]:
@@ -240,8 +256,8 @@ def test_a_block_call_in_a_skipped_test_or_thrown_away_runs_nothing(tmp_path):
 
 def test_the_working_folder_serves_only_the_modules_named(tmp_path):
     """agent-worker appends its working folder to sys.path: an installed module is not
-    shadowed, but a module that is *not* installed is imported from the folder. google-genai's
-    httpx looks for ``h2``, ``socksio`` and ``trio``, Starlette for ``multipart``: a
+    shadowed, but a module that is *not* installed is imported from the folder. The HTTP client
+    (httpx2) looks for ``h2``, ``socksio`` and ``trio``, Starlette for ``multipart``: a
     ``socksio.py`` left in a shared folder (/tmp) runs inside the worker. Run in a fresh
     interpreter with only the venv's paths, as the console script runs."""
     (tmp_path / "mine.py").write_text(
@@ -298,3 +314,72 @@ def test_the_built_site_loads_nothing_from_elsewhere(tmp_path):
             text = re.sub(r"<a\s[^>]*>", "", text)
         fetched += [f"{path.relative_to(site)}: {m[0]}" for m in EXTERNAL.finditer(text)]
     assert not fetched, "\n".join(fetched)
+
+
+# --------------------------------------------------------------------------------------------
+# The inbox page: "it lists conversations of every task queue; its answers go to each
+# conversation itself, through whichever worker serves it" (docs/operating/index.md)
+
+CAUGHT: list[Any] = []
+"""What the impostor's worker was sent (it runs unsandboxed, in this process)."""
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class Impostor:
+    """A workflow named like ours on a task queue of its own, polled by a worker of its own:
+    what anyone who may poll a queue can run (Temporal Cloud grants polling with namespace
+    write access; docs/security.md). It says it is paused on a refund."""
+
+    @workflow.run
+    async def run(self, *args: Any) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query(dynamic=True)
+    def any_query(self, name: str, args: Sequence[RawValue]) -> Any:
+        shown = {"order_id": "A-17", "amount": 25}
+        paused = InterruptRequest(
+            name="refundOrder", ref="r1", input=shown, source="approval",
+            input_digest=input_digest(shown),
+        )  # fmt: skip
+        return StatusResult(
+            chat_id=workflow.info().workflow_id, agent="refundAgent", status="interrupted",
+            turns=1, pending=[paused],
+        ).model_dump(mode="json")  # fmt: skip
+
+    @workflow.update(dynamic=True)
+    async def any_update(self, name: str, args: Sequence[RawValue]) -> Any:
+        CAUGHT.append(workflow.payload_converter().from_payload(args[0].payload))
+        return TurnResult(turn=1, finish_reason=FinishReason.STOP).model_dump(mode="json")
+
+
+async def test_the_inbox_never_hands_an_approvers_token_to_a_worker_of_another_queue(client):
+    """An approver behind the web app (``identity="bearer"``) approves what the inbox lists.
+    A chat on another task queue is listed with nothing to tell it apart (agentctl says "on
+    task queue X, not this client's: whatever polls that queue wrote what it says"; the page
+    shows no queue), and the answer, with the approver's bearer token as its identity token,
+    goes to whatever polls that queue: a fresh token, unspent in every real conversation of
+    the same issuer and audience, which its holder can now answer as the approver."""
+    CAUGHT.clear()
+    ours, theirs = f"agents-{uuid.uuid4()}", f"evil-{uuid.uuid4()}"
+    chat_id = f"refund-{uuid.uuid4().hex[:8]}"
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbm5AZXhhbXBsZS5jb20ifQ.c2ln"
+    app = agents_app(AgentClient(client, task_queue=ours), identity="bearer")
+    async with Worker(
+        client,
+        task_queue=theirs,
+        workflows=[Impostor],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        await client.start_workflow("AgentWorkflow", {"agent": "refundAgent"}, id=chat_id,
+                                    task_queue=theirs)  # fmt: skip
+        async with served(app) as base, httpx2.AsyncClient() as http:
+            answered = await http.post(
+                f"{base}/api/chats/{chat_id}/interrupts/r1",
+                headers={"authorization": f"Bearer {token}"},
+                json={"action": "approve", "input_digest": input_digest({"order_id": "A-17",
+                                                                          "amount": 25})},
+            )  # fmt: skip
+    sent = [c.get("identity_token") for c in CAUGHT if isinstance(c, dict)]
+    assert token not in sent, (
+        f"the approver's token went to the worker of {theirs!r} ({answered.status_code})"
+    )
