@@ -8,6 +8,7 @@ the tests' ``block(...)`` calls reads source written to a temporary folder.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -383,3 +384,28 @@ async def test_the_inbox_never_hands_an_approvers_token_to_a_worker_of_another_q
     assert token not in sent, (
         f"the approver's token went to the worker of {theirs!r} ({answered.status_code})"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The docs' figures: the data-protection page quotes the bench results it links
+
+
+def test_the_encryption_cost_quoted_is_the_latest_benchs():
+    """docs/data-protection.md quotes ``b1.ratio_encrypted_to_ours`` from
+    bench/results/results.json; the Performance page includes that file's latest run, so the
+    two pages must say the same."""
+    text = (ROOT / "docs" / "data-protection.md").read_text()
+    quoted = re.search(
+        r"\*\*(?P<cycle>[\d.]+)\u00d7\*\* for the whole cycle \(start \u2192 paused "
+        r"(?P<start>[\d.]+)\u00d7, answer \u2192\s+final (?P<final>[\d.]+)\u00d7",
+        text,
+    )
+    assert quoted, "the page no longer quotes the ratios this test reads"
+    results = json.loads((ROOT / "bench" / "results" / "results.json").read_text())
+    ratio = results["b1"]["ratio_encrypted_to_ours"]
+    latest = {
+        "cycle": f"{ratio['cycle']:.2f}",
+        "start": f"{ratio['start_to_paused']:.2f}",
+        "final": f"{ratio['answer_to_final']:.2f}",
+    }
+    assert quoted.groupdict() == latest, f"the page says {quoted.groupdict()}, the bench {latest}"
