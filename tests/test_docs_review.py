@@ -33,6 +33,8 @@ from temporal_agent_interrupts.workflows.types import (
 from tests import docs
 from tests import test_docs as td
 from tests.docs import ROOT
+from tests.test_readme import ask, newcomers_folder, terminal, their_worker
+from tests.test_web_process import shell
 from tests.web import served
 
 
@@ -409,3 +411,35 @@ def test_the_encryption_cost_quoted_is_the_latest_benchs():
         "final": f"{ratio['answer_to_final']:.2f}",
     }
     assert quoted.groupdict() == latest, f"the page says {quoted.groupdict()}, the bench {latest}"
+
+
+# --------------------------------------------------------------------------------------------
+# The README's newcomer: agentctl on their agent's own task queue
+
+
+async def test_the_audit_command_show_offers_lists_the_readmes_answer(env, tmp_path):
+    """The README's refund, answered by its script; ``agentctl show refund-1`` ends with
+    "Every answer on record: agentctl audit refund-1", which, run in the same terminal, must
+    list that answer. (The refund runs on the task queue ``refunds``; agentctl's is
+    ``agents``, and audit leaves out a run on another queue: "No answers on record".)"""
+    queue, chat_id = f"refunds-{uuid.uuid4()}", f"refund-{uuid.uuid4().hex[:8]}"
+    folder = newcomers_folder(tmp_path, queue=queue, chat_id=chat_id)
+    worker = await their_worker(env, folder, queue)
+    try:
+        ref, _ = await ask(env, folder)
+        # This checkout's agentctl (a worktree sharing a clone's venv has the clone's installed).
+        environ = {**terminal(env, folder), "PYTHONPATH": str(ROOT)}
+        answer = (
+            f"temporal workflow update execute --workflow-id {chat_id} --name resume --input "
+            f"""'{{"restart": [{{"name": "refundOrder", "ref": "{ref}", """
+            """"resumed_metadata": {"tool_approved": true}}], "identity": "you@example.com"}'"""
+        )
+        await shell(answer, cwd=folder, env=environ)
+        shown = await shell(f"agentctl show {chat_id}", cwd=folder, env=environ)
+        (offered,) = [ln for ln in shown.splitlines() if ln.startswith("Every answer on record:")]
+        commands = re.findall(r"agentctl (?:--task-queue \S+ )?audit \S+", offered)
+        assert commands, offered
+        audit = await shell(commands[0], cwd=folder, env=environ)
+        assert "you@example.com" in audit, audit
+    finally:
+        await worker.stop()
