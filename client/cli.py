@@ -675,7 +675,7 @@ def show(
         closed = view.status == "closed"
         # How it closed, when Temporal says (describe came first; it may have closed since).
         ended = closed_as(desc) if closed else None
-        print_status(view, ended=ended, task_queue=desc.task_queue)
+        print_status(view, ended=ended, task_queue=desc.task_queue, client_queue=agents.task_queue)
 
     _run(ctx, command)
 

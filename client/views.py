@@ -414,12 +414,16 @@ def print_paused(
     out.print("Answer with: agentctl approve|deny CHAT_ID REF, or agentctl show CHAT_ID")
 
 
-def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> None:
+def print_status(
+    view: ShowOutput, *, ended: str | None, task_queue: str, client_queue: str | None = None
+) -> None:
     """``agentctl show``'s answer for a person.
 
     Args:
         view: what the conversation said about itself.
         ended: how its workflow ended ("terminated"), when Temporal says it is closed.
+        client_queue: agentctl's own task queue, whose runs ``agentctl audit`` trusts: a
+            conversation on another is audited only with ``--task-queue`` naming its queue.
         task_queue: the queue it runs on.
     """
     closed = view.status == "closed"
@@ -477,7 +481,17 @@ def print_status(view: ShowOutput, *, ended: str | None, task_queue: str) -> Non
                 a.via,
             )
         out.print(table)
-        out.print(f"Every answer on record: agentctl audit {escape(shell_word(view.chat_id))}")
+        audit = f"agentctl audit {escape(shell_word(view.chat_id))}"
+        if client_queue is not None and task_queue != client_queue:
+            # Plain `agentctl audit` leaves its runs out ("No answers on record"). Said, not
+            # assumed: whoever polls that queue wrote them, so trusting it is the reader's call.
+            queue = escape(shell_word(task_queue))
+            audit = (
+                f"agentctl --task-queue {queue} audit {escape(shell_word(view.chat_id))} (its "
+                f"runs are on task queue {safe(task_queue)}, not this client's "
+                f"{safe(client_queue)}: audit trusts them only so, if your workers poll it)"
+            )
+        out.print(f"Every answer on record: {audit}")
     if view.recent_rejections:
         table = Table(
             title=f"Recent rejected answers ({view.rejections_total} in all)",

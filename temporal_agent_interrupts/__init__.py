@@ -124,27 +124,32 @@ __all__ = [
 _DISTRIBUTION = "temporal-agent-interrupts"
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        # From the installed distribution's metadata, so the version lives in pyproject.toml
-        # alone; read on first use, never at import (see the module docstring).
-        from importlib.metadata import PackageNotFoundError, version
+# Hidden from type checkers: a module-level __getattr__ tells pyright and mypy that any name
+# exists (its type Any), so `from temporal_agent_interrupts import Agnet` type-checked clean,
+# in the docs' blocks and in every user's code; they read the imports above instead.
+if not TYPE_CHECKING:
 
-        try:
-            value = version(_DISTRIBUTION)
-        except PackageNotFoundError:
-            raise AttributeError(
-                f"{__name__}.__version__: the {_DISTRIBUTION} distribution is not installed "
-                f"(a clone on PYTHONPATH has no metadata; `make setup` installs it)"
-            ) from None
-        globals()[name] = value
+    def __getattr__(name: str) -> Any:
+        if name == "__version__":
+            # From the installed distribution's metadata, so the version lives in pyproject.toml
+            # alone; read on first use, never at import (see the module docstring).
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                value = version(_DISTRIBUTION)
+            except PackageNotFoundError:
+                raise AttributeError(
+                    f"{__name__}.__version__: the {_DISTRIBUTION} distribution is not installed "
+                    f"(a clone on PYTHONPATH has no metadata; `make setup` installs it)"
+                ) from None
+            globals()[name] = value
+            return value
+        home = _HOME.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+        globals()[name] = value  # the next lookup is an ordinary attribute
         return value
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # the next lookup is an ordinary attribute
-    return value
 
 
 def __dir__() -> list[str]:

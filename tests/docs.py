@@ -16,10 +16,14 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 
-# A fenced block: ``` and a language at the start of a line, the text, ``` alone on a line.
-# Indented fences (inside a list item) count too: their indentation is taken off the text.
+# A fenced block: three or more backticks or tildes and a language at the start of a line, the
+# text, then the same fence (or a longer one) alone on a line, as CommonMark and
+# pymdownx.superfences read it: ~~~ and ```` render as code too, and a ```` block may show a ```
+# fence as its text. Indented fences (inside a list item or an admonition) count too: their
+# indentation is taken off the text.
 FENCE = re.compile(
-    r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<text>.*?)^(?P=indent)```[ \t]*$",
+    r"^(?P<indent>[ \t]*)(?P<fence>(?P<char>[`~])(?P=char){2,})[ \t]*(?P<lang>[\w+-]*)[^\n]*\n"
+    r"(?P<text>.*?)^(?P=indent)(?P=fence)(?P=char)*[ \t]*$",
     re.S | re.M,
 )
 

@@ -1,12 +1,14 @@
 """Every code block of every page is run or checked, and the site builds with ``--strict``.
 
 A block is RUN when a test under tests/ names its first line (``block("<first line>",
-lang=...)``, found here by reading the tests' source). Every block is also CHECKED by its kind,
+lang=...)``, found here by reading the tests' source) and uses its text, in a test not marked
+``skip`` or ``xfail``. Every block is also CHECKED by its kind,
 cheaply, run or not:
 
 - ``python``: compiled, and type-checked by pyright, all blocks in one project, each at the
   path its first line names (``# mypackage/agents.py``) so that their imports of each other
-  resolve, with the project's own pyright settings;
+  resolve, with the project's own pyright settings; the code of a command block's
+  ``python -c CODE`` too;
 - ``bash``, ``sh``, ``console`` (its ``$ `` lines): each command is parsed, and the program
   it names must be one the docs may name: ours (``agentctl``, ``agent-worker``,
   ``agent-codec-server``) with their own parsers, ``temporal`` against its ``--help``, a
@@ -20,8 +22,11 @@ cheaply, run or not:
 - ``js``: ``node --check``;
 - ``text``: only a figure of output, said so above the fence (``<!-- output -->``).
 
-A block of any other kind, or of none, fails until a test runs it or it says what it is. Each
-checker collects every failure, as ``page:line: why``, and reports them together.
+A block of any other kind, or of none, fails until a test runs it or it says what it is. Code
+a page shows outside the fences read here (an indented block, raw ``<pre>``, an included file's
+block, a docstring's example on the API reference) fails too: each page, rendered with the
+site's Markdown extensions and as the built site serves it, shows exactly the blocks found here.
+Each checker collects every failure, as ``page:line: why``, and reports them together.
 """
 
 from __future__ import annotations
@@ -45,9 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import markdown
 import pytest
 import typer.core
 import typer.main
+import yaml
 from pydantic import BaseModel, ValidationError
 from temporalio.envconfig import ClientConfig
 
@@ -98,8 +105,14 @@ def run_calls(tests: Path = TESTS) -> list[RunCall]:
     for path in sorted(tests.rglob("*.py")):
         if "node_modules" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        if _marked_not_to_run(tree):
+            continue
+        for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not node.args:
+                continue
+            if not _runs(node, parents):
                 continue
             func = node.func
             named = (isinstance(func, ast.Name) and func.id == "block") or (
@@ -125,6 +138,38 @@ def run_calls(tests: Path = TESTS) -> list[RunCall]:
                 where = f"{path.relative_to(tests.parent)}:{node.lineno}"
                 found.append(RunCall(where=where, first=first.value, lang=lang))
     return found
+
+
+# pytest's marks under which a test's block() runs nothing that can fail the suite: skipped, or
+# expected to fail (skipif is a condition, and runs where it is false: CI).
+NOT_RUN_MARK = re.compile(r"\bmark\.(?:skip|xfail)\b")
+
+
+def _marked_not_to_run(node: ast.AST) -> bool:
+    """A module whose ``pytestmark`` skips or xfails it, or a function or class so decorated."""
+    if isinstance(node, ast.Module):
+        return any(
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+            and NOT_RUN_MARK.search(ast.unparse(n.value))
+            for n in node.body
+        )
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return any(NOT_RUN_MARK.search(ast.unparse(d)) for d in node.decorator_list)
+    return False
+
+
+def _runs(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    """A block() call whose text is used (not a statement of its own, thrown away), in no test
+    or class marked not to run."""
+    if isinstance(parents.get(call), ast.Expr):
+        return False
+    node: ast.AST | None = call
+    while node is not None:
+        if _marked_not_to_run(node):
+            return False
+        node = parents.get(node)
+    return True
 
 
 def unaccounted(blocks: Sequence[Block], calls: Sequence[RunCall]) -> list[str]:
@@ -167,7 +212,74 @@ def unaccounted(blocks: Sequence[Block], calls: Sequence[RunCall]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
+# Code a page shows that no fence holds
+
+
+def _markdown_extensions(base_path: Path) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The site's Markdown extensions and their settings (mkdocs.yml), with the snippets'
+    base path at ``base_path`` (the root, where `make docs` runs)."""
+    names: list[str] = []
+    configs: dict[str, dict[str, Any]] = {}
+    for entry in yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]:
+        name, config = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+        names.append(name)
+        configs[name] = dict(config or {})
+    if "pymdownx.snippets" in configs:
+        configs["pymdownx.snippets"]["base_path"] = [str(base_path)]
+    return names, configs
+
+
+def rendered_code_blocks(html: str) -> int:
+    """The code blocks in a page's HTML, the signatures mkdocstrings renders aside."""
+    signatures = len(re.findall(r'<div class="[^"]*\bdoc-signature\b[^"]*"><pre\b', html))
+    return len(re.findall(r"<pre\b", html)) - signatures
+
+
+def _unseen(page: str, rendered: int, found: int) -> list[str]:
+    if rendered == found:
+        return []
+    return [
+        f"{page}: renders {rendered} code blocks, and the checks read {found}: code outside a "
+        "fence they read (an indented block, raw <pre>, an included file's block, a "
+        "docstring's example) is neither run nor checked; make it a ``` block of the page"
+    ]
+
+
+def unseen_code(path: Path, text: str | None = None, *, base_path: Path = ROOT) -> list[str]:
+    """A page (the README, or a page of the site before mkdocstrings) renders exactly the code
+    blocks ``blocks_of`` finds: one more is code nothing reads."""
+    text = path.read_text() if text is None else text
+    names, configs = _markdown_extensions(base_path)
+    html = markdown.markdown(text, extensions=names, extension_configs=configs)
+    return _unseen(
+        str(path.relative_to(ROOT)), rendered_code_blocks(html), len(docs.blocks_of(path, text))
+    )
+
+
+def unseen_code_in_site(site: Path) -> list[str]:
+    """The built site's pages, as served (includes and the API reference's docstrings in):
+    each shows the code blocks of its Markdown page, and no other."""
+    failures = []
+    for path in docs.pages()[1:]:  # the README is no page of the site
+        page = path.relative_to(docs.DOCS).with_suffix("")
+        folder = page.parent if page.name == "index" else page
+        html = (site / folder / "index.html").read_text()
+        failures += _unseen(
+            str(path.relative_to(ROOT)), rendered_code_blocks(html), len(docs.blocks_of(path))
+        )
+    return failures
+
+
+# --------------------------------------------------------------------------------------------
 # python: compile, and pyright over all the blocks at once
+
+
+# An own-line comment that turns pyright off (a "type: ignore" comment at the top ignores the
+# whole file) or down ("pyright: basic", "pyright: reportX=false") for the rest of a block; an
+# ignore at the end of a line of code stays visible where it is, and is allowed.
+PYRIGHT_OPT_OUT = re.compile(r"^\s*#\s*(?:type:\s*ignore\b|pyright:\s*(?!strict\s*$))")
+# Folders pyright skips whatever its settings say (besides any starting with a dot).
+PYRIGHT_SKIPS = ("node_modules", "__pycache__")
 
 
 def _named_path(b: Block) -> str | None:
@@ -202,6 +314,12 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
             failures.append(f"{_page_line(b, e.lineno or 1)}: does not compile: {e.msg}")
         else:
             compiled.append(b)  # pyright on the others would only say it again, at length
+        for number, line in enumerate(b.text.splitlines(), start=1):
+            if PYRIGHT_OPT_OUT.match(line):
+                failures.append(
+                    f"{_page_line(b, number)}: {line.strip()!r} turns pyright's checks off for "
+                    "the block: a reader's copy would hide what the check no longer sees"
+                )
     python = compiled
 
     # Blocks that name the same path (a page and its copy) go to a second project of their own
@@ -210,6 +328,8 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
     files: dict[Path, Block] = {}
     for b in python:
         rel = _named_path(b) or _block_file_name(b, ".py")
+        if any(part.startswith(".") or part in PYRIGHT_SKIPS for part in Path(rel).parts[:-1]):
+            rel = _block_file_name(b, ".py")  # a folder pyright never analyses: checked alone
         index = next((i for i, s in enumerate(sets) if rel not in s), len(sets))
         if index == len(sets):
             sets.append({})
@@ -249,6 +369,10 @@ def check_python(blocks: Sequence[Block], tmp: Path) -> list[str]:
         report = json.loads(result.stdout)
     except json.JSONDecodeError:
         return [*failures, f"pyright did not report: {result.stdout[-2000:]}{result.stderr}"]
+    analysed = report.get("summary", {}).get("filesAnalyzed", 0)
+    written = len([p for i in range(len(sets)) for p in (tmp / f"set{i}").rglob("*.py")])
+    if analysed < written:
+        failures.append(f"pyright analysed {analysed} of the {written} files the blocks make")
     for d in report["generalDiagnostics"]:
         if d["severity"] != "error":
             continue
@@ -341,14 +465,71 @@ OPERATOR = re.compile(r"^[();<>|&]+$")
 ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 
 
+def _substitutions(text: str) -> list[str]:
+    """The commands a line runs inside a word: ``$(...)`` within double quotes and `` `...` ``
+    anywhere outside single quotes (shlex keeps both inside one word; an unquoted ``$(`` it
+    splits at the parenthesis already)."""
+    found = []
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":
+            i += 2
+            continue
+        if quote == "'":
+            quote = None if c == "'" else quote
+        elif c == "`":
+            end = text.find("`", i + 1)
+            if end < 0:
+                break
+            found.append(text[i + 1 : end])
+            i = end
+        elif quote == '"' and text.startswith("$(", i):
+            depth, j = 1, i + 2
+            while j < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                j += 1
+            found.append(text[i + 2 : j - 1])
+            i = j - 1
+        elif c in "'\"":
+            quote = None if quote == c else (quote or c)
+        i += 1
+    return found
+
+
+@functools.cache
+def _settings_known() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The variables the settings page names, and the prefixes it names as ``PREFIX_*``."""
+    text = (docs.DOCS / "reference" / "settings.md").read_text()
+    names = frozenset(SETTING.findall(text))
+    stars = tuple(m + "_" for m in re.findall(rf"({SETTING.pattern})_\*", text))
+    return names, stars
+
+
+# The variables of this product and of the libraries it configures: one a page sets must be one
+# the settings page names (a misspelt one is ignored by every process, silently).
+SETTING = re.compile(r"\b(?:AGENT|AGENTCTL|TEMPORAL|GEMINI)_[A-Z0-9_]*[A-Z0-9]\b")
+
+
+def _setting_error(assignment: str) -> str | None:
+    name = assignment.split("=", 1)[0]
+    if not SETTING.fullmatch(name):
+        return None
+    names, stars = _settings_known()
+    if name in names or name.startswith(stars):
+        return None
+    return f"{name} is not a setting docs/reference/settings.md names"
+
+
 def commands_of(b: Block) -> tuple[list[Command], list[str]]:
     """The block's simple commands (split at ``&&``, ``||``, ``;``, ``|``, ``(``/``)``, with
-    their leading ``VAR=value`` assignments and any redirections taken off) and the lines that
-    do not parse."""
+    their leading ``VAR=value`` assignments and any redirections taken off, and those a word
+    substitutes), and the lines that do not parse or set a variable that is no setting."""
     commands: list[Command] = []
     failures: list[str] = []
-    for number, text in _logical_lines(b):
-        where = _page_line(b, number)
+
+    def parse(text: str, where: str) -> None:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         lexer.commenters = ""  # taken off above, where a quote is told from a word
@@ -356,7 +537,7 @@ def commands_of(b: Block) -> tuple[list[Command], list[str]]:
             tokens = list(lexer)
         except ValueError as e:
             failures.append(f"{where}: does not parse as a shell command: {e}")
-            continue
+            return
         segments: list[list[str]] = [[]]
         skip_next = False
         for token in tokens:
@@ -373,15 +554,23 @@ def commands_of(b: Block) -> tuple[list[Command], list[str]]:
                 continue
             segments[-1].append(token)
         for argv in segments:
-            # `export NAME=value` and `NAME=value cmd`: the assignments are fine as they are.
+            # `export NAME=value` and `NAME=value cmd`: a setting's name must be one.
             if argv and argv[0] == "export":
                 argv = argv[1:]
                 if all(ASSIGNMENT.match(a) for a in argv):
+                    failures.extend(f"{where}: {e}" for a in argv if (e := _setting_error(a)))
                     continue
             while argv and ASSIGNMENT.match(argv[0]):
+                if error := _setting_error(argv[0]):
+                    failures.append(f"{where}: {error}")
                 argv = argv[1:]
             if argv:
                 commands.append(Command(where=where, argv=tuple(argv)))
+        for inner in _substitutions(text):
+            parse(inner, where)
+
+    for number, text in _logical_lines(b):
+        parse(text, _page_line(b, number))
     if b.lang == "console" and not any(line.startswith("$ ") for line in b.text.splitlines()):
         failures.append(
             f"{b.where}: a console block with no `$ ` command: if it is a figure of output "
@@ -543,10 +732,24 @@ def _temporal_flags(help_text: str) -> dict[str, Flag]:
 
 
 def _handler_payloads() -> dict[str, type[BaseModel]]:
-    """The conversation's signals and updates that take a payload, by name, and its model."""
-    from temporal_agent_interrupts.workflows.types import CancelInput, ResumeInput, SendInput
+    """The conversation's signals, updates and queries that take a payload, by name, and its
+    model (docs/reference/payloads.md's table)."""
+    from temporal_agent_interrupts.workflows.types import (
+        CancelInput,
+        HistoryInput,
+        MessagesInput,
+        ResumeInput,
+        SendInput,
+    )
 
-    return {"resume": ResumeInput, "send": SendInput, "cancel": CancelInput}
+    return {
+        "resume": ResumeInput,
+        "send": SendInput,
+        "cancel": CancelInput,
+        "close": CancelInput,
+        "history": HistoryInput,
+        "messages": MessagesInput,
+    }
 
 
 def _temporal_error(args: list[str]) -> str | None:
@@ -647,7 +850,7 @@ def _python_error(args: list[str], blocks: Sequence[Block]) -> str | None:
             module = rest[0]
             return None if _module_exists(module, blocks) else f"no module {module!r}"
         if arg == "-c":
-            return None
+            return None  # the code is a python block of its own (python_blocks)
         if arg.startswith("-"):
             continue
         return _file_error(arg, blocks)
@@ -683,6 +886,23 @@ def command_error(command: Command, blocks: Sequence[Block]) -> str | None:
     if name in ALLOWED:
         return None
     return f"{program!r} is not a program the docs may name (see ALLOWED in tests/test_docs.py)"
+
+
+def python_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """The python blocks, and the code of each ``python -c CODE`` in a command block, as a
+    python block at the command's line: what ``-c`` runs is checked as a block is."""
+    found = [b for b in blocks if b.lang == "python"]
+    for b in blocks:
+        if b.lang not in COMMAND_KINDS:
+            continue
+        for command in commands_of(b)[0]:
+            program, *args = command.argv
+            if _program(program) != "python" or "-c" not in args[:-1]:
+                continue
+            page, _, line = command.where.rpartition(":")
+            code = args[args.index("-c") + 1]
+            found.append(Block(page=page, line=int(line), lang="python", text=code))
+    return found
 
 
 def check_commands(blocks: Sequence[Block], every: Sequence[Block] | None = None) -> list[str]:
@@ -797,6 +1017,11 @@ def check_json(blocks: Sequence[Block]) -> list[str]:
                 "temporal_agent_interrupts.some.module.Model --> on one of the 3 lines above "
                 "the fence"
             )
+            continue
+        if not named[1].startswith("temporal_agent_interrupts."):
+            # A model from elsewhere says nothing of the product's wire (pydantic.RootModel
+            # takes any array): and the import would run whatever module the page names.
+            failures.append(f"{b.where}: <!-- model: {named[1]} --> is not one of the package's")
             continue
         try:
             model = _model(named[1])
@@ -917,9 +1142,14 @@ def _mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_site_builds_strict(tmp_path):
+def test_the_site_builds_strict_and_shows_only_the_code_that_is_checked(tmp_path):
     result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
+    _report(unseen_code_in_site(tmp_path / "site"), "pages with code no check reads")
+
+
+def test_every_code_block_a_page_renders_is_one_the_checks_read():
+    _report([f for p in docs.pages() for f in unseen_code(p)], "pages with code no check reads")
 
 
 def test_the_strict_build_fails_on_a_broken_link(tmp_path):
@@ -955,7 +1185,7 @@ def test_every_block_is_run_or_checked(blocks):
 
 def test_python_blocks_compile_and_type_check(blocks, tmp_path):
     assert any(b.lang == "python" for b in blocks)
-    _report(check_python(blocks, tmp_path), "errors in python blocks")
+    _report(check_python(python_blocks(blocks), tmp_path), "errors in python blocks")
 
 
 def test_command_blocks_name_commands_that_parse(blocks):

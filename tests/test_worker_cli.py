@@ -402,8 +402,9 @@ def test_agents_are_found_in_the_working_folder_which_shadows_no_installed_modul
     tmp_path, monkeypatch
 ):
     """`agent-worker --agents mine` from the folder holding mine.py finds it (an installed
-    console script has only bin/ on sys.path), and that folder goes last on the path: a
-    ``pydantic.py`` or ``json.py`` someone left there never replaces the real one."""
+    console script has only bin/ on sys.path), and that folder serves nothing else, after
+    everything installed: a ``pydantic.py`` or ``json.py`` someone left there never replaces
+    the real one (tests/test_docs_review.py: nor does a module that is not installed)."""
     import importlib.util
 
     from temporal_agent_interrupts.worker.__main__ import load_agents
@@ -414,10 +415,11 @@ def test_agents_are_found_in_the_working_folder_which_shadows_no_installed_modul
     (tmp_path / "pydantic_core.py").write_text("raise SystemExit('shadowed')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delitem(sys.modules, "mine", raising=False)
     (agent,) = load_agents(["mine"])
     assert agent.name == "mineAgent"
-    assert sys.path[-1] == str(tmp_path)
+    assert str(tmp_path) not in sys.path
     # An import that resolves afresh now still finds the installed package, not the folder's.
     spec = importlib.util.find_spec("pydantic_core")
     assert spec is not None and spec.origin is not None

@@ -34,6 +34,8 @@ import argparse
 import asyncio
 import gc
 import importlib
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import signal
@@ -273,6 +275,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
+class _FolderModules(importlib.abc.MetaPathFinder):
+    """The last finder on ``sys.meta_path``: ``names`` (top-level modules or packages) from
+    ``folder``, and nothing else from there; a package's submodules are found through it."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.names: set[str] = set()
+
+    @classmethod
+    def serve(cls, folder: str, names: set[str]) -> None:
+        finder = next((f for f in sys.meta_path if isinstance(f, cls) and f.folder == folder), None)
+        if finder is None:
+            finder = cls(folder)
+            sys.meta_path.append(finder)
+        finder.names |= names
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if path is not None or fullname not in self.names:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, [self.folder])
+
+
 class AgentSpecError(ValueError):
     """An ``--agents`` value that names no agents; the one-line message says why."""
 
@@ -297,12 +326,14 @@ def load_agents(specs: Sequence[str] | None) -> list[Agent]:
         )
     # The folder the command runs in holds the author's package, as it does for `python -m`;
     # an installed console script starts with only its own bin/ folder on sys.path, so
-    # `agent-worker --agents mypackage.agents` found nothing. Last on the path, not first: a
-    # file in that folder named like a module the worker imports (json.py, temporalio/) must not
-    # shadow it, so a worker started in a folder others can write to runs only what it names.
+    # `agent-worker --agents mypackage.agents` found nothing. That folder serves the modules
+    # named here and nothing else, after everything installed: on sys.path, even last, it would
+    # also serve every module the worker's libraries try and lack (httpx2 looks for h2, socksio
+    # and trio, Starlette for multipart), so a socksio.py left in a folder others can write to
+    # (/tmp) would run inside the worker.
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
-        sys.path.append(here)
+        _FolderModules.serve(here, {spec.partition(":")[0].strip().split(".")[0] for spec in specs})
     agents: list[Agent] = []
     for spec in specs:
         try:
