@@ -404,9 +404,11 @@ class _App:
         streams_per_chat: int,
         worker_timeout: timedelta | None,
         authorize: Authorize | None,
+        token_queues: Sequence[str] | None,
     ) -> None:
         self.client = client
         self.authorize = authorize
+        self.token_queues = None if token_queues is None else frozenset(token_queues)
         self.identity = identity
         self.dev = dev_loopback
         self.max_body = max_body
@@ -468,6 +470,32 @@ class _App:
 
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)
+
+    async def may_receive_token(self, chat: Chat) -> None:
+        """Before anything of a request that carries an identity token reaches ``chat``: that
+        it runs on a task queue the app trusts. Whoever polls a chat's task queue answers its
+        queries and takes its updates, token and all, and polling any queue is a worker's right
+        (a program of one's own, with a workflow named AgentWorkflow, on a queue of its own):
+        an approver's fresh token sent there could be shown to every real conversation that
+        trusts the same issuer. The task queue comes from the server, not from a worker.
+
+        Raises:
+            Problem: 403, the chat runs elsewhere; 404, there is no such chat.
+        """
+        try:
+            described = await chat.handle.describe()
+        except RPCError as e:
+            raise rpc_error(e, chat.id) from e
+        trusted = (
+            frozenset([self.client.task_queue]) if self.token_queues is None else self.token_queues
+        )
+        if described.task_queue not in trusted:
+            raise Problem(
+                403,
+                "forbidden",
+                f"chat {chat.id[:100]!r} runs on task queue {described.task_queue[:200]!r}, which "
+                "this app does not send identity tokens to (agents_app(token_queues=...))",
+            )
 
     @contextlib.contextmanager
     def stream_slot(self, chat_id: str) -> Any:
@@ -539,6 +567,8 @@ class _App:
         who = await self.who(request)
         await self.allow(request, Access(action="answer", chat_id=chat_id, identity=who.identity))
         chat = self.chat(chat_id)
+        if who.token is not None:
+            await self.may_receive_token(chat)
         status = await chat.status(worker_timeout=self.worker_timeout)
         if status.status == "closed":
             raise Problem(409, "conflict", f"chat {chat_id[:100]!r} is closed")
@@ -659,6 +689,8 @@ class _App:
             yield frame
 
     async def _resume(self, chat: Chat, run: RunAgentInput, who: _Identity) -> AsyncIterator[str]:
+        if who.token is not None:
+            await self.may_receive_token(chat)
         _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         pending = {i.ref: i for i in await chat.pending(worker_timeout=self.worker_timeout)}
         if not pending:
@@ -927,6 +959,7 @@ def agents_app(
     streams_per_chat: int = STREAMS_PER_CHAT,
     worker_timeout: timedelta | None = WORKER_TIMEOUT,
     authorize: Authorize | None = None,
+    token_queues: Sequence[str] | None = None,
 ) -> Starlette:
     """The web front ends' application, for ``client``'s namespace and task queue.
 
@@ -947,6 +980,10 @@ def agents_app(
             read a chat, list the inbox), a function of the request (sync or async); without
             it, whoever reaches the app may chat with any agent and read any chat, and only
             answers are checked (by identity, against each agent's approvers and trust).
+        token_queues: The task queues whose conversations may be sent an identity token (the
+            bearer token, with ``identity="bearer"``); None: the client's own task queue. An
+            answer with a token to a chat on any other queue is refused (403) before anything
+            is sent to it, since whoever polls that queue would receive the token.
 
     Raises:
         TypeError: ``identity`` is none of its forms.
@@ -969,6 +1006,7 @@ def agents_app(
         streams_per_chat=streams_per_chat,
         worker_timeout=worker_timeout,
         authorize=authorize,
+        token_queues=token_queues,
     )
 
     def guarded(

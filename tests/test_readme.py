@@ -98,7 +98,13 @@ async def test_the_readmes_first_agent_pauses_and_a_script_resumes_it(env, tmp_p
         chat = await AgentClient(env.client, task_queue=queue).chat("refundAgent", chat_id=chat_id)
         assert (await tool_runs(chat)).get("refundOrder", 0) == 0  # paused before it ran
 
-        script = block("agentctl pending", lang="bash").replace("refund-1", chat_id)
+        script = block(
+            "export AGENT_TASK_QUEUE=refunds   # agentctl reads your agent's queue as its own",
+            lang="bash",
+        )
+        script = script.replace("refund-1", chat_id).replace(
+            "AGENT_TASK_QUEUE=refunds", f"AGENT_TASK_QUEUE={queue}"
+        )
         await eventually(
             lambda: AgentClient(env.client).pending(agent="refundAgent"),
             lambda chats: any(c.chat_id == chat_id for c in chats),
@@ -108,6 +114,7 @@ async def test_the_readmes_first_agent_pauses_and_a_script_resumes_it(env, tmp_p
         out = await shell(script.replace("REF", ref), cwd=folder, env=environ)
         pending, shown = out.split("Signal workflow succeeded")
         assert ref in pending  # agentctl pending printed the ref the script then answers
+        assert "not this client's" not in pending  # agentctl is on the agent's queue
         assert "Last turn 1: stop" in shown and '"refunded": 25.0' in shown  # agentctl show
 
         result = await chat.last_turn()
