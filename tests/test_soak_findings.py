@@ -11,6 +11,12 @@
    started): every later worker without the run cached failed its tasks as nondeterministic,
    and the conversation was stuck. The workflow now takes a fired deadline timer as proof that
    its deadline has passed, whatever ``workflow.now()`` says.
+
+   What remains is the SDK's (temporalio 1.35): the fresh worker runs the workflow on the fired
+   timer while it answers the query, and sends what it made with its next task. When that task
+   also brings an update or a signal, history has the timer's commands first and a replay the
+   update's (``python -m bench.soak.sdk_query_repro`` shows it with a bare workflow). The soak
+   counts any run left that way under ``no_standing_task_failure``.
 """
 
 from __future__ import annotations
@@ -74,8 +80,11 @@ async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_repl
         # sits on the dead worker's queue: it applies the timer answering the query (what it
         # says depends on that), and holds the run in its cache from then on.
         await chat.status()
-        # Followed by query, not by update: an update in the task that takes the fired timer
-        # meets another SDK problem (see the report in docs/... no: see below).
+        # Followed by query, not by update: an update that lands in the task taking the fired
+        # timer meets the SDK problem under this one, which no workflow code can undo: the
+        # timer's commands, made while answering the query, go into history before the
+        # update's acceptance, and a replay runs the update first (python -m
+        # bench.soak.sdk_query_repro shows it with a bare workflow).
         done = await eventually(
             chat.status,
             lambda s: s.status == "idle",
