@@ -187,6 +187,7 @@ class Soak:
         )
         await asyncio.sleep(s.duration)
         log.info("soak: %.0fs up: no new turns; answering what is pending", s.duration)
+        stopped = now()
         stopping.set()
         await injecting
         await self._whole_fleet()
@@ -195,12 +196,15 @@ class Soak:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
         ended = now()
+        log.info("soak: the last turns took %.0fs", ended - stopped)
         if left:
             log.error("%d slots were still running %.0fs after the stop", len(left), s.drain)
         log.info("soak: checking %d conversations", len(driver.conversations))
         evidence = await checks.gather(self.paths, [c.chat_id for c in driver.conversations])
+        log.info("soak: read the evidence in %.0fs; replaying every history", now() - ended)
         await checks.replay(evidence)
         mismatches = await self._cli_audit_sample(driver, evidence)
+        log.info("soak: checks done %.0fs after the last turn", now() - ended)
         ledger = self.ledger.runs()
         model_faults = self.calls.faults()
         unexpected = [

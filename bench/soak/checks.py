@@ -199,13 +199,14 @@ async def _run_evidence(paths: Paths, chat_id: str, run_id: str) -> tuple[RunEvi
 
 
 async def replay(evidence: dict[str, ChatEvidence]) -> None:
-    """Replay every run's history on today's code, in the strict sandbox the recorded
-    histories replay in: one that does not replay fails the task of any worker that takes the
-    run without it in its cache, so it is a task failure waiting to happen."""
+    """Replay every run's history on today's code, as a worker does: one that does not replay
+    fails the task of any worker that takes the run without it in its cache, so it is a task
+    failure waiting to happen. (The workers' own sandbox: the strict one, which the recorded
+    histories replay in, checks the code's calls, not the history, and is slower.)"""
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(strict=True),
+        workflow_runner=sandbox_runner(),
     )
     runs = {run.run_id: run for ev in evidence.values() for run in ev.runs}
     results = await replayer.replay_workflows(

@@ -9,7 +9,7 @@ started again on the same database file and port. Model faults are the workers' 
 
 The schedule is a list of times from ``random.Random(seed)``: at least one server kill and at
 least one of each worker kill, then more at the rates asked, spread over the middle of the run
-(none in its first or last tenth, so the soak starts and ends on a whole fleet), at least
+(none in its first tenth or its last fifth, so the soak starts and ends on a whole fleet), at least
 :data:`MIN_GAP` apart so one fault is over before the next, and at most one worker down at once.
 """
 
@@ -62,7 +62,7 @@ def schedule(
 ) -> list[Fault]:
     """The process faults of a run of ``duration`` seconds, from ``seed`` alone."""
     rng = random.Random(f"{seed}-faults")
-    lo, hi = 0.1 * duration, 0.9 * duration
+    lo, hi = 0.1 * duration, 0.8 * duration
     minutes = duration / 60
     counts: dict[FaultKind, int] = {
         "server_sigkill": max(1, server_kills),
