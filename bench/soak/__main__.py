@@ -10,6 +10,16 @@ turn starts; what is pending is answered, every conversation's last turn ends an
 then the checks (:mod:`bench.soak.checks`) run, ``soak.json`` and ``soak.png`` are written to
 ``--out`` and the figures printed. The exit status is 1 on any violation, 130 after Ctrl-C.
 
+The load is people's, not a flood: a person reads for ``--think`` seconds on average before
+answering (35 by default; deadlines are answered within seconds or left to expire) and waits
+``--between`` (17) before the next message, so 200 conversations make about five turns a
+second. On the 2 cores this was sized on that keeps the machine about half busy (the dev server
+on SQLite takes about half of it), so what is measured is what faults do, not what a starved CPU
+does: with think 12 and between 6 the same run kept the cores 85% busy and the approval latency
+p50 went from about 1 s to 5 s, with tasks missing the SDK's 2 s deadlock limit. agentctl is a
+process per answer, about a CPU second each: 2% of the answers go that way (8% in short runs, so
+that they have some). Runs under five minutes (the test's) are paced faster: 1.5 and 1 s.
+
 Everything started here is stopped here, whatever happens (and, should this process be killed,
 by the kernel: see :mod:`bench.soak.processes`).
 """
@@ -221,7 +231,7 @@ class Soak:
             unexpected_exits=unexpected,
             cli_audit_mismatches=mismatches,
         )
-        settings = {**asdict(s), "task_queue": self.queue, "machine": _machine()}
+        settings = {**asdict(s), "ramp": ramp, "task_queue": self.queue, "machine": _machine()}
         summary = report.summarize(
             settings=settings,
             started=started,
@@ -260,14 +270,23 @@ class Soak:
         self.server_up = up
 
     async def _sample(self, driver: Driver, samples: list[report.Sample]) -> None:
+        before = _cpu_ticks()
         while True:
+            await asyncio.sleep(1.0)
+            ticks = _cpu_ticks()
+            total = ticks[1] - before[1]
+            busy = (ticks[0] - before[0]) / total if total else 0.0
+            before = ticks
             alive = len(self.fleet.alive()) if self.fleet else 0
             samples.append(
                 report.Sample(
-                    at=now(), in_flight=len(driver.active), workers=alive, server_up=self.server_up
+                    at=now(),
+                    in_flight=len(driver.active),
+                    workers=alive,
+                    server_up=self.server_up,
+                    cpu_busy=round(busy, 3),
                 )
             )
-            await asyncio.sleep(1.0)
 
     async def _start_web(self) -> None:
         cmd = [
@@ -360,6 +379,13 @@ class Soak:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's busy and total CPU ticks so far (``/proc/stat``)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _quiet_runtime() -> Runtime:
     """The harness's own client: the SDK's retries while the server is down are expected, and
     would fill the terminal (the workers' and the web app's logs keep theirs)."""
@@ -419,13 +445,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path, bool]:
         "--think",
         type=float,
         default=None,
-        help="mean seconds before an answer (default: 12, or 1.5 for runs under 5 minutes)",
+        help="mean seconds before an answer (default: 35, or 1.5 for runs under 5 minutes)",
     )
     p.add_argument(
         "--between",
         type=float,
         default=None,
-        help="mean seconds between turns (default: 6, or 1 under 5 minutes)",
+        help="mean seconds between turns (default: 17, or 1 under 5 minutes)",
     )
     p.add_argument(
         "--model-fault-rate",
@@ -444,7 +470,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path, bool]:
     p.add_argument(
         "--drain", type=float, default=300.0, help="seconds the last turns may take after the stop"
     )
-    p.add_argument("--agentctl-share", type=float, default=0.08)
+    p.add_argument(
+        "--agentctl-share",
+        type=float,
+        default=None,
+        help="share of answers sent with agentctl, a process each and the costliest path "
+        "(default: 0.02, or 0.08 under 5 minutes, so that a short run has a few)",
+    )
     p.add_argument(
         "--keep", action="store_true", help="keep the run's directory (logs, ledger, database)"
     )
@@ -455,8 +487,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path, bool]:
         conversations=args.conversations,
         workers=args.workers,
         seed=args.seed,
-        think=args.think if args.think is not None else (1.5 if short else 12.0),
-        between=args.between if args.between is not None else (1.0 if short else 6.0),
+        think=args.think if args.think is not None else (1.5 if short else 35.0),
+        between=args.between if args.between is not None else (1.0 if short else 17.0),
         model_fault_rate=args.model_fault_rate,
         worker_kills_per_min=args.worker_kills_per_min,
         worker_terms_per_min=args.worker_terms_per_min,
@@ -466,7 +498,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path, bool]:
         http_timeout=args.http_timeout,
         hang_seconds=args.http_timeout + 3.0,
         drain=args.drain,
-        agentctl_share=args.agentctl_share,
+        agentctl_share=(
+            args.agentctl_share if args.agentctl_share is not None else (0.08 if short else 0.02)
+        ),
     )
     return settings, Path(args.out), args.keep
 

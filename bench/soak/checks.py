@@ -477,6 +477,7 @@ def _tasks(
                 "no_standing_task_failure", f"{where}: its last workflow task {run.last_task}"
             )
         if run.replay_failure is not None:
+            figures["runs_that_do_not_replay"] += 1
             tally.bad("no_standing_task_failure", f"{where}: does not replay: {run.replay_failure}")
     for error in ev.errors:
         tally.bad("no_standing_task_failure", f"{conv.chat_id}: {error}")

@@ -578,13 +578,15 @@ class Driver:
             label, via_sdk = payload.label, True
         else:
             gen = HostileGenerator(pending, seed=rng.randrange(2**31), stale_ref="t0-0-stale")
-            # An edited input is an edit, not an attack, where the tool is editable.
+            # Not attacks here: an edited input where the tool is editable (an edit), and any
+            # output for a gated call when no interrupt-only one is pending (a respond
+            # supplies a gated tool's output; only interrupt-only tools declare a schema).
             editable = any(p.editable for p in pending)
-            cases = [
-                c
-                for c in gen.generate(40, cli=True)
-                if not (editable and c.label == "edited restart input")
-            ]
+            asking = any(p.source == "interrupt" for p in pending)
+            valid = {"edited restart input"} if editable else set()
+            if not asking:
+                valid.add("output breaks schema")
+            cases = [c for c in gen.generate(40, cli=True) if c.label not in valid]
             payload = rng.choice(cases)
             label = payload.label
         a = Attempt(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +26,9 @@ class Sample:
     in_flight: int
     workers: int
     server_up: bool
+    cpu_busy: float = 0.0
+    """The machine's CPU busy, 0 to 1 of all its cores, over the second before (everything
+    on it: this soak and whatever else runs there)."""
 
 
 def pct(values: Sequence[float], q: float) -> float | None:
@@ -93,9 +97,19 @@ def summarize(
             "finished": sum(1 for c in conversations if c.finished and c.closed),
             "in_flight_max": max(in_flight, default=0),
             "in_flight_mean": round(statistics.fmean(in_flight), 1) if in_flight else 0,
+            "in_flight_min_after_ramp": min(
+                (
+                    s.in_flight
+                    for s in samples
+                    if started + settings["ramp"] + 2 < s.at < started + settings["duration"]
+                ),
+                default=0,
+            ),
         },
+        "machine_cpu_busy": _cpu(samples, started=started, ended=ended),
         "turns": {
             "total": len(turns),
+            "per_second": round(len(turns) / settings["duration"], 2),
             "by_plan": dict(sorted(Counter(t.plan for t in turns).items())),
             "by_finish": dict(sorted(Counter(t.finish or "unfinished" for t in turns).items())),
             "sent_by": dict(sorted(Counter(t.via for t in turns).items())),
@@ -155,6 +169,16 @@ def summarize(
     }
 
 
+def _cpu(samples: Sequence[Sample], *, started: float, ended: float) -> dict[str, Any]:
+    """The machine's CPU busy while turns ran (all of it, shared with whatever else runs)."""
+    busy = [s.cpu_busy for s in samples if started <= s.at <= ended]
+    return {
+        "mean": round(statistics.fmean(busy), 2) if busy else None,
+        "p90": round(pct(busy, 0.9) or 0, 2) if busy else None,
+        "cores": os.cpu_count(),
+    }
+
+
 def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
@@ -196,12 +220,22 @@ def plot(
         alpha=0.6,
         label="workers up",
     )
+    twin.plot(
+        t,
+        [s.cpu_busy * 3 for s in samples],
+        color="tab:olive",
+        alpha=0.5,
+        linewidth=0.8,
+        label="machine CPU busy (0-3 = 0-100%)",
+    )
     twin.set_ylabel("workers up")
     twin.set_ylim(0, max((s.workers for s in samples), default=3) + 1)
     down = [s.at - started for s in samples if not s.server_up]
     if down:
         ax1.scatter(down, [0] * len(down), marker="|", color="tab:red", label="server down")
-    ax1.legend(loc="upper left", fontsize=8)
+    lines = ax1.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax1.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=7)
 
     rows = {"server_sigkill": 3, "worker_sigkill": 2, "worker_sigterm": 1}
     colors = {
@@ -274,8 +308,9 @@ def printed(summary: dict[str, Any]) -> str:
         f"soak seed {summary['seed']}: {summary['wall_seconds']:.0f}s, "
         f"{summary['settings']['workers']} workers, {summary['settings']['conversations']} slots",
         f"  conversations: {c['started']} started, {c['finished']} finished; in flight max "
-        f"{c['in_flight_max']}, mean {c['in_flight_mean']}",
-        f"  turns: {t['total']} {t['by_finish']}; pauses {summary['pauses']}",
+        f"{c['in_flight_max']}, mean {c['in_flight_mean']}, at least "
+        f"{c['in_flight_min_after_ramp']} after the ramp",
+        f"  turns: {t['total']} ({t['per_second']}/s) {t['by_finish']}; pauses {summary['pauses']}",
         "  answers by path: "
         + ", ".join(
             f"{p} {v.get('sent', 0)} sent/{v.get('applied', 0)} applied"
@@ -288,6 +323,8 @@ def printed(summary: dict[str, Any]) -> str:
         f"  deadlines expired {summary['deadlines_expired']}, edits {summary['edits']}, "
         f"cancels {summary['cancels']}",
         f"  approval latency: p50 {lat['p50']} ms, p99 {lat['p99']} ms (n={lat['n']})",
+        f"  machine CPU busy while turns ran: mean {summary['machine_cpu_busy']['mean']}, "
+        f"p90 {summary['machine_cpu_busy']['p90']} of {summary['machine_cpu_busy']['cores']} cores",
         "  violations: "
         + ", ".join(f"{k} {v}" for k, v in summary["violations"].items())
         + f"  (total {summary['violations_total']})",
