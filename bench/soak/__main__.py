@@ -15,8 +15,8 @@ answering (35 by default; deadlines are answered within seconds or left to expir
 ``--between`` (17) before the next message, so 200 conversations make about five turns a
 second. On the 2 cores this was sized on that keeps the machine about half busy (the dev server
 on SQLite takes about half of it), so what is measured is what faults do, not what a starved CPU
-does: with think 12 and between 6 the same run kept the cores 85% busy and the approval latency
-p50 went from about 1 s to 5 s, with tasks missing the SDK's 2 s deadlock limit. agentctl is a
+does: with think 12 and between 6 the same run kept the cores 85% busy, and the approval
+latency went from about 1 s to 5 s at the median and from 11 s to 63 s at p99. agentctl is a
 process per answer, about a CPU second each: 2% of the answers go that way (8% in short runs, so
 that they have some). Runs under five minutes (the test's) are paced faster: 1.5 and 1 s.
 
