@@ -11,7 +11,7 @@ DEV_PID := .temporal/dev-server.pid
 AGUI_CLIENT := tests/agui_client
 AGUI_STAMP := $(AGUI_CLIENT)/node_modules/.installed
 
-.PHONY: setup browser agui-client demo run test docs dist bench lint stop clean
+.PHONY: setup browser agui-client demo run test docs dist bench soak lint stop clean
 
 setup: $(STAMP)
 
@@ -80,6 +80,13 @@ dist: setup
 ## bench: the benchmarks; results land in bench/results/
 bench: setup
 	$(PY) -m bench
+
+## soak: conversations under load while workers and the server are killed, then the invariants
+# checked (ten minutes; three workers, 200 conversations in flight, seed 2026; see bench/soak).
+# Writes bench/results/soak.json and soak.png; exits non-zero on any violation. SOAK_ARGS adds
+# flags (SOAK_ARGS="--duration 60 --conversations 20 --seed 7").
+soak: setup
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

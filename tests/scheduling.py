@@ -8,7 +8,9 @@ run, so its module fixtures are set up once. Three changes to xdist's ``loadfile
   after another, never two at once: ``pyright`` over the project, the long conversations of
   maximum-size inputs in ``test_durable_input.py`` (each workflow activation there must finish
   within the SDK's 2 s deadlock limit, in a process that shares the machine's two cores with
-  the other worker), and the benchmark's quick run.
+  the other worker), the benchmark's quick run, and the soak's short run (three worker
+  processes, a dev server, the web app and a CLI or two at a time: a core's worth of work for a
+  minute and a half).
 - The slowest units go out first (xdist's own order is by number of tests), so that no long
   file starts near the end while the other worker has nothing left to do.
 - The tests in :data:`ALONE` run last, each once every other worker is idle: the machine to
@@ -29,7 +31,7 @@ from pathlib import PurePosixPath
 from xdist.scheduler import LoadFileScheduling
 from xdist.workermanage import WorkerController
 
-CPU_HEAVY = ("test_durable_input.py", "test_tooling.py", "test_bench.py")
+CPU_HEAVY = ("test_durable_input.py", "test_tooling.py", "test_bench.py", "test_soak.py")
 """The files run as one unit, never at the same time as each other."""
 
 CPU_HEAVY_UNIT = "cpu-heavy"
@@ -51,6 +53,7 @@ SLOWEST_FIRST = (
     "test_release.py",
     "test_audit_trail.py",
     "test_codec_server_attacks.py",
+    "test_soak_findings.py",
     "test_worker_process.py",
 )
 """Units that take 15 s or more (under the load of two workers), slowest first."""

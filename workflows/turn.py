@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
@@ -646,14 +646,25 @@ class TurnMachine:
                     timeout_summary="interrupt deadline" if timeout is not None else None,
                 )
             except TimeoutError:
-                await self._deadline_passed(turn)
+                assert deadline is not None  # only a timeout raises it
+                await self._deadline_passed(turn, fired=deadline)
 
-    async def _deadline_passed(self, turn: TurnState) -> None:
+    async def _deadline_passed(self, turn: TurnState, *, fired: datetime) -> None:
         """Carry out the deadline policies whose time has come: reminders and escalations
         notify someone (a tool run each); a deadline answers with its default or cancels
-        the turn."""
+        the turn.
+
+        Args:
+            fired: The time the timer that fired was set for. It has passed, whatever
+                ``workflow.now()`` says: the SDK can hand the activation that delivers the
+                timer the time of the run's previous task (a worker that cached the run
+                answering a query, taking the task after it timed out on a dead worker's
+                sticky queue), while a replay sees the later time. Deciding by the clock
+                alone found nothing due there and started the timer again, and the run no
+                longer replayed (tests/test_soak_findings.py).
+        """
         book = self.book(turn)
-        now = workflow.now()
+        now = max(workflow.now(), fired)
         notices: list[tuple[CallState, str, Literal["reminder", "escalation"]]] = []
         cancelled: list[CallState] = []
         for due in book.due(now):
