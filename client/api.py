@@ -52,6 +52,7 @@ from temporal_agent_interrupts.connection import (
     connect_config,
 )
 from temporal_agent_interrupts.errors import (
+    QUERY_PUT_OFF,
     AgentError,
     CancelRejected,
     ChatNotFound,
@@ -103,6 +104,11 @@ from temporal_agent_interrupts.workflows.types import (
 # early: at once when no worker has polled the task queue lately, or after its own ~30 s limit.
 # A worker that starts in the meantime answers the next attempt.
 _QUERY_RETRY_INTERVAL = 1.0
+
+# How often a query a worker put off (errors.QUERY_PUT_OFF) is asked again, _QUERY_RETRY_INTERVAL
+# apart: it is answered once the run's workflow task has run, which can wait out a dead worker's
+# sticky queue (5 s) and the task's own timeout (10 s).
+_PUT_OFF_TRIES = 30
 
 
 WORKER_TIMEOUT = timedelta(seconds=60)
@@ -767,6 +773,7 @@ class Chat:
         worker_timeout: timedelta | None = WORKER_TIMEOUT,
         open_only: bool = False,
         continued: int = 0,
+        put_off: int = 0,
     ) -> Any:
         condition = QueryRejectCondition.NOT_OPEN if open_only else None
         loop = asyncio.get_running_loop()
@@ -788,9 +795,20 @@ class Chat:
                     worker_timeout=worker_timeout,
                     open_only=open_only,
                     continued=continued + 1,
+                    put_off=put_off,
                 )
             raise _Closed() from None
         except WorkflowQueryFailedError as e:
+            if QUERY_PUT_OFF in str(e) and put_off < _PUT_OFF_TRIES:
+                await asyncio.sleep(_QUERY_RETRY_INTERVAL)
+                return await self._query(
+                    query,
+                    *args,
+                    worker_timeout=worker_timeout,
+                    open_only=open_only,
+                    continued=continued,
+                    put_off=put_off + 1,
+                )
             raise AgentError(f"query failed: {e}") from e
         except RPCError as e:
             if worker_timeout is None and worker_missing(e):

@@ -20,6 +20,14 @@ from temporalio.service import RPCStatusCode
 
 from temporal_agent_interrupts.workflows.types import ErrorKind, TurnResult
 
+# What a worker answers a query it put off (worker.sandbox.QueryTimeGuard): the query came
+# before the workflow task that brings the conversation's newest events; asked again, it is
+# answered once that task has run. The client asks again by itself (client.api).
+QUERY_PUT_OFF = (
+    "query put off: the conversation has events its workflow task has not brought to this "
+    "worker yet; ask again"
+)
+
 
 class AgentError(Exception):
     """Something the agent runtime refused or could not do; the message says why.

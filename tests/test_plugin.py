@@ -18,7 +18,7 @@ from temporal_agent_interrupts import AgentClient, AgentsPlugin, FinishReason, a
 from temporal_agent_interrupts.codec import AgentPayloadConverter
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.plugin import PLUGIN_NAME
-from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, OurRunner
+from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, GuardedRunner, OurRunner
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel
 from temporal_agent_interrupts.workflows import AgentWorkflow
@@ -107,13 +107,15 @@ async def test_a_sandbox_the_team_configured_keeps_its_restrictions_and_gains_th
         workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
     )
     runner = worker.config(active_config=True).get("workflow_runner")
-    assert isinstance(runner, SandboxedWorkflowRunner)
+    # Ours (its instances guard queries, worker.sandbox.QueryTimeGuard), with their restrictions.
+    assert isinstance(runner, OurRunner)
     passed = runner.restrictions.passthrough_modules
     assert "their_models" in passed and set(PASSTHROUGH) <= passed
-    # Unsandboxed is the team's own decision: left alone.
+    # Unsandboxed is the team's own decision: kept, with the guard in front of it.
     unsandboxed = UnsandboxedWorkflowRunner()
     kept = Worker(theirs, task_queue=f"never-{uuid.uuid4()}", workflow_runner=unsandboxed)
-    assert kept.config(active_config=True).get("workflow_runner") is unsandboxed
+    guarded = kept.config(active_config=True).get("workflow_runner")
+    assert isinstance(guarded, GuardedRunner) and guarded.inner is unsandboxed
 
 
 def test_the_plugin_configures_a_replayer_too():

@@ -12,11 +12,32 @@
    and the conversation was stuck. The workflow now takes a fired deadline timer as proof that
    its deadline has passed, whatever ``workflow.now()`` says.
 
-   What remains is the SDK's (temporalio 1.35): the fresh worker runs the workflow on the fired
-   timer while it answers the query, and sends what it made with its next task. When that task
-   also brings an update or a signal, history has the timer's commands first and a replay the
-   update's (``python -m bench.soak.sdk_query_repro`` shows it with a bare workflow). The soak
-   counts any run left that way under ``no_standing_task_failure``.
+2. **A query answered before the workflow task that brings a signal made a run that does not
+   replay.** Under the first finding lies the SDK's (temporalio 1.35) own: when a query
+   reaches a worker directly, with events the run's workflow task has not yet brought (its
+   worker died, or the server restarted, so the task waits out the dead sticky queue), the
+   SDK runs the workflow on those events (here a script's ``resume`` signal) to answer the
+   query, keeps the commands it made, and sends them with the next task. That task also
+   brought the caller's update (``last_turn``): history recorded the signal's commands (the
+   approved tool's activity scheduled) before the update's acceptance, while every replay runs
+   them together, the update first. The run no longer replayed, every worker without it cached
+   failed its tasks for good, and the conversation lost its paused turn. The product's workers
+   now refuse that activation (``worker.sandbox.QueryTimeGuard``): the query is put off (the
+   client asks again by itself, ``errors.QUERY_PUT_OFF``) and the run is evicted, so the task
+   that brings the signal replays it from history with the update, as every replay will.
+   ``python -m bench.soak.sdk_query_repro`` still shows the SDK's behaviour with a bare
+   workflow on an SDK worker.
+
+3. **A turn nobody asked for, withdrawn by the harness's close.** In one conversation three
+   calls of a turn the harness never saw paused, and its close withdrew them (the audit
+   trail's cancels by ``soak`` that no attempt of the harness sent). What fits: a send that
+   raised (its worker or the server went away) may still get in later, since its request
+   outlives the caller's wait; the harness sent the message again once the conversation said
+   it had not got it, and when the first got in too, after the second's turn had ended, it
+   started another turn with the same message. Nothing told the two apart. A send now carries
+   a ``message_id`` (``Chat.send``, the AG-UI message's id, a ``send`` signal's field): the
+   same message sent again joins the turn the first one started, and one that comes after the
+   conversation has moved on is refused (tests/test_message_ids.py holds it).
 """
 
 from __future__ import annotations
@@ -24,9 +45,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -34,13 +58,18 @@ from bench.soak.agent import AGENT, TIMED_OUT
 from bench.soak.ledger import Ledger, ModelCalls
 from bench.soak.processes import ROOT, child_env, worker_command
 from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.errors import QUERY_PUT_OFF
 from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker.sandbox import QueryTimeGuard
 from temporal_agent_interrupts.workflows import AgentWorkflow
 from tests.helpers import events_of, eventually, history, server_address
 
 
-async def soak_worker(address: str, queue: str, tmp_path: Path) -> asyncio.subprocess.Process:
-    """The soak's worker process (its agent, its scripted model), ready to take tasks."""
+async def soak_worker(
+    address: str, queue: str, tmp_path: Path, *, log: Path | None = None
+) -> asyncio.subprocess.Process:
+    """The soak's worker process (its agent, its scripted model), ready to take tasks; its log
+    (stderr) goes to ``log`` when given."""
     cmd = worker_command(
         address=address,
         task_queue=queue,
@@ -51,9 +80,14 @@ async def soak_worker(address: str, queue: str, tmp_path: Path) -> asyncio.subpr
         hang_seconds=6.0,
         http_timeout=3.0,
     )
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, cwd=ROOT, env=child_env(), stdout=asyncio.subprocess.PIPE
-    )
+    stderr = log.open("ab") if log is not None else None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, cwd=ROOT, env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=stderr
+        )
+    finally:
+        if stderr is not None:
+            stderr.close()  # the child has its own copy
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.strip() == b"ready", line
@@ -80,11 +114,9 @@ async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_repl
         # sits on the dead worker's queue: it applies the timer answering the query (what it
         # says depends on that), and holds the run in its cache from then on.
         await chat.status()
-        # Followed by query, not by update: an update that lands in the task taking the fired
-        # timer meets the SDK problem under this one, which no workflow code can undo: the
-        # timer's commands, made while answering the query, go into history before the
-        # update's acceptance, and a replay runs the update first (python -m
-        # bench.soak.sdk_query_repro shows it with a bare workflow).
+        # Followed by query, not by update, so that this test holds the first finding alone
+        # (the next test holds the second, an update landing in the task that brings events
+        # a query ran first).
         done = await eventually(
             chat.status,
             lambda s: s.status == "idle",
@@ -111,3 +143,97 @@ async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_repl
     )
     replayed = await replayer.replay_workflow(hist, raise_on_replay_failure=False)
     assert replayed.replay_failure is None, replayed.replay_failure
+
+
+async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_run_replayable(
+    env, tmp_path
+):
+    """Finding 2: the SDK ran the workflow on a signal while answering a query, and the update
+    that came with the signal's task made a history that does not replay."""
+    Ledger(tmp_path / "ledger.sqlite").create()
+    ModelCalls(tmp_path / "model-calls.sqlite").create()
+    address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
+    agents = AgentClient(env.client, task_queue=queue)
+    chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
+    log = tmp_path / "second-worker.log"
+    first = await soak_worker(address, queue, tmp_path)
+    second: asyncio.subprocess.Process | None = None
+    try:
+        paused = await chat.send(
+            f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
+        )
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        [gate] = paused.interrupts
+        assert gate.name == "transfer"
+        first.send_signal(signal.SIGKILL)  # no graceful shutdown: the run stays on its queue
+        await first.wait()
+        second = await soak_worker(address, queue, tmp_path, log=log)
+        # A query first: no task is pending, so the server sends it to the worker directly,
+        # to the dead worker's sticky queue first, where it waits some seconds.
+        status = asyncio.create_task(chat.status())
+        await asyncio.sleep(0.5)
+        # Meanwhile the approval, as a script sends it: its task too goes to the dead worker's
+        # queue and waits there until it times out. The query reaches the fresh worker first,
+        # with the signal in the history it replays.
+        body = {
+            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
+            "identity": "ann@soak",
+        }
+        await env.client.get_workflow_handle(chat.id).signal("resume", body)
+        await asyncio.sleep(0.5)
+        # Then the caller waits for the turn (an update), which comes with the task that
+        # brings the signal.
+        turn = await asyncio.wait_for(chat.last_turn(), 120)
+        assert turn is not None and turn.finish_reason == FinishReason.STOP, turn
+        # Put off by the worker, and asked again by the client: answered, not failed.
+        assert (await asyncio.wait_for(status, 120)).chat_id == chat.id
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    hist = await history(env.client, chat.id)
+    assert events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT)
+    assert not events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    # One approval, one payment.
+    runs = Ledger(tmp_path / "ledger.sqlite").runs()
+    assert [(r.tool, r.chat_id) for r in runs if r.phase == "effect"] == [("transfer", chat.id)]
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(strict=True),
+    )
+    replayed = await replayer.replay_workflow(hist, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None, replayed.replay_failure
+    # The scenario played out: the fresh worker was asked before the signal's task reached it.
+    assert "refused to run the workflow on events no workflow task has brought" in log.read_text()
+
+
+def _activation(jobs: list[str], *, at: int, length: int, replaying: bool = False) -> Any:
+    act = WorkflowActivation(run_id="r", history_length=length, is_replaying=replaying)
+    act.timestamp.FromNanoseconds(at)
+    for job in jobs:
+        getattr(act.jobs.add(), job).SetInParent()
+    return act
+
+
+def test_the_guard_refuses_only_new_events_at_an_old_tasks_time():
+    """What ``QueryTimeGuard`` tells apart, activation by activation."""
+    guard = QueryTimeGuard()
+    refuse = partial(guard.refuse, workflow_id="w")
+    assert refuse(_activation(["initialize_workflow"], at=1, length=3, replaying=True)) is None
+    assert refuse(_activation(["signal_workflow"], at=5, length=9)) is None  # a new task
+    # Another activation of the same task (same time, same history): its own work.
+    assert refuse(_activation(["resolve_activity"], at=5, length=9)) is None
+    # A query, or an eviction: neither counts.
+    assert refuse(_activation(["query_workflow"], at=5, length=12)) is None
+    assert refuse(_activation(["remove_from_cache"], at=5, length=12)) is None
+    # Events beyond the last task's history, at its time: what a query ran. Refused, and
+    # refused again while no task has come.
+    for _ in range(2):
+        refused = refuse(_activation(["signal_workflow"], at=5, length=12))
+        assert refused is not None and refused.failed.failure.message == QUERY_PUT_OFF
+    # The task that brings them comes as a replay (the run was evicted): let through, as is
+    # the next task.
+    assert refuse(_activation(["signal_workflow"], at=8, length=14, replaying=True)) is None
+    assert refuse(_activation(["do_update"], at=9, length=16)) is None

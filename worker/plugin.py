@@ -50,7 +50,12 @@ from temporal_agent_interrupts.codec import (
     load_keys,
 )
 from temporal_agent_interrupts.tracing import add_tracing
-from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, OurRunner, sandbox_runner
+from temporal_agent_interrupts.worker.sandbox import (
+    PASSTHROUGH,
+    GuardedRunner,
+    OurRunner,
+    sandbox_runner,
+)
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow
 
 log = logging.getLogger(__name__)
@@ -213,11 +218,15 @@ def _runner(existing: WorkflowRunner | None) -> WorkflowRunner:
     ):
         return sandbox_runner()
     if isinstance(existing, SandboxedWorkflowRunner):
-        return SandboxedWorkflowRunner(
+        # Ours, with their restrictions: its instances carry the QueryTimeGuard.
+        return OurRunner(
             restrictions=existing.restrictions.with_passthrough_modules(*PASSTHROUGH),
             runner_class=existing.runner_class,
         )
-    return existing  # unsandboxed: the team's decision, and theirs to review
+    if isinstance(existing, GuardedRunner):
+        return existing
+    # Unsandboxed: the team's decision, and theirs to review; the guard goes in front of it.
+    return GuardedRunner(existing)
 
 
 def _refuse_other_keys(converter: DataConverter, keys: PayloadKeys | None) -> None:

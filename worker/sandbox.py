@@ -11,12 +11,16 @@ from collections.abc import Sequence
 from types import CodeType
 from typing import Any
 
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 # Private, for _CompiledInstance (see there for why, and what it relies on); temporalio is pinned
 # to one minor release (pyproject.toml).
 from temporalio.worker.workflow_sandbox._runner import _Instance
+
+from temporal_agent_interrupts.errors import QUERY_PUT_OFF
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +122,111 @@ class _CompiledInstance(_Instance):
     minor release (pyproject.toml), which keeps it stable between upgrades.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._guard = QueryTimeGuard()
+
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type] -- exec() takes either
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        refused = self._guard.refuse(act, workflow_id=self.instance_details.info.workflow_id)
+        return refused if refused is not None else super().activate(act)
+
+
+class QueryTimeGuard:
+    """Refuses the activation the SDK makes of a conversation's new events while it answers a
+    query, before any workflow task has brought them, so that what it makes of them is never
+    sent.
+
+    When a query reaches a worker directly, with events the run's workflow task has not yet
+    taken (its worker died, or the server restarted, so the task waits out the dead sticky
+    queue), temporalio 1.35 runs the workflow on those events (a signal, a fired timer, an
+    activity's result) to answer the query, keeps the commands it made, and sends them with
+    the next task. When that task also brings an update, or a signal, history records the
+    event's commands before the update's acceptance, while every replay runs them together,
+    the update first: the run no longer replays, and every worker without it in its cache fails
+    its tasks for good (tests/test_soak_findings.py; ``python -m bench.soak.sdk_query_repro``
+    shows it with a bare workflow).
+
+    That activation is told by its clock: a workflow task starts with a new time and the id of
+    its started event as the history's length, and every activation of the same task repeats
+    both; this one has the new events (a longer history) but no new task, so the time of the
+    last one. Refusing it fails the query (its message says to ask again, and the client does)
+    and evicts the run, so the task that brings those events replays them from history with
+    whatever else it brings, as every replay will. A false alarm on a real task fails that task
+    once; the retry starts from a replay, where nothing repeats a time.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[int, int] | None = None  # (time, history length) of the last activation
+
+    def refuse(
+        self, act: WorkflowActivation, *, workflow_id: str
+    ) -> WorkflowActivationCompletion | None:
+        kinds = {job.WhichOneof("variant") for job in act.jobs}
+        if not kinds or kinds <= _NOT_WORK:
+            return None  # a query or an eviction: it neither moves the clock nor makes commands
+        now = (act.timestamp.ToNanoseconds(), act.history_length)
+        last, self._last = self._last, now
+        if act.is_replaying or last is None or now[0] != last[0] or now[1] == last[1]:
+            return None
+        log.warning(
+            "conversation %s: refused to run the workflow on events no workflow task has "
+            "brought yet (history %d, at the time of the task of history %d) while answering "
+            "a query; the task that brings them will run them",
+            workflow_id,
+            now[1],
+            last[1],
+        )
+        self._last = last
+        completion = WorkflowActivationCompletion(run_id=act.run_id)
+        completion.failed.failure.message = QUERY_PUT_OFF
+        return completion
+
+
+_NOT_WORK = frozenset({"query_workflow", "remove_from_cache"})
+
+
+class GuardedRunner(WorkflowRunner):
+    """Another runner (a team's unsandboxed one), with :class:`QueryTimeGuard` before each of
+    its instances: what the sandbox runner has built in (``_CompiledInstance``)."""
+
+    def __init__(self, inner: WorkflowRunner) -> None:
+        self.inner = inner
+
+    def prepare_workflow(
+        self, defn: Any
+    ) -> None:  # a private SDK type: temporalio.workflow._Definition
+        self.inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _GuardedInstance(self.inner.create_instance(det), det.info.workflow_id)
+
+    def set_worker_level_failure_exception_types(
+        self, types: Sequence[type[BaseException]]
+    ) -> None:
+        self.inner.set_worker_level_failure_exception_types(types)
+
+
+class _GuardedInstance(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance, workflow_id: str) -> None:
+        self._inner = inner
+        self._workflow_id = workflow_id
+        self._guard = QueryTimeGuard()
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        refused = self._guard.refuse(act, workflow_id=self._workflow_id)
+        return refused if refused is not None else self._inner.activate(act)
+
+    def get_info(self) -> Any:  # temporalio.workflow.Info, as the SDK declares it
+        return self._inner.get_info()
+
+    def get_serialization_context(self, command_info: Any) -> Any:  # the SDK's private types
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:  # the SDK's private types
+        return self._inner.get_external_store_context(command_info)
 
 
 class OurRunner(SandboxedWorkflowRunner):

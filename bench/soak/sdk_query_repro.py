@@ -14,6 +14,10 @@ its tasks as nondeterministic.
 
 Seen with temporalio 1.35.0 and the Temporal CLI 1.9.1 dev server (server 1.32.0). The
 workflow here upserts its memo when the timer fires; any command does (a timer, an activity).
+
+This runs the SDK's own worker, so it fails for as long as the SDK does: the product's workers
+refuse that activation (``worker.sandbox.QueryTimeGuard``, tests/test_soak_findings.py), and
+this script says when an SDK upgrade makes the guard unneeded.
 """
 
 from __future__ import annotations
