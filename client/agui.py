@@ -30,6 +30,7 @@ the conversation's own stream, so there is no gap and no duplicate.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -62,6 +63,7 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 
+from temporal_agent_interrupts.workflows.limits import DOOR, Refused, check_label
 from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
@@ -269,6 +271,18 @@ def messages_snapshot(
     return MessagesSnapshotEvent(messages=out)
 
 
+def user_message_id(messages: Sequence[Message]) -> str:
+    """The new user message's id as the send's ``message_id``: a run posted again with the
+    same message (a client's retry) joins the turn it started. An id that is no fit for one
+    (too long, control characters) is used by its digest."""
+    message_id = messages[-1].id
+    try:
+        check_label(message_id, what="the message id", limit=DOOR.message_id)
+    except Refused:
+        return "agui-" + hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return message_id
+
+
 def user_text(messages: Sequence[Message]) -> str | None:
     """The new user message of a run: the last message, when it is the user's."""
     if not messages or not isinstance(messages[-1], UserMessage):
@@ -409,17 +423,18 @@ class RunFrames:
 
         Args:
             snapshot: The conversation's messages, sent before an interrupt outcome (the spec
-                asks for the state a resume needs before the run that pauses finishes).
+                asks for the state a resume needs before the run that pauses finishes), and
+                before any other outcome of a run whose message was a repeat.
             pending: Every pending call, when ``result`` lists only some (a result is cut to
                 fit; ``interrupts_omitted`` counts the rest).
         """
         self.ended = True
         out: list[BaseEvent] = [*self._close_text()]
         reason = result.finish_reason
+        if snapshot is not None:
+            out.append(snapshot)
         if reason == FinishReason.INTERRUPTED:
             requests = list(pending) if pending is not None else result.interrupts
-            if snapshot is not None:
-                out.append(snapshot)
             if requests:
                 out.append(
                     RunFinishedEvent(

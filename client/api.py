@@ -321,28 +321,46 @@ class Chat:
         return self._client.temporal.get_workflow_handle_for(AgentWorkflow.run, self.id)
 
     async def send(
-        self, text: str, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+        self,
+        text: str,
+        *,
+        message_id: str | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnResult:
         """Send a user message and wait for the turn to end or pause.
 
         Args:
             text: The user's message.
+            message_id: Your id for this message, to send it again safely: a send that raised
+                (a timeout, a server that went away) may still have got in, and the same
+                message sent again with the same id joins the turn the first one started,
+                returning its result, instead of starting a second turn. Refused with
+                :class:`SendRejected` when the id was used for other text, or for a turn
+                before the latest (the newest 64 ids are remembered). One line, 128 bytes
+                at most.
             worker_timeout: How long a worker may take to accept the message (not to finish the
                 turn, which may run long model and tool calls): :data:`WORKER_TIMEOUT` (60 s)
                 unless given; ``None`` waits indefinitely.
 
         Raises:
-            SendRejected: the chat is paused on interrupts, busy, closed, or another agent's.
+            SendRejected: the chat is paused on interrupts, busy, closed, or another agent's;
+                or ``message_id`` is malformed, or was used before as said above.
             UnknownAgent: the chat is new and the worker that took it hosts no agent of this
                 name (``hosted`` names those it does, ``suggestion`` the closest); the
                 conversation was closed, so nothing is left running. A chat that already had
                 turns keeps going: its turn ends ``failed`` instead.
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
-        return await self._send(text, stream=False, worker_timeout=worker_timeout)
+        return await self._send(
+            text, stream=False, message_id=message_id, worker_timeout=worker_timeout
+        )
 
     def send_stream(
-        self, text: str, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+        self,
+        text: str,
+        *,
+        message_id: str | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnStream:
         """Send a user message and follow the turn as it happens.
 
@@ -350,13 +368,18 @@ class Chat:
         arrives, tool requests, interrupts, answers, tool responses) until ``turn_end``;
         ``await turn.result()`` for the same result :meth:`send` returns. Nothing is sent
         until one of the two is used. Raises as :meth:`send` does, from either (an
-        :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``worker_timeout`` is
-        :data:`WORKER_TIMEOUT` (60 s) unless given, as for :meth:`send`.
+        :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``message_id`` and
+        ``worker_timeout`` are as for :meth:`send`; a repeat's stream follows the turn the
+        first send started, from where that turn stands.
         """
         return TurnStream(
             self,
             lambda accepted: self._send(
-                text, stream=True, worker_timeout=worker_timeout, on_accept=accepted
+                text,
+                stream=True,
+                message_id=message_id,
+                worker_timeout=worker_timeout,
+                on_accept=accepted,
             ),
             worker_timeout=worker_timeout,
         )
@@ -366,6 +389,7 @@ class Chat:
         text: str,
         *,
         stream: bool,
+        message_id: str | None,
         worker_timeout: timedelta | None,
         on_accept: asyncio.Event | None = None,
     ) -> TurnResult:
@@ -375,6 +399,8 @@ class Chat:
             raise SendRejected("the message is empty")
         try:
             check_text(text, what="the message", limit=DOOR.send)
+            if message_id is not None:
+                check_label(message_id, what="the message id", limit=DOOR.message_id)
         except Refused as e:
             raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
@@ -398,12 +424,13 @@ class Chat:
             ),
             static_summary=f"{self.agent} conversation",
         )
+        send_input = SendInput(text=text, agent=self.agent, stream=stream, message_id=message_id)
         try:
             if worker_timeout is None and on_accept is None:
                 return _checked(
                     await self._client.temporal.execute_update_with_start_workflow(
                         AgentWorkflow.send,
-                        SendInput(text=text, agent=self.agent, stream=stream),
+                        send_input,
                         start_workflow_operation=start,
                     ),
                     self.agent,
@@ -413,7 +440,7 @@ class Chat:
                 async with deadline:
                     accepted = await self._client.temporal.start_update_with_start_workflow(
                         AgentWorkflow.send,
-                        SendInput(text=text, agent=self.agent, stream=stream),
+                        send_input,
                         start_workflow_operation=start,
                         wait_for_stage=WorkflowUpdateStage.ACCEPTED,
                     )

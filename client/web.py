@@ -44,7 +44,7 @@ from datetime import timedelta
 from importlib import resources
 from typing import Any, Literal
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import MessagesSnapshotEvent, RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -683,7 +683,9 @@ class _App:
             async for frame in self._connect(chat, run):
                 yield frame
             return
-        turn = chat.send_stream(text, worker_timeout=self.worker_timeout)
+        turn = chat.send_stream(
+            text, message_id=agui.user_message_id(run.messages), worker_timeout=self.worker_timeout
+        )
         await turn.accepted()
         async for frame in self._live(chat, run, turn.offset, turn):
             yield frame
@@ -718,7 +720,7 @@ class _App:
                 yield agui.encode(event, frames.frame_id(pos))
             try:
                 async for event in turn:
-                    async for frame in self._frames_of(chat, frames, event):
+                    async for frame in self._frames_of(chat, frames, event, turn=turn):
                         yield frame
             except AgentError:
                 if frames.ended:
@@ -727,9 +729,11 @@ class _App:
                     return
                 raise
             if not frames.ended:
-                # Answers that left others pending: the turn stays paused, with no turn_end.
+                # Answers that left others pending: the turn stays paused, with no turn_end;
+                # or a repeated message whose turn had stopped already.
                 result = await turn.result()
-                for pos, ev in frames.finished(result, offset=frames.last):
+                snapshot = await self._repeat_snapshot(chat, result)
+                for pos, ev in frames.finished(result, offset=frames.last, snapshot=snapshot):
                     yield agui.encode(ev, frames.frame_id(pos))
         finally:
             # A client that went away mid-run: the turn goes on; this stream stops waiting.
@@ -742,11 +746,20 @@ class _App:
         event: TurnEvent,
         *,
         after: agui.FramePos | None = None,
+        turn: TurnStream | None = None,
     ) -> AsyncIterator[str]:
         out = frames.feed(event)
         if event.kind == "turn_end" and event.result is not None:
             result = event.result
             snapshot = pending = None
+            if turn is not None and not result.closed and result.finish_reason != "interrupted":
+                # The send returns as its turn stops: whether it was a repeat, joining a turn
+                # part of whose events this run did not show.
+                try:
+                    sent = await turn.result()
+                except AgentError:
+                    sent = result  # what it raised is shown by the caller (see _live)
+                snapshot = await self._repeat_snapshot(chat, sent)
             if result.finish_reason == "interrupted":
                 history = await chat.history(worker_timeout=self.worker_timeout)
                 pending = (
@@ -759,6 +772,16 @@ class _App:
         for pos, ev in out:
             if after is None or pos > after:
                 yield agui.encode(ev, frames.frame_id(pos))
+
+    async def _repeat_snapshot(
+        self, chat: Chat, result: TurnResult
+    ) -> MessagesSnapshotEvent | None:
+        """For a run whose message was a repeat (a client's retry of a run that got in), the
+        thread's messages: its own events began where the first run's turn had got to."""
+        if not result.repeat:
+            return None
+        history = await chat.history(worker_timeout=self.worker_timeout)
+        return agui.messages_snapshot(chat.id, history.messages, result.interrupts)
 
     async def _connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
         """A run with no new message and no answers: where the thread stands. The messages,

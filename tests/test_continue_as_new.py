@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.types import TurnEvent
@@ -179,3 +180,23 @@ async def test_a_stream_reattached_by_offset_across_continue_as_new_has_no_gap(
         (ev.offset, ev.kind, ev.text) for ev in seen[4:]
     ]
     assert [ev.turn for ev in seen if ev.kind == "turn_end"] == list(range(1, 11))
+
+
+async def test_message_ids_are_carried_into_the_next_run(small_histories, model):
+    """A send repeated after the conversation continued as new still joins its turn."""
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    for n in range(6):
+        model.reply(calls(("lookup", {"key": f"k{n}"}, f"id-{n}")), text(f"answer {n}"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("assistant")
+        sent = [await chat.send(f"question {n}", message_id=f"m-{n}") for n in range(6)]
+        runs = await eventually(lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15)
+        again = await chat.send("question 5", message_id="m-5")
+        with pytest.raises(SendRejected, match="started turn 5; the conversation has moved on"):
+            await chat.send("question 4", message_id="m-4")
+        status = await chat.status()
+    assert len(runs) >= 2
+    assert again.repeat and again.model_copy(update={"repeat": False}) == sent[-1]
+    assert status.turns == 6 and model.calls == 12
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -76,7 +77,10 @@ async def frames(
 
 def run_input(thread_id: str, text: str | None = None, **more: Any) -> dict[str, Any]:
     """An AG-UI ``RunAgentInput``, as a client sends it."""
-    messages = [{"id": f"u-{len(text or '')}", "role": "user", "content": text}] if text else []
+    # Each message an id of its own, as AG-UI clients make them: the id is the send's
+    # message_id, and a run posted again with it joins the turn it started.
+    message = {"id": f"u-{uuid.uuid4().hex[:12]}", "role": "user", "content": text}
+    messages = [message] if text else []
     return {"threadId": thread_id, "runId": f"run-{id(more)}", "messages": messages, **more}
 
 

@@ -71,7 +71,7 @@ from temporal_agent_interrupts.workflows.payloads import (
     rejected,
 )
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, ConversationStream
-from temporal_agent_interrupts.workflows.turn import TurnMachine, idempotency_key
+from temporal_agent_interrupts.workflows.turn import TurnMachine, idempotency_key, message_digest
 from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
@@ -87,6 +87,7 @@ from temporal_agent_interrupts.workflows.types import (
     RejectionsResult,
     ResumeInput,
     SendInput,
+    SentMessage,
     StatusResult,
     TurnResult,
 )
@@ -332,15 +333,32 @@ class AgentWorkflow:
         """Start a turn with a user message; returns when the turn ends or pauses."""
         with self._working():
             self.validate_send(input)
+            if self._repeat(input) is not None:
+                # The message is in: whoever sent it again is told how its turn went.
+                result = await self._latest_turn()
+                if result is None:
+                    raise rejected(
+                        ErrorKind.SEND_REJECTED,
+                        f"message {input.message_id!r} was sent already; its turn's result "
+                        "is no longer kept (Chat.history has the conversation)",
+                    )
+                return result.model_copy(update={"repeat": True})
             seen = self._m.stops
-            self._m.start(input.text, stream=input.stream)
+            self._m.start(input.text, stream=input.stream, message_id=input.message_id)
             return await self._stopped_since(seen)
 
     @send.validator
     def validate_send(self, input: SendInput) -> None:
-        reason = self._send_problem(input.text, agent=input.agent, size=len(input.text.encode()))
+        reason = self._send_problem(
+            input.text,
+            agent=input.agent,
+            size=len(input.text.encode()),
+            message_id=input.message_id,
+        )
         if reason:
             raise rejected(ErrorKind.SEND_REJECTED, reason)
+        if self._repeat(input) is not None:
+            self._check_turn_waiters()
 
     @workflow.update
     async def resume(self, payload: RawResume) -> TurnResult:
@@ -408,18 +426,25 @@ class AgentWorkflow:
         with self._working():
             # Also checked here: validators of one task may all run before any handler.
             self.validate_await_turn()
-            self._turn_waiters += 1
-            try:
-                await workflow.wait_condition(
-                    lambda: self._s.turn is None or self._m.waiting_on_human()
-                )
-            finally:
-                self._turn_waiters -= 1
-            result = self._m.last_result()
-            return fit(result, OUT.update_result) if result is not None else None
+            return await self._latest_turn()
+
+    async def _latest_turn(self) -> TurnResult | None:
+        """The latest turn's result, once it has paused or ended."""
+        self._turn_waiters += 1
+        try:
+            await workflow.wait_condition(
+                lambda: self._s.turn is None or self._m.waiting_on_human()
+            )
+        finally:
+            self._turn_waiters -= 1
+        result = self._m.last_result()
+        return fit(result, OUT.update_result) if result is not None else None
 
     @await_turn.validator
     def validate_await_turn(self) -> None:
+        self._check_turn_waiters()
+
+    def _check_turn_waiters(self) -> None:
         if self._turn_waiters >= RUN.turn_waiters:
             # Each waits as long as the turn runs, holding one of Temporal's ten in-flight
             # updates: the rest stay free for send, resume and cancel.
@@ -494,10 +519,18 @@ class AgentWorkflow:
             input = SendInput.model_validate(body)
         except ValidationError as e:
             raise ResumeError(f"malformed send: {pydantic_reason(e)}") from None
-        problem = self._send_problem(input.text, agent=input.agent, size=size)
+        problem = self._send_problem(
+            input.text, agent=input.agent, size=size, message_id=input.message_id
+        )
         if problem:
             raise ResumeError(problem)
-        self._m.start(input.text, stream=input.stream)
+        repeat = self._repeat(input)
+        if repeat is not None:
+            raise ResumeError(
+                f"a repeat of message {repeat.message_id!r}, which started turn {repeat.turn}: "
+                "nothing to do"
+            )
+        self._m.start(input.text, stream=input.stream, message_id=input.message_id)
 
     def _reject(
         self,
@@ -536,7 +569,15 @@ class AgentWorkflow:
     # ------------------------------------------------------------------------------------------
     # Checks shared by the signal and update paths
 
-    def _send_problem(self, text: str, *, agent: str | None, size: int) -> str | None:
+    def _repeat(self, input: SendInput) -> SentMessage | None:
+        """The latest turn's message, when ``input`` (checked) is that message sent again."""
+        if input.message_id is None:
+            return None
+        return next((m for m in self._s.sent if m.message_id == input.message_id), None)
+
+    def _send_problem(
+        self, text: str, *, agent: str | None, size: int, message_id: str | None = None
+    ) -> str | None:
         if self._s.closed:
             return "this conversation is closed"
         if agent and agent != self._s.agent:
@@ -552,6 +593,24 @@ class AgentWorkflow:
             check_text(text, what="the message", limit=DOOR.send)
         except Refused as e:
             return e.reason
+        if message_id is not None:
+            try:
+                check_label(message_id, what="the message id", limit=DOOR.message_id)
+            except Refused as e:
+                return e.reason
+            sent = next((m for m in self._s.sent if m.message_id == message_id), None)
+            if sent is not None:
+                if sent.digest != message_digest(text):
+                    return (
+                        f"message id {message_id!r} was used for another message (turn "
+                        f"{sent.turn}); give each message an id of its own"
+                    )
+                if sent.turn != self._s.turns:
+                    return (
+                        f"message {message_id!r} was sent already and started turn "
+                        f"{sent.turn}; the conversation has moved on to turn {self._s.turns}"
+                    )
+                return None  # a repeat of the latest turn's message: the handler joins it
         if self._s.turn is not None:
             if self._m.paused():
                 pending = ", ".join(

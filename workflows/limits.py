@@ -91,6 +91,8 @@ class Door:
     """The largest resume payload, serialized."""
     identity: int = 256
     """The longest identity a resume or cancel may carry, in UTF-8 bytes."""
+    message_id: int = 128
+    """The longest message id a send may carry, in UTF-8 bytes."""
     agent_name: int = 200
     """The longest agent name, in UTF-8 bytes: a start names one, and it is a search attribute
     (Temporal allows 2 KiB a value) and a metric label."""
@@ -142,6 +144,9 @@ class Held:
     over it, a record's payloads become digests, never the record itself."""
     rejections_kept: int = 20
     """The rejection log keeps this many records (each at most about 2.5 KiB)."""
+    sent_kept: int = 64
+    """Message ids remembered (with their turns): a send repeated with an older one is
+    refused as a repeat, not taken for a new message."""
     refs_kept: int = 1000
     """Refs carried into a new run; once older ones are forgotten, refs are always fresh."""
 

@@ -63,6 +63,7 @@ from temporal_agent_interrupts.workflows.types import (
     Notice,
     Part,
     ResumeInput,
+    SentMessage,
     Status,
     ToolInput,
     ToolResult,
@@ -216,13 +217,21 @@ class TurnMachine:
     # ------------------------------------------------------------------------------------------
     # What the handlers do
 
-    def start(self, text: str, *, stream: bool = False) -> None:
+    def start(self, text: str, *, stream: bool = False, message_id: str | None = None) -> None:
         """Begin a turn with a user message (checked by the handler).
 
         Args:
             stream: Publish the model's text as it arrives, not only once each reply is in.
+            message_id: The caller's id for the message, remembered so that the same message
+                sent again joins this turn instead of starting another.
         """
         self.s.turns += 1
+        if message_id is not None:
+            sent = [m for m in self.s.sent if m.message_id != message_id]
+            sent.append(
+                SentMessage(message_id=message_id, turn=self.s.turns, digest=message_digest(text))
+            )
+            self.s.sent = sent[-HELD.sent_kept :]
         self.s.turn = TurnState(
             turn=self.s.turns,
             started_at=workflow.now(),
@@ -869,6 +878,11 @@ def notice_within(notice: Notice, budget: int) -> JsonObject:
     while votes and json_size(data) > budget:
         votes.pop()
     return data
+
+
+def message_digest(text: str) -> str:
+    """What tells a message sent again from another message under the same id."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def idempotency_key(chat_id: str, ref: str, run: int) -> str:

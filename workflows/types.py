@@ -508,6 +508,9 @@ class TurnResult(_Wire):
     # the task queue hosts (``error.kind`` is ``UnknownAgent``), so it was closed rather than
     # left running for a message no worker can answer.
     closed: bool = False
+    # A send that repeated the message (its ``message_id``) of the turn it reports: it started
+    # nothing, and this is how the turn the first send started stands.
+    repeat: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,6 +524,19 @@ class SendInput(_Wire):
     # Publish the model's text on the conversation's stream as it arrives (the turn's other
     # events are always published).
     stream: bool = False
+    # The caller's id for this message. A send repeated with it (a retry after a timeout, a
+    # send that may or may not have got in) joins the turn the first one started, instead of
+    # starting another with the same message.
+    message_id: str | None = None
+
+
+class SentMessage(_Wire):
+    """A message id a send carried: the turn it started, and its text's digest (the same id
+    with other text is refused, not taken as a repeat)."""
+
+    message_id: str
+    turn: int
+    digest: str
 
 
 class ResumeInput(BaseModel):
@@ -784,6 +800,8 @@ class ConversationState(_Wire):
     # Answer records not yet written to the memo, where the full trail is kept in history
     # across runs (see AgentWorkflow._publish).
     audit_outbox: list[AnswerRecord] = Field(default_factory=list)
+    # The newest message ids sends carried (HELD.sent_kept), oldest first.
+    sent: list[SentMessage] = Field(default_factory=list)
 
 
 class ConversationInput(_Wire):

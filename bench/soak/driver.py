@@ -244,12 +244,19 @@ class Driver:
         record.finish = result.finish_reason.value
 
     async def send(self, conv: Conversation, text: str, *, via: str, label: int) -> TurnResult:
-        """Send the turn's message until the conversation has it; the turn's first stop."""
+        """Send the turn's message until the conversation has it; the turn's first stop.
+
+        Every attempt carries the message's id, by whichever path: one that raised may still
+        get in later (its request outlives the caller's wait), and without the id a resend
+        that got in too made a second turn of the same message that nobody answered."""
         expected = conv.sends + 1
+        message_id = f"m-{label}"
         for attempt in range(20):
             try:
                 if via == "agui" and attempt == 0:
-                    out = await self.paths.send_agui(conv.chat_id, text, run_id=f"run-{label}")
+                    out = await self.paths.send_agui(
+                        conv.chat_id, text, run_id=f"run-{label}", message_id=message_id
+                    )
                     if out.status == "accepted" and out.result is not None:
                         conv.sends = expected
                         if out.result.finish_reason == FinishReason.INTERRUPTED:
@@ -260,7 +267,7 @@ class Driver:
                     if out.status == "refused":
                         raise SendRejected(out.detail)
                     raise AgentError(f"AG-UI send: {out.detail}")
-                result = await self.paths.send_python(conv.chat_id, text)
+                result = await self.paths.send_python(conv.chat_id, text, message_id=message_id)
                 conv.sends = expected
                 return result
             except (AgentError, RPCError) as e:

@@ -115,15 +115,17 @@ class Paths:
 
     # -- sending a message ------------------------------------------------------------------
 
-    async def send_python(self, chat_id: str, text: str) -> TurnResult:
+    async def send_python(self, chat_id: str, text: str, *, message_id: str) -> TurnResult:
         """``Chat.send``; raises the product's errors."""
-        return await self.chat(chat_id).send(text, worker_timeout=WORKER_WAIT)
+        return await self.chat(chat_id).send(
+            text, message_id=message_id, worker_timeout=WORKER_WAIT
+        )
 
-    async def send_agui(self, chat_id: str, text: str, *, run_id: str) -> Outcome:
+    async def send_agui(self, chat_id: str, text: str, *, run_id: str, message_id: str) -> Outcome:
         body = {
             "threadId": chat_id,
             "runId": run_id,
-            "messages": [{"id": f"u-{run_id}", "role": "user", "content": text}],
+            "messages": [{"id": message_id, "role": "user", "content": text}],
         }
         return await self._agui(body, identity=None)
 
