@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from temporalio.client import RPCError, RPCStatusCode
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from temporal_agent_interrupts.errors import AgentError, no_worker
+from temporal_agent_interrupts.errors import AgentError, ChatNotFound
 from temporal_agent_interrupts.workflows.stream import TOPIC
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
@@ -111,22 +111,19 @@ def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:
 async def next_offset(chat: Chat, *, worker_timeout: timedelta | None = None) -> int:
     """The offset the conversation's next event will get (0 for a chat not started yet).
 
+    Asked as every query of ``Chat`` is (``Chat._query``): again while no worker answers, or
+    while a worker puts it off (``errors.QUERY_PUT_OFF``), and with Temporal's errors as the
+    product's (a server that is down is an ``AgentError`` that says so, not a raw RPC error).
+
     Raises:
         NoWorkerAnswered: no worker answered within ``worker_timeout``.
+        AgentError: Temporal could not be asked.
     """
-    handle = chat.client.temporal.get_workflow_handle(chat.id)
-    deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
     try:
-        async with deadline:
-            return await handle.query(_OFFSET_QUERY, result_type=int)
-    except TimeoutError:
-        if not deadline.expired():
-            raise
-        raise no_worker(worker_timeout, queued=False) from None
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            return 0
-        raise
+        offset = await chat._query(_OFFSET_QUERY, worker_timeout=worker_timeout)
+    except ChatNotFound:
+        return 0
+    return int(offset)
 
 
 class TurnStream:

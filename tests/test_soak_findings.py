@@ -49,20 +49,26 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from temporalio.api.enums.v1 import EventType
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from bench.soak.agent import AGENT, TIMED_OUT
 from bench.soak.ledger import Ledger, ModelCalls
-from bench.soak.processes import ROOT, child_env, worker_command
+from bench.soak.processes import ROOT, DevServer, child_env, worker_command
 from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import QUERY_PUT_OFF
-from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker import build_worker, sandbox_runner
 from temporal_agent_interrupts.worker.sandbox import QueryTimeGuard
+from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.workflows import AgentWorkflow
-from tests.helpers import events_of, eventually, history, server_address
+from tests import agents as t
+from tests.helpers import events_of, eventually, free_port, held, history, server_address
+from tests.web import frames, run_input, served
 
 
 async def soak_worker(
@@ -237,3 +243,40 @@ def test_the_guard_refuses_only_new_events_at_an_old_tasks_time():
     # the next task.
     assert refuse(_activation(["signal_workflow"], at=8, length=14, replaying=True)) is None
     assert refuse(_activation(["do_update"], at=9, length=16)) is None
+
+
+async def test_an_agui_run_across_a_server_restart_finishes_as_its_turn_did(tmp_path, model):
+    """Finding 4: a run whose stream broke when the server went away ended in a RUN_ERROR
+    (an internal error, or a failed-turn look) although its turn went on and paused."""
+    server = DevServer(
+        db_file=tmp_path / "temporal.db", port=free_port(), log_file=tmp_path / "server.log"
+    )
+    await server.start()
+    slow_model, release = held(calls(("approve", {"question": "ok?"}, "q1")))
+    model.reply(slow_model)
+    try:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        queue = f"tq-{uuid.uuid4()}"
+        async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
+            app = agents_app(AgentClient(client, task_queue=queue), dev_loopback=True)
+            async with served(app) as base, httpx2.AsyncClient(timeout=120) as http:
+                thread = f"thread-{uuid.uuid4()}"
+                run = asyncio.create_task(
+                    frames(http, f"{base}/agui/careful", run_input(thread, "ask me"))
+                )
+                await eventually(lambda: asyncio.sleep(0, model.calls), lambda n: n == 1)
+                server.kill()  # while the turn waits on its model call
+                await asyncio.sleep(1.0)
+                await server.start()  # the same database: the turn is where it was
+                release.set()
+                seen = await asyncio.wait_for(run, 120)
+                pending = await (
+                    await AgentClient(client, task_queue=queue).chat("careful", chat_id=thread)
+                ).pending()
+    finally:
+        release.set()
+        await server.stop()
+    assert [p.ref for p in pending] == ["q1"]
+    last = seen[-1].event
+    assert last["type"] == "RUN_FINISHED", last
+    assert [i["id"] for i in last["outcome"]["interrupts"]] == ["q1"]
