@@ -333,9 +333,18 @@ class AgentWorkflow:
         """Start a turn with a user message; returns when the turn ends or pauses."""
         with self._working():
             self.validate_send(input)
-            if self._repeat(input) is not None:
-                # The message is in: whoever sent it again is told how its turn went.
-                result = await self._latest_turn()
+            repeat = self._repeat(input)
+            if repeat is not None:
+                # The message is in: whoever sent it again is told how its turn went. Another
+                # send of the same task may have started a turn since the check (validators
+                # run before handlers): that turn is not this message's.
+                result = await self._latest_turn(of=repeat.turn)
+                if result is not None and result.turn != repeat.turn:
+                    raise rejected(
+                        ErrorKind.SEND_REJECTED,
+                        f"message {input.message_id!r} was sent already and started turn "
+                        f"{repeat.turn}; the conversation has moved on to turn {result.turn}",
+                    )
                 if result is None:
                     raise rejected(
                         ErrorKind.SEND_REJECTED,
@@ -428,16 +437,23 @@ class AgentWorkflow:
             self.validate_await_turn()
             return await self._latest_turn()
 
-    async def _latest_turn(self) -> TurnResult | None:
-        """The latest turn's result, once it has paused or ended."""
+    async def _latest_turn(self, *, of: int | None = None) -> TurnResult | None:
+        """The latest turn's result, once it has paused or ended (or, given ``of``, once a
+        turn after that one has started)."""
         self._turn_waiters += 1
         try:
             await workflow.wait_condition(
-                lambda: self._s.turn is None or self._m.waiting_on_human()
+                lambda: (
+                    self._s.turn is None
+                    or self._m.waiting_on_human()
+                    or (of is not None and self._s.turns != of)
+                )
             )
         finally:
             self._turn_waiters -= 1
         result = self._m.last_result()
+        if of is not None and self._s.last_turn is not None and self._s.last_turn.turn == of:
+            result = self._s.last_turn  # that turn's own end, whatever has started since
         return fit(result, OUT.update_result) if result is not None else None
 
     @await_turn.validator
