@@ -271,11 +271,13 @@ def messages_snapshot(
     return MessagesSnapshotEvent(messages=out)
 
 
-def user_message_id(messages: Sequence[Message]) -> str:
+def user_message_id(messages: Sequence[Message]) -> str | None:
     """The new user message's id as the send's ``message_id``: a run posted again with the
     same message (a client's retry) joins the turn it started. An id that is no fit for one
-    (too long, control characters) is used by its digest."""
+    (too long, control characters) is used by its digest; an empty one is none."""
     message_id = messages[-1].id
+    if not message_id:
+        return None
     try:
         check_label(message_id, what="the message id", limit=DOOR.message_id)
     except Refused:
@@ -323,10 +325,15 @@ class RunFrames:
     ids, which is what lets a reconnecting client be served the rest of a run from the stream.
     """
 
-    def __init__(self, *, thread_id: str, run_id: str, start: int) -> None:
+    def __init__(
+        self, *, thread_id: str, run_id: str, start: int, show_messages: bool = True
+    ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
         self.start = start
+        # Whether this run may carry the thread's messages (MESSAGES_SNAPSHOT): a caller who
+        # may send or answer but not read gets the outcome without them.
+        self.show_messages = show_messages
         self._offset = start
         self._n = 0
         self._text: str | None = None  # the open text message's id

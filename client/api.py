@@ -14,7 +14,7 @@ import traceback
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
@@ -52,6 +52,7 @@ from temporal_agent_interrupts.connection import (
     connect_config,
 )
 from temporal_agent_interrupts.errors import (
+    OUTAGE_GRACE,
     QUERY_PUT_OFF,
     AgentError,
     CancelRejected,
@@ -66,6 +67,7 @@ from temporal_agent_interrupts.errors import (
     no_worker,
     raise_update_error,
     rpc_error,
+    server_unreachable,
     turn_error,
     worker_missing,
 )
@@ -368,9 +370,10 @@ class Chat:
         arrives, tool requests, interrupts, answers, tool responses) until ``turn_end``;
         ``await turn.result()`` for the same result :meth:`send` returns. Nothing is sent
         until one of the two is used. Raises as :meth:`send` does, from either (an
-        :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``message_id`` and
-        ``worker_timeout`` are as for :meth:`send`; a repeat's stream follows the turn the
-        first send started, from where that turn stands.
+        :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``message_id`` is as
+        for :meth:`send` (a repeat's stream follows the turn the first send started, from where
+        that turn stands); ``worker_timeout`` is :data:`WORKER_TIMEOUT` (60 s) unless given,
+        as for :meth:`send`.
         """
         return TurnStream(
             self,
@@ -400,6 +403,8 @@ class Chat:
         try:
             check_text(text, what="the message", limit=DOOR.send)
             if message_id is not None:
+                if not message_id:
+                    raise SendRejected("the message id is empty: give one, or none")
                 check_label(message_id, what="the message id", limit=DOOR.message_id)
         except Refused as e:
             raise SendRejected(e.reason) from None
@@ -448,7 +453,7 @@ class Chat:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
             if on_accept is not None and not _rejected(accepted):
                 on_accept.set()
-            return _checked(await accepted.result(), self.agent)
+            return _checked(await _outcome(accepted), self.agent)
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
@@ -785,7 +790,7 @@ class Chat:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
             if on_accept is not None and not _rejected(accepted):
                 on_accept.set()
-            return await accepted.result()
+            return await _outcome(accepted)
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
@@ -826,7 +831,10 @@ class Chat:
                 )
             raise _Closed() from None
         except WorkflowQueryFailedError as e:
-            if QUERY_PUT_OFF in str(e) and put_off < _PUT_OFF_TRIES:
+            # Asked again within the caller's worker_timeout too: put off, no worker answered.
+            waited = (put_off + 1) * _QUERY_RETRY_INTERVAL
+            within = worker_timeout is None or waited < worker_timeout.total_seconds()
+            if QUERY_PUT_OFF in str(e) and put_off < _PUT_OFF_TRIES and within:
                 await asyncio.sleep(_QUERY_RETRY_INTERVAL)
                 return await self._query(
                     query,
@@ -872,6 +880,28 @@ class Chat:
                     await asyncio.sleep(_QUERY_RETRY_INTERVAL)
         except TimeoutError:
             raise no_worker(worker_timeout, queued=False) from None
+
+
+_R = TypeVar("_R")
+
+
+async def _outcome(handle: WorkflowUpdateHandle[_R]) -> _R:
+    """An accepted update's result, waited for through a server that went away meanwhile (a
+    restart): the update is in the conversation's history, and its outcome is there to read
+    once the server is back, for up to :data:`OUTAGE_GRACE` seconds of not reaching it."""
+    loop = asyncio.get_running_loop()
+    down_since: float | None = None
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as e:
+            if not server_unreachable(e):
+                raise
+            now = loop.time()
+            down_since = now if down_since is None else down_since
+            if now - down_since >= OUTAGE_GRACE:
+                raise
+            await asyncio.sleep(1.0)
 
 
 def _rejected(handle: WorkflowUpdateHandle[Any]) -> bool:

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING
 from temporalio.client import RPCError, RPCStatusCode
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from temporal_agent_interrupts.errors import AgentError, ChatNotFound
+from temporal_agent_interrupts.errors import (
+    OUTAGE_GRACE,
+    AgentError,
+    ChatNotFound,
+    rpc_error,
+    server_unreachable,
+)
 from temporal_agent_interrupts.workflows.stream import TOPIC
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
@@ -74,30 +80,42 @@ async def follow(
             behind what it keeps (its oldest events go at a pause, and at continue-as-new).
     """
     stream = WorkflowStreamClient.create(chat.client.temporal, chat.id)
+    loop = asyncio.get_running_loop()
+    offset = from_offset  # the next offset to read
+    first = True
+    down_since: float | None = None
     while True:
         items = stream.subscribe(
-            [TOPIC], from_offset=from_offset, result_type=TurnEvent, poll_cooldown=POLL_COOLDOWN
+            [TOPIC], from_offset=offset, result_type=TurnEvent, poll_cooldown=POLL_COOLDOWN
         )
         try:
-            first = await anext(items)
+            async for item in items:
+                down_since = None
+                if first:
+                    first = False
+                    if strict and item.offset > offset:
+                        raise _gone(chat, offset, item.offset)
+                elif item.offset != offset:
+                    # The library starts again from the oldest kept when an offset is gone.
+                    raise _gone(chat, offset, item.offset)
+                offset = item.offset + 1
+                yield item.data.model_copy(update={"offset": item.offset})
+            return
         except RPCError as e:
-            if e.status == RPCStatusCode.NOT_FOUND and starting():
+            if first and e.status == RPCStatusCode.NOT_FOUND and starting():
                 await asyncio.sleep(0.02)
                 continue
-            raise
-        except StopAsyncIteration:
-            return
-        break
-    if strict and first.offset > from_offset:
-        raise _gone(chat, from_offset, first.offset)
-    yield first.data.model_copy(update={"offset": first.offset})
-    expected = first.offset + 1
-    async for item in items:
-        if item.offset != expected:
-            # The library starts again from the oldest kept when an offset is gone: a gap.
-            raise _gone(chat, expected, item.offset)
-        expected += 1
-        yield item.data.model_copy(update={"offset": item.offset})
+            if server_unreachable(e):
+                # The server went away (a restart): the conversation keeps its events, so
+                # following picks up where it was once the server is back.
+                now = loop.time()
+                down_since = now if down_since is None else down_since
+                if now - down_since < OUTAGE_GRACE:
+                    await asyncio.sleep(1.0)
+                    continue
+            raise rpc_error(e, chat.id) from e
+        finally:
+            await items.aclose()
 
 
 def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:

@@ -461,12 +461,16 @@ class _App:
         Raises:
             Problem: 403, it said no.
         """
-        if self.authorize is None:
-            return
-        said = self.authorize(request, access)
-        if not (await said if inspect.isawaitable(said) else said):
+        if not await self.permits(request, access):
             what = f" on chat {access.chat_id[:100]!r}" if access.chat_id else ""
             raise Problem(403, "forbidden", f"not allowed to {access.action}{what}")
+
+    async def permits(self, request: Request, access: Access) -> bool:
+        """What the application's ``authorize`` says (yes, when it gave none)."""
+        if self.authorize is None:
+            return True
+        said = self.authorize(request, access)
+        return bool(await said if inspect.isawaitable(said) else said)
 
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)
@@ -634,6 +638,17 @@ class _App:
                 identity=who.identity if who else None,
             ),
         )
+        # A send or an answer shows the thread's messages (a pause's snapshot, a repeat's) only
+        # to a caller who may read it as well.
+        readable = action == "read" or await self.permits(
+            request,
+            Access(
+                action="read",
+                chat_id=thread_id,
+                agent=agent,
+                identity=who.identity if who else None,
+            ),
+        )
         slot = self.stream_slot(thread_id)
         slot.__enter__()  # 429 now, before the stream starts; left in the stream's finally
         chat = self.chat(thread_id, agent)
@@ -645,10 +660,10 @@ class _App:
                         yield frame
                 elif run.resume:
                     assert who is not None
-                    async for frame in self._resume(chat, run, who):
+                    async for frame in self._resume(chat, run, who, show_messages=readable):
                         yield frame
                 else:
-                    async for frame in self._send_or_connect(chat, run):
+                    async for frame in self._send_or_connect(chat, run, show_messages=readable):
                         yield frame
             except Problem as p:
                 yield agui.refusal(p.detail, p.code)
@@ -677,7 +692,9 @@ class _App:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    async def _send_or_connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
+    async def _send_or_connect(
+        self, chat: Chat, run: RunAgentInput, *, show_messages: bool
+    ) -> AsyncIterator[str]:
         text = agui.user_text(run.messages)
         if text is None:
             async for frame in self._connect(chat, run):
@@ -687,10 +704,12 @@ class _App:
             text, message_id=agui.user_message_id(run.messages), worker_timeout=self.worker_timeout
         )
         await turn.accepted()
-        async for frame in self._live(chat, run, turn.offset, turn):
+        async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
 
-    async def _resume(self, chat: Chat, run: RunAgentInput, who: _Identity) -> AsyncIterator[str]:
+    async def _resume(
+        self, chat: Chat, run: RunAgentInput, who: _Identity, *, show_messages: bool
+    ) -> AsyncIterator[str]:
         if who.token is not None:
             await self.may_receive_token(chat)
         _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
@@ -708,13 +727,15 @@ class _App:
             worker_timeout=self.worker_timeout,
         )
         await turn.accepted()
-        async for frame in self._live(chat, run, turn.offset, turn):
+        async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
 
     async def _live(
-        self, chat: Chat, run: RunAgentInput, start: int, turn: TurnStream
+        self, chat: Chat, run: RunAgentInput, start: int, turn: TurnStream, *, show_messages: bool
     ) -> AsyncIterator[str]:
-        frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
+        frames = agui.RunFrames(
+            thread_id=chat.id, run_id=run.run_id, start=start, show_messages=show_messages
+        )
         try:
             for pos, event in frames.started():
                 yield agui.encode(event, frames.frame_id(pos))
@@ -732,7 +753,7 @@ class _App:
                 # Answers that left others pending: the turn stays paused, with no turn_end;
                 # or a repeated message whose turn had stopped already.
                 result = await turn.result()
-                snapshot = await self._repeat_snapshot(chat, result)
+                snapshot = await self._repeat_snapshot(chat, frames, result)
                 for pos, ev in frames.finished(result, offset=frames.last, snapshot=snapshot):
                     yield agui.encode(ev, frames.frame_id(pos))
         finally:
@@ -759,26 +780,27 @@ class _App:
                     sent = await turn.result()
                 except AgentError:
                     sent = result  # what it raised is shown by the caller (see _live)
-                snapshot = await self._repeat_snapshot(chat, sent)
+                snapshot = await self._repeat_snapshot(chat, frames, sent)
             if result.finish_reason == "interrupted":
-                history = await chat.history(worker_timeout=self.worker_timeout)
                 pending = (
                     await chat.pending(worker_timeout=self.worker_timeout)
                     if result.interrupts_omitted
                     else result.interrupts
                 )
-                snapshot = agui.messages_snapshot(chat.id, history.messages, pending)
+                if frames.show_messages:
+                    history = await chat.history(worker_timeout=self.worker_timeout)
+                    snapshot = agui.messages_snapshot(chat.id, history.messages, pending)
             out += frames.finished(result, offset=event.offset, snapshot=snapshot, pending=pending)
         for pos, ev in out:
             if after is None or pos > after:
                 yield agui.encode(ev, frames.frame_id(pos))
 
     async def _repeat_snapshot(
-        self, chat: Chat, result: TurnResult
+        self, chat: Chat, frames: agui.RunFrames, result: TurnResult
     ) -> MessagesSnapshotEvent | None:
         """For a run whose message was a repeat (a client's retry of a run that got in), the
         thread's messages: its own events began where the first run's turn had got to."""
-        if not result.repeat:
+        if not result.repeat or not frames.show_messages:
             return None
         history = await chat.history(worker_timeout=self.worker_timeout)
         return agui.messages_snapshot(chat.id, history.messages, result.interrupts)

@@ -162,6 +162,23 @@ def worker_missing(err: RPCError) -> bool:
     )
 
 
+OUTAGE_GRACE = 60.0
+"""How long, in seconds, a client keeps waiting through a server it cannot reach (a restart)
+for what it already started: an accepted update's outcome, a stream it follows."""
+
+
+def server_unreachable(err: RPCError) -> bool:
+    """The server is not there (down, restarting, the connection cut), as opposed to a server
+    that answered with a refusal."""
+    if err.status == RPCStatusCode.UNAVAILABLE:
+        return True
+    # What a connection cut mid-call looks like from the SDK's core (seen when the dev server
+    # is killed: UNKNOWN "transport error", CANCELLED "h2 protocol error").
+    return err.status in (RPCStatusCode.UNKNOWN, RPCStatusCode.CANCELLED) and any(
+        sign in err.message for sign in ("transport error", "h2 protocol error", "connect error")
+    )
+
+
 def _missing_namespace(err: RPCError) -> str | None:
     """The namespace the server says does not exist, read from the error's details (a
     workflow that is not found is NOT_FOUND too, and its message can name a namespace id)."""

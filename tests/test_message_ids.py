@@ -14,7 +14,8 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from temporal_agent_interrupts import FinishReason, SendRejected
 from temporal_agent_interrupts.client.api import AgentClient
-from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.client.web import Access, agents_app
+from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually, held
@@ -104,6 +105,8 @@ async def test_a_message_id_used_for_other_text_or_an_older_turn_is_refused(
         # A repeat of a message whose turn is over and followed by another: too late to join.
         with pytest.raises(SendRejected, match="started turn 1; the conversation has moved on"):
             await chat.send("first", message_id="m-1")
+        with pytest.raises(SendRejected, match="the message id is empty"):
+            await chat.send("third", message_id="")
         with pytest.raises(SendRejected, match="message id holds control characters"):
             await chat.send("third", message_id="m\n3")
         with pytest.raises(SendRejected, match="message id is 129 bytes; the limit is 128 bytes"):
@@ -113,6 +116,9 @@ async def test_a_message_id_used_for_other_text_or_an_older_turn_is_refused(
         with pytest.raises(WorkflowUpdateFailedError) as raised:
             await handle.execute_update("send", {"text": "third", "message_id": "m\x003"})
         assert "control characters" in str(raised.value.cause)
+        with pytest.raises(WorkflowUpdateFailedError) as raised:
+            await handle.execute_update("send", {"text": "third", "message_id": ""})
+        assert "the message id is empty" in str(raised.value.cause)
         assert (await chat.status()).turns == 2
     assert model.calls == 2
     await assert_no_workflow_task_failed(client, chat.id)
@@ -168,3 +174,60 @@ async def test_an_agui_run_posted_again_with_its_message_joins_the_first_runs_tu
     assert status.turns == 1 and model.calls == 1
     await assert_no_workflow_task_failed(client, thread)
     assert t.RUNS["lookup"] == 0
+
+
+async def test_a_repeat_that_comes_with_a_new_message_reports_its_own_turn(client, model):
+    """A retry of turn 1's message and the next message reach the workflow in one task, the
+    retry first: the retry reports turn 1, never the turn the other message started."""
+    queue = f"tq-{uuid.uuid4()}"
+    model.reply(text("answer one"), text("answer two"))
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("careful")
+        first = await chat.send("hello", message_id="m-1")
+    # No worker now: both updates wait on the server and come to the next one in one task.
+    repeat = asyncio.create_task(chat.send("hello", message_id="m-1", worker_timeout=None))
+    await asyncio.sleep(1.0)
+    new = asyncio.create_task(chat.send("next", message_id="m-2", worker_timeout=None))
+    await asyncio.sleep(1.0)
+    async with build_worker(client, agents=t.ALL, task_queue=queue, gemini=model.client()):
+        again, second = await asyncio.wait_for(asyncio.gather(repeat, new), 60)
+    assert (again.turn, again.repeat, again.text) == (1, True, "answer one")
+    assert again.model_copy(update={"repeat": False}) == first
+    assert (second.turn, second.repeat, second.text) == (2, False, "answer two")
+    assert model.calls == 2
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_an_agui_caller_who_may_send_but_not_read_gets_no_messages(run_worker, model, client):
+    """The snapshots a send's run carries (a repeat's, a pause's) are the thread's messages:
+    a caller the application lets send but not read gets the outcome without them."""
+    model.reply(
+        text("noted, your PIN is 4321"), text("hi there"), calls(("approve", {"question": "ok?"}))
+    )
+    asked: list[str] = []
+
+    def authorize(request: object, access: Access) -> bool:
+        asked.append(access.action)
+        return access.action == "send"  # may post messages, never read the thread
+
+    async with run_worker() as agents:
+        thread = f"thread-{uuid.uuid4()}"
+        await (await agents.chat("careful", chat_id=thread)).send("remember my PIN 4321")
+        app = agents_app(
+            AgentClient(client, task_queue=agents.task_queue),
+            dev_loopback=True,
+            authorize=authorize,
+        )
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            url = f"{base}/agui/careful"
+            assert (await http.post(url, json=run_input(thread))).status_code == 403
+            body = run_input(thread, "hello")
+            mine = await frames(http, url, body)
+            again = await frames(http, url, {**body, "runId": "run-2"})
+            paused = await frames(http, url, run_input(thread, "ask me"))
+    for seen in (mine, again, paused):
+        assert seen[-1].event["type"] == "RUN_FINISHED", seen[-1]
+        assert "MESSAGES_SNAPSHOT" not in [f.type for f in seen]
+        assert "4321" not in str([f.event for f in seen])
+    assert paused[-1].event["outcome"]["type"] == "interrupt"
+    assert set(asked) == {"read", "send"}

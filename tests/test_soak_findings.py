@@ -38,6 +38,17 @@
    a ``message_id`` (``Chat.send``, the AG-UI message's id, a ``send`` signal's field): the
    same message sent again joins the turn the first one started, and one that comes after the
    conversation has moved on is refused (tests/test_message_ids.py holds it).
+
+4. **An AG-UI run across a server restart ended in an error while its turn went on.** The
+   runs the soak sent while the dev server was killed ended in a ``RUN_ERROR`` ("internal
+   error (logged by the app)"), or, in the harness's reading, in a failed turn, while the
+   turn paused a moment later; a caller that took the run's word for it moved on past a
+   pause. Three places let the outage through: the stream's offset query raised Temporal's
+   raw error, and neither the stream's follower nor the wait for an accepted update's result
+   waited for the server to come back. Now the offset is asked as every query of ``Chat`` is
+   (put-off queries asked again, errors the product's own), and a follower and an accepted
+   update's result wait through up to a minute of a server that cannot be reached
+   (``errors.OUTAGE_GRACE``): the conversation keeps both.
 """
 
 from __future__ import annotations
@@ -60,6 +71,7 @@ from bench.soak.agent import AGENT, TIMED_OUT
 from bench.soak.ledger import Ledger, ModelCalls
 from bench.soak.processes import ROOT, DevServer, child_env, worker_command
 from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import QUERY_PUT_OFF
 from temporal_agent_interrupts.worker import build_worker, sandbox_runner
@@ -246,8 +258,8 @@ def test_the_guard_refuses_only_new_events_at_an_old_tasks_time():
 
 
 async def test_an_agui_run_across_a_server_restart_finishes_as_its_turn_did(tmp_path, model):
-    """Finding 4: a run whose stream broke when the server went away ended in a RUN_ERROR
-    (an internal error, or a failed-turn look) although its turn went on and paused."""
+    """Finding 4: a run whose server went away mid-turn ended in a RUN_ERROR ("internal
+    error", or "Temporal error: tcp connect error") although its turn went on and paused."""
     server = DevServer(
         db_file=tmp_path / "temporal.db", port=free_port(), log_file=tmp_path / "server.log"
     )
@@ -266,7 +278,8 @@ async def test_an_agui_run_across_a_server_restart_finishes_as_its_turn_did(tmp_
                 )
                 await eventually(lambda: asyncio.sleep(0, model.calls), lambda n: n == 1)
                 server.kill()  # while the turn waits on its model call
-                await asyncio.sleep(1.0)
+                # Down for longer than the SDK's own retries of a call last.
+                await asyncio.sleep(12.0)
                 await server.start()  # the same database: the turn is where it was
                 release.set()
                 seen = await asyncio.wait_for(run, 120)
@@ -280,3 +293,42 @@ async def test_an_agui_run_across_a_server_restart_finishes_as_its_turn_did(tmp_
     last = seen[-1].event
     assert last["type"] == "RUN_FINISHED", last
     assert [i["id"] for i in last["outcome"]["interrupts"]] == ["q1"]
+
+
+async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answered(env, tmp_path):
+    """The stream's offset query (AG-UI connect, ``Chat.send_stream``) is asked again when put
+    off, as every query of ``Chat`` is, instead of failing with the worker's refusal."""
+    Ledger(tmp_path / "ledger.sqlite").create()
+    ModelCalls(tmp_path / "model-calls.sqlite").create()
+    address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
+    agents = AgentClient(env.client, task_queue=queue)
+    chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
+    log = tmp_path / "second-worker.log"
+    first = await soak_worker(address, queue, tmp_path)
+    second: asyncio.subprocess.Process | None = None
+    try:
+        paused = await chat.send(
+            f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
+        )
+        [gate] = paused.interrupts
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+        second = await soak_worker(address, queue, tmp_path, log=log)
+        offset = asyncio.create_task(next_offset(chat))  # as in the second finding's test
+        await asyncio.sleep(0.5)
+        body = {
+            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
+            "identity": "ann@soak",
+        }
+        await env.client.get_workflow_handle(chat.id).signal("resume", body)
+        await asyncio.sleep(0.5)
+        turn = await asyncio.wait_for(chat.last_turn(), 120)
+        assert turn is not None and turn.finish_reason == FinishReason.STOP
+        got = await asyncio.wait_for(offset, 120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert "refused to run the workflow on events no workflow task has brought" in log.read_text()
+    assert isinstance(got, int) and got > 0

@@ -610,6 +610,8 @@ class AgentWorkflow:
         except Refused as e:
             return e.reason
         if message_id is not None:
+            if not message_id:
+                return "the message id is empty: give one, or none"
             try:
                 check_label(message_id, what="the message id", limit=DOOR.message_id)
             except Refused as e:

@@ -266,6 +266,11 @@ class Driver:
                         return out.result
                     if out.status == "refused":
                         raise SendRejected(out.detail)
+                    if out.status == "accepted":
+                        # In, with no word on how its turn went: the conversation has it.
+                        conv.problems.append(f"AG-UI send of turn {label}: {out.detail}")
+                        conv.sends = expected
+                        return await self.where(conv)
                     raise AgentError(f"AG-UI send: {out.detail}")
                 result = await self.paths.send_python(conv.chat_id, text, message_id=message_id)
                 conv.sends = expected
