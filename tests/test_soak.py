@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.soak.report import readme_figures
+
 ROOT = Path(__file__).parent.parent
 
 PATHS = ("update", "signal", "agentctl", "http", "agui")
@@ -84,3 +86,19 @@ def test_a_short_soak_keeps_every_invariant_under_every_fault(tmp_path):
     assert results["deadlines_expired"] >= 1 and results["edits"] >= 1 and results["cancels"] >= 1
     assert results["tool_runs"]["paid"] >= 1
     assert (tmp_path / "soak.png").stat().st_size > 10_000
+
+
+def test_the_readme_states_the_figures_of_the_committed_full_run():
+    """The README's soak figures are the ones bench/results/soak.json holds, and that run is a
+    full one (at least ten minutes, 200 conversations in flight) with no violation."""
+    results = json.loads((ROOT / "bench" / "results" / "soak.json").read_text())
+    settings = results["settings"]
+    assert settings["duration"] >= 600 and settings["conversations"] >= 200
+    assert settings["workers"] >= 3 and results["faults"]["server_sigkill"] >= 1
+    assert results["violations_total"] == 0, results["violation_examples"]
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- soak figures: python -m bench.soak.report -->\n")
+    end = readme.index("<!-- end of soak figures -->")
+    shown = readme[start:end].split("\n", 1)[1].strip()
+    assert shown == readme_figures(results), "run python -m bench.soak.report to remake them"
+    assert (ROOT / "bench" / "results" / "soak.png").stat().st_size > 10_000

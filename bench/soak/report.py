@@ -333,3 +333,57 @@ def printed(summary: dict[str, Any]) -> str:
         lines.append(f"    {name}:")
         lines += [f"      {e}" for e in examples]
     return "\n".join(lines)
+
+
+def readme_figures(summary: dict[str, Any]) -> str:
+    """The README's lines on the last full run, made from its ``soak.json`` (the suite checks
+    the README has them as made: ``python -m bench.soak.report`` prints them)."""
+    c, t, a, f, r = (
+        summary["conversations"],
+        summary["turns"],
+        summary["answers"]["by_path"],
+        summary["faults"],
+        summary["tool_runs"],
+    )
+    applied = sum(v.get("applied", 0) for v in a.values())
+    paths = ", ".join(f"{PATH_NAMES[p]} {a[p].get('applied', 0):,}" for p in PATH_NAMES if p in a)
+    lat = summary["approval_latency_ms"]
+    settings = summary["settings"]
+    return "\n".join(
+        [
+            f"- **{c['started']:,} conversations** ({settings['conversations']} in flight at "
+            f"once) on {settings['workers']} worker processes for "
+            f"{settings['duration'] / 60:.0f} minutes, seed {summary['seed']}: "
+            f"{t['total']:,} turns, {summary['pauses']:,} pauses;",
+            f"- **{applied:,} answers applied** by every path ({paths}), "
+            f"{summary['refusals']['total']:,} refused as they must be (wrong ref or name, "
+            f"not an approver, a second answer, hostile payloads), "
+            f"{summary['deadlines_expired']:,} deadlines expired, {summary['edits']:,} edits, "
+            f"{summary['cancels']:,} cancels;",
+            f"- **faults**: {f['worker_sigkill']} worker SIGKILLs, {f['worker_sigterm']} "
+            f"SIGTERMs, {f['server_sigkill']} dev-server SIGKILLs and restarts, "
+            f"{f['model_hang']} model calls that hung, "
+            f"{f['model_http429'] + f['model_http503']} that failed (429, 503);",
+            f"- **{r['paid']:,} tool runs** for {r['approvals']:,} approvals, each at most "
+            f"once, and exactly once unless the model was told it may have taken effect "
+            f"({r['model_told_may_have_taken_effect']}); approval to the turn's next stop "
+            f"p50 {lat['p50'] / 1000:.1f} s, p99 {lat['p99'] / 1000:.1f} s;",
+            f"- **invariant violations: {summary['violations_total']}**.",
+        ]
+    )
+
+
+PATH_NAMES = {
+    "update": "update",
+    "signal": "`temporal workflow signal`",
+    "agentctl": "agentctl",
+    "http": "approvals API",
+    "agui": "AG-UI",
+}
+
+
+if __name__ == "__main__":
+    import sys
+
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("bench/results/soak.json")
+    print(readme_figures(json.loads(path.read_text())))
