@@ -85,6 +85,10 @@ CONNECT_TIMEOUT = timedelta(seconds=15)
 LIST_TIMEOUT = timedelta(seconds=10)
 """How long listing a server's tools may take, at each model call."""
 
+RELIST_AFTER_FAILURE = 10.0
+"""Seconds after a server could not be listed during which model calls use its last listing
+without trying again: a server that hangs must not add its timeouts to every model call."""
+
 PING_AFTER = 2.0
 """Seconds a session may sit unused before a call checks it with a ping first: a server that
 restarted in between is then reconnected to before the call is sent, not after it failed."""
@@ -476,6 +480,8 @@ class MCPSessions:
         self._listed: dict[str, list[mcp_types.Tool]] = {}
         # Problems already logged, so a bad listing is not logged at every model call.
         self._warned: set[str] = set()
+        # Until when (monotonic) a server that could not be listed is not asked again.
+        self._down_until: dict[str, float] = {}
 
     def hosts(self, server: str) -> bool:
         return server in self._servers
@@ -510,9 +516,12 @@ class MCPSessions:
 
     async def list_tools(self, name: str) -> list[mcp_types.Tool]:
         """The server's tools now; the last listing that worked if it cannot be reached."""
+        if time.monotonic() < self._down_until.get(name, 0.0):
+            return self._listed.get(name) or []
         try:
             tools = await self._list(name)
         except MCPUnavailable as e:
+            self._down_until[name] = time.monotonic() + RELIST_AFTER_FAILURE
             known = self._listed.get(name)
             self._warn(
                 f"{name}:down:{known is not None}",
