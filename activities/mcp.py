@@ -34,7 +34,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -88,6 +88,10 @@ LIST_TIMEOUT = timedelta(seconds=10)
 RELIST_AFTER_FAILURE = 10.0
 """Seconds after a server could not be listed during which model calls use its last listing
 without trying again: a server that hangs must not add its timeouts to every model call."""
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""The most one JSON response from an HTTP server may take (read into memory whole by the SDK);
+its SSE events are held to the SDK's 1 MiB each (``max_sse_event_size``)."""
 
 PING_AFTER = 2.0
 """Seconds a session may sit unused before a call checks it with a ping first: a server that
@@ -163,8 +167,54 @@ class MCPServerHTTP:
             # Temporal owns the call's deadline (the activity's timeout); this bounds a stalled
             # connection.
             timeout=httpx2.Timeout(30.0, read=300.0),
+            transport=_CappedTransport(httpx2.AsyncHTTPTransport(), limit=MAX_RESPONSE_BYTES),
         )
         return streamable_http_client(self.url, http_client=client)
+
+
+class ResponseTooLarge(Exception):
+    """An MCP server's JSON response passed :data:`MAX_RESPONSE_BYTES`."""
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > self._limit:
+                raise ResponseTooLarge(
+                    f"the server's response passed {self._limit // (1024 * 1024)} MiB"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    """Reads at most ``limit`` bytes of a JSON response: the SDK reads one whole into memory,
+    and a hostile server could send gigabytes. (An SSE stream is read event by event, each
+    held to the SDK's ``max_sse_event_size``.)"""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, *, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        kind = response.headers.get("content-type", "")
+        if kind.startswith("application/json") and isinstance(
+            response.stream, httpx2.AsyncByteStream
+        ):
+            response.stream = _CappedBody(response.stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 MCPServer = MCPServerStdio | MCPServerHTTP
@@ -259,6 +309,15 @@ class MCPToolset:
                 problems.append(f"tool {shown!r} left out: {e.reason}")
                 continue
             decision = self.decide(name, t.annotations)
+            editable = name in self.editable
+            if editable and _runs_expressions(t.input_schema):
+                # An edit is checked against the schema inside the workflow, where a
+                # server's regular expression could stall a workflow task.
+                problems.append(
+                    f"tool {shown!r}: edits turned off, its input schema has regular "
+                    "expressions (pattern, patternProperties) the workflow would have to run"
+                )
+                editable = False
             seen.add(full)
             specs.append(
                 ToolSpec(
@@ -268,7 +327,7 @@ class MCPToolset:
                     timeout_seconds=self.timeout.total_seconds() if self.timeout else None,
                     approvers=list(self.approvers),
                     quorum=self.quorum,
-                    editable=name in self.editable,
+                    editable=editable,
                     mcp=MCPToolRef(server=self.server.name, tool=name),
                     gate=decision,
                 )
@@ -355,6 +414,18 @@ def _description(tool: mcp_types.Tool) -> str:
     if len(text) > MAX_DESCRIPTION_CHARS:
         return text[:MAX_DESCRIPTION_CHARS] + " [description cut]"
     return text
+
+
+def _runs_expressions(schema: object) -> bool:
+    """Whether a schema anywhere asks for a regular expression to be run (or names a property
+    ``pattern``: the walk does not tell them apart, and errs on the safe side)."""
+    if isinstance(schema, dict):
+        if "pattern" in schema or "patternProperties" in schema:
+            return True
+        return any(_runs_expressions(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_runs_expressions(v) for v in schema)
+    return False
 
 
 def _schema_problem(schema: object) -> str | None:

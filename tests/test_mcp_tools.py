@@ -44,6 +44,7 @@ from temporal_agent_interrupts import (
 from temporal_agent_interrupts.activities.mcp import (
     MAX_TOOLS_PER_SERVER,
     MCPSessions,
+    MCPUnavailable,
     merged_spec,
 )
 from temporal_agent_interrupts.worker import sandbox_runner
@@ -545,3 +546,26 @@ async def test_a_standalone_mcp_activity_never_reaches_the_server(client, offlin
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "NotScheduledByConversation"
     assert calls(http_server.state) == []
+
+
+async def test_a_response_too_large_to_hold_is_cut_off_and_the_session_recovers(http_server):
+    sessions = MCPSessions([http_server.server()])
+    try:
+        with pytest.raises(MCPUnavailable) as cut:
+            await sessions.call("records", "huge", {"kib": 12 * 1024})  # 12 MiB of JSON
+        assert cut.value.sent  # it ran there: the model must not take it as not having
+        done = await sessions.call("records", "lookup", {"key": "a"})
+        assert done.structured_content == {"key": "a", "value": "value of a"}
+    finally:
+        await sessions.aclose()
+
+
+def test_edits_are_turned_off_for_a_schema_with_regular_expressions():
+    toolset = mcp_tools(MCPServerHTTP("s", "http://127.0.0.1:1/mcp"), editable=["a", "b"])
+    pattern = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a+)+$"}}}
+    specs, problems = toolset.specs([listed("a", pattern), listed("b"), listed("c")])
+    assert [(s.name, s.editable) for s in specs] == [("a", False), ("b", True), ("c", False)]
+    assert problems == [
+        "tool 'a': edits turned off, its input schema has regular expressions (pattern, "
+        "patternProperties) the workflow would have to run"
+    ]
