@@ -94,8 +94,8 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 its SSE events are held to the SDK's 1 MiB each (``max_sse_event_size``)."""
 
 PING_AFTER = 2.0
-"""Seconds a session may sit unused before a call checks it with a ping first: a server that
-restarted in between is then reconnected to before the call is sent, not after it failed."""
+"""Seconds a session may sit unused before a call checks it first (a ``tools/list``): a server
+that restarted in between is then reconnected to before the call is sent, not after it failed."""
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # Gemini's rule for function names: a letter or underscore first, then letters, digits,
@@ -579,7 +579,8 @@ class MCPSessions:
         try:
             assert session.client is not None
             async with asyncio.timeout(LIST_TIMEOUT.total_seconds()):
-                await session.client.send_ping()
+                # A read every protocol version has (ping is gone from 2026-07-28 on).
+                await session.client.list_tools()
         except Exception:  # noqa: BLE001  # any failure: the session is gone, open another
             session = await self._session(name, fresh=True)
         session.used = time.monotonic()

@@ -24,7 +24,7 @@ from typing import Any
 import mcp_types
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import ActivityFailureError
+from temporalio.client import ActivityFailureError, Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
@@ -47,6 +47,7 @@ from temporal_agent_interrupts.activities.mcp import (
     MCPUnavailable,
     merged_spec,
 )
+from temporal_agent_interrupts.codec import data_converter, generate_key
 from temporal_agent_interrupts.worker import sandbox_runner
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
@@ -64,6 +65,7 @@ from tests.helpers import (
     server_address,
 )
 from tests.mcp_servers import TOKEN, calls
+from tests.test_data_protection import without_codec
 from tests.test_docs_examples import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -569,3 +571,49 @@ def test_edits_are_turned_off_for_a_schema_with_regular_expressions():
         "tool 'a': edits turned off, its input schema has regular expressions (pattern, "
         "patternProperties) the workflow would have to run"
     ]
+
+
+async def test_quorum_deadlines_the_stream_the_inbox_and_encryption_hold_for_mcp_calls(
+    client, offline, http_server
+):
+    encrypted = Client(**{**client.config(), "data_converter": data_converter(generate_key("m"))})
+    agent = agent_with(
+        mcp_tools(http_server.server(), approvers=["alice", "bob"], quorum=2),
+        interrupt_timeout=timedelta(seconds=3),
+    )
+    async with hosted(encrypted, agents=[agent], model=offline) as agents:
+        chat = await agents.chat(agent.name)
+        turn = chat.send_stream('call delete_record {"key": "k1"}')
+        kinds = [e.kind async for e in turn]
+        paused = await turn.result()
+        assert "interrupt" in kinds and kinds[-1] == "turn_end"
+        (i,) = paused.interrupts
+        assert i.quorum == 2 and i.gate is not None
+        inbox = await eventually(
+            lambda: agents.pending(agent=agent.name, approver="bob"),
+            lambda chats: any(c.chat_id == chat.id for c in chats),
+            timeout=30,
+        )
+        (entry,) = [c for c in inbox if c.chat_id == chat.id]
+        assert [p.name for p in entry.interrupts] == ["delete_record"]
+        voted = await chat.resume(answers=[approve(i)], identity="alice")
+        assert voted.finish_reason == FinishReason.INTERRUPTED  # one vote of two
+        assert calls(http_server.state) == []
+        done = await chat.resume(answers=[approve(i)], identity="bob")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert names(http_server.state) == ["delete_record"]
+
+        # Nobody answers the next one: its deadline answers, and the server never gets it.
+        late = await chat.send('call delete_record {"key": "k2"}')
+        assert late.finish_reason == FinishReason.INTERRUPTED
+        ended = await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
+        assert ended.last_turn is not None and "timed out" in ended.last_turn.text
+    assert names(http_server.state) == ["delete_record"]
+    # What the server returned is ciphertext in history.
+    raw = await without_codec(client).get_workflow_handle(chat.id).fetch_history()
+    assert b"deleted" not in b"".join(
+        p.data
+        for e in raw.events
+        if e.HasField("activity_task_completed_event_attributes")
+        for p in e.activity_task_completed_event_attributes.result.payloads
+    )
