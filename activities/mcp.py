@@ -97,6 +97,10 @@ PING_AFTER = 2.0
 """Seconds a session may sit unused before a call checks it first (a ``tools/list``): a server
 that restarted in between is then reconnected to before the call is sent, not after it failed."""
 
+IDEMPOTENCY_META = "temporal-agent-interrupts/idempotencyKey"
+"""The ``_meta`` key of a call that carries its idempotency key (``ToolContext.idempotency_key``:
+the same for every attempt of one approved run), for a server that deduplicates."""
+
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # Gemini's rule for function names: a letter or underscore first, then letters, digits,
 # underscores, dots, colons or dashes, at most 64 in all.
@@ -636,7 +640,9 @@ class MCPSessions:
             del self._sessions[name]
         await session.close()
 
-    async def call(self, name: str, tool: str, args: JsonObject) -> mcp_types.CallToolResult:
+    async def call(
+        self, name: str, tool: str, args: JsonObject, *, idempotency_key: str | None = None
+    ) -> mcp_types.CallToolResult:
         """Call ``tool`` on server ``name``.
 
         Raises:
@@ -652,7 +658,10 @@ class MCPSessions:
             raise MCPUnavailable(_reason(e)) from None
         assert session.client is not None
         try:
-            result = await session.client.call_tool(tool, args)
+            meta: mcp_types.RequestParamsMeta | None = None
+            if idempotency_key:
+                meta = {IDEMPOTENCY_META: idempotency_key}
+            result = await session.client.call_tool(tool, args, meta=meta)
         except MCPError as e:
             if e.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(name, session)

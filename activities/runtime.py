@@ -376,7 +376,12 @@ class AgentActivities:
         where = f"MCP server {input.server!r}"
         try:
             async with _heartbeating(5.0):
-                result = await self._mcp.call(input.server, input.server_tool, input.args)
+                result = await self._mcp.call(
+                    input.server,
+                    input.server_tool,
+                    input.args,
+                    idempotency_key=input.idempotency_key,
+                )
         except MCPUnavailable as e:
             note = (
                 "; it may have taken effect: check before trying again"

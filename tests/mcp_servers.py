@@ -19,6 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# At the top: MCPServer reads the tools' annotations (Context) from this module's globals.
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
 TOKEN = "test-mcp-token"
 
 READ_ONLY = {"readOnlyHint": True}
@@ -37,11 +42,7 @@ def calls(state: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def build(state: Path, variant: int = 1) -> Any:
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import ToolAnnotations
-
+def build(state: Path, variant: int = 1) -> MCPServer:
     server = MCPServer("records")
 
     def count(name: str, args: dict[str, Any]) -> None:
@@ -58,9 +59,12 @@ def build(state: Path, variant: int = 1) -> Any:
     if variant == 1:
 
         @server.tool(annotations=ToolAnnotations(destructive_hint=True))
-        async def delete_record(key: str) -> dict[str, Any]:
+        async def delete_record(key: str, ctx: Context) -> dict[str, Any]:
             """Delete a record for good."""
             count("delete_record", {"key": key})
+            meta = ctx.request_context.meta or {}
+            with (state / "keys.log").open("a") as f:
+                f.write(f"{meta.get('temporal-agent-interrupts/idempotencyKey')}\n")
             slow = state / "slow"
             if slow.exists():
                 await asyncio.sleep(float(slow.read_text() or "30"))

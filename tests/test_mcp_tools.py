@@ -192,6 +192,9 @@ async def test_a_destructive_tool_pauses_and_runs_once_after_approval(client, of
         assert "deleted" in done.text
         records = await agents.audit(chat.id)
     assert calls(state) == [("delete_record", {"key": "k1"})]
+    # The run's idempotency key went with it, for a server that deduplicates.
+    (key,) = (state / "keys.log").read_text().split()
+    assert len(key) == 32 and int(key, 16) >= 0
     (record,) = records
     assert record.decision == "approved" and record.identity == "alice"
     assert record.gate == GateDecision(gated=True, reason="annotation", detail="destructiveHint")
