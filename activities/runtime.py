@@ -199,7 +199,9 @@ class AgentActivities:
 
     async def _model_call(self, input: ModelInput) -> ModelResult:
         agent = self._agent(input.agent)
-        spec = await self.spec_for(agent)
+        # Listing MCP servers waits on them: heartbeat meanwhile, as for the model.
+        async with _heartbeating(5.0):
+            spec = await self.spec_for(agent)
         conv = await self._conversations.resolve(input)
         try:
             async with _heartbeating(5.0):
