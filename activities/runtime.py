@@ -150,10 +150,12 @@ class AgentActivities:
         toolsets = self._toolsets.get(agent.name) or []
         if not toolsets:
             return spec
+        # Every server at once: each model call waits for the slowest, not for their sum.
+        found = await asyncio.gather(*(self._mcp.list_tools(t.server.name) for t in toolsets))
         listed: list[tuple[str, list[ToolSpec]]] = []
-        for toolset in toolsets:
+        for toolset, tools in zip(toolsets, found, strict=True):
             server = toolset.server.name
-            specs, problems = toolset.specs(await self._mcp.list_tools(server))
+            specs, problems = toolset.specs(tools)
             self._mcp.left_out(server, problems)
             listed.append((server, specs))
         merged, problems = merged_spec(spec, listed)

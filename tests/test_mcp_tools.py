@@ -620,3 +620,28 @@ async def test_quorum_deadlines_the_stream_the_inbox_and_encryption_hold_for_mcp
         if e.HasField("activity_task_completed_event_attributes")
         for p in e.activity_task_completed_event_attributes.result.payloads
     )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "lists", "expected"),
+    [
+        ({"read_only_hint": True}, {}, (False, "annotation", "readOnlyHint")),
+        ({"destructive_hint": True}, {}, (True, "annotation", "destructiveHint")),
+        ({}, {}, (True, "annotation", "destructiveHint")),  # MCP's default: destructive
+        ({"destructive_hint": False}, {}, (True, "annotation", "not read-only")),
+        (None, {}, (True, "default", "no annotations")),
+        ({"read_only_hint": True}, {"gate": ["t"]}, (True, "list", "gate list")),
+        (None, {"allow": ["t"]}, (False, "list", "allow list")),
+        (
+            {"read_only_hint": True},
+            {"trust_annotations": False},
+            (True, "untrusted", "trust_annotations=False"),
+        ),
+        (None, {"allow": ["t"], "trust_annotations": False}, (False, "list", "allow list")),
+    ],
+)
+def test_the_gate_decides_as_the_docs_table_says(annotations, lists, expected):
+    toolset = mcp_tools(MCPServerHTTP("s", "http://127.0.0.1:1/mcp"), **lists)
+    said = None if annotations is None else mcp_types.ToolAnnotations(**annotations)
+    decision = toolset.decide("t", said)
+    assert (decision.gated, decision.reason, decision.detail) == expected
