@@ -354,7 +354,8 @@ class InterruptBook:
         self.lifecycle.pause(call, source=source, metadata=metadata, now=now, deadline=deadline)
 
     def gate(self, call: CallState, *, now: datetime) -> None:
-        """Pause a call the ToolApproval gate holds until someone approves it."""
+        """Pause a call a gate holds (the ToolApproval, an MCP tool's own) until someone
+        approves it; an MCP tool's metadata says what decided it."""
         decision = governance.gate_decision(self.spec, call.name)
         self.pause(call, source="approval", metadata=gate_metadata(call.name, decision), now=now)
 
