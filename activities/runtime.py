@@ -30,6 +30,15 @@ from temporal_agent_interrupts.activities.gemini import (
     to_contents,
 )
 from temporal_agent_interrupts.activities.history import ConversationCache
+from temporal_agent_interrupts.activities.mcp import (
+    MCPError,
+    MCPSessions,
+    MCPToolset,
+    MCPUnavailable,
+    merged_spec,
+    result_output,
+    status_of,
+)
 from temporal_agent_interrupts.activities.streaming import TextPublisher
 from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
 from temporal_agent_interrupts.activities.tools import (
@@ -41,12 +50,18 @@ from temporal_agent_interrupts.activities.tools import (
     to_json_object,
 )
 from temporal_agent_interrupts.workflows.agent import Agent
-from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import (
+    MCP_ACTIVITY,
+    MODEL_ACTIVITY,
+    TOOL_ACTIVITY,
+    WORKFLOW_TYPE,
+)
 from temporal_agent_interrupts.workflows.interrupts import pydantic_reason
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     Refused,
     check_json,
+    cut_stored,
     human_size,
     json_size,
 )
@@ -54,12 +69,14 @@ from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     ErrorKind,
+    MCPCallInput,
     Message,
     ModelInput,
     ModelResult,
     Status,
     ToolInput,
     ToolResult,
+    ToolSpec,
 )
 
 if TYPE_CHECKING:
@@ -103,9 +120,13 @@ class AgentActivities:
         self._tools: dict[str, dict[str, Tool[Any]]] = {
             # The notifying tools of reminders and escalations run here too; the model is
             # not offered them (they are not in the agent's spec).
-            a.name: {t.name: _as_tool(t, agent=a.name) for t in [*a.notify_tools(), *a.tools]}
+            a.name: {t.name: _as_tool(t, agent=a.name) for t in [*a.notify_tools(), *a.own_tools()]}
             for a in agents
         }
+        self._toolsets: dict[str, list[MCPToolset]] = {
+            a.name: [_as_toolset(t, agent=a.name) for t in a.toolsets()] for a in agents
+        }
+        self._mcp = MCPSessions([t.server for sets in self._toolsets.values() for t in sets])
         self._gemini = gemini
         self._conversations = ConversationCache(max_chats=conversation_cache)
 
@@ -115,7 +136,32 @@ class AgentActivities:
         return self._conversations
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [self.model_call, self.tool_call]
+        return [self.model_call, self.tool_call, self.mcp_call]
+
+    @property
+    def mcp(self) -> MCPSessions:
+        """This worker's sessions with its agents' MCP servers."""
+        return self._mcp
+
+    async def spec_for(self, agent: Agent) -> AgentSpec:
+        """The agent's definition now: its own, with what its MCP servers list at this moment
+        (each server's last listing that worked, while it cannot be reached)."""
+        spec = agent.spec()
+        toolsets = self._toolsets.get(agent.name) or []
+        if not toolsets:
+            return spec
+        # Every server at once: each model call waits for the slowest, not for their sum.
+        found = await asyncio.gather(*(self._mcp.list_tools(t.server.name) for t in toolsets))
+        listed: list[tuple[str, list[ToolSpec]]] = []
+        for toolset, tools in zip(toolsets, found, strict=True):
+            server = toolset.server.name
+            specs, problems = toolset.specs(tools)
+            self._mcp.left_out(server, problems)
+            listed.append((server, specs))
+        merged, problems = merged_spec(spec, listed)
+        for server, problem in problems:
+            self._mcp.left_out(server, [problem])
+        return merged
 
     def _agent(self, name: str) -> Agent:
         agent = self._agents.get(name)
@@ -155,7 +201,9 @@ class AgentActivities:
 
     async def _model_call(self, input: ModelInput) -> ModelResult:
         agent = self._agent(input.agent)
-        spec: AgentSpec = agent.spec()
+        # Listing MCP servers waits on them: heartbeat meanwhile, as for the model.
+        async with _heartbeating(5.0):
+            spec = await self.spec_for(agent)
         conv = await self._conversations.resolve(input)
         try:
             async with _heartbeating(5.0):
@@ -282,6 +330,94 @@ class AgentActivities:
             # The tool has run (its side effects happened): the model must hear that, so the
             # turn goes on with an error in place of the output rather than failing (and
             # the activity must not fail either, or Temporal would run the tool again).
+            status, text = problem
+            log.warning("%s; sent the model an error instead", text)
+            error = (
+                "output too large" if status == Status.RESOURCE_EXHAUSTED else "output not accepted"
+            )
+            return ToolResult(
+                kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
+            )
+        return ToolResult(kind="output", output=output)
+
+    @activity.defn(name=MCP_ACTIVITY)
+    async def mcp_call(self, input: MCPCallInput) -> ToolResult:
+        """Call one tool of an MCP server, through this worker's session with it.
+
+        The server and the tool's name there come from the definition recorded in history
+        (what was listed when the model asked for the call). Whether it may run is the
+        workflow's decision, as for any tool.
+        """
+        for_a_conversation(input.chat_id, what=f"MCP tool call {input.tool[:100]!r}")
+        with span(
+            SPAN_TOOL_CALL,
+            name=input.agent,
+            chat_id=input.chat_id,
+            tool=input.tool,
+            ref=input.ref,
+            resumed=input.resumed,
+        ) as current:
+            agent = self._agent(input.agent)
+            servers = {t.server.name for t in self._toolsets.get(agent.name) or []}
+            if input.server not in servers:
+                raise ApplicationError(
+                    f"agent {agent.name!r} has no MCP server {input.server[:100]!r} on this worker",
+                    Status.NOT_FOUND,
+                    type=ErrorKind.TOOL_ERROR,
+                    non_retryable=True,
+                )
+            outcome: ToolOutcome = "error"
+            try:
+                result = await self._mcp_call(input)
+                outcome = result.kind
+                return result
+            finally:
+                # The recorded spec's name: checked when listed, so the label stays bounded.
+                count_tool_call(agent=agent.name, tool=input.tool, outcome=outcome)
+                current.set_attribute("agent.outcome", outcome)
+
+    async def _mcp_call(self, input: MCPCallInput) -> ToolResult:
+        where = f"MCP server {input.server!r}"
+        try:
+            async with _heartbeating(5.0):
+                result = await self._mcp.call(
+                    input.server,
+                    input.server_tool,
+                    input.args,
+                    idempotency_key=input.idempotency_key,
+                )
+        except MCPUnavailable as e:
+            note = (
+                "; it may have taken effect: check before trying again"
+                if e.sent
+                else "; the call did not reach it"
+            )
+            raise ApplicationError(
+                f"{where} is unavailable: {e}{note}",
+                Status.UNAVAILABLE,
+                type=ErrorKind.TOOL_ERROR,
+                non_retryable=True,
+            ) from None
+        except MCPError as e:
+            raise ApplicationError(
+                f"{where} refused the call of {input.server_tool[:100]!r}: "
+                f"{cut_stored(e.message, 300)}",
+                status_of(e),
+                type=ErrorKind.TOOL_ERROR,
+                non_retryable=True,
+            ) from None
+        try:
+            output = result_output(result)
+        except Exception as e:  # a server's malformed result is its failure
+            raise ApplicationError(
+                f"{where} returned a result that cannot be read",
+                Status.INTERNAL,
+                type=ErrorKind.TOOL_ERROR,
+                non_retryable=True,
+            ) from e
+        problem = _unstorable(output, tool=input.tool, what="output")
+        if problem:
+            # The tool has run: as for any tool, the model hears that, in a few bytes.
             status, text = problem
             log.warning("%s; sent the model an error instead", text)
             error = (
@@ -451,6 +587,16 @@ def _beat() -> None:
     # Also callable outside an activity (the wire tests call the streaming helpers directly).
     if activity.in_activity():
         activity.heartbeat()
+
+
+def _as_toolset(declared: object, *, agent: str) -> MCPToolset:
+    """A declared toolset, checked to be one this runtime can list."""
+    if not isinstance(declared, MCPToolset):
+        raise TypeError(
+            f"agent {agent!r} declares {declared!r}, which is not a toolset this runtime "
+            "knows: build one with activities.mcp.mcp_tools"
+        )
+    return declared
 
 
 def _as_tool(declared: object, *, agent: str) -> Tool[Any]:

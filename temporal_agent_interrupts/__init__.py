@@ -24,6 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from temporal_agent_interrupts.activities.mcp import MCPServerHTTP, MCPServerStdio, mcp_tools
     from temporal_agent_interrupts.activities.tools import (
         Interrupt,
         ToolContext,
@@ -68,6 +69,9 @@ _HOME = {
     "Interrupt": "activities.tools",
     "ToolContext": "activities.tools",
     "ToolError": "activities.tools",
+    "mcp_tools": "activities.mcp",
+    "MCPServerStdio": "activities.mcp",
+    "MCPServerHTTP": "activities.mcp",
     # Hosting.
     "AgentsPlugin": "worker.plugin",
     # Calling.
@@ -103,6 +107,8 @@ __all__ = [
     "EventsGone",
     "FinishReason",
     "Interrupt",
+    "MCPServerHTTP",
+    "MCPServerStdio",
     "NoWorkerAnswered",
     "Remind",
     "ResumeRejected",
@@ -116,6 +122,7 @@ __all__ = [
     "approve",
     "deny",
     "interrupt",
+    "mcp_tools",
     "respond",
     "tool",
 ]

@@ -8,7 +8,7 @@ import json
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts import AgentClient, FinishReason, ResumeRejected
+from temporal_agent_interrupts import AgentClient, FinishReason, ResumeRejected, approve, deny
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.conftest import ScriptedModel
@@ -126,6 +126,24 @@ async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:
     (approval,) = res.interrupts
     res = await chat.resume(respond=[approval.respond({"approved": True})], identity="alice")
     assert res.finish_reason == FinishReason.STOP, res
+
+
+async def mcp_conversation(agents: AgentClient, *, chat_id: str, agent: str) -> None:
+    """An agent with an MCP server's tools (``tests/mcp_servers.py``) on the offline model: a
+    read-only call runs, a destructive one is approved by update and runs, one that declares
+    nothing is denied by signal (recorded as ``mcp``)."""
+    chat = await agents.chat(agent, chat_id=chat_id)
+    res = await chat.send('call lookup {"key": "k1"}')
+    assert res.finish_reason == FinishReason.STOP, res
+    (ask,) = (await chat.send('call delete_record {"key": "k1"}')).interrupts
+    res = await chat.resume(answers=[approve(ask)], identity="alice")
+    assert res.finish_reason == FinishReason.STOP, res
+    (ask,) = (await chat.send('call touch {"key": "k2"}')).interrupts
+    handle = agents.temporal.get_workflow_handle(chat_id)
+    await handle.signal(
+        "resume", {"respond": [deny(ask, "not now").model_dump(mode="json")], "identity": "bob"}
+    )
+    await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
 
 
 async def dump_history(client: Client, workflow_id: str, *, run_id: str | None = None) -> str:

@@ -55,6 +55,7 @@ SLOWEST_FIRST = (
     "test_codec_server_attacks.py",
     "test_soak_findings.py",
     "test_worker_process.py",
+    "test_mcp_tools.py",
 )
 """Units that take 15 s or more (under the load of two workers), slowest first."""
 

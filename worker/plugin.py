@@ -25,10 +25,11 @@ activities. ``build_worker`` is this plugin with the defaults a worker of agents
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import google.genai as genai
@@ -116,7 +117,17 @@ class AgentsPlugin(SimplePlugin):
             workflows=[AgentWorkflow],
             activities=self._add_activities,
             workflow_runner=_runner,
+            run_context=self._run_context,
         )
+
+    @contextlib.asynccontextmanager
+    async def _run_context(self) -> AsyncIterator[None]:
+        """Around each worker's run: its MCP sessions (and stdio servers) end with it."""
+        try:
+            yield
+        finally:
+            if self._activities is not None:
+                await self._activities.mcp.aclose()
 
     @property
     def agent_activities(self) -> AgentActivities:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from temporal_agent_interrupts.workflows.identity import check_trust
 from temporal_agent_interrupts.workflows.limits import (
@@ -45,6 +45,20 @@ class ToolDeclaration(Protocol):
     def name(self) -> str: ...
 
     def spec(self) -> ToolSpec: ...
+
+
+class ToolsetDeclaration(Protocol):
+    """Tools an agent gets from elsewhere, listed by the model activity when it calls the
+    model (an MCP server's: :func:`activities.mcp.mcp_tools`), so they reach the workflow as
+    data in the definition it returns. ``toolset`` is a durable key (``mcp:NAME``)."""
+
+    @property
+    def toolset(self) -> str: ...
+
+
+def is_toolset(declared: object) -> bool:
+    """Whether an entry of ``Agent.tools`` is a toolset rather than one tool."""
+    return isinstance(getattr(declared, "toolset", None), str)
 
 
 DEFAULT_MODEL = "gemini-flash-latest"
@@ -244,7 +258,7 @@ class Agent:
     _: KW_ONLY
     model: str = DEFAULT_MODEL
     system: str | None = None
-    tools: Sequence[ToolDeclaration] = ()
+    tools: Sequence[ToolDeclaration | ToolsetDeclaration] = ()
     middleware: Sequence[ToolApproval] = ()
     max_turns: int = DEFAULT_MAX_TURNS
     interrupt_timeout: timedelta | None = None
@@ -261,7 +275,11 @@ class Agent:
             check_label(self.name, what="an agent's name", limit=DOOR.agent_name)
         except Refused as e:
             raise ValueError(e.reason) from None
-        names = [t.name for t in self.tools]
+        keys = [t.toolset for t in self.toolsets()]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ValueError(f"agent {self.name!r} declares toolsets more than once: {dupes}")
+        names = [t.name for t in self.own_tools()]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
@@ -309,7 +327,7 @@ class Agent:
                 "verified identity: give the agent trust=TrustedIssuer(...), or list people"
             )
         for notify in self.notify_tools():
-            same = next((t for t in self.tools if t.name == notify.name), None)
+            same = next((t for t in self.own_tools() if t.name == notify.name), None)
             if same is not None and same is not notify:
                 raise ValueError(
                     f"agent {self.name!r}: the notifying tool {notify.name!r} has the name of "
@@ -325,12 +343,21 @@ class Agent:
         """The tools reminders and escalations run (the worker registers them beside the
         model's tools; the model is not offered them)."""
         policies: list[object] = [self.on_interrupt_timeout, *self.interrupt_reminders]
-        for t in self.tools:
+        for t in self.own_tools():
             policies.extend(getattr(t, "deadline_policies", ()))
         return notify_tools(*policies)
 
+    def own_tools(self) -> list[ToolDeclaration]:
+        """The tools declared here, one by one (not those of its toolsets)."""
+        return [cast(ToolDeclaration, t) for t in self.tools if not is_toolset(t)]
+
+    def toolsets(self) -> list[ToolsetDeclaration]:
+        """The toolsets (an MCP server's tools), which the model activity lists."""
+        return [cast(ToolsetDeclaration, t) for t in self.tools if is_toolset(t)]
+
     def spec(self) -> AgentSpec:
-        """The agent's definition as data, as recorded in conversation histories."""
+        """The agent's definition as data, without its toolsets' tools: the model activity
+        adds what they list (``activities.runtime``) before recording it in history."""
         return self._spec
 
     def _build_spec(self) -> AgentSpec:
@@ -355,7 +382,7 @@ class Agent:
             name=self.name,
             model=self.model.removeprefix("googleai/"),
             system=self.system,
-            tools=[t.spec() for t in self.tools],
+            tools=[t.spec() for t in self.own_tools()],
             approval=approval,
             max_turns=self.max_turns,
             interrupt_deadline_seconds=(
@@ -367,8 +394,14 @@ class Agent:
             interrupt_reminders=[r.spec() for r in self.interrupt_reminders],
             trust=self.trust.spec() if self.trust else None,
         )
-        body: dict[str, Any] = spec.model_dump(mode="json", exclude={"digest"})
-        spec.digest = hashlib.sha256(
-            json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        ).hexdigest()[:16]
+        spec.digest = spec_digest(spec)
         return spec
+
+
+def spec_digest(spec: AgentSpec) -> str:
+    """What names a definition exactly (``AgentSpec.digest``): the model activity sends the
+    definition back only when the workflow's has another."""
+    body: dict[str, Any] = spec.model_dump(mode="json", exclude={"digest"})
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:16]

@@ -62,6 +62,7 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         output=_kept(output, what="output"),
         input=_kept(event.input, what="edited input") if edit else None,
         original_input=_kept(answer.original_input, what="original input") if edit else None,
+        gate=answer.gate,
     )
     state.answers.append(record)
     state.audit_outbox.append(record)

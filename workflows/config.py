@@ -15,6 +15,8 @@ WORKFLOW_TYPE = "AgentWorkflow"
 
 MODEL_ACTIVITY = "model_call"
 TOOL_ACTIVITY = "tool_call"
+MCP_ACTIVITY = "mcp_call"
+"""Calls of MCP servers' tools, one activity for every server (``MCPCallInput.server``)."""
 
 MODEL_START_TO_CLOSE = timedelta(minutes=5)
 # Model and tool activities heartbeat while they wait, so a dead worker is noticed in seconds,

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from temporal_agent_interrupts.workflows.limits import (
     KiB,
     cut_stored,
@@ -36,6 +38,7 @@ from temporal_agent_interrupts.workflows.types import (
     ConversationState,
     Decision,
     ErrorInfo,
+    GateDecision,
     InterruptRequest,
     JsonObject,
     TurnAnswer,
@@ -111,6 +114,7 @@ def answer(
             metadata=metadata,
             decision=decision or _decision(call, kind=kind, output=output),
             original_input=original_input,
+            gate=gate_of_call(call),
         ),
     )
 
@@ -172,6 +176,7 @@ def to_request(
     quorum: int = 1,
     editable: bool = False,
     output_schema: JsonObject | None = None,
+    gate: GateDecision | None = None,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -191,7 +196,20 @@ def to_request(
         editable=editable,
         input_digest=input_digest(call.args),
         output_schema=output_schema,
+        gate=gate,
     )
+
+
+def gate_of_call(call: CallState) -> GateDecision | None:
+    """The gate decision a call paused on, as the gate wrote it into its metadata (MCP tools'
+    gates do; the ToolApproval's message says what it is)."""
+    said = call.metadata.get("gate") if call.source == "approval" else None
+    if not isinstance(said, dict):
+        return None
+    try:
+        return GateDecision.model_validate(said)
+    except ValidationError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------

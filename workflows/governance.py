@@ -41,6 +41,7 @@ from temporal_agent_interrupts.workflows.types import (
     AnswerKind,
     CallState,
     Decision,
+    GateDecision,
     JsonObject,
     ResumeInput,
     SpentToken,
@@ -91,7 +92,8 @@ def approvers(spec: AgentSpec | None, call: CallState) -> list[str]:
     if spec is None:
         return []
     if call.source == "approval" or _gated_tool(spec, call):
-        return spec.approval.approvers if spec.approval else []
+        held = gate_of(spec, call.name)
+        return held[0] if held else []
     tool = spec.tool(call.name)
     return tool.approvers if tool is not None and call.source == "interrupt" else []
 
@@ -109,7 +111,8 @@ def quorum(spec: AgentSpec | None, call: CallState) -> int:
     if spec is None:
         return 1
     if call.source == "approval" or _gated_tool(spec, call):
-        return spec.approval.quorum if spec.approval else 1
+        held = gate_of(spec, call.name)
+        return held[1] if held else 1
     tool = spec.tool(call.name)
     return tool.quorum if tool is not None and call.source == "interrupt" else 1
 
@@ -121,10 +124,34 @@ def _gated_tool(spec: AgentSpec, call: CallState) -> bool:
     return call.source == "tool" and gate is not None and call.name not in gate.allow
 
 
+def gate_of(spec: AgentSpec, name: str) -> tuple[list[str], int] | None:
+    """The approvers and quorum of the gate that holds calls of tool ``name``, or None if none
+    does: the agent's ToolApproval (for a tool not in its ``allow``), else the tool's own gate
+    (an MCP tool's, decided from its annotations and lists when it was listed)."""
+    approval = spec.approval
+    if approval is not None and name not in approval.allow:
+        return approval.approvers, approval.quorum
+    tool = spec.tool(name)
+    if tool is not None and tool.gate is not None and tool.gate.gated:
+        return tool.approvers, tool.quorum
+    return None
+
+
+def gate_decision(spec: AgentSpec | None, name: str) -> GateDecision | None:
+    """What holds a call of an MCP tool (shown on its interrupt, kept in its audit record);
+    None for other tools, whose gate is the agent's ToolApproval and says so in its message."""
+    tool = spec.tool(name) if spec else None
+    if spec is None or tool is None or tool.gate is None:
+        return None
+    if spec.approval is not None and name not in spec.approval.allow:
+        return GateDecision(gated=True, reason="agent", detail="ToolApproval")
+    return tool.gate
+
+
 def gate_holds(spec: AgentSpec | None, call: CallState) -> bool:
-    """Whether the ToolApproval gate holds a ready call until someone approves it."""
-    approval = spec.approval if spec else None
-    if approval is None or call.name in approval.allow:
+    """Whether a gate (the ToolApproval, or an MCP tool's own) holds a ready call until someone
+    approves it."""
+    if spec is None or gate_of(spec, call.name) is None:
         return False
     if call.edit_passes_gate is not None:
         # Edited: the gate decides afresh, for the edited input (see edit_passes_gate).
@@ -135,12 +162,11 @@ def gate_holds(spec: AgentSpec | None, call: CallState) -> bool:
 def edit_passes_gate(spec: AgentSpec | None, call: CallState, *, approved: bool, who: Who) -> bool:
     """Whether an edited call runs without the gate pausing it again: only as an approval the
     gate itself would take (approvals of the old input do not carry over)."""
-    gate = spec.approval if spec else None
-    return (
-        gate is None
-        or call.name in gate.allow
-        or (approved and gate.quorum <= 1 and who.may_answer(gate.approvers))
-    )
+    held = gate_of(spec, call.name) if spec else None
+    if held is None:
+        return True
+    allowed, needed = held
+    return approved and needed <= 1 and who.may_answer(allowed)
 
 
 # -- who sent an answer ------------------------------------------------------------------------
@@ -376,13 +402,13 @@ def could_answer(
     if spec is None:
         return None
     sender = Who(identity=verified.identity, verified=True, groups=verified.groups)
-    gate = spec.approval
     lists: list[list[str]] = []
     for tool in spec.tools:
+        held = None if tool.interrupt_only else gate_of(spec, tool.name)
         if tool.interrupt_only:
             lists.append(tool.approvers)
-        elif gate is not None and tool.name not in gate.allow:
-            lists.append(gate.approvers)
+        elif held is not None:
+            lists.append(held[0])
         else:
             lists.append([])  # a tool that may raise an interrupt: anyone may answer it
     if any(allowed and sender.may_answer(allowed) for allowed in lists):

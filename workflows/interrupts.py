@@ -184,6 +184,7 @@ class InterruptBook:
             quorum=self.quorum(call),
             editable=tool is not None and tool.editable,
             output_schema=tool.output_schema if tool and tool.interrupt_only else None,
+            gate=events.gate_of_call(call),
         )
 
     # -- governance -------------------------------------------------------------------------
@@ -197,7 +198,8 @@ class InterruptBook:
         return governance.quorum(self.spec, call)
 
     def gate_holds(self, call: CallState) -> bool:
-        """Whether the ToolApproval gate holds a ready call until someone approves it."""
+        """Whether a gate (ToolApproval, an MCP tool's own) holds a ready call until someone
+        approves it."""
         return governance.gate_holds(self.spec, call)
 
     def who(self, resume: ResumeInput, *, now: datetime | None) -> Who:
@@ -352,8 +354,10 @@ class InterruptBook:
         self.lifecycle.pause(call, source=source, metadata=metadata, now=now, deadline=deadline)
 
     def gate(self, call: CallState, *, now: datetime) -> None:
-        """Pause a call the ToolApproval gate holds until someone approves it."""
-        self.pause(call, source="approval", metadata=gate_metadata(call.name), now=now)
+        """Pause a call a gate holds (the ToolApproval, an MCP tool's own) until someone
+        approves it; an MCP tool's metadata says what decided it."""
+        decision = governance.gate_decision(self.spec, call.name)
+        self.pause(call, source="approval", metadata=gate_metadata(call.name, decision), now=now)
 
     def resume(
         self, resume: ResumeInput, *, via: AnswerVia, now: datetime | None = None

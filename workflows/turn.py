@@ -57,6 +57,7 @@ from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     FunctionResponse,
     JsonObject,
+    MCPCallInput,
     Message,
     ModelInput,
     ModelResult,
@@ -576,20 +577,28 @@ class TurnMachine:
         book = self.book(turn)
         run = book.start_run(call)
         chat_id = workflow.info().workflow_id
+        arg = ToolInput(
+            agent=self.s.agent,
+            chat_id=chat_id,
+            tool=call.name,
+            ref=call.ref,
+            args=call.args,
+            resumed=call.resumed,
+            resumed_metadata=call.resumed_metadata,
+            idempotency_key=idempotency_key(chat_id, call.ref, run),
+            original_args=call.original_args,
+        )
+        activity = config.TOOL_ACTIVITY
+        if tool is not None and tool.mcp is not None:
+            # An MCP server's tool: where it goes is data in the definition, as listed.
+            activity = config.MCP_ACTIVITY
+            arg = MCPCallInput(
+                **arg.model_dump(), server=tool.mcp.server, server_tool=tool.mcp.tool
+            )
         try:
             result = await self._execute(
-                config.TOOL_ACTIVITY,
-                ToolInput(
-                    agent=self.s.agent,
-                    chat_id=chat_id,
-                    tool=call.name,
-                    ref=call.ref,
-                    args=call.args,
-                    resumed=call.resumed,
-                    resumed_metadata=call.resumed_metadata,
-                    idempotency_key=idempotency_key(chat_id, call.ref, run),
-                    original_args=call.original_args,
-                ),
+                activity,
+                arg,
                 result_type=ToolResult,
                 start_to_close_timeout=(
                     timedelta(seconds=tool.timeout_seconds)

@@ -106,6 +106,34 @@ class EscalateSpec(_Wire):
     then_cancel: bool = False
 
 
+GateReason = Literal["annotation", "list", "default", "untrusted", "agent"]
+"""Why a gate decided as it did: the server's annotations, an ``allow``/``gate`` list, the default
+for a tool that declares nothing, ``trust_annotations=False``, or the agent's ``ToolApproval``."""
+
+
+class GateDecision(_Wire):
+    """Whether a call of a tool pauses for approval before it runs, and why (MCP tools).
+
+    Decided when the server's tools are listed (``activities.mcp``) and recorded with the
+    agent's definition, so a replay decides the same; shown on the call's interrupt and kept in
+    its audit record.
+    """
+
+    gated: bool
+    reason: GateReason
+    # What decided it, for people: ``readOnlyHint``, ``destructiveHint``, ``no annotations``,
+    # ``gate list``, ``allow list``, ``trust_annotations=False``, ``ToolApproval``.
+    detail: str = ""
+
+
+class MCPToolRef(_Wire):
+    """Where an MCP tool's calls go: the server's key on the worker and the tool's own name
+    there (the agent's name for it may carry a prefix)."""
+
+    server: str
+    tool: str
+
+
 class ToolSpec(_Wire):
     name: str
     description: str
@@ -130,6 +158,12 @@ class ToolSpec(_Wire):
     timeout_cancel: bool = False
     escalate: EscalateSpec | None = None
     reminders: list[ReminderSpec] = Field(default_factory=list)
+    # An MCP server's tool: its calls go to the MCP activity (``config.MCP_ACTIVITY``), and its
+    # own gate decides whether a call pauses first (its ``approvers`` and ``quorum`` then say
+    # who may answer). Left off the wire when unset, so Python tools' specs (and digests) are
+    # what they were.
+    mcp: MCPToolRef | None = Field(default=None, exclude_if=lambda v: v is None)
+    gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ApprovalSpec(_Wire):
@@ -228,9 +262,15 @@ TIMED_OUT = "timed out"
 """The ``error`` of the answer given when nobody answered an interrupt before its deadline."""
 
 
-def gate_metadata(tool: str) -> JsonObject:
-    """The metadata of a call the ToolApproval gate paused: why it is waiting."""
-    return {"message": f"Tool not in approved list: {tool}"}
+def gate_metadata(tool: str, decision: GateDecision | None = None) -> JsonObject:
+    """The metadata of a call a gate paused: why it is waiting. A tool with a gate of its own
+    (an MCP tool) says what decided it, as ``gate`` too."""
+    if decision is None:
+        return {"message": f"Tool not in approved list: {tool}"}
+    return {
+        "message": f"Tool {tool} needs approval ({decision.reason}: {decision.detail})",
+        "gate": decision.model_dump(mode="json"),
+    }
 
 
 def timed_out_output() -> JsonObject:
@@ -351,6 +391,8 @@ class InterruptRequest(_Wire):
     # front end builds its form from it). None for gated and conditional tools, whose answer
     # is an approval, and for a tool that declares none.
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A call a gate paused, of a tool that carries its own gate (an MCP tool): what decided it.
+    gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -587,6 +629,8 @@ class AnswerRecord(_Wire):
     # An edit: the input the tool runs with, and the model's (each a digest above 4 KiB).
     input: JsonObject | None = None
     original_input: JsonObject | None = None
+    # The gate decision the answered call paused on (MCP tools: annotation, list or default).
+    gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
@@ -601,6 +645,8 @@ class TurnAnswer(_Wire):
     identity_verified: bool = False
     # An edit's input before the edit (the event's ``input`` is the edited one).
     original_input: JsonObject | None = None
+    # As AnswerRecord.gate.
+    gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):
@@ -889,6 +935,14 @@ class ToolInput(_Wire):
     idempotency_key: str | None = None
     # An edited call: the model's input (``args`` is the edited one).
     original_args: JsonObject | None = None
+
+
+class MCPCallInput(ToolInput):
+    """One call of an MCP server's tool (``config.MCP_ACTIVITY``): ``server`` and ``server_tool``
+    come from the tool's spec, recorded in history; ``tool`` is the agent's name for it."""
+
+    server: str
+    server_tool: str
 
 
 class Notice(_Wire):

@@ -8,7 +8,8 @@ failed and cancelled turns), ``spine`` (every kind of turn event), ``edges`` (ca
 racing pauses), ``durable`` (what the door refuses), ``governance`` (verified votes to a quorum
 by update and signal, an edit through the gate, a deadline that reminds, escalates and
 cancels), ``banking`` (the README's example on the offline model), ``streamed`` (streamed turns,
-one paused and answered), and ``continued_first`` and ``continued_last``: the first and the
+one paused and answered), ``mcp`` (an MCP server's tools: one runs, one approved, one denied),
+and ``continued_first`` and ``continued_last``: the first and the
 newest run of a conversation that continued as new, idle and then paused.
 
 The replay tests run them against the current workflow code in the strict sandbox, so a change
@@ -23,9 +24,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from pathlib import Path
 
-from temporal_agent_interrupts import AgentClient
+from temporalio.client import Client
+
+from temporal_agent_interrupts import Agent, AgentClient, MCPServerStdio, mcp_tools
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond
 from temporal_agent_interrupts.worker.standin import GeminiStandIn
@@ -39,6 +43,7 @@ from tests.scenarios import (
     dump_history,
     durable_conversation,
     governance_conversation,
+    mcp_conversation,
     rich_conversation,
     spine_conversation,
     streamed_conversation,
@@ -53,6 +58,7 @@ ALL = (
     "spine",
     "governance",
     "streamed",
+    "mcp",
     "continued_first",
     "continued_last",
 )
@@ -87,10 +93,29 @@ async def main(names: set[str]) -> None:
                     await banking_conversation(
                         AgentClient(env.client, task_queue="record-bank"), chat_id="banking"
                     )
+            if "mcp" in names:
+                await record_mcp(env.client, offline)
         for name in sorted(names - CONTINUED):
             await write(name, await dump_history(env.client, name))
     if names & CONTINUED:
         await record_continued(names & CONTINUED)
+
+
+async def record_mcp(client: Client, offline: GeminiStandIn) -> None:
+    """On a stdio MCP server from ``tests/mcp_servers.py``, which the worker starts."""
+    with tempfile.TemporaryDirectory() as state:
+        server = MCPServerStdio(
+            "records",
+            sys.executable,
+            ["-m", "tests.mcp_servers", "stdio", state],
+            cwd=str(HERE.parent.parent),
+        )
+        agent = Agent("recordsAgent", tools=[mcp_tools(server)])
+        async with build_worker(
+            client, agents=[agent], task_queue="record-mcp", gemini=offline.client()
+        ):
+            agents = AgentClient(client, task_queue="record-mcp")
+            await mcp_conversation(agents, chat_id="mcp", agent=agent.name)
 
 
 async def record_continued(names: set[str]) -> None:

@@ -1,0 +1,785 @@
+"""Tools from MCP servers: ``mcp_tools(server, ...)``, the per-worker sessions, the ``mcp_call``
+activity.
+
+An MCP server's tools become an agent's tools in two steps, both on the worker:
+
+- **Listing.** The model activity lists each server's tools when it calls the model
+  (:meth:`MCPSessions.list_specs`) and adds them to the agent's definition as ``ToolSpec`` s:
+  name, description, input schema, and the gate's decision with its reason. The definition is
+  what the model activity returns, so it reaches the workflow as data recorded in history, and a
+  server that changes its tools never changes what a paused conversation replays; the next
+  model call sees the new list, as it sees a changed prompt.
+- **Calling.** The workflow sends a call of such a tool to the ``mcp_call`` activity, with the
+  server's key and the tool's name there from the recorded spec. The activity calls the tool
+  through this worker's session with that server, opened on first use and opened again after it
+  failed (a worker that restarts simply connects again).
+
+A server is not trusted. What it lists is capped and checked before it enters a definition (a
+name the model can call, a description cut to size, a schema that is a bounded JSON Schema
+object, at most :data:`MAX_TOOLS_PER_SERVER` tools, the whole within the definition's budget):
+a tool that fails is left out and logged, never a failed workflow task. Its annotations are
+hints: they choose the default gate (read-only runs, anything else pauses for approval), the
+``allow``/``gate`` lists override them by name, and ``trust_annotations=False`` gates every tool
+the ``allow`` list does not name. What a call returns is measured like any tool's output.
+
+Credentials (``MCPServerHTTP(headers=...)``, a stdio server's ``env``) stay in the worker's
+process: the definition names the server by its key only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx2
+import mcp
+import mcp_types
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from temporal_agent_interrupts.workflows.agent import check_approvers, spec_digest
+from temporal_agent_interrupts.workflows.limits import (
+    DOOR,
+    KiB,
+    Refused,
+    check_json,
+    cut_stored,
+    json_size,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    GateDecision,
+    JsonObject,
+    MCPToolRef,
+    Status,
+    ToolSpec,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_TOOLS_PER_SERVER = 64
+"""The most tools one server adds to an agent (the first ones it lists; the rest are logged)."""
+
+MAX_SCHEMA_BYTES = 16 * KiB
+"""The most one tool's input schema may take as JSON; a larger one leaves the tool out."""
+
+MAX_DESCRIPTION_CHARS = 1024
+"""What of a tool's description the model is shown (the rest is cut, said so)."""
+
+MAX_LIST_PAGES = 8
+"""Pages of ``tools/list`` read at most (a server that pages forever is cut off)."""
+
+CONNECT_TIMEOUT = timedelta(seconds=15)
+"""How long opening a session (spawning a stdio server, the HTTP handshake) may take."""
+
+LIST_TIMEOUT = timedelta(seconds=10)
+"""How long listing a server's tools may take, at each model call."""
+
+RELIST_AFTER_FAILURE = 10.0
+"""Seconds after a server could not be listed during which model calls use its last listing
+without trying again: a server that hangs must not add its timeouts to every model call."""
+
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""The most one JSON response from an HTTP server may take (read into memory whole by the SDK);
+its SSE events are held to the SDK's 1 MiB each (``max_sse_event_size``)."""
+
+PING_AFTER = 2.0
+"""Seconds a session may sit unused before a call checks it first (a ``tools/list``): a server
+that restarted in between is then reconnected to before the call is sent, not after it failed."""
+
+IDEMPOTENCY_META = "temporal-agent-interrupts/idempotencyKey"
+"""The ``_meta`` key of a call that carries its idempotency key (``ToolContext.idempotency_key``:
+the same for every attempt of one approved run), for a server that deduplicates."""
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Gemini's rule for function names: a letter or underscore first, then letters, digits,
+# underscores, dots, colons or dashes, at most 64 in all.
+_FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,31}")
+
+
+# --------------------------------------------------------------------------------------------
+# Declaring servers and their tools.
+
+
+@dataclass(frozen=True)
+class MCPServerStdio:
+    """An MCP server this worker starts as a subprocess, and talks to over its stdin/stdout.
+
+    Args:
+        name: The server's durable key: definitions and histories name the server by it.
+        command: The executable (``sys.executable``, ``npx``, ``uvx``).
+        args: Its arguments.
+        env: Extra environment for it (merged over the SDK's safe defaults); stays on the
+            worker.
+        cwd: Its working directory.
+    """
+
+    name: str
+    command: str
+    args: Sequence[str] = ()
+    _: KW_ONLY
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_server_name(self.name)
+
+    def transport(self) -> Any:
+        return mcp.StdioServerParameters(
+            command=self.command,
+            args=list(self.args),
+            env=dict(self.env) if self.env is not None else None,
+            cwd=self.cwd,
+        )
+
+
+@dataclass(frozen=True)
+class MCPServerHTTP:
+    """An MCP server over Streamable HTTP.
+
+    Args:
+        name: The server's durable key: definitions and histories name the server by it.
+        url: Its endpoint (``https://host/mcp``).
+        headers: Sent with every request (``Authorization: Bearer ...``); they stay on the
+            worker and are never shown in a repr.
+    """
+
+    name: str
+    url: str
+    _: KW_ONLY
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_server_name(self.name)
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"MCP server {self.name!r}: url must be http:// or https://")
+
+    def transport(self) -> Any:
+        client = httpx2.AsyncClient(
+            headers=dict(self.headers),
+            # Temporal owns the call's deadline (the activity's timeout); this bounds a stalled
+            # connection.
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            transport=_CappedTransport(httpx2.AsyncHTTPTransport(), limit=MAX_RESPONSE_BYTES),
+        )
+        return streamable_http_client(self.url, http_client=client)
+
+
+class ResponseTooLarge(Exception):
+    """An MCP server's JSON response passed :data:`MAX_RESPONSE_BYTES`."""
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > self._limit:
+                raise ResponseTooLarge(
+                    f"the server's response passed {self._limit // (1024 * 1024)} MiB"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    """Reads at most ``limit`` bytes of a JSON response: the SDK reads one whole into memory,
+    and a hostile server could send gigabytes. (An SSE stream is read event by event, each
+    held to the SDK's ``max_sse_event_size``.)"""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, *, limit: int) -> None:
+        self._inner = inner
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        kind = response.headers.get("content-type", "")
+        if kind.startswith("application/json") and isinstance(
+            response.stream, httpx2.AsyncByteStream
+        ):
+            response.stream = _CappedBody(response.stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+MCPServer = MCPServerStdio | MCPServerHTTP
+
+
+def _check_server_name(name: str) -> None:
+    if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
+        raise ValueError(
+            f"MCP server name {name!r}: 1 to 64 letters, digits, '_', '.' or '-' (it is a "
+            "durable key, recorded in conversations' histories)"
+        )
+
+
+@dataclass(frozen=True)
+class MCPToolset:
+    """An MCP server's tools as an agent's tools; build it with :func:`mcp_tools`."""
+
+    server: MCPServer
+    _: KW_ONLY
+    allow: frozenset[str] = frozenset()
+    gate: frozenset[str] = frozenset()
+    prefix: str = ""
+    trust_annotations: bool = True
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    editable: frozenset[str] = frozenset()
+    timeout: timedelta | None = None
+
+    @property
+    def toolset(self) -> str:
+        """The durable key of this toolset (``mcp:SERVER``)."""
+        return f"mcp:{self.server.name}"
+
+    def decide(self, name: str, annotations: mcp_types.ToolAnnotations | None) -> GateDecision:
+        """Whether calls of the server's tool ``name`` pause for approval, and why."""
+        if name in self.gate:
+            return GateDecision(gated=True, reason="list", detail="gate list")
+        if name in self.allow:
+            return GateDecision(gated=False, reason="list", detail="allow list")
+        if not self.trust_annotations:
+            return GateDecision(gated=True, reason="untrusted", detail="trust_annotations=False")
+        if annotations is None:
+            return GateDecision(gated=True, reason="default", detail="no annotations")
+        read_only = annotations.read_only_hint is True
+        if read_only and annotations.destructive_hint is True:
+            # Both at once contradicts itself: taken as the one that asks.
+            return GateDecision(gated=True, reason="annotation", detail="destructiveHint")
+        if read_only:
+            return GateDecision(gated=False, reason="annotation", detail="readOnlyHint")
+        if annotations.destructive_hint is False:
+            # Additive, not read-only: it still changes the world.
+            return GateDecision(gated=True, reason="annotation", detail="not read-only")
+        # destructiveHint true, or unset (MCP's default for a tool that is not read-only).
+        return GateDecision(gated=True, reason="annotation", detail="destructiveHint")
+
+    def specs(self, tools: Sequence[mcp_types.Tool]) -> tuple[list[ToolSpec], list[str]]:
+        """The server's listed tools as tool specs, and what was left out (and why).
+
+        Pure: the tests feed it hostile listings directly.
+        """
+        specs: list[ToolSpec] = []
+        problems: list[str] = []
+        seen: set[str] = set()
+        for t in tools:
+            name = t.name if isinstance(t.name, str) else ""
+            shown = cut_stored(name, 80)
+            if len(specs) >= MAX_TOOLS_PER_SERVER:
+                problems.append(
+                    f"{len(tools) - MAX_TOOLS_PER_SERVER} tools past the first "
+                    f"{MAX_TOOLS_PER_SERVER} left out"
+                )
+                break
+            full = f"{self.prefix}{name}"
+            if not _FUNCTION_NAME.fullmatch(full):
+                problems.append(
+                    f"tool {shown!r} left out: {full[:80]!r} is not a name a model can call "
+                    "(a letter or '_' first, then letters, digits, '_', '.', ':' or '-', 64 at "
+                    "most)"
+                )
+                continue
+            if full in seen:
+                problems.append(f"tool {shown!r} left out: listed twice")
+                continue
+            problem = _schema_problem(t.input_schema)
+            if problem is not None:
+                problems.append(f"tool {shown!r} left out: its input schema {problem}")
+                continue
+            description = _description(t)
+            try:
+                check_json({"d": description}, what="its description")
+            except Refused as e:
+                problems.append(f"tool {shown!r} left out: {e.reason}")
+                continue
+            decision = self.decide(name, t.annotations)
+            editable = name in self.editable
+            if editable and _runs_expressions(t.input_schema):
+                # An edit is checked against the schema inside the workflow, where a
+                # server's regular expression could stall a workflow task.
+                problems.append(
+                    f"tool {shown!r}: edits turned off, its input schema has regular "
+                    "expressions (pattern, patternProperties) the workflow would have to run"
+                )
+                editable = False
+            seen.add(full)
+            specs.append(
+                ToolSpec(
+                    name=full,
+                    description=description,
+                    input_schema=dict(t.input_schema),
+                    timeout_seconds=self.timeout.total_seconds() if self.timeout else None,
+                    approvers=list(self.approvers),
+                    quorum=self.quorum,
+                    editable=editable,
+                    mcp=MCPToolRef(server=self.server.name, tool=name),
+                    gate=decision,
+                )
+            )
+        return specs, problems
+
+
+def mcp_tools(
+    server: MCPServer,
+    *,
+    allow: Sequence[str] = (),
+    gate: Sequence[str] = (),
+    prefix: str = "",
+    trust_annotations: bool = True,
+    approvers: Sequence[str] = (),
+    quorum: int = 1,
+    editable: Sequence[str] = (),
+    timeout: timedelta | None = None,
+) -> MCPToolset:
+    """An MCP server's tools, as tools of the agent whose ``tools=`` lists this.
+
+    The worker lists them when it calls the model, so the agent has what the server offers at
+    that moment; each call runs as an activity through the worker's session with the server.
+    Whether a call pauses for approval first is decided per tool, from what the server says
+    about it (MCP tool annotations, which are **hints from a server you may not control**):
+
+    - a name in ``gate`` pauses, and a name in ``allow`` runs, whatever its annotations say;
+    - otherwise, with ``trust_annotations=False``, it pauses;
+    - otherwise ``readOnlyHint: true`` runs, and anything else pauses: ``destructiveHint``,
+      a tool that is not read-only, and a tool that declares no annotations.
+
+    The decision and its reason are on the call's interrupt (``InterruptRequest.gate``) and in
+    the answer's audit record. The agent's ``ToolApproval``, if any, applies to these tools as
+    to any (a tool not in its ``allow`` pauses, with its approvers).
+
+    Args:
+        server: ``MCPServerStdio`` or ``MCPServerHTTP``.
+        allow: Server tool names that run without asking.
+        gate: Server tool names that always pause for approval.
+        prefix: Put before each tool's name for the model (``files_``), so that two servers'
+            tools, or a server's and the agent's own, cannot clash. A server's tool whose name
+            clashes anyway is left out (the agent's own tool wins), and logged.
+        trust_annotations: False: every tool not in ``allow`` pauses.
+        approvers: Who may answer a call these tools' gate paused (empty: anyone); as
+            ``ToolApproval(approvers=)``.
+        quorum: How many distinct approvals let such a call run.
+        editable: Server tool names whose input an approver may change (an edit; the gate
+            decides again for the edited call).
+        timeout: The longest one call may take (default: the tool activity's).
+
+    Raises:
+        ValueError: a name in both ``allow`` and ``gate``, a prefix that is not the start of a
+            function name, or approvers and a quorum no answer could meet.
+    """
+    for what, names in (("allow", allow), ("gate", gate), ("editable", editable)):
+        if isinstance(names, str):
+            raise ValueError(f"mcp_tools: {what} is a list of tool names, not one string")
+    both = sorted(set(allow) & set(gate))
+    if both:
+        raise ValueError(f"mcp_tools({server.name!r}): in both allow and gate: {both}")
+    if prefix and not _PREFIX.fullmatch(prefix):
+        raise ValueError(
+            f"mcp_tools({server.name!r}): prefix {prefix!r} must start a function name (a "
+            "letter or '_', then letters, digits, '_', '.', ':' or '-', 32 at most)"
+        )
+    check_approvers(approvers, what=f"mcp_tools({server.name!r})", quorum=quorum)
+    return MCPToolset(
+        server,
+        allow=frozenset(allow),
+        gate=frozenset(gate),
+        prefix=prefix,
+        trust_annotations=trust_annotations,
+        approvers=tuple(approvers),
+        quorum=quorum,
+        editable=frozenset(editable),
+        timeout=timeout,
+    )
+
+
+def _description(tool: mcp_types.Tool) -> str:
+    text = tool.description or tool.title or ""
+    if not isinstance(text, str):
+        return ""
+    if len(text) > MAX_DESCRIPTION_CHARS:
+        return text[:MAX_DESCRIPTION_CHARS] + " [description cut]"
+    return text
+
+
+def _runs_expressions(schema: object) -> bool:
+    """Whether a schema anywhere asks for a regular expression to be run (or names a property
+    ``pattern``: the walk does not tell them apart, and errs on the safe side)."""
+    if isinstance(schema, dict):
+        if "pattern" in schema or "patternProperties" in schema:
+            return True
+        return any(_runs_expressions(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_runs_expressions(v) for v in schema)
+    return False
+
+
+def _schema_problem(schema: object) -> str | None:
+    """Why an input schema cannot be offered to the model, or None."""
+    if not isinstance(schema, dict):
+        return "is not a JSON object"
+    try:
+        check_json(schema, what="it")
+    except Refused as e:
+        return f"cannot be kept ({e.reason})"
+    size = json_size(schema)
+    if size > MAX_SCHEMA_BYTES:
+        return f"is {size // KiB} KiB; the limit is {MAX_SCHEMA_BYTES // KiB} KiB"
+    if schema.get("type") != "object":
+        return 'does not have "type": "object" at its root'
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as e:
+        return f"is not a valid JSON Schema ({cut_stored(str(e.message), 200)})"
+    except Exception:  # noqa: BLE001  # any failure of a hostile schema is a refusal, not a crash
+        return "could not be checked as a JSON Schema"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions: one per server per worker.
+
+
+class MCPUnavailable(Exception):
+    """The server could not be reached (the call did not get to it), or the connection was
+    lost during the call (``sent``: it may have taken effect)."""
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class _Session:
+    """One open session with a server, owned by a task of its own (the SDK's transports are
+    anyio context managers, entered and left in one task)."""
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.client: mcp.Client | None = None
+        self.failed: BaseException | None = None
+        self.used = 0.0
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.client is not None and self._task is not None and not self._task.done()
+
+    async def open(self) -> None:
+        self._task = asyncio.create_task(self._own(), name=f"mcp session {self.server.name}")
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT.total_seconds()):
+                await self._ready.wait()
+        except TimeoutError:
+            await self.close()
+            raise MCPUnavailable(
+                f"MCP server {self.server.name!r} did not answer within "
+                f"{CONNECT_TIMEOUT.total_seconds():g} s of connecting"
+            ) from None
+        if self.client is None:
+            raise MCPUnavailable(
+                f"MCP server {self.server.name!r} could not be reached: {_reason(self.failed)}"
+            )
+
+    async def _own(self) -> None:
+        try:
+            # No response cache: each model call lists what the server has now.
+            async with mcp.Client(self.server.transport(), cache=None, mode="auto") as client:
+                self.client = client
+                self.used = time.monotonic()
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as e:  # kept for the caller; the session is over
+            self.failed = e
+            if isinstance(e, asyncio.CancelledError):
+                raise
+        finally:
+            self.client = None
+            self._ready.set()
+
+    async def close(self) -> None:
+        self._stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                async with asyncio.timeout(5):
+                    await asyncio.shield(task)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+            except BaseException:  # noqa: BLE001  # the session's own failure, already kept
+                pass
+
+
+def _reason(err: BaseException | None) -> str:
+    """A failure's cause in a few words (an ExceptionGroup's first leaf), never a traceback."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    if err is None:
+        return "the session closed"
+    text = str(err) or type(err).__name__
+    return cut_stored(f"{type(err).__name__}: {text}", 300)
+
+
+class MCPSessions:
+    """This worker's sessions with its agents' MCP servers, by server key."""
+
+    def __init__(self, servers: Sequence[MCPServer]) -> None:
+        self._servers: dict[str, MCPServer] = {}
+        for s in servers:
+            known = self._servers.get(s.name)
+            if known is not None and known != s:
+                raise ValueError(f"two different MCP servers are named {s.name!r}")
+            self._servers[s.name] = s
+        self._sessions: dict[str, _Session] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        # The last listing that worked, per server: used while the server cannot be reached.
+        self._listed: dict[str, list[mcp_types.Tool]] = {}
+        # Problems already logged, so a bad listing is not logged at every model call.
+        self._warned: set[str] = set()
+        # Until when (monotonic) a server that could not be listed is not asked again.
+        self._down_until: dict[str, float] = {}
+
+    def hosts(self, server: str) -> bool:
+        return server in self._servers
+
+    async def _session(self, name: str, *, fresh: bool = False) -> _Session:
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            session = self._sessions.get(name)
+            if session is not None and session.alive and not fresh:
+                return session
+            if session is not None:
+                await session.close()
+            session = _Session(self._servers[name])
+            self._sessions[name] = session
+            await session.open()
+            return session
+
+    async def _checked(self, name: str) -> _Session:
+        """A session that answered just now: one idle a while is pinged first, and opened
+        again if the ping fails (a server that restarted forgets its sessions)."""
+        session = await self._session(name)
+        if time.monotonic() - session.used < PING_AFTER:
+            return session
+        try:
+            assert session.client is not None
+            async with asyncio.timeout(LIST_TIMEOUT.total_seconds()):
+                # A read every protocol version has (ping is gone from 2026-07-28 on).
+                await session.client.list_tools()
+        except Exception:  # noqa: BLE001  # any failure: the session is gone, open another
+            session = await self._session(name, fresh=True)
+        session.used = time.monotonic()
+        return session
+
+    async def list_tools(self, name: str) -> list[mcp_types.Tool]:
+        """The server's tools now; the last listing that worked if it cannot be reached."""
+        if time.monotonic() < self._down_until.get(name, 0.0):
+            return self._listed.get(name) or []
+        try:
+            tools = await self._list(name)
+        except MCPUnavailable as e:
+            self._down_until[name] = time.monotonic() + RELIST_AFTER_FAILURE
+            known = self._listed.get(name)
+            self._warn(
+                f"{name}:down:{known is not None}",
+                "MCP server %r cannot be listed (%s); %s",
+                name,
+                e,
+                "using its last listing" if known is not None else "its tools are left out",
+            )
+            return known or []
+        self._listed[name] = tools
+        self._warned = {w for w in self._warned if not w.startswith(f"{name}:down:")}
+        return tools
+
+    async def _list(self, name: str) -> list[mcp_types.Tool]:
+        for attempt in (1, 2):
+            session = await self._checked(name)
+            try:
+                assert session.client is not None
+                tools: list[mcp_types.Tool] = []
+                cursor: str | None = None
+                async with asyncio.timeout(LIST_TIMEOUT.total_seconds()):
+                    for _ in range(MAX_LIST_PAGES):
+                        page = await session.client.list_tools(cursor=cursor)
+                        tools.extend(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor or len(tools) > MAX_TOOLS_PER_SERVER:
+                            break
+                session.used = time.monotonic()
+                return tools
+            except MCPError as e:
+                raise MCPUnavailable(f"tools/list failed: {cut_stored(e.message, 300)}") from None
+            except Exception as e:  # noqa: BLE001  # a broken session: open another once
+                await self._drop(name, session)
+                if attempt == 2:
+                    raise MCPUnavailable(_reason(e)) from None
+        raise AssertionError("unreachable")
+
+    async def _drop(self, name: str, session: _Session) -> None:
+        if self._sessions.get(name) is session:
+            del self._sessions[name]
+        await session.close()
+
+    async def call(
+        self, name: str, tool: str, args: JsonObject, *, idempotency_key: str | None = None
+    ) -> mcp_types.CallToolResult:
+        """Call ``tool`` on server ``name``.
+
+        Raises:
+            MCPUnavailable: the server could not be reached (the call was not sent), or the
+                connection was lost with the call under way (``sent``).
+            MCPError: the server refused the call (a JSON-RPC error).
+        """
+        try:
+            session = await self._checked(name)
+        except MCPUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001  # could not connect: the call was never sent
+            raise MCPUnavailable(_reason(e)) from None
+        assert session.client is not None
+        try:
+            meta: mcp_types.RequestParamsMeta | None = None
+            if idempotency_key:
+                meta = {IDEMPOTENCY_META: idempotency_key}
+            result = await session.client.call_tool(tool, args, meta=meta)
+        except MCPError as e:
+            if e.code == mcp_types.CONNECTION_CLOSED:
+                await self._drop(name, session)
+                raise MCPUnavailable(
+                    f"the connection to MCP server {name!r} closed during the call", sent=True
+                ) from None
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001  # a transport failure with the call sent
+            await self._drop(name, session)
+            raise MCPUnavailable(
+                f"the connection to MCP server {name!r} failed during the call ({_reason(e)})",
+                sent=True,
+            ) from None
+        session.used = time.monotonic()
+        return result
+
+    def _warn(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    def left_out(self, server: str, problems: Sequence[str]) -> None:
+        """Log, once each, the tools a listing left out."""
+        for p in problems:
+            self._warn(f"{server}:{p}", "MCP server %r: %s", server, p)
+
+    async def aclose(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for s in sessions:
+            with contextlib.suppress(Exception):
+                await s.close()
+
+
+def status_of(error: MCPError) -> Status:
+    """A JSON-RPC error from a server as a classified status."""
+    code = error.code
+    if code == mcp_types.INVALID_PARAMS:
+        return Status.INVALID_ARGUMENT
+    if code == mcp_types.METHOD_NOT_FOUND:
+        return Status.UNIMPLEMENTED
+    if code == mcp_types.INVALID_REQUEST:
+        return Status.INVALID_ARGUMENT
+    return Status.INTERNAL
+
+
+def result_output(result: mcp_types.CallToolResult) -> JsonObject:
+    """A tool call's result as the function response the model gets.
+
+    Structured content (an object) is the output as it is; so is one text block that holds a
+    JSON object (how many servers return one); otherwise the text blocks, joined, are
+    ``result``. Other blocks (images, audio, resources) are named, never copied into the
+    conversation. A result the server marked ``isError`` is the tool's own failure, which MCP
+    means the model to see: ``{"error": text}``.
+    """
+    texts: list[str] = []
+    others: list[JsonObject] = []
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            texts.append(block.text)
+        else:
+            kind = getattr(block, "type", "content")
+            others.append({"type": str(kind)[:40], "note": "not kept in the conversation"})
+    text = "\n".join(texts)
+    if result.is_error:
+        out: JsonObject = {"error": text or "the tool failed (no message)"}
+    elif isinstance(result.structured_content, dict):
+        out = dict(result.structured_content)
+    elif result.structured_content is not None:
+        out = {"result": result.structured_content}
+    else:
+        out = _json_object(texts) or {"result": text}
+    if others:
+        out.setdefault("other_content", others)
+    return out
+
+
+def merged_spec(
+    spec: AgentSpec, listed: Sequence[tuple[str, list[ToolSpec]]]
+) -> tuple[AgentSpec, list[tuple[str, str]]]:
+    """The agent's own definition with its servers' listed tools added, and what was left out
+    (server, why): a name the agent (or an earlier server) already has, or a tool past the
+    definition's budget (``DOOR.spec``). The digest is the merged definition's."""
+    tools = list(spec.tools)
+    taken = {t.name for t in tools}
+    size = json_size(spec)
+    problems: list[tuple[str, str]] = []
+    for server, specs in listed:
+        for t in specs:
+            if t.name in taken:
+                problems.append(
+                    (server, f"tool {t.name!r} left out: the agent has a tool of that name")
+                )
+                continue
+            grows = json_size(t) + 1
+            if size + grows > DOOR.spec:
+                problems.append(
+                    (
+                        server,
+                        f"tool {t.name!r} left out: the agent's definition would pass its "
+                        f"{DOOR.spec // KiB} KiB budget",
+                    )
+                )
+                continue
+            taken.add(t.name)
+            tools.append(t)
+            size += grows
+    merged = spec.model_copy(update={"tools": tools})
+    merged.digest = spec_digest(merged)
+    return merged, problems
+
+
+def _json_object(texts: list[str]) -> JsonObject | None:
+    if len(texts) != 1 or not texts[0].lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(texts[0])
+    except (ValueError, RecursionError):  # not JSON, or nested past what the parser takes
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,138 @@
+"""Real MCP servers for the tests, built with the ``mcp`` package's server API (``MCPServer``).
+
+Run as a process: ``python -m tests.mcp_servers stdio STATE_DIR`` (the worker starts it) or
+``python -m tests.mcp_servers http STATE_DIR PORT [VARIANT]`` (the test starts it). Every call
+of a tool appends a line to ``STATE_DIR/calls.log`` as it starts (``NAME JSON``), so a test
+counts what reached the server. The HTTP server refuses a request without ``Authorization:
+Bearer`` :data:`TOKEN`. A ``slow`` file in the state folder makes ``delete_record`` wait that
+many seconds after it is counted (a call a test kills its worker under).
+
+Variant ``2`` is the same server after a change of its tool list: ``archive_record`` is new,
+and ``delete_record`` has another description and an optional ``reason``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# At the top: MCPServer reads the tools' annotations (Context) from this module's globals.
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+TOKEN = "test-mcp-token"
+
+READ_ONLY = {"readOnlyHint": True}
+DESTRUCTIVE = {"destructiveHint": True}
+
+
+def calls(state: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The calls that reached the server, in order."""
+    log = state / "calls.log"
+    if not log.exists():
+        return []
+    out: list[tuple[str, dict[str, Any]]] = []
+    for line in log.read_text().splitlines():
+        name, _, args = line.partition(" ")
+        out.append((name, json.loads(args)))
+    return out
+
+
+def build(state: Path, variant: int = 1) -> MCPServer:
+    server = MCPServer("records")
+
+    def count(name: str, args: dict[str, Any]) -> None:
+        with (state / "calls.log").open("a") as f:
+            f.write(f"{name} {json.dumps(args, sort_keys=True)}\n")
+            f.flush()
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def lookup(key: str) -> dict[str, Any]:
+        """Look a record up by its key."""
+        count("lookup", {"key": key})
+        return {"key": key, "value": f"value of {key}"}
+
+    if variant == 1:
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+        async def delete_record(key: str, ctx: Context) -> dict[str, Any]:
+            """Delete a record for good."""
+            count("delete_record", {"key": key})
+            meta = ctx.request_context.meta or {}
+            with (state / "keys.log").open("a") as f:
+                f.write(f"{meta.get('temporal-agent-interrupts/idempotencyKey')}\n")
+            slow = state / "slow"
+            if slow.exists():
+                await asyncio.sleep(float(slow.read_text() or "30"))
+            return {"deleted": key}
+
+    else:
+
+        @server.tool(name="delete_record", annotations=ToolAnnotations(destructive_hint=True))
+        async def delete_record_saying_why(key: str, reason: str = "") -> dict[str, Any]:
+            """Delete a record for good, saying why."""
+            count("delete_record", {"key": key, "reason": reason})
+            return {"deleted": key, "reason": reason}
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=False))
+        def archive_record(key: str) -> dict[str, Any]:
+            """Move a record to the archive."""
+            count("archive_record", {"key": key})
+            return {"archived": key}
+
+    @server.tool()
+    def touch(key: str) -> str:
+        """Mark a record as seen (declares no annotations)."""
+        count("touch", {"key": key})
+        return f"touched {key}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def fail(key: str) -> str:
+        """Always fails."""
+        count("fail", {"key": key})
+        # The SDK's own ToolError: its message goes to the client (another exception's is hidden).
+        raise ToolError(f"no record {key}")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def huge(kib: int) -> str:
+        """Returns ``kib`` KiB of text."""
+        count("huge", {"kib": kib})
+        return "x" * (kib * 1024)
+
+    return server
+
+
+def http_app(state: Path, variant: int) -> Any:
+    """The server's Streamable HTTP app, behind a bearer-token check."""
+    from starlette.responses import PlainTextResponse
+
+    app = build(state, variant).streamable_http_app()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if headers.get(b"authorization") != f"Bearer {TOKEN}".encode():
+                await PlainTextResponse("unauthorized", status_code=401)(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def main(argv: list[str]) -> None:
+    kind, state = argv[0], Path(argv[1])
+    if kind == "stdio":
+        build(state).run()
+        return
+    import uvicorn
+
+    port, variant = int(argv[2]), int(argv[3]) if len(argv) > 3 else 1
+    uvicorn.run(http_app(state, variant), host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
