@@ -314,12 +314,15 @@ class MCPToolset:
                 continue
             decision = self.decide(name, t.annotations)
             editable = name in self.editable
-            if editable and _runs_expressions(t.input_schema):
+            if editable and _costly_to_check(t.input_schema):
                 # An edit is checked against the schema inside the workflow, where a
-                # server's regular expression could stall a workflow task.
+                # server's regular expression could stall a workflow task, and so could a
+                # few KiB of references that branch into each other (anyOf of two $refs to
+                # the next level, 40 levels deep: 2**40 checks), or a remote $ref.
                 problems.append(
                     f"tool {shown!r}: edits turned off, its input schema has regular "
-                    "expressions (pattern, patternProperties) the workflow would have to run"
+                    "expressions (pattern, patternProperties) or references ($ref) the "
+                    "workflow would have to run"
                 )
                 editable = False
             seen.add(full)
@@ -420,15 +423,22 @@ def _description(tool: mcp_types.Tool) -> str:
     return text
 
 
-def _runs_expressions(schema: object) -> bool:
-    """Whether a schema anywhere asks for a regular expression to be run (or names a property
-    ``pattern``: the walk does not tell them apart, and errs on the safe side)."""
+_COSTLY_KEYWORDS = frozenset(
+    {"pattern", "patternProperties", "$ref", "$dynamicRef", "$recursiveRef"}
+)
+
+
+def _costly_to_check(schema: object) -> bool:
+    """Whether a schema anywhere asks for a regular expression to be run or a reference to be
+    followed (or names a property so: the walk does not tell them apart, and errs on the safe
+    side). Without references, checking takes time bounded by the schema's size (16 KiB at
+    most); with them, a small schema can branch exponentially."""
     if isinstance(schema, dict):
-        if "pattern" in schema or "patternProperties" in schema:
+        if not _COSTLY_KEYWORDS.isdisjoint(schema):
             return True
-        return any(_runs_expressions(v) for v in schema.values())
+        return any(_costly_to_check(v) for v in schema.values())
     if isinstance(schema, list):
-        return any(_runs_expressions(v) for v in schema)
+        return any(_costly_to_check(v) for v in schema)
     return False
 
 

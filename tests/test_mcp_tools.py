@@ -572,8 +572,25 @@ def test_edits_are_turned_off_for_a_schema_with_regular_expressions():
     assert [(s.name, s.editable) for s in specs] == [("a", False), ("b", True), ("c", False)]
     assert problems == [
         "tool 'a': edits turned off, its input schema has regular expressions (pattern, "
-        "patternProperties) the workflow would have to run"
+        "patternProperties) or references ($ref) the workflow would have to run"
     ]
+
+
+def test_edits_are_turned_off_for_a_schema_with_references():
+    """Found in review: 40 levels of anyOf over two $refs each (3 KiB) passed the listing with
+    edits on, and an edit then ran 2**40 checks in the workflow's update validator (the task
+    failed "Potential deadlock", the update with it, and the thread kept a core busy)."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(40)
+    }
+    defs["d40"] = {"type": "integer"}
+    branching = {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
+    remote = {"type": "object", "properties": {"x": {"$ref": "http://169.254.169.254/x"}}}
+    toolset = mcp_tools(MCPServerHTTP("s", "http://127.0.0.1:1/mcp"), editable=["a", "b", "c"])
+    specs, problems = toolset.specs([listed("a", branching), listed("b", remote), listed("c")])
+    assert [(s.name, s.editable) for s in specs] == [("a", False), ("b", False), ("c", True)]
+    assert len(problems) == 2 and all("references ($ref)" in p for p in problems)
 
 
 async def test_quorum_deadlines_the_stream_the_inbox_and_encryption_hold_for_mcp_calls(
