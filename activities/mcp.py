@@ -486,6 +486,9 @@ class _Session:
         self.client: mcp.Client | None = None
         self.failed: BaseException | None = None
         self.used = 0.0
+        # Calls under way on it: a session in use is never probed, nor closed under them.
+        self.busy = 0
+        self.retired = False
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -578,7 +581,7 @@ class MCPSessions:
             if session is not None and session.alive and not fresh:
                 return session
             if session is not None:
-                await session.close()
+                await self._retire(session)
             session = _Session(self._servers[name])
             self._sessions[name] = session
             await session.open()
@@ -588,7 +591,9 @@ class MCPSessions:
         """A session that answered just now: one idle a while is pinged first, and opened
         again if the ping fails (a server that restarted forgets its sessions)."""
         session = await self._session(name)
-        if time.monotonic() - session.used < PING_AFTER:
+        if session.busy or time.monotonic() - session.used < PING_AFTER:
+            # In use: a call under way may hold the server for long, and a probe that waits
+            # behind it is no sign of a dead server (nor may it close the session under it).
             return session
         try:
             assert session.client is not None
@@ -648,7 +653,15 @@ class MCPSessions:
     async def _drop(self, name: str, session: _Session) -> None:
         if self._sessions.get(name) is session:
             del self._sessions[name]
-        await session.close()
+        await self._retire(session)
+
+    async def _retire(self, session: _Session) -> None:
+        """Close a session no longer used for new calls: now, or once its last call under way
+        has finished (a stdio server's process ends with its session)."""
+        if session.busy:
+            session.retired = True
+        else:
+            await session.close()
 
     async def call(
         self, name: str, tool: str, args: JsonObject, *, idempotency_key: str | None = None
@@ -671,7 +684,13 @@ class MCPSessions:
             meta: mcp_types.RequestParamsMeta | None = None
             if idempotency_key:
                 meta = {IDEMPOTENCY_META: idempotency_key}
-            result = await session.client.call_tool(tool, args, meta=meta)
+            session.busy += 1
+            try:
+                result = await session.client.call_tool(tool, args, meta=meta)
+            finally:
+                session.busy -= 1
+                if session.retired and not session.busy:
+                    await session.close()
         except MCPError as e:
             if e.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(name, session)
@@ -751,10 +770,15 @@ def result_output(result: mcp_types.CallToolResult) -> JsonObject:
 
 
 def merged_spec(
-    spec: AgentSpec, listed: Sequence[tuple[str, list[ToolSpec]]]
+    spec: AgentSpec,
+    listed: Sequence[tuple[str, list[ToolSpec]]],
+    *,
+    prefixes: Sequence[tuple[str, str]] = (),
 ) -> tuple[AgentSpec, list[tuple[str, str]]]:
     """The agent's own definition with its servers' listed tools added, and what was left out
-    (server, why): a name the agent (or an earlier server) already has, or a tool past the
+    (server, why): a name the agent (or an earlier server) already has, a name in another
+    server's ``prefix`` (server, prefix pairs: a prefix is that server's, or one server could
+    take another's names, and its arguments, while that one is down), or a tool past the
     definition's budget (``DOOR.spec``). The digest is the merged definition's."""
     tools = list(spec.tools)
     taken = {t.name for t in tools}
@@ -762,6 +786,23 @@ def merged_spec(
     problems: list[tuple[str, str]] = []
     for server, specs in listed:
         for t in specs:
+            squatted = next(
+                (
+                    (other, p)
+                    for other, p in prefixes
+                    if other != server and p and t.name.startswith(p)
+                ),
+                None,
+            )
+            if squatted is not None:
+                problems.append(
+                    (
+                        server,
+                        f"tool {t.name!r} left out: its name is in the prefix {squatted[1]!r} "
+                        f"of MCP server {squatted[0]!r}",
+                    )
+                )
+                continue
             if t.name in taken:
                 problems.append(
                     (server, f"tool {t.name!r} left out: the agent has a tool of that name")

@@ -49,7 +49,7 @@ from temporal_agent_interrupts.activities.tools import (
     output_object,
     to_json_object,
 )
-from temporal_agent_interrupts.workflows.agent import Agent
+from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
     MCP_ACTIVITY,
     MODEL_ACTIVITY,
@@ -67,6 +67,7 @@ from temporal_agent_interrupts.workflows.limits import (
 )
 from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
 from temporal_agent_interrupts.workflows.types import (
+    TOOL_APPROVED,
     AgentSpec,
     ErrorKind,
     MCPCallInput,
@@ -158,7 +159,9 @@ class AgentActivities:
             specs, problems = toolset.specs(tools)
             self._mcp.left_out(server, problems)
             listed.append((server, specs))
-        merged, problems = merged_spec(spec, listed)
+        merged, problems = merged_spec(
+            spec, listed, prefixes=[(t.server.name, t.prefix) for t in toolsets]
+        )
         for server, problem in problems:
             self._mcp.left_out(server, [problem])
         return merged
@@ -358,14 +361,18 @@ class AgentActivities:
             resumed=input.resumed,
         ) as current:
             agent = self._agent(input.agent)
-            servers = {t.server.name for t in self._toolsets.get(agent.name) or []}
-            if input.server not in servers:
+            toolset = next(
+                (t for t in self._toolsets.get(agent.name) or [] if t.server.name == input.server),
+                None,
+            )
+            if toolset is None:
                 raise ApplicationError(
                     f"agent {agent.name!r} has no MCP server {input.server[:100]!r} on this worker",
                     Status.NOT_FOUND,
                     type=ErrorKind.TOOL_ERROR,
                     non_retryable=True,
                 )
+            await self._check_mcp_call(agent, toolset, input)
             outcome: ToolOutcome = "error"
             try:
                 result = await self._mcp_call(input)
@@ -375,6 +382,45 @@ class AgentActivities:
                 # The recorded spec's name: checked when listed, so the label stays bounded.
                 count_tool_call(agent=agent.name, tool=input.tool, outcome=outcome)
                 current.set_attribute("agent.outcome", outcome)
+
+    async def _check_mcp_call(self, agent: Agent, toolset: MCPToolset, input: MCPCallInput) -> None:
+        """What this worker knows of the call, checked against what it was asked, whatever the
+        conversation's recorded definition says: the model activity's result is what the
+        workflow records, and one completed by id from outside (docs/security.md, "What stays
+        open") could route a name to any tool of the server, marked ungated. The agent's name
+        for it must be the toolset's for that tool, the server must list it now, and a call
+        this worker's own gates hold must carry an approval."""
+        refused: str | None = None
+        if input.tool != toolset.prefix + input.server_tool:
+            refused = f"{input.tool[:100]!r} is not this worker's name for that tool"
+        else:
+            listed = {t.name: t for t in await self._mcp.list_tools(input.server)}
+            tool = listed.get(input.server_tool)
+            if tool is None:
+                refused = "the server does not list that tool to this worker"
+            else:
+                held = toolset.decide(tool.name, tool.annotations).gated or any(
+                    isinstance(m, ToolApproval) and input.tool not in m.allow
+                    for m in agent.middleware
+                )
+                approved = input.resumed and input.resumed_metadata.get(TOOL_APPROVED) is True
+                if held and not approved:
+                    refused = "this worker's gate holds it, and the call carries no approval"
+        if refused is not None:
+            log.warning(
+                "refused MCP call %r of server %r for chat %s: %s",
+                input.server_tool[:100],
+                input.server[:100],
+                input.chat_id[:100],
+                refused,
+            )
+            raise ApplicationError(
+                f"MCP call of {input.server_tool[:100]!r} on {input.server[:100]!r} refused: "
+                f"{refused}",
+                Status.PERMISSION_DENIED,
+                type=ErrorKind.TOOL_ERROR,
+                non_retryable=True,
+            )
 
     async def _mcp_call(self, input: MCPCallInput) -> ToolResult:
         where = f"MCP server {input.server!r}"

@@ -1,4 +1,8 @@
-"""Attack tests from the MCP review (reviewer's branch mcpreview)."""
+"""What an attacker review of the MCP tools found, each held by a test of its own: both gates'
+rules hold an MCP call (1); a model call completed by id cannot route a name to another of the
+server's tools, nor run a held one without an approval (2); a call under way is never cut by
+the next call's liveness check (3); a prefix is its server's (5). Finding 4 (edits off for
+schemas with ``$ref``) is in tests/test_mcp_tools.py."""
 
 from __future__ import annotations
 
@@ -10,24 +14,26 @@ import pytest
 
 from temporal_agent_interrupts import (
     Agent,
+    FinishReason,
+    MCPServerHTTP,
     MCPServerStdio,
+    ResumeRejected,
     ToolApproval,
     approve,
     mcp_tools,
 )
+from temporal_agent_interrupts.activities.mcp import merged_spec
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from tests.helpers import free_port
 from tests.mcp_servers import calls
-from tests.test_mcp_tools import HttpServer
+from tests.test_mcp_tools import HttpServer, listed
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review finding 1: ToolApproval's approvers replace the toolset's"
-)
-async def test_tool_approval_s_approvers_replace_the_mcp_toolset_s(client, tmp_path):
-    """mcp_tools(approvers=["alice"], quorum=2) and ToolApproval(allow=[...]) with no approvers:
-    anyone approves the destructive MCP call alone."""
+async def test_both_gates_hold_an_mcp_call_by_the_stricter_rules(client, tmp_path):
+    """Review finding 1: ``mcp_tools(approvers=[...], quorum=2)`` under an agent's
+    ``ToolApproval`` with no approvers let anyone approve the destructive call alone: the
+    agent's gate replaced the toolset's. Both hold now, each by its stricter rule."""
     http = HttpServer(state=tmp_path, port=free_port())
     await http.start()
     try:
@@ -40,19 +46,20 @@ async def test_tool_approval_s_approvers_replace_the_mcp_toolset_s(client, tmp_p
         async with hosted(client, agents=[agent], model=ScriptedModel(offline_rules)) as agents:
             chat = await agents.chat(agent.name)
             (i,) = (await chat.send('call delete_record {"key": "k1"}')).interrupts
-            print("approvers shown:", i.approvers, "gate:", i.gate)
-            done = await chat.resume(answers=[approve(i)], identity="mallory")
-            print("finish:", done.finish_reason)
+            assert i.approvers == ["alice", "bob"] and i.quorum == 2
+            with pytest.raises(ResumeRejected, match="mallory"):
+                await chat.resume(answers=[approve(i)], identity="mallory")
+            one = await chat.resume(answers=[approve(i)], identity="alice")
+            assert one.finish_reason == FinishReason.INTERRUPTED  # one vote of two
+            assert calls(tmp_path) == []
+            done = await chat.resume(answers=[approve(i)], identity="bob")
+            assert done.finish_reason == FinishReason.STOP
     finally:
         http.stop()
-    print("calls:", calls(tmp_path))
-    assert calls(tmp_path) == [], "mallory alone ran a call gated for alice+bob, quorum 2"
+    assert [name for name, _ in calls(tmp_path)] == ["delete_record"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="review finding 2: a model call completed by id carries a spec"
-)
-async def test_a_model_call_completed_by_id_routes_to_any_server_tool_ungated(client, tmp_path):
+async def test_a_model_call_completed_by_id_cannot_route_a_name_to_a_held_server_tool(client, tmp_path):
     """Known class (docs/security.md, completing by id); MCP adds routing and the gate to what a
     forged reply carries: ModelResult.spec names server and tool, and gated=False."""
     import threading
@@ -149,8 +156,10 @@ server.run()
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="review finding 3")
 async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(tmp_path: Path):
+    """Review finding 3: a session idle by its clock but with a call under way was probed by
+    the next call; the probe waited behind the call, timed out, and the session was reopened,
+    which closed it under the call (a stdio server's process killed mid-operation)."""
     from temporal_agent_interrupts.activities.mcp import MCPSessions
 
     script = tmp_path / "busy.py"
@@ -161,7 +170,32 @@ async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(tmp_pa
         await asyncio.sleep(2.5)  # idle past PING_AFTER
         first = asyncio.create_task(sessions.call("busy", "slow_write", {"n": 1}))
         await asyncio.sleep(3)  # the session is idle by its clock, with a call in flight
-        await sessions.call("busy", "quick", {"n": 2})  # its tools/list times out: reopened
-        await first  # MCPUnavailable: closed during the call; the stdio server was killed
+        second = await sessions.call("busy", "quick", {"n": 2})  # waits behind the first
+        done = await first  # finished, not cut: the session was neither probed nor reopened
+        assert not done.is_error and not second.is_error
     finally:
         await sessions.aclose()
+
+
+def test_a_server_cannot_list_names_in_another_servers_prefix():
+    """Review finding 5: server B listing ``files_read`` took server A's prefixed name (while A
+    was down, or listed first), and with it the arguments the model meant for A."""
+    files = mcp_tools(MCPServerHTTP("files", "http://127.0.0.1:1/mcp"), prefix="files_")
+    other = mcp_tools(MCPServerHTTP("other", "http://127.0.0.1:2/mcp"))
+    agent = Agent("two-servers", tools=[files, other])
+    squatter, _ = other.specs([listed("files_read"), listed("weather")])
+    own, _ = files.specs([listed("read")])
+    merged, problems = merged_spec(
+        agent.spec(),
+        [("other", squatter), ("files", own)],
+        prefixes=[("files", "files_"), ("other", "")],
+    )
+    by_name = {t.name: t for t in merged.tools}
+    assert by_name["files_read"].mcp is not None and by_name["files_read"].mcp.server == "files"
+    assert "weather" in by_name
+    assert problems == [
+        (
+            "other",
+            "tool 'files_read' left out: its name is in the prefix 'files_' of MCP server 'files'",
+        )
+    ]

@@ -125,16 +125,24 @@ def _gated_tool(spec: AgentSpec, call: CallState) -> bool:
 
 
 def gate_of(spec: AgentSpec, name: str) -> tuple[list[str], int] | None:
-    """The approvers and quorum of the gate that holds calls of tool ``name``, or None if none
-    does: the agent's ToolApproval (for a tool not in its ``allow``), else the tool's own gate
-    (an MCP tool's, decided from its annotations and lists when it was listed)."""
+    """The approvers and quorum of the gates that hold calls of tool ``name``, or None if none
+    does: the agent's ToolApproval (for a tool not in its ``allow``), the tool's own gate (an
+    MCP tool's, decided from its annotations and lists when it was listed), or both. Where both
+    hold, the stricter of each: the toolset's approvers when it names any (the narrower, more
+    specific rule), else the agent's, and the larger quorum; neither gate's rules are dropped."""
     approval = spec.approval
-    if approval is not None and name not in approval.allow:
-        return approval.approvers, approval.quorum
+    agent = (
+        (approval.approvers, approval.quorum) if approval and name not in approval.allow else None
+    )
     tool = spec.tool(name)
-    if tool is not None and tool.gate is not None and tool.gate.gated:
-        return tool.approvers, tool.quorum
-    return None
+    own = (
+        (tool.approvers, tool.quorum)
+        if tool is not None and tool.gate is not None and tool.gate.gated
+        else None
+    )
+    if agent is None or own is None:
+        return agent or own
+    return (own[0] or agent[0]), max(own[1], agent[1])
 
 
 def gate_decision(spec: AgentSpec | None, name: str) -> GateDecision | None:
