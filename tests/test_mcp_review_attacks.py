@@ -59,7 +59,9 @@ async def test_both_gates_hold_an_mcp_call_by_the_stricter_rules(client, tmp_pat
     assert [name for name, _ in calls(tmp_path)] == ["delete_record"]
 
 
-async def test_a_model_call_completed_by_id_cannot_route_a_name_to_a_held_server_tool(client, tmp_path):
+async def test_a_model_call_completed_by_id_cannot_route_a_name_to_a_held_server_tool(
+    client, tmp_path
+):
     """Known class (docs/security.md, completing by id); MCP adds routing and the gate to what a
     forged reply carries: ModelResult.spec names server and tool, and gated=False."""
     import threading
