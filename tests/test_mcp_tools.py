@@ -288,7 +288,7 @@ async def test_tool_errors_and_huge_results_reach_the_model_as_errors(client, of
     fail, huge = offline.requests[-1].function_responses()
     assert "no record k" in fail["response"]["error"]
     assert huge["response"]["error"] == "output too large"
-    assert names(state) == ["fail", "huge"]
+    assert sorted(names(state)) == ["fail", "huge"]  # run at once: either may reach it first
     await assert_no_workflow_task_failed(client, chat.id)
 
 
