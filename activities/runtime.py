@@ -40,6 +40,7 @@ from temporal_agent_interrupts.activities.mcp import (
     status_of,
 )
 from temporal_agent_interrupts.activities.streaming import TextPublisher
+from temporal_agent_interrupts.activities.subagents import AgentTool
 from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
 from temporal_agent_interrupts.activities.tools import (
     Interrupt,
@@ -120,7 +121,12 @@ class AgentActivities:
         self._tools: dict[str, dict[str, Tool[Any]]] = {
             # The notifying tools of reminders and escalations run here too; the model is
             # not offered them (they are not in the agent's spec).
-            a.name: {t.name: _as_tool(t, agent=a.name) for t in [*a.notify_tools(), *a.own_tools()]}
+            a.name: {
+                t.name: _as_tool(t, agent=a.name)
+                for t in [*a.notify_tools(), *a.own_tools()]
+                # A sub-agent's calls are child conversations, never this activity's.
+                if not isinstance(t, AgentTool)
+            }
             for a in agents
         }
         self._toolsets: dict[str, list[MCPToolset]] = {

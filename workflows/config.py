@@ -53,3 +53,8 @@ INTERRUPTED_SINCE = SearchAttributeKey.for_datetime("InterruptedSince")
 
 SEARCH_ATTRIBUTES = (AGENT_NAME, AGENT_STATUS, PENDING_INTERRUPTS, INTERRUPTED_SINCE)
 """Every custom search attribute the workflow upserts; the namespace must have them."""
+
+MAX_AGENT_DEPTH = 4
+"""How deep sub-agents nest (``agent_tool``): a conversation this many callers deep calls no
+further sub-agent (the call fails classified ``FAILED_PRECONDITION``), so an agent that calls
+itself, directly or round a loop, stops."""

@@ -144,6 +144,12 @@ class AgentWorkflow:
         self._unusable = not start.agent
         if refusal is not None:
             self._reject(handler="start", reason=refusal, payload=[input], via="start")
+        # A sub-agent's call (agent_tool): its first message is in the start, and it closes when
+        # that turn ends. Not a carried state: a start's own request, checked in run.
+        self._task = start.task if not carried and not self._unusable else None
+        if self._task is not None:
+            self._s.one_turn = True
+            self._s.depth = start.depth
 
     # ------------------------------------------------------------------------------------------
     # Main loop
@@ -159,6 +165,13 @@ class AgentWorkflow:
         # message was started "running", and publishing before the send's handler has started
         # the turn would write "idle" only to write "running" again.
         await asyncio.sleep(0)
+        if self._task is not None:
+            problem = self._send_problem(self._task, agent=None, size=len(self._task.encode()))
+            if problem:
+                self._reject(handler="start", reason=problem, payload=[input], via="start")
+                self._s.closed = True
+            else:
+                self._m.start(self._task)
         self._publish()
         try:
             while True:
@@ -179,6 +192,10 @@ class AgentWorkflow:
                         # the turn task absorbed the cancellation, which still stands.
                         raise asyncio.CancelledError()
                     if outcome != "continue_as_new":
+                        if self._s.one_turn and self._s.turn is None:
+                            # A sub-agent's conversation answers one call: its result is the
+                            # workflow's, which the caller's turn awaits.
+                            self._s.closed = True
                         continue
                 if self._s.closed:
                     break

@@ -27,7 +27,12 @@ from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import audit, config, events
@@ -51,6 +56,8 @@ from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
     CallState,
     CancelInput,
+    ConversationInput,
+    ConversationResult,
     ConversationState,
     ErrorInfo,
     ErrorKind,
@@ -588,6 +595,9 @@ class TurnMachine:
             idempotency_key=idempotency_key(chat_id, call.ref, run),
             original_args=call.original_args,
         )
+        if tool is not None and tool.agent is not None:
+            await self._run_sub_agent(call, tool.agent.agent, run=run)
+            return
         activity = config.TOOL_ACTIVITY
         if tool is not None and tool.mcp is not None:
             # An MCP server's tool: where it goes is data in the definition, as listed.
@@ -641,6 +651,80 @@ class TurnMachine:
                     "detail": f"{_over_budget('the output')}; it was dropped",
                 }
             book.complete(call, output)
+
+    async def _run_sub_agent(self, call: CallState, agent: str, *, run: int) -> None:
+        """Run a call of an ``agent_tool``: a conversation with ``agent`` as a child workflow.
+
+        The child's id is the caller's chat id and the call's ref (and the run, past the
+        first), so it is found from either; its first message is the model's ``input``; its
+        interrupts wait in the child (its own rules, history and audit trail) while this call
+        runs. Its final text is the call's output. A child that fails, is cancelled on its own
+        or stops at its turn limit fails the call classified (``TOOL_ERROR``); cancelling this
+        turn cancels the child (Temporal asks the child to cancel, and waits for it).
+        """
+        book = self.book(self.s.turn) if self.s.turn else None
+        assert book is not None
+        task = call.args.get("input")
+        if not isinstance(task, str) or not task.strip():
+            book.complete(
+                call,
+                {"error": "invalid arguments: 'input' is the sub-agent's task, a non-empty string"},
+            )
+            return
+        depth = self.s.depth + 1
+        if depth > config.MAX_AGENT_DEPTH:
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.FAILED_PRECONDITION,
+                    message=(
+                        f"sub-agent {agent!r} not called: sub-agents nest at most "
+                        f"{config.MAX_AGENT_DEPTH} deep"
+                    ),
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=False,
+            )
+            return
+        child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
+        try:
+            result = await workflow.execute_child_workflow(
+                config.WORKFLOW_TYPE,
+                ConversationInput(agent=agent, task=task, depth=depth),
+                id=child_id,
+                result_type=ConversationResult,
+                static_summary=f"sub-agent {agent} for {call.name}",
+            )
+        except ChildWorkflowError as e:
+            if isinstance(e.cause, CancelledError):
+                raise asyncio.CancelledError() from None
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.INTERNAL,
+                    message=f"sub-agent {agent!r} ({child_id}) failed",
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=True,
+            )
+            return
+        last = result.last_turn
+        if last is not None and last.finish_reason == FinishReason.STOP:
+            book.complete(call, {"text": last.text, "chat_id": child_id})
+            return
+        reason = last.finish_reason.value if last is not None else "no turn"
+        detail = f": {last.error.message}" if last is not None and last.error else ""
+        book.fail(
+            call,
+            ErrorInfo(
+                status=last.error.status if last is not None and last.error else Status.ABORTED,
+                message=cut_stored(
+                    f"sub-agent {agent!r} ({child_id}) ended {reason}{detail}", DOOR.note
+                ),
+                kind=ErrorKind.TOOL_ERROR,
+            ),
+            uncertain=False,
+        )
 
     async def _await_answers(
         self, turn: TurnState
@@ -887,6 +971,11 @@ def notice_within(notice: Notice, budget: int) -> JsonObject:
     while votes and json_size(data) > budget:
         votes.pop()
     return data
+
+
+def sub_agent_id(chat_id: str, ref: str, run: int) -> str:
+    """The chat id of a sub-agent's conversation for one run of a call (``agent_tool``)."""
+    return f"{chat_id}--{ref}" if run <= 1 else f"{chat_id}--{ref}--{run}"
 
 
 def message_digest(text: str) -> str:

@@ -134,6 +134,13 @@ class MCPToolRef(_Wire):
     tool: str
 
 
+class SubAgentRef(_Wire):
+    """A tool that is another agent (``agent_tool``): each call is a conversation with that
+    agent, run as a child workflow of the caller's."""
+
+    agent: str
+
+
 class ToolSpec(_Wire):
     name: str
     description: str
@@ -164,6 +171,9 @@ class ToolSpec(_Wire):
     # what they were.
     mcp: MCPToolRef | None = Field(default=None, exclude_if=lambda v: v is None)
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Another agent as this tool (``agent_tool``): its calls are child conversations, not
+    # activities. Left off the wire when unset, like ``mcp``.
+    agent: SubAgentRef | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ApprovalSpec(_Wire):
@@ -848,6 +858,9 @@ class ConversationState(_Wire):
     audit_outbox: list[AnswerRecord] = Field(default_factory=list)
     # The newest message ids sends carried (HELD.sent_kept), oldest first.
     sent: list[SentMessage] = Field(default_factory=list)
+    # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
+    one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
 
 
 class ConversationInput(_Wire):
@@ -860,6 +873,13 @@ class ConversationInput(_Wire):
     state: ConversationState | None = None
     # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
     stream: WorkflowStreamState | None = None
+    # A sub-agent's call (``agent_tool``): the conversation's first message, and it closes when
+    # that turn ends (its result is the workflow's). Anyone may start one (it is a start, a send
+    # and a close); only a parent's call waits for it.
+    task: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # How many callers deep this conversation is (0: nobody's sub-agent); see
+    # config.MAX_AGENT_DEPTH.
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
 
 
 class ConversationResult(_Wire):

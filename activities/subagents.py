@@ -1,0 +1,94 @@
+"""``agent_tool``: another agent, offered to the model as a tool.
+
+A call of it is a conversation with that agent, run as a child workflow of the caller's (see
+``workflows.turn.TurnMachine._run_sub_agent``): its own history, search attributes and audit
+trail, its id the caller's chat id and the call's ref (``workflows.turn.sub_agent_id``). The
+model's ``input`` is its first message; its final text is the call's output. Its interrupts
+wait in the child, by the child's rules; the worker hosting the caller hosts the sub-agent too
+(:func:`with_sub_agents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass
+
+from pydantic import BaseModel, Field
+
+from temporal_agent_interrupts.workflows.agent import Agent
+from temporal_agent_interrupts.workflows.types import SubAgentRef, ToolSpec
+
+
+class SubAgentInput(BaseModel):
+    """What the model gives a sub-agent: its task, in words."""
+
+    input: str = Field(description="The task for the sub-agent, as a message to it.")
+
+
+@dataclass(frozen=True)
+class AgentTool:
+    """Another agent as a tool. Build one with :func:`agent_tool`."""
+
+    agent: Agent
+    _: KW_ONLY
+    name: str
+    description: str
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema=SubAgentInput.model_json_schema(),
+            agent=SubAgentRef(agent=self.agent.name),
+        )
+
+
+def agent_tool(
+    agent: Agent, *, name: str | None = None, description: str | None = None
+) -> AgentTool:
+    """Offer ``agent`` to another agent's model as a tool.
+
+    Each call starts a conversation with ``agent`` (a child workflow of the caller's) with the
+    model's ``input`` as its first message, and returns ``{"text": its final reply, "chat_id":
+    the child's chat id}``. While the child waits on a person, the call waits with it; answer
+    the child's interrupts on the child's chat (``agents.chat(agent, chat_id=...)``, the inbox
+    lists them under the child's chat id). A child that fails fails the call classified.
+
+    Args:
+        agent: The sub-agent. The worker that hosts the calling agent hosts it too.
+        name: The tool's durable name (default: the agent's name).
+        description: What the model reads about it (default: "Ask the NAME agent.").
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent_tool takes an Agent, not {type(agent).__name__}")
+    return AgentTool(
+        agent,
+        name=name or agent.name,
+        description=description or f"Ask the {agent.name} agent.",
+    )
+
+
+def _reachable(agents: Sequence[Agent]) -> Iterator[Agent]:
+    seen: set[int] = set()
+    todo = list(agents)
+    while todo:
+        agent = todo.pop(0)
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        yield agent
+        todo.extend(t.agent for t in agent.own_tools() if isinstance(t, AgentTool))
+
+
+def with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
+    """``agents`` and every agent they call through :func:`agent_tool`, however deep, once each.
+
+    Raises:
+        ValueError: two different agents share a name.
+    """
+    found: dict[str, Agent] = {}
+    for agent in _reachable(agents):
+        other = found.setdefault(agent.name, agent)
+        if other is not agent and other != agent:
+            raise ValueError(f"two different agents are named {agent.name!r}")
+    return list(found.values())

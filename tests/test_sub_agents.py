@@ -1,0 +1,204 @@
+"""Agents as tools (``agent_tool``): a sub-agent's conversation is a child workflow of the
+caller's, its interrupts wait in the child by the child's rules, its answer is the call's output.
+
+Real dev server, the offline stand-in's rules (``call TOOL {json}``) on the real Gemini wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from temporal_agent_interrupts import (
+    Agent,
+    FinishReason,
+    ResumeRejected,
+    ToolApproval,
+    ToolError,
+    agent_tool,
+    approve,
+    tool,
+)
+from temporal_agent_interrupts.activities.subagents import with_sub_agents
+from temporal_agent_interrupts.client.api import Chat
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH
+from tests.helpers import assert_no_workflow_task_failed, eventually
+
+RUNS: Counter[str] = Counter()
+
+
+class Payment(BaseModel):
+    to: str
+    amount: float
+
+
+@tool("pay", "Pay someone.")
+async def pay(inp: Payment) -> dict:
+    RUNS[inp.to] += 1
+    return {"paid": inp.amount, "to": inp.to}
+
+
+payments = Agent(
+    "payments",
+    system="You make payments.",
+    tools=[pay],
+    middleware=[ToolApproval(approvers=["alice"])],
+)
+supervisor = Agent(
+    "supervisor",
+    system="You delegate.",
+    tools=[agent_tool(payments, description="Make a payment through the payments agent.")],
+)
+
+
+@pytest.fixture
+def offline() -> ScriptedModel:
+    return ScriptedModel(offline_rules)
+
+
+def delegate(to: str, amount: float, *, tool_name: str = "payments", child: str = "pay") -> str:
+    task = f"call {child} {json.dumps({'to': to, 'amount': amount})}"
+    return f"call {tool_name} {json.dumps({'input': task})}"
+
+
+async def children(client: Client, parent: str, *, count: int = 1) -> list[str]:
+    """The chat ids of ``parent``'s sub-agent conversations, once ``count`` are listed."""
+
+    async def listed() -> list[str]:
+        query = f'ParentWorkflowId = "{parent}"'
+        return sorted([w.id async for w in client.list_workflows(query)])
+
+    return await eventually(listed, lambda ids: len(ids) >= count, timeout=20)
+
+
+async def paused(chat: Chat) -> list:
+    return await eventually(chat.pending, bool, timeout=20)
+
+
+async def test_a_sub_agent_pauses_in_its_own_chat_and_its_answer_ends_the_callers_turn(
+    client, offline
+):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        turn = asyncio.create_task(parent.send(delegate("bob", 5)))
+        (child_id,) = await children(client, parent.id)
+        assert child_id.startswith(f"{parent.id}--")
+        child = await agents.chat("payments", chat_id=child_id)
+        (i,) = await paused(child)
+        assert i.name == "pay" and i.source == "approval"
+        assert RUNS["bob"] == 0
+        # The child's approvers hold: bob may not approve his own payment.
+        with pytest.raises(ResumeRejected):
+            await child.resume(answers=[approve(i)], identity="bob")
+        assert not turn.done()
+        await child.resume(answers=[approve(i)], identity="alice")
+        done = await asyncio.wait_for(turn, 30)
+        assert done.finish_reason == FinishReason.STOP, done
+        assert "paid" in done.text
+        assert RUNS["bob"] == 1
+        (record,) = await agents.audit(child_id)
+        assert record.identity == "alice" and record.decision == "approved"
+        # The child's conversation answered its one call and closed.
+        desc = await client.get_workflow_handle(child_id).describe()
+        assert desc.status == WorkflowExecutionStatus.COMPLETED
+    await assert_no_workflow_task_failed(client, parent.id)
+    await assert_no_workflow_task_failed(client, child_id)
+
+
+async def test_two_sub_agents_in_one_message_are_answered_one_at_a_time(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        text = delegate("carol", 1) + "\n" + delegate("dave", 2)
+        turn = asyncio.create_task(parent.send(text))
+        ids = await children(client, parent.id, count=2)
+        chats = [await agents.chat("payments", chat_id=c) for c in ids]
+        first, second = [(await paused(c))[0] for c in chats]
+        await chats[0].resume(answers=[approve(first)], identity="alice")
+        await eventually(
+            lambda: client.get_workflow_handle(ids[0]).describe(),
+            lambda d: d.status == WorkflowExecutionStatus.COMPLETED,
+            timeout=20,
+        )
+        assert not turn.done()  # the sibling still waits
+        await chats[1].resume(answers=[approve(second)], identity="alice")
+        done = await asyncio.wait_for(turn, 30)
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["carol"] == 1 and RUNS["dave"] == 1  # each ran once, none again
+
+
+async def test_cancelling_the_callers_turn_cancels_the_sub_agent(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        turn = asyncio.create_task(parent.send(delegate("erin", 3)))
+        (child_id,) = await children(client, parent.id)
+        child = await agents.chat("payments", chat_id=child_id)
+        await paused(child)
+        cancelled = await parent.cancel(reason="changed my mind", identity="alice")
+        assert cancelled.finish_reason == FinishReason.CANCELLED
+        assert (await asyncio.wait_for(turn, 30)).finish_reason == FinishReason.CANCELLED
+        desc = await eventually(
+            lambda: client.get_workflow_handle(child_id).describe(),
+            lambda d: d.status != WorkflowExecutionStatus.RUNNING,
+            timeout=20,
+        )
+        assert desc.status == WorkflowExecutionStatus.CANCELED
+        assert RUNS["erin"] == 0
+        # The caller lives on.
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+@tool("refund", "Refund a payment.")
+async def refund(inp: Payment) -> dict:
+    raise ToolError("FAILED_PRECONDITION", "refunds are closed today")
+
+
+refunds = Agent("refunds", system="You refund.", tools=[refund])
+manager = Agent("manager", system="You manage.", tools=[agent_tool(payments), agent_tool(refunds)])
+head = Agent("head", system="You lead.", tools=[agent_tool(manager)])
+
+
+async def test_a_sub_agent_that_fails_fails_the_call_classified_and_the_caller_lives_on(
+    client, offline
+):
+    async with hosted(client, agents=[manager], model=offline) as agents:
+        parent = await agents.chat("manager")
+        failed = await parent.send(delegate("frank", 4, tool_name="refunds", child="refund"))
+        assert failed.finish_reason == FinishReason.FAILED, failed
+        assert failed.error is not None and failed.error.kind == "ToolError"
+        assert failed.error.status == "FAILED_PRECONDITION"
+        assert "refunds are closed today" in failed.error.message
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_sub_agents_nest_and_a_grandchild_is_answered_in_its_own_chat(client, offline):
+    async with hosted(client, agents=[head], model=offline) as agents:
+        parent = await agents.chat("head")
+        inner = delegate("gina", 6)
+        turn = asyncio.create_task(parent.send(f"call manager {json.dumps({'input': inner})}"))
+        (child_id,) = await children(client, parent.id)
+        (grandchild_id,) = await children(client, child_id)
+        grandchild = await agents.chat("payments", chat_id=grandchild_id)
+        (i,) = await paused(grandchild)
+        await grandchild.resume(answers=[approve(i)], identity="alice")
+        done = await asyncio.wait_for(turn, 30)
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["gina"] == 1
+
+
+def test_the_worker_hosts_sub_agents_and_refuses_two_agents_of_one_name():
+    assert [a.name for a in with_sub_agents([supervisor])] == ["supervisor", "payments"]
+    other = Agent("payments", system="Another.")
+    with pytest.raises(ValueError, match="payments"):
+        with_sub_agents([supervisor, other])
+    assert MAX_AGENT_DEPTH >= 2
