@@ -40,7 +40,11 @@ from temporal_agent_interrupts.activities.mcp import (
     status_of,
 )
 from temporal_agent_interrupts.activities.streaming import TextPublisher
-from temporal_agent_interrupts.activities.subagents import AgentTool
+from temporal_agent_interrupts.activities.subagents import (
+    AgentTool,
+    sub_agent_pending,
+    sub_agent_resume,
+)
 from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
 from temporal_agent_interrupts.activities.tools import (
     Interrupt,
@@ -142,7 +146,7 @@ class AgentActivities:
         return self._conversations
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [self.model_call, self.tool_call, self.mcp_call]
+        return [self.model_call, self.tool_call, self.mcp_call, sub_agent_pending, sub_agent_resume]
 
     @property
     def mcp(self) -> MCPSessions:

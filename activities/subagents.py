@@ -12,11 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio import activity
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.workflows.agent import Agent
-from temporal_agent_interrupts.workflows.types import SubAgentRef, ToolSpec
+from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_PENDING_ACTIVITY,
+    SUB_AGENT_RESUME_ACTIVITY,
+)
+from temporal_agent_interrupts.workflows.types import (
+    PendingResult,
+    SubAgentPendingInput,
+    SubAgentRef,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
+    ToolSpec,
+)
 
 
 class SubAgentInput(BaseModel):
@@ -92,3 +108,41 @@ def with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
         if other is not agent and other != agent:
             raise ValueError(f"two different agents are named {agent.name!r}")
     return list(found.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# The activities a caller's workflow runs to see and answer its sub-agents' interrupts: a
+# workflow can neither query another workflow nor wait for another's update.
+
+
+def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[Any, Any]:
+    # The chain the caller started (first_execution_run_id): a workflow of the same id that
+    # someone else started later is not its child, and is not asked.
+    return activity.client().get_workflow_handle(input.chat_id, first_execution_run_id=input.run_id)
+
+
+@activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
+async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
+    """A child conversation's pending interrupts, as its ``pending`` query gives them."""
+    from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
+
+    handle = _child(input)
+    return await handle.query(AgentWorkflow.pending)
+
+
+@activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
+async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
+    """Give a child conversation an answer through its ``resume`` update, which checks it by
+    the child's own rules (approvers, quorum, trust, what is pending there)."""
+    from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
+
+    handle = _child(input)
+    raw = RawValue(activity.payload_converter().to_payload(input.resume))
+    try:
+        result = await handle.execute_update(AgentWorkflow.resume, raw)
+    except WorkflowUpdateFailedError as e:
+        cause = e.cause
+        if isinstance(cause, ApplicationError) and cause.non_retryable:
+            return SubAgentResumeResult(refused=cause.message)
+        raise
+    return SubAgentResumeResult(result=result)

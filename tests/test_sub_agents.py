@@ -6,7 +6,6 @@ Real dev server, the offline stand-in's rules (``call TOOL {json}``) on the real
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 
@@ -82,24 +81,35 @@ async def paused(chat: Chat) -> list:
     return await eventually(chat.pending, bool, timeout=20)
 
 
-async def test_a_sub_agent_pauses_in_its_own_chat_and_its_answer_ends_the_callers_turn(
+async def test_a_sub_agent_s_interrupt_surfaces_on_the_caller_and_is_answered_through_it(
     client, offline
 ):
     async with hosted(client, agents=[supervisor], model=offline) as agents:
         parent = await agents.chat("supervisor")
-        turn = asyncio.create_task(parent.send(delegate("bob", 5)))
+        paused = await parent.send(delegate("bob", 5))
+        # The caller's turn pauses with the child's interrupt, its path the caller's call ref
+        # and then the child's.
+        assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+        (i,) = paused.interrupts
         (child_id,) = await children(client, parent.id)
-        assert child_id.startswith(f"{parent.id}--")
-        child = await agents.chat("payments", chat_id=child_id)
-        (i,) = await paused(child)
-        assert i.name == "pay" and i.source == "approval"
+        assert i.name == "pay" and i.source == "approval" and i.chat_id == child_id
+        assert len(i.path) == 2 and i.path[1] == i.ref and child_id == f"{parent.id}--{i.path[0]}"
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        # On the stream, and in the inbox (the memo), under the caller's chat.
+        ends = [e async for e in _until_pause(parent)]
+        assert ends[-1].result is not None and ends[-1].result.interrupts[0].path == i.path
+        inbox = await eventually(
+            lambda: agents.pending(agent="supervisor"),
+            lambda chats: any(c.chat_id == parent.id for c in chats),
+            timeout=20,
+        )
+        (entry,) = [c for c in inbox if c.chat_id == parent.id]
+        assert [e.ref for e in entry.interrupts] == [i.ref]
         assert RUNS["bob"] == 0
-        # The child's approvers hold: bob may not approve his own payment.
-        with pytest.raises(ResumeRejected):
-            await child.resume(answers=[approve(i)], identity="bob")
-        assert not turn.done()
-        await child.resume(answers=[approve(i)], identity="alice")
-        done = await asyncio.wait_for(turn, 30)
+        # The child's approvers hold for an answer through the caller: bob may not approve.
+        with pytest.raises(ResumeRejected, match="refused by sub-agent"):
+            await parent.resume(answers=[approve(i)], identity="bob")
+        done = await parent.resume(answers=[approve(i)], identity="alice")
         assert done.finish_reason == FinishReason.STOP, done
         assert "paid" in done.text
         assert RUNS["bob"] == 1
@@ -108,41 +118,54 @@ async def test_a_sub_agent_pauses_in_its_own_chat_and_its_answer_ends_the_caller
         # The child's conversation answered its one call and closed.
         desc = await client.get_workflow_handle(child_id).describe()
         assert desc.status == WorkflowExecutionStatus.COMPLETED
+        assert await parent.pending() == []
     await assert_no_workflow_task_failed(client, parent.id)
     await assert_no_workflow_task_failed(client, child_id)
+
+
+async def _until_pause(chat: Chat):
+    async for event in chat.events(after=0):
+        yield event
+        if event.kind == "turn_end":
+            return
 
 
 async def test_two_sub_agents_in_one_message_are_answered_one_at_a_time(client, offline):
     async with hosted(client, agents=[supervisor], model=offline) as agents:
         parent = await agents.chat("supervisor")
         text = delegate("carol", 1) + "\n" + delegate("dave", 2)
-        turn = asyncio.create_task(parent.send(text))
-        ids = await children(client, parent.id, count=2)
-        chats = [await agents.chat("payments", chat_id=c) for c in ids]
-        first, second = [(await paused(c))[0] for c in chats]
-        await chats[0].resume(answers=[approve(first)], identity="alice")
-        await eventually(
-            lambda: client.get_workflow_handle(ids[0]).describe(),
-            lambda d: d.status == WorkflowExecutionStatus.COMPLETED,
-            timeout=20,
+        paused = await parent.send(text)
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        both = await eventually(parent.pending, lambda p: len(p) == 2, timeout=20)
+        first, second = both
+        assert first.chat_id != second.chat_id
+        # One through the caller: the turn waits on the other still.
+        still = await parent.resume(answers=[approve(first)], identity="alice")
+        assert still.finish_reason == FinishReason.INTERRUPTED, still
+        left = await eventually(parent.pending, lambda p: len(p) == 1, timeout=20)
+        assert [p.ref for p in left] == [second.ref]
+        assert RUNS["carol"] == 1 and RUNS["dave"] == 0
+        # The other straight on the child's own chat.
+        assert second.chat_id is not None
+        child = await agents.chat("payments", chat_id=second.chat_id)
+        await child.resume(answers=[approve(second)], identity="alice")
+        done = await eventually(
+            parent.last_turn,
+            lambda t: t is not None and t.finish_reason == FinishReason.STOP,
+            timeout=30,
         )
-        assert not turn.done()  # the sibling still waits
-        await chats[1].resume(answers=[approve(second)], identity="alice")
-        done = await asyncio.wait_for(turn, 30)
-        assert done.finish_reason == FinishReason.STOP, done
-        assert RUNS["carol"] == 1 and RUNS["dave"] == 1  # each ran once, none again
+        assert "paid" in done.text
+        assert RUNS["carol"] == 1 and RUNS["dave"] == 1  # each ran once, neither again
 
 
 async def test_cancelling_the_callers_turn_cancels_the_sub_agent(client, offline):
     async with hosted(client, agents=[supervisor], model=offline) as agents:
         parent = await agents.chat("supervisor")
-        turn = asyncio.create_task(parent.send(delegate("erin", 3)))
+        paused_turn = await parent.send(delegate("erin", 3))
+        assert paused_turn.finish_reason == FinishReason.INTERRUPTED
         (child_id,) = await children(client, parent.id)
-        child = await agents.chat("payments", chat_id=child_id)
-        await paused(child)
         cancelled = await parent.cancel(reason="changed my mind", identity="alice")
         assert cancelled.finish_reason == FinishReason.CANCELLED
-        assert (await asyncio.wait_for(turn, 30)).finish_reason == FinishReason.CANCELLED
         desc = await eventually(
             lambda: client.get_workflow_handle(child_id).describe(),
             lambda d: d.status != WorkflowExecutionStatus.RUNNING,
@@ -181,17 +204,20 @@ async def test_a_sub_agent_that_fails_fails_the_call_classified_and_the_caller_l
     await assert_no_workflow_task_failed(client, parent.id)
 
 
-async def test_sub_agents_nest_and_a_grandchild_is_answered_in_its_own_chat(client, offline):
+async def test_sub_agents_nest_and_a_grandchild_is_answered_through_the_top(client, offline):
     async with hosted(client, agents=[head], model=offline) as agents:
         parent = await agents.chat("head")
         inner = delegate("gina", 6)
-        turn = asyncio.create_task(parent.send(f"call manager {json.dumps({'input': inner})}"))
+        paused_turn = await parent.send(f"call manager {json.dumps({'input': inner})}")
+        assert paused_turn.finish_reason == FinishReason.INTERRUPTED, paused_turn
         (child_id,) = await children(client, parent.id)
         (grandchild_id,) = await children(client, child_id)
-        grandchild = await agents.chat("payments", chat_id=grandchild_id)
-        (i,) = await paused(grandchild)
-        await grandchild.resume(answers=[approve(i)], identity="alice")
-        done = await asyncio.wait_for(turn, 30)
+        (i,) = paused_turn.interrupts
+        assert len(i.path) == 3 and i.chat_id == grandchild_id
+        # Through the top: passed on twice, checked by the grandchild's rules.
+        with pytest.raises(ResumeRejected):
+            await parent.resume(answers=[approve(i)], identity="mallory")
+        done = await parent.resume(answers=[approve(i)], identity="alice")
         assert done.finish_reason == FinishReason.STOP, done
         assert RUNS["gina"] == 1
 

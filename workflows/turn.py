@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -63,6 +64,7 @@ from temporal_agent_interrupts.workflows.types import (
     ErrorKind,
     FinishReason,
     FunctionResponse,
+    InterruptRequest,
     JsonObject,
     MCPCallInput,
     Message,
@@ -70,9 +72,13 @@ from temporal_agent_interrupts.workflows.types import (
     ModelResult,
     Notice,
     Part,
+    PendingResult,
     ResumeInput,
     SentMessage,
     Status,
+    SubAgentPendingInput,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
     ToolInput,
     ToolResult,
     TurnEvent,
@@ -138,6 +144,9 @@ class TurnMachine:
         self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
         # The current turn's interrupt book (see book()).
         self._book: InterruptBook | None = None
+        # The sub-agents this turn's calls are running (agent_tool), by child chat id: not
+        # state, since a turn with a call running never continues as new.
+        self.children: dict[str, SubAgentChild] = {}
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -211,14 +220,14 @@ class TurnMachine:
             turn=turn.turn,
             finish_reason=FinishReason.INTERRUPTED,
             text=self._turn_text(turn),
-            interrupts=self.book(turn).requests(),
+            interrupts=[*self.book(turn).requests(), *self.delegated()],
         )
 
     def last_result(self) -> TurnResult | None:
         """The latest turn's result: while paused, the pause as it stands now (a new run does
         not carry it, see workflows.history.carry)."""
         turn = self.s.turn
-        if turn is not None and self.paused():
+        if turn is not None and (self.paused() or self.delegated()):
             return self.paused_result(turn)
         return self.s.last_turn
 
@@ -687,14 +696,19 @@ class TurnMachine:
             )
             return
         child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
+        watch: asyncio.Task[None] | None = None
         try:
-            result = await workflow.execute_child_workflow(
+            handle = await workflow.start_child_workflow(
                 config.WORKFLOW_TYPE,
                 ConversationInput(agent=agent, task=task, depth=depth),
                 id=child_id,
                 result_type=ConversationResult,
                 static_summary=f"sub-agent {agent} for {call.name}",
             )
+            child = SubAgentChild(ref=call.ref, run_id=handle.first_execution_run_id or "")
+            self.children[child_id] = child
+            watch = asyncio.create_task(self._watch_child(child_id, child))
+            result = await handle
         except ChildWorkflowError as e:
             if isinstance(e.cause, CancelledError):
                 raise asyncio.CancelledError() from None
@@ -708,6 +722,12 @@ class TurnMachine:
                 uncertain=True,
             )
             return
+        finally:
+            if watch is not None:
+                watch.cancel()
+            gone = self.children.pop(child_id, None)
+            if gone is not None and gone.requests and self.s.turn is not None:
+                self._publish()  # its interrupts are off the operator view
         last = result.last_turn
         if last is not None and last.finish_reason == FinishReason.STOP:
             book.complete(call, {"text": last.text, "chat_id": child_id})
@@ -725,6 +745,94 @@ class TurnMachine:
             ),
             uncertain=False,
         )
+
+    async def _watch_child(self, child_id: str, child: SubAgentChild) -> None:
+        """Keep what ``child`` waits on in view: read it each time the child says it changed.
+
+        The child's ``sub_agent`` signal is a hint (anyone may send it): what it waits on is
+        read from the child itself, by the chain this turn started. When it waits on someone
+        and this turn has nothing of its own pending, the turn stops ``interrupted`` with the
+        child's interrupts (each with its path), as a pause of its own would.
+        """
+        while True:
+            await workflow.wait_condition(lambda: child.hinted)
+            child.hinted = False
+            try:
+                found = await workflow.execute_activity(
+                    config.SUB_AGENT_PENDING_ACTIVITY,
+                    SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
+                    result_type=PendingResult,
+                    start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+                    retry_policy=config.SUB_AGENT_RETRY,
+                    summary=f"pending of sub-agent {child_id}",
+                )
+            except ActivityError as e:
+                workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
+                continue
+            requests = [
+                r.model_copy(
+                    update={
+                        "path": [child.ref, *(r.path or [r.ref])],
+                        "chat_id": r.chat_id or child_id,
+                    }
+                )
+                for r in found.interrupts
+            ]
+            if requests == child.requests:
+                continue
+            child.requests = requests
+            turn = self.s.turn
+            if turn is None:
+                return
+            if requests:
+                self._stop(self.paused_result(turn))
+            else:
+                self._publish()
+
+    def last_result_paused(self) -> bool:
+        """Whether the turn waits on someone: for its own interrupts or a sub-agent's."""
+        return self.s.turn is not None and (self.paused() or bool(self.delegated()))
+
+    def delegated(self) -> list[InterruptRequest]:
+        """The interrupts this turn's sub-agents wait on, in call order, with their paths."""
+        turn = self.s.turn
+        if turn is None or not self.children:
+            return []
+        by_ref = {c.ref: c for c in self.children.values()}
+        return [r for call in turn.calls if call.ref in by_ref for r in by_ref[call.ref].requests]
+
+    def delegated_to(self, refs: set[str]) -> tuple[str, SubAgentChild] | None:
+        """The one sub-agent whose interrupts ``refs`` all name (None: none, or several)."""
+        for child_id, child in self.children.items():
+            if refs and refs <= {r.ref for r in child.requests}:
+                return child_id, child
+        return None
+
+    def hint(self, child_id: str) -> bool:
+        """A sub-agent said what it waits on changed; False: no running child of that id."""
+        child = self.children.get(child_id)
+        if child is None:
+            return False
+        child.hinted = True
+        return True
+
+    async def forward(
+        self, child_id: str, child: SubAgentChild, resume: JsonObject
+    ) -> SubAgentResumeResult:
+        """Pass an answer given here to the sub-agent it is for, whose rules check it."""
+        result: SubAgentResumeResult = await workflow.execute_activity(
+            config.SUB_AGENT_RESUME_ACTIVITY,
+            SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
+            result_type=SubAgentResumeResult,
+            start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+            # The child's update is idempotent only by its own checks (an answer given twice is
+            # refused the second time): one attempt, its outcome whatever the child said.
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary=f"answer for sub-agent {child_id}",
+        )
+        if result.refused is None:
+            child.hinted = True  # read what it waits on now
+        return result
 
     async def _await_answers(
         self, turn: TurnState
@@ -971,6 +1079,18 @@ def notice_within(notice: Notice, budget: int) -> JsonObject:
     while votes and json_size(data) > budget:
         votes.pop()
     return data
+
+
+@dataclass
+class SubAgentChild:
+    """A sub-agent's conversation one of this turn's calls is running."""
+
+    ref: str
+    run_id: str
+    # The child said what it waits on changed, and it has not been read since.
+    hinted: bool = False
+    # What it waits on, as last read, each with its path from this conversation.
+    requests: list[InterruptRequest] = field(default_factory=list)
 
 
 def sub_agent_id(chat_id: str, ref: str, run: int) -> str:

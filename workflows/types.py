@@ -403,6 +403,11 @@ class InterruptRequest(_Wire):
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
     # A call a gate paused, of a tool that carries its own gate (an MCP tool): what decided it.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A sub-agent's interrupt shown on the conversation that called it (``agent_tool``): the
+    # caller's call ref, then the ref in the sub-agent's chat (``chat_id``) and so on down.
+    # ``ref`` is the innermost, which an answer names; the sub-agent's rules check it.
+    path: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    chat_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -880,6 +885,36 @@ class ConversationInput(_Wire):
     # How many callers deep this conversation is (0: nobody's sub-agent); see
     # config.MAX_AGENT_DEPTH.
     depth: int = Field(default=0, exclude_if=lambda v: not v)
+
+
+class SubAgentReport(_Wire):
+    """The ``sub_agent`` signal a sub-agent's conversation sends its caller when what it waits
+    on changes: only a hint (signals name no sender), so the caller reads the child's pending
+    interrupts itself (``SubAgentPendingInput``), and only for a child it started."""
+
+    chat_id: str
+
+
+class SubAgentPendingInput(_Wire):
+    """The ``sub_agent_pending`` activity: read a child conversation's pending interrupts."""
+
+    chat_id: str
+    run_id: str
+
+
+class SubAgentResumeInput(_Wire):
+    """The ``sub_agent_resume`` activity: pass an answer given to the caller on to the child
+    conversation it is for, as the child's ``resume`` update, so the child's rules check it."""
+
+    chat_id: str
+    run_id: str
+    resume: JsonObject
+
+
+class SubAgentResumeResult(_Wire):
+    result: TurnResult | None = None
+    # The child's refusal, as its ResumeRejected says it; None when it took the answer.
+    refused: str | None = None
 
 
 class ConversationResult(_Wire):
