@@ -7,17 +7,15 @@ Real dev server, the offline stand-in's rules (``call TOOL {json}``) on the real
 from __future__ import annotations
 
 import json
-from collections import Counter
+import uuid
 
 import pytest
-from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from temporal_agent_interrupts import (
     Agent,
     FinishReason,
     ResumeRejected,
-    ToolApproval,
     ToolError,
     agent_tool,
     approve,
@@ -27,34 +25,12 @@ from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
-from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, SUB_AGENT_SIGNAL
+from tests.agents import SUB_RUNS as RUNS
+from tests.agents import SubPayment as Payment
+from tests.agents import payments, supervisor
 from tests.helpers import assert_no_workflow_task_failed, eventually
-
-RUNS: Counter[str] = Counter()
-
-
-class Payment(BaseModel):
-    to: str
-    amount: float
-
-
-@tool("pay", "Pay someone.")
-async def pay(inp: Payment) -> dict:
-    RUNS[inp.to] += 1
-    return {"paid": inp.amount, "to": inp.to}
-
-
-payments = Agent(
-    "payments",
-    system="You make payments.",
-    tools=[pay],
-    middleware=[ToolApproval(approvers=["alice"])],
-)
-supervisor = Agent(
-    "supervisor",
-    system="You delegate.",
-    tools=[agent_tool(payments, description="Make a payment through the payments agent.")],
-)
+from tests.test_durability import replayer
 
 
 @pytest.fixture
@@ -154,7 +130,7 @@ async def test_two_sub_agents_in_one_message_are_answered_one_at_a_time(client, 
             lambda t: t is not None and t.finish_reason == FinishReason.STOP,
             timeout=30,
         )
-        assert "paid" in done.text
+        assert done is not None and "paid" in done.text
         assert RUNS["carol"] == 1 and RUNS["dave"] == 1  # each ran once, neither again
 
 
@@ -228,3 +204,59 @@ def test_the_worker_hosts_sub_agents_and_refuses_two_agents_of_one_name():
     with pytest.raises(ValueError, match="payments"):
         with_sub_agents([supervisor, other])
     assert MAX_AGENT_DEPTH >= 2
+
+
+async def test_a_worker_lost_while_the_child_waits_loses_nothing_and_both_histories_replay(
+    client, offline
+):
+    queue = f"test-{uuid.uuid4()}"
+    async with hosted(
+        client, agents=[supervisor], model=offline, task_queue=queue, max_cached_workflows=0
+    ) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send(delegate("hank", 8))
+        (i,) = paused.interrupts
+    # That worker is gone; a brand-new one (nothing cached) takes both conversations up.
+    async with hosted(
+        client, agents=[supervisor], model=offline, task_queue=queue, max_cached_workflows=0
+    ) as agents:
+        parent = await agents.chat("supervisor", chat_id=parent.id)
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+    assert RUNS["hank"] == 1
+    assert i.chat_id is not None
+    for chat_id in (parent.id, i.chat_id):
+        hist = await client.get_workflow_handle(chat_id).fetch_history()
+        result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
+        assert result.replay_failure is None
+        await assert_no_workflow_task_failed(client, chat_id)
+
+
+async def test_a_forged_sub_agent_report_changes_nothing_and_is_recorded(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send(delegate("ivy", 9))
+        (i,) = paused.interrupts
+        handle = client.get_workflow_handle(parent.id)
+        # Someone with namespace credentials claims a child of another id, and "answers".
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": "someone-else"})
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 1, timeout=20)
+        assert "no sub-agent" in rejected[-1].reason
+        # A report naming the real child is only a hint: what shows is read from the child.
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": i.chat_id})
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        assert RUNS["ivy"] == 0
+        # An answer by signal through the caller, from the wrong person: refused by the child,
+        # recorded here.
+        await handle.signal(
+            "resume",
+            {"restart": [approve(i).model_dump(mode="json")], "identity": "mallory"},
+        )
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 2, timeout=20)
+        assert "refused by sub-agent" in rejected[-1].reason
+        assert RUNS["ivy"] == 0
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP
+        assert RUNS["ivy"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)

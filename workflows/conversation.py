@@ -446,8 +446,10 @@ class AgentWorkflow:
         # sub-agent, or a call of this conversation's own) still waits, which is then where
         # the turn stands.
         await workflow.wait_condition(
-            lambda: self._m.stops > seen
-            or (child_id not in self._m.children and self._m.last_result_paused())
+            lambda: (
+                self._m.stops > seen
+                or (child_id not in self._m.children and self._m.last_result_paused())
+            )
         )
         if self._m.stops > seen:
             assert self._s.last_turn is not None
