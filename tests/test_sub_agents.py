@@ -29,7 +29,9 @@ from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, SUB_AGEN
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import SubPayment as Payment
 from tests.agents import payments, supervisor
-from tests.helpers import assert_no_workflow_task_failed, eventually
+from tests.docs import block
+from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
+from tests.test_docs_examples import load
 from tests.test_durability import replayer
 
 
@@ -260,3 +262,22 @@ async def test_a_forged_sub_agent_report_changes_nothing_and_is_recorded(client,
         assert done.finish_reason == FinishReason.STOP
         assert RUNS["ivy"] == 1
     await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_the_agents_page_s_supervisor_runs_offline_as_printed(
+    client, tmp_path, monkeypatch, capsys
+):
+    for key in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
+        monkeypatch.delenv(key, raising=False)
+    source = block(
+        "# supervisor.py: a supervisor agent with a payments sub-agent, on the offline model",
+        lang="python",
+    )
+    module = load(tmp_path, "supervisor_page", source, monkeypatch)
+    await module.main(server_address(client))
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "interrupted pay 2 True",
+        "refused by the payments agent's approvers",
+        "stop True",
+    ], out
