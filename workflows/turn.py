@@ -33,12 +33,13 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
+    WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import audit, config, events
 from temporal_agent_interrupts.workflows.history import Digests
-from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
@@ -671,8 +672,9 @@ class TurnMachine:
         or stops at its turn limit fails the call classified (``TOOL_ERROR``); cancelling this
         turn cancels the child (Temporal asks the child to cancel, and waits for it).
         """
-        book = self.book(self.s.turn) if self.s.turn else None
-        assert book is not None
+        turn = self.s.turn
+        assert turn is not None
+        book = self.book(turn)
         task = call.args.get("input")
         if not isinstance(task, str) or not task.strip():
             book.complete(
@@ -697,6 +699,7 @@ class TurnMachine:
             return
         child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
         watch: asyncio.Task[None] | None = None
+        evicted = False
         try:
             handle = await workflow.start_child_workflow(
                 config.WORKFLOW_TYPE,
@@ -709,28 +712,66 @@ class TurnMachine:
             self.children[child_id] = child
             watch = asyncio.create_task(self._watch_child(child_id, child))
             result = await handle
-        except ChildWorkflowError as e:
-            if isinstance(e.cause, CancelledError):
-                raise asyncio.CancelledError() from None
+        except WorkflowAlreadyStartedError:
+            # Someone else's workflow runs under the id (started first, by anyone who may
+            # start workflows): it is not this call's child, and the conversation lives on.
             book.fail(
                 call,
                 ErrorInfo(
-                    status=Status.INTERNAL,
-                    message=f"sub-agent {agent!r} ({child_id}) failed",
+                    status=Status.ALREADY_EXISTS,
+                    message=(
+                        f"sub-agent {agent!r} not started: a workflow this conversation did "
+                        f"not start already runs under its id {child_id!r}"
+                    ),
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=False,
+            )
+            return
+        except ChildWorkflowError as e:
+            task_now = asyncio.current_task()
+            if isinstance(e.cause, CancelledError) and (
+                self.cancel is not None or (task_now is not None and task_now.cancelling())
+            ):
+                # This turn (or the workflow) is being cancelled, and the child with it.
+                raise asyncio.CancelledError() from None
+            # The child failed, was terminated, or was cancelled on its own (an operator, a
+            # script): the call fails classified, and this conversation lives on.
+            cancelled = isinstance(e.cause, CancelledError)
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.CANCELLED if cancelled else Status.INTERNAL,
+                    message=(
+                        f"sub-agent {agent!r} ({child_id}) "
+                        + ("was cancelled" if cancelled else "failed")
+                    ),
                     kind=ErrorKind.TOOL_ERROR,
                 ),
                 uncertain=True,
             )
             return
+        except GeneratorExit:
+            evicted = True  # the run leaves this worker's cache: no workflow calls now
+            raise
         finally:
             if watch is not None:
                 watch.cancel()
             gone = self.children.pop(child_id, None)
-            if gone is not None and gone.requests and self.s.turn is not None:
+            if gone is not None and gone.requests and self.s.turn is not None and not evicted:
                 self._publish()  # its interrupts are off the operator view
         last = result.last_turn
         if last is not None and last.finish_reason == FinishReason.STOP:
-            book.complete(call, {"text": last.text, "chat_id": child_id})
+            output: JsonObject = {"text": last.text, "chat_id": child_id}
+            if json_size(output) > self.room(turn):
+                # As a tool's output (see _run_tool): the child has answered, the model must
+                # hear that in a few bytes, and the turn stays within its budget.
+                output = {
+                    "error": "output too large for this turn",
+                    "detail": f"{_over_budget('the output')}; it was dropped",
+                    "chat_id": child_id,
+                }
+            book.complete(call, output)
             return
         reason = last.finish_reason.value if last is not None else "no turn"
         detail = f": {last.error.message}" if last is not None and last.error else ""
@@ -802,11 +843,32 @@ class TurnMachine:
         return [r for call in turn.calls if call.ref in by_ref for r in by_ref[call.ref].requests]
 
     def delegated_to(self, refs: set[str]) -> tuple[str, SubAgentChild] | None:
-        """The one sub-agent whose interrupts ``refs`` all name (None: none, or several)."""
-        for child_id, child in self.children.items():
-            if refs and refs <= {r.ref for r in child.requests}:
-                return child_id, child
-        return None
+        """The one sub-agent whose interrupts ``refs`` all name (None: none).
+
+        Raises:
+            ResumeError: a ref names interrupts of several sub-agents, or also one of this
+                turn's own: an answer names only a ref, so it could not say which it is for
+                (refs are each conversation's own, and models may give the same call ids).
+        """
+        if not refs:
+            return None
+        own = {c.ref for c in self.book(self.s.turn).pending()} if self.s.turn else set()
+        found = [
+            (child_id, child)
+            for child_id, child in self.children.items()
+            if refs <= {r.ref for r in child.requests}
+        ]
+        if not found:
+            return None
+        clash = refs & own or refs & {r.ref for _, c in found[1:] for r in c.requests}
+        if clash:
+            where = ", ".join(child_id for child_id, _ in found)
+            raise ResumeError(
+                f"ref {sorted(clash)[0]!r} names interrupts of more than one conversation "
+                f"({where}{', and this one' if refs & own else ''}): answer each on its "
+                "sub-agent's own chat (the interrupt's chat_id)"
+            )
+        return found[0]
 
     def hint(self, child_id: str) -> bool:
         """A sub-agent said what it waits on changed; False: no running child of that id."""
