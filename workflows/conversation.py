@@ -268,7 +268,10 @@ class AgentWorkflow:
                 turns=self._s.turns,
                 last_turn=self._s.last_turn,
             ),
-            OUT.update_result,
+            # A sub-agent's result is its caller's tool output: the budget of one (the
+            # caller's turn measures it again), not of an update's result, which would cut
+            # any answer past 48 KiB to a placeholder.
+            DOOR.tool_output if self._s.one_turn else OUT.update_result,
         )
 
     def _can_now(self) -> bool:
@@ -460,9 +463,9 @@ class AgentWorkflow:
 
     @resume.validator
     def validate_resume(self, payload: RawResume) -> None:
-        if self._delegated_target(payload) is not None:
-            return  # the sub-agent's own resume update checks it, by its own rules
         try:
+            if self._delegated_target(payload) is not None:
+                return  # the sub-agent's own resume update checks it, by its own rules
             self._check_resume(payload)
         except Refused as e:
             workflow.logger.info("resume rejected (update): %s", e.reason)
