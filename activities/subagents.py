@@ -24,6 +24,7 @@ from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
+    WORKFLOW_TYPE,
 )
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
@@ -115,7 +116,33 @@ def with_sub_agents(agents: Sequence[Agent]) -> list[Agent]:
 # workflow can neither query another workflow nor wait for another's update.
 
 
+def _scheduled_by_parent(input: SubAgentPendingInput | SubAgentResumeInput) -> None:
+    """Refuse unless a conversation scheduled this for a child of its own (chat--ref...).
+
+    As the tool activities (``activities.runtime``): whoever may start activities could
+    otherwise start these standalone, or from a workflow of their own, and have this worker
+    query or answer any conversation, under its identity and with its payload keys.
+
+    Raises:
+        ApplicationError: non-retryable ``NotScheduledByConversation``.
+    """
+    info = activity.info()
+    if (
+        info.in_workflow
+        and info.workflow_type == WORKFLOW_TYPE
+        and input.chat_id.startswith(f"{info.workflow_id}--")
+    ):
+        return
+    raise ApplicationError(
+        "refused: sub-agent activities act only when scheduled by the conversation that "
+        "called the sub-agent",
+        type="NotScheduledByConversation",
+        non_retryable=True,
+    )
+
+
 def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[Any, Any]:
+    _scheduled_by_parent(input)
     # The chain the caller started (first_execution_run_id): a workflow of the same id that
     # someone else started later is not its child, and is not asked.
     return activity.client().get_workflow_handle(input.chat_id, first_execution_run_id=input.run_id)
