@@ -411,6 +411,9 @@ class AgentWorkflow:
         with self._working():
             target = self._delegated_target(payload)
             if target is not None:
+                # Its token is in this conversation's history now (the update, the forwarding
+                # activity's input), whatever the sub-agent makes of it: spent here too.
+                self._m.spend_refused(claimed_token([payload]))
                 return await self._forward_update(target)
             try:
                 resume = self._check_resume(payload)
@@ -573,6 +576,7 @@ class AgentWorkflow:
             if name == "resume":
                 target = self._delegated_target(payload)
                 if target is not None:
+                    self._m.spend_refused(claimed_token([payload]))  # as by update
                     self._forward_signal(payload, target)
                 else:
                     self._m.resume(self._check_resume(payload), via="signal")
