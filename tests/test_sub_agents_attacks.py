@@ -12,15 +12,22 @@ import pytest
 from temporalio.client import ActivityFailureError, Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts import Agent, FinishReason, ResumeRejected, agent_tool, approve
+from temporal_agent_interrupts import (
+    Agent,
+    FinishReason,
+    ResumeRejected,
+    ToolApproval,
+    agent_tool,
+    approve,
+)
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request, calls, text
-from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.config import SUB_AGENT_RESUME_ACTIVITY, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.limits import HELD, json_size
 from temporal_agent_interrupts.workflows.types import SubAgentResumeInput
 from tests.agents import SUB_RUNS as RUNS
-from tests.agents import supervisor
+from tests.agents import sub_pay, supervisor
 from tests.helpers import eventually
 
 
@@ -59,10 +66,12 @@ async def test_id_squatting_the_child_id_does_not_fail_the_parent(client, model)
         squat = f"{parent.id}--sup-1"
         await client.start_workflow(
             WORKFLOW_TYPE,
-            {"agent": "payments", "task": delegate("mallory", 1)},
+            # Its task pauses on the payments agent's gate, so it is still running.
+            {"agent": "payments", "task": "call pay " + json.dumps({"to": "mallory", "amount": 1})},
             id=squat,
             task_queue=agents.task_queue,
         )
+        await eventually(lambda: client.get_workflow_handle(squat).query("pending"), bool)
         try:
             result = await parent.send(delegate("olga", 1))
         except Exception as e:  # noqa: BLE001  # what happened is the finding
@@ -71,6 +80,8 @@ async def test_id_squatting_the_child_id_does_not_fail_the_parent(client, model)
         assert await status(client, parent.id) == WorkflowExecutionStatus.RUNNING, result
         assert not isinstance(result, Exception), result
         assert result.finish_reason == FinishReason.FAILED, result
+        assert result.error is not None and result.error.status == "ALREADY_EXISTS", result
+        assert RUNS["mallory"] == 0 and RUNS["olga"] == 0
         again = await parent.send("hello")
         assert again.finish_reason == FinishReason.STOP
 
@@ -190,3 +201,38 @@ async def test_big_sub_agent_outputs_stay_within_the_turn_budget(client):
         assert any("too large" in str(o.get("error", "")) for o in outputs), [
             json_size(o) for o in outputs
         ]
+
+
+ISSUER = TokenIssuer("ES256")
+tpay = Agent(
+    "tpay",
+    system="You pay, verified.",
+    tools=[sub_pay],
+    middleware=[ToolApproval(approvers=["cfo@example.com"])],
+    trust=ISSUER.trust(),
+)
+tboss = Agent(
+    "tboss",
+    system="You delegate, verified.",
+    tools=[agent_tool(tpay), sub_pay],
+    middleware=[ToolApproval(allow=["tpay"], approvers=["cfo@example.com"])],
+    trust=ISSUER.trust(),
+)
+
+
+async def test_a_token_passed_through_the_parent_is_spent_there_too(client):
+    async with hosted(client, agents=[tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("tboss")
+        task = "call pay " + json.dumps({"to": "uma", "amount": 1})
+        (i,) = (await parent.send(f"call tpay {json.dumps({'input': task})}")).interrupts
+        token = ISSUER.mint("cfo@example.com")
+        done = await parent.resume(answers=[approve(i)], identity_token=token)
+        assert done.finish_reason == FinishReason.STOP and RUNS["uma"] == 1, done
+        # The token is in the parent's history (the update, the forwarding activity's input).
+        # Someone who reads it there answers the parent's own next gate with it.
+        (j,) = (
+            await parent.send("call pay " + json.dumps({"to": "victor", "amount": 9}))
+        ).interrupts
+        with pytest.raises(ResumeRejected):
+            await parent.resume(answers=[approve(j)], identity_token=token)
+        assert RUNS["victor"] == 0
