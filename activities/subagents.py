@@ -154,7 +154,18 @@ async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
-    return await handle.query(AgentWorkflow.pending)
+    # A query names a run, never a chain (it ignores first_execution_run_id): find the chain's
+    # current run and ask that one, so a workflow someone else started under the id after the
+    # child closed is never read as the child.
+    desc = await handle.describe()
+    if desc.raw_description.workflow_execution_info.first_run_id != input.run_id:
+        raise ApplicationError(
+            f"{input.chat_id!r} is no longer the chain this conversation started",
+            type="NotTheChild",
+            non_retryable=True,
+        )
+    run = activity.client().get_workflow_handle(input.chat_id, run_id=desc.run_id)
+    return await run.query(AgentWorkflow.pending)
 
 
 @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
