@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import ActivityFailureError, Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
@@ -236,3 +237,26 @@ async def test_a_token_passed_through_the_parent_is_spent_there_too(client):
         with pytest.raises(ResumeRejected):
             await parent.resume(answers=[approve(j)], identity_token=token)
         assert RUNS["victor"] == 0
+
+
+def many_pauses(request: Request) -> dict[str, Any]:
+    """A hostile (or injected) model: 20 sub-agents, each pausing on 128 gated calls of 1 KiB."""
+    if request.function_responses():
+        return text("done")
+    if "payments" in request.tool_names():
+        return calls(*[("payments", {"input": f"go {k}"}) for k in range(20)])
+    return calls(*[("pay", {"to": "x" * 900 + str(k), "amount": k}) for k in range(128)])
+
+
+async def test_many_sub_agent_pauses_never_wedge_the_parent(client):
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(many_pauses)) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send("go")
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        # Shown as one message's calls would be (128 at most); the parent keeps working.
+        shown = await eventually(parent.pending, lambda p: len(p) >= 128, timeout=60)
+        assert len(shown) == 128
+        hist = await client.get_workflow_handle(parent.id).fetch_history()
+        failed = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        assert not [e for e in hist.events if e.event_type == failed]
+        assert await status(client, parent.id) == WorkflowExecutionStatus.RUNNING

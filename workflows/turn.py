@@ -840,7 +840,13 @@ class TurnMachine:
         if turn is None or not self.children:
             return []
         by_ref = {c.ref: c for c in self.children.values()}
-        return [r for call in turn.calls if call.ref in by_ref for r in by_ref[call.ref].requests]
+        shown = [r for call in turn.calls if call.ref in by_ref for r in by_ref[call.ref].requests]
+        # As many as one message's own calls at most: 128 sub-agents of 128 pauses each would
+        # otherwise put 16,384 entries in the memo (past its 2 MiB) and rebuild them on every
+        # child's change, past the workflow task's deadline. The rest wait in their children
+        # (answerable there, or here once shown).
+        room = max(DOOR.calls_per_message - len(self.book(turn).pending()), 0)
+        return shown[:room]
 
     def delegated_to(self, refs: set[str]) -> tuple[str, SubAgentChild] | None:
         """The one sub-agent whose interrupts ``refs`` all name (None: none).
