@@ -40,6 +40,11 @@ from temporal_agent_interrupts.activities.mcp import (
     status_of,
 )
 from temporal_agent_interrupts.activities.streaming import TextPublisher
+from temporal_agent_interrupts.activities.subagents import (
+    AgentTool,
+    sub_agent_pending,
+    sub_agent_resume,
+)
 from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
 from temporal_agent_interrupts.activities.tools import (
     Interrupt,
@@ -121,7 +126,12 @@ class AgentActivities:
         self._tools: dict[str, dict[str, Tool[Any]]] = {
             # The notifying tools of reminders and escalations run here too; the model is
             # not offered them (they are not in the agent's spec).
-            a.name: {t.name: _as_tool(t, agent=a.name) for t in [*a.notify_tools(), *a.own_tools()]}
+            a.name: {
+                t.name: _as_tool(t, agent=a.name)
+                for t in [*a.notify_tools(), *a.own_tools()]
+                # A sub-agent's calls are child conversations, never this activity's.
+                if not isinstance(t, AgentTool)
+            }
             for a in agents
         }
         self._toolsets: dict[str, list[MCPToolset]] = {
@@ -137,7 +147,7 @@ class AgentActivities:
         return self._conversations
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [self.model_call, self.tool_call, self.mcp_call]
+        return [self.model_call, self.tool_call, self.mcp_call, sub_agent_pending, sub_agent_resume]
 
     @property
     def mcp(self) -> MCPSessions:

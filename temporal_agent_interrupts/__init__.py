@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from temporal_agent_interrupts.activities.mcp import MCPServerHTTP, MCPServerStdio, mcp_tools
+    from temporal_agent_interrupts.activities.subagents import agent_tool
     from temporal_agent_interrupts.activities.tools import (
         Interrupt,
         ToolContext,
@@ -72,6 +73,7 @@ _HOME = {
     "mcp_tools": "activities.mcp",
     "MCPServerStdio": "activities.mcp",
     "MCPServerHTTP": "activities.mcp",
+    "agent_tool": "activities.subagents",
     # Hosting.
     "AgentsPlugin": "worker.plugin",
     # Calling.
@@ -119,6 +121,7 @@ __all__ = [
     "ToolError",
     "TrustedIssuer",
     "UnknownAgent",
+    "agent_tool",
     "approve",
     "deny",
     "interrupt",

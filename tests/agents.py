@@ -12,7 +12,14 @@ from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from examples import banking_agent, deploy_agent, shell_agent
-from temporal_agent_interrupts import Interrupt, ToolContext, ToolError, interrupt, tool
+from temporal_agent_interrupts import (
+    Interrupt,
+    ToolContext,
+    ToolError,
+    agent_tool,
+    interrupt,
+    tool,
+)
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
 from temporal_agent_interrupts.workflows.types import Notice
@@ -316,3 +323,32 @@ def ops_agent() -> Agent:
         tools=[approve, lookup, charge],
         middleware=[ToolApproval(allow=["charge"])],
     )
+
+
+# Agents as tools (agent_tool): a supervisor that delegates payments to a sub-agent, whose own
+# gate and approver list decide (tests/test_sub_agents.py, the "subagent" recorded history).
+SUB_RUNS: Counter[str] = Counter()
+
+
+class SubPayment(BaseModel):
+    to: str
+    amount: float
+
+
+@tool("pay", "Pay someone.")
+async def sub_pay(inp: SubPayment) -> dict:
+    SUB_RUNS[inp.to] += 1
+    return {"paid": inp.amount, "to": inp.to}
+
+
+payments = Agent(
+    "payments",
+    system="You make payments.",
+    tools=[sub_pay],
+    middleware=[ToolApproval(approvers=["alice"])],
+)
+supervisor = Agent(
+    "supervisor",
+    system="You delegate.",
+    tools=[agent_tool(payments, description="Make a payment through the payments agent.")],
+)

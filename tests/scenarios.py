@@ -309,3 +309,20 @@ async def _chain(client: Client, chat_id: str) -> list[str]:
         started = history.events[0].workflow_execution_started_event_attributes
         run_id = started.continued_execution_run_id
     return runs
+
+
+async def sub_agent_conversation(agents: AgentClient, *, chat_id: str) -> str:
+    """A supervisor whose payments sub-agent pauses on its gate; a wrong approver is refused
+    through the supervisor, the right one approves through it (recorded as ``subagent`` and
+    ``subagent_child``). Returns the child's chat id."""
+    chat = await agents.chat(t.supervisor.name, chat_id=chat_id)
+    task = 'call pay {"to": "rita", "amount": 7}'
+    paused = await chat.send(f"call payments {json.dumps({'input': task})}")
+    assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+    (ask,) = paused.interrupts
+    with contextlib.suppress(ResumeRejected):
+        await chat.resume(answers=[approve(ask)], identity="bob")
+    done = await chat.resume(answers=[approve(ask)], identity="alice")
+    assert done.finish_reason == FinishReason.STOP, done
+    assert ask.chat_id is not None
+    return ask.chat_id

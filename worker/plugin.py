@@ -41,6 +41,7 @@ from temporalio.worker import WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from temporal_agent_interrupts.activities.runtime import AgentActivities, genai_transport
+from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.codec import (
     ENV_VAR,
     AgentPayloadConverter,
@@ -103,7 +104,9 @@ class AgentsPlugin(SimplePlugin):
             raise ValueError("AgentsPlugin needs at least one agent")
         if gemini is not None:
             _reject_sdk_retries(gemini)
-        self.agents: tuple[Agent, ...] = tuple(agents)
+        # With the agents they call as tools (agent_tool): a child conversation runs on the
+        # caller's task queue, so the same workers host it.
+        self.agents: tuple[Agent, ...] = tuple(with_sub_agents(agents))
         self._gemini = gemini
         self._keys = (
             PayloadKeys.parse(payload_keys) if isinstance(payload_keys, str) else payload_keys

@@ -16,6 +16,12 @@ WORKFLOW_TYPE = "AgentWorkflow"
 MODEL_ACTIVITY = "model_call"
 TOOL_ACTIVITY = "tool_call"
 MCP_ACTIVITY = "mcp_call"
+SUB_AGENT_PENDING_ACTIVITY = "sub_agent_pending"
+SUB_AGENT_RESUME_ACTIVITY = "sub_agent_resume"
+"""Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the
+workflow can neither query another workflow nor wait on its update, an activity can."""
+SUB_AGENT_SIGNAL = "sub_agent"
+"""What a sub-agent's conversation signals its caller when what it waits on changes."""
 """Calls of MCP servers' tools, one activity for every server (``MCPCallInput.server``)."""
 
 MODEL_START_TO_CLOSE = timedelta(minutes=5)
@@ -53,3 +59,11 @@ INTERRUPTED_SINCE = SearchAttributeKey.for_datetime("InterruptedSince")
 
 SEARCH_ATTRIBUTES = (AGENT_NAME, AGENT_STATUS, PENDING_INTERRUPTS, INTERRUPTED_SINCE)
 """Every custom search attribute the workflow upserts; the namespace must have them."""
+
+MAX_AGENT_DEPTH = 4
+"""How deep sub-agents nest (``agent_tool``): a conversation this many callers deep calls no
+further sub-agent (the call fails classified ``FAILED_PRECONDITION``), so an agent that calls
+itself, directly or round a loop, stops."""
+
+SUB_AGENT_START_TO_CLOSE = timedelta(seconds=60)
+SUB_AGENT_RETRY = RetryPolicy(maximum_attempts=3)

@@ -71,7 +71,12 @@ from temporal_agent_interrupts.workflows.payloads import (
     rejected,
 )
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, ConversationStream
-from temporal_agent_interrupts.workflows.turn import TurnMachine, idempotency_key, message_digest
+from temporal_agent_interrupts.workflows.turn import (
+    SubAgentChild,
+    TurnMachine,
+    idempotency_key,
+    message_digest,
+)
 from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
@@ -79,8 +84,10 @@ from temporal_agent_interrupts.workflows.types import (
     ConversationResult,
     ConversationState,
     ErrorKind,
+    FinishReason,
     HistoryInput,
     HistoryResult,
+    JsonObject,
     MessagesInput,
     MessagesResult,
     PendingResult,
@@ -89,6 +96,7 @@ from temporal_agent_interrupts.workflows.types import (
     SendInput,
     SentMessage,
     StatusResult,
+    SubAgentReport,
     TurnResult,
 )
 
@@ -128,6 +136,8 @@ class AgentWorkflow:
         self._turn_waiters = 0
         self._closing = False
         self._turn_task: asyncio.Task[str] | None = None
+        # Reports to a caller and answers passed on to a sub-agent, under way (see _keep).
+        self._side_tasks: set[asyncio.Task[None]] = set()
         # What the search attributes say, as last written (see _publish).
         self._published: tuple[object, ...] | None = None
         # What the memo holds (carried over by continue-as-new), so only changes need an
@@ -144,6 +154,12 @@ class AgentWorkflow:
         self._unusable = not start.agent
         if refusal is not None:
             self._reject(handler="start", reason=refusal, payload=[input], via="start")
+        # A sub-agent's call (agent_tool): its first message is in the start, and it closes when
+        # that turn ends. Not a carried state: a start's own request, checked in run.
+        self._task = start.task if not carried and not self._unusable else None
+        if self._task is not None:
+            self._s.one_turn = True
+            self._s.depth = start.depth
 
     # ------------------------------------------------------------------------------------------
     # Main loop
@@ -159,6 +175,13 @@ class AgentWorkflow:
         # message was started "running", and publishing before the send's handler has started
         # the turn would write "idle" only to write "running" again.
         await asyncio.sleep(0)
+        if self._task is not None:
+            problem = self._send_problem(self._task, agent=None, size=len(self._task.encode()))
+            if problem:
+                self._reject(handler="start", reason=problem, payload=[input], via="start")
+                self._s.closed = True
+            else:
+                self._m.start(self._task)
         self._publish()
         try:
             while True:
@@ -179,6 +202,10 @@ class AgentWorkflow:
                         # the turn task absorbed the cancellation, which still stands.
                         raise asyncio.CancelledError()
                     if outcome != "continue_as_new":
+                        if self._s.one_turn and self._s.turn is None:
+                            # A sub-agent's conversation answers one call: its result is the
+                            # workflow's, which the caller's turn awaits.
+                            self._s.closed = True
                         continue
                 if self._s.closed:
                     break
@@ -241,7 +268,10 @@ class AgentWorkflow:
                 turns=self._s.turns,
                 last_turn=self._s.last_turn,
             ),
-            OUT.update_result,
+            # A sub-agent's result is its caller's tool output: the budget of one (the
+            # caller's turn measures it again), not of an update's result, which would cut
+            # any answer past 48 KiB to a placeholder.
+            DOOR.tool_output if self._s.one_turn else OUT.update_result,
         )
 
     def _can_now(self) -> bool:
@@ -379,6 +409,12 @@ class AgentWorkflow:
         unanswered returns at once, listing those still pending.
         """
         with self._working():
+            target = self._delegated_target(payload)
+            if target is not None:
+                # Its token is in this conversation's history now (the update, the forwarding
+                # activity's input), whatever the sub-agent makes of it: spent here too.
+                self._m.spend_refused(claimed_token([payload]))
+                return await self._forward_update(target)
             try:
                 resume = self._check_resume(payload)
                 seen = self._m.stops
@@ -393,9 +429,46 @@ class AgentWorkflow:
                 return fit(self._m.paused_result(turn), OUT.update_result)
             return await self._stopped_since(seen)
 
+    async def _forward_update(self, target: tuple[str, SubAgentChild, JsonObject]) -> TurnResult:
+        """An answer by update for a sub-agent's interrupt: the child's ``resume`` update
+        checks it by its own rules, and its refusal is this update's. It returns as a resume of
+        this conversation's own would: once the turn stops again (the sub-agent pauses again,
+        or its answer lets the turn go on to its end)."""
+        child_id, child, body = target
+        seen = self._m.stops
+        outcome = await self._m.forward(child_id, child, body)
+        if outcome.refused is not None:
+            self._m.telemetry.rejected("resume", via="update")
+            raise rejected(
+                ErrorKind.RESUME_REJECTED, f"refused by sub-agent {child_id}: {outcome.refused}"
+            )
+        child_result = outcome.result
+        if child_result is not None and child_result.finish_reason == FinishReason.INTERRUPTED:
+            # Still waiting there (a quorum not met, another call): that is where it stands.
+            turn = self._s.turn
+            if turn is not None:
+                return fit(self._m.paused_result(turn), OUT.update_result)
+        # Answered there: the turn goes on once that call is done, unless a sibling (another
+        # sub-agent, or a call of this conversation's own) still waits, which is then where
+        # the turn stands.
+        await workflow.wait_condition(
+            lambda: (
+                self._m.stops > seen
+                or (child_id not in self._m.children and self._m.last_result_paused())
+            )
+        )
+        if self._m.stops > seen:
+            assert self._s.last_turn is not None
+            return fit(self._s.last_turn, OUT.update_result)
+        turn = self._s.turn
+        assert turn is not None
+        return fit(self._m.paused_result(turn), OUT.update_result)
+
     @resume.validator
     def validate_resume(self, payload: RawResume) -> None:
         try:
+            if self._delegated_target(payload) is not None:
+                return  # the sub-agent's own resume update checks it, by its own rules
             self._check_resume(payload)
         except Refused as e:
             workflow.logger.info("resume rejected (update): %s", e.reason)
@@ -501,9 +574,16 @@ class AgentWorkflow:
         try:
             payload = only_argument(name, args)
             if name == "resume":
-                self._m.resume(self._check_resume(payload), via="signal")
+                target = self._delegated_target(payload)
+                if target is not None:
+                    self._m.spend_refused(claimed_token([payload]))  # as by update
+                    self._forward_signal(payload, target)
+                else:
+                    self._m.resume(self._check_resume(payload), via="signal")
             elif name == "send":
                 self._send_signal(payload)
+            elif name == config.SUB_AGENT_SIGNAL:
+                self._sub_agent_signal(payload)
             elif name == PUBLISH_SIGNAL:
                 turn = self._s.turn
                 attempt, added = self._stream.accept_publish(
@@ -524,6 +604,70 @@ class AgentWorkflow:
                 reason=f"internal error handling the signal ({type(e).__name__})",
                 payload=args,
             )
+
+    def _sub_agent_signal(self, payload: RawValue) -> None:
+        """A sub-agent says what it waits on changed: a hint, read from the child itself."""
+        check_size(len(payload.payload.data), limit=DOOR.resume, what="sub-agent report")
+        try:
+            report = SubAgentReport.model_validate(payload_json(payload))
+        except ValidationError as e:
+            raise ResumeError(f"malformed sub-agent report: {pydantic_reason(e)}") from None
+        if self._m.hint(report.chat_id):
+            return
+        if report.chat_id.startswith(f"{workflow.info().workflow_id}--"):
+            # A child of ours that has just finished: its last report crossed its result.
+            return
+        raise ResumeError("no sub-agent of this conversation runs under that chat id")
+
+    def _delegated_target(self, payload: RawResume) -> tuple[str, SubAgentChild, JsonObject] | None:
+        """The sub-agent a resume is for, when every entry names one of its interrupts (as
+        this conversation shows them); None: it is for this conversation's own (or nothing),
+        and is checked here as any resume is."""
+        if not self._m.children:
+            return None
+        try:
+            check_size(len(payload.payload.data), limit=DOOR.resume, what="resume")
+            body = payload_json(payload)
+        except Refused:
+            return None
+        if not isinstance(body, dict):
+            return None
+        entries = [*(body.get("respond") or []), *(body.get("restart") or [])]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return None
+        refs = {e.get("ref") for e in entries}
+        if not all(isinstance(r, str) for r in refs):
+            return None
+        found = self._m.delegated_to({r for r in refs if isinstance(r, str)})
+        if found is None:
+            return None
+        return found[0], found[1], body
+
+    def _forward_signal(
+        self, payload: RawResume, target: tuple[str, SubAgentChild, JsonObject]
+    ) -> None:
+        """An answer by signal for a sub-agent's interrupt: passed on to the child, whose rules
+        check it; a refusal there is recorded here, as any refused signal is."""
+        child_id, child, body = target
+
+        async def forward() -> None:
+            try:
+                outcome = await self._m.forward(child_id, child, body)
+            except Exception as e:  # noqa: BLE001  # an activity failure must not fail the task
+                self._reject(
+                    handler="resume",
+                    reason=f"could not reach sub-agent {child_id} ({type(e).__name__})",
+                    payload=[payload],
+                )
+                return
+            if outcome.refused is not None:
+                self._reject(
+                    handler="resume",
+                    reason=f"refused by sub-agent {child_id}: {outcome.refused}",
+                    payload=[payload],
+                )
+
+        self._keep(asyncio.create_task(forward()))
 
     def _send_signal(self, payload: RawValue) -> None:
         size = len(payload.payload.data)
@@ -663,7 +807,8 @@ class AgentWorkflow:
     @workflow.query
     def pending(self) -> PendingResult:
         turn = self._s.turn
-        result = PendingResult(interrupts=self._m.book(turn).requests() if turn else [])
+        own = self._m.book(turn).requests() if turn else []
+        result = PendingResult(interrupts=[*own, *self._m.delegated()])
         return fit(result, OUT.query)
 
     @workflow.query
@@ -676,7 +821,7 @@ class AgentWorkflow:
             status=self._view().status,
             turns=self._s.turns,
             model=self._s.spec.model if self._s.spec else None,
-            pending=self._m.book(turn).requests() if turn else [],
+            pending=[*(self._m.book(turn).requests() if turn else []), *self._m.delegated()],
             last_turn=self._m.last_result(),
             rejections=self._s.rejections_total,
             carried_bytes=json_size(carried) if carried is not None else None,
@@ -727,6 +872,28 @@ class AgentWorkflow:
     # What operators see: search attributes, memo and the UI's details panel, projected from
     # the state (workflows.operator_view) and written only where they changed.
 
+    def _report_to_caller(self) -> None:
+        """A sub-agent's conversation tells its caller (as Temporal names it: the parent
+        workflow, never one a start input names) that what it waits on changed."""
+        parent = workflow.info().parent
+        if parent is None or not self._s.one_turn:
+            return
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        report = SubAgentReport(chat_id=workflow.info().workflow_id)
+
+        async def send() -> None:
+            try:
+                await handle.signal(config.SUB_AGENT_SIGNAL, report)
+            except Exception as e:  # noqa: BLE001  # the caller may have gone: only a hint
+                workflow.logger.info("could not tell the caller: %s", type(e).__name__)
+
+        self._keep(asyncio.create_task(send()))
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        # The loop holds tasks weakly: a reference keeps one alive until it is done.
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
     def _view(self) -> OperatorView:
         turn = self._s.turn
         book = self._m.book(turn) if turn else None
@@ -735,6 +902,7 @@ class AgentWorkflow:
             chat_id=workflow.info().workflow_id,
             pending=book.pending() if book else [],
             requests=book.requests() if book else [],
+            delegated=self._m.delegated(),
         )
 
     def _publish(self) -> None:
@@ -770,6 +938,8 @@ class AgentWorkflow:
                 # listing returns and continue-as-new copies (None removes the key).
                 memo["answers"] = None
             workflow.upsert_memo(memo)
+            if view.memo_pending != self._memo_pending:
+                self._report_to_caller()
             self._memo_pending = view.memo_pending
             self._memo_answers = bool(answers)
         workflow.set_current_details(view.details)

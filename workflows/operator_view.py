@@ -20,6 +20,7 @@ Pure code: no workflow calls, so the tests run it without a server.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -72,6 +73,7 @@ def project(
     chat_id: str,
     pending: list[CallState],
     requests: list[InterruptRequest],
+    delegated: Sequence[InterruptRequest] = (),
 ) -> OperatorView:
     """The operator's view of ``state``.
 
@@ -83,13 +85,16 @@ def project(
     Pending names are cut to fit one search-attribute value (a reply may pause on many
     tools, with long names).
     """
-    current = status(state, paused=bool(pending))
-    names = fit_names(sorted({c.name for c in pending}))
+    # delegated: a sub-agent's interrupts (agent_tool), shown here with their paths; the turn
+    # waits on them as on its own.
+    current = status(state, paused=bool(pending) or bool(delegated))
+    names = fit_names(sorted({c.name for c in pending} | {r.name for r in delegated}))
+    since = [c.since for c in pending if c.since] + [r.since for r in delegated if r.since]
     return OperatorView(
         status=current,
         pending_names=tuple(names),
-        since=min((c.since for c in pending if c.since), default=None),
-        memo_pending=[memo_entry(r) for r in requests],
+        since=min(since, default=None),
+        memo_pending=[memo_entry(r) for r in [*requests, *delegated]],
         details=render_details(
             chat_id=chat_id,
             agent=state.agent,
@@ -123,6 +128,10 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
     }
     if cut:
         entry["input_cut"] = True
+    if request.path:
+        # A sub-agent's interrupt: the path down to it, and the chat it waits in.
+        entry["path"] = list(request.path)
+        entry["chat_id"] = request.chat_id
     if request.since is not None:
         entry["since"] = request.since.isoformat()
     if request.deadline is not None:

@@ -25,6 +25,7 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH
 from temporal_agent_interrupts.workflows.interrupts import ResumeError
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -86,7 +87,8 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
 
     Continue-as-new's input is the conversation's own: taken whole (a fault there fails the
     workflow task, to be retried by a worker that can read it, rather than lose the state).
-    Any other start is a request: only the agent's name is taken; ``state``
+    Any other start is a request: only the agent's name (and a sub-agent's ``task`` and
+    ``depth``) is taken; ``state``
     and ``stream`` are refused; one that names no usable agent gives an agent of ``""`` (the
     run then closes at once).
 
@@ -114,6 +116,16 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
     except Refused as e:
         return unusable, f"the start input names no usable agent: {e.reason}"
     start = ConversationInput(agent=agent)
+    task, depth = body.get("task"), body.get("depth")
+    if task is not None:
+        # A sub-agent's first message (or anyone's: a start, a send and a close in one); the
+        # run checks it as it checks any message, and refuses it there.
+        if not isinstance(task, str):
+            return start, "the start's task is a message: a string"
+        start.task = task
+        if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0:
+            # Bounded here; the run refuses to call a sub-agent past config.MAX_AGENT_DEPTH.
+            start.depth = min(depth, MAX_AGENT_DEPTH + 1)
     carrying = [k for k in ("state", "stream") if body.get(k) is not None]
     if not carrying:
         return start, None

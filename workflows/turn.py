@@ -22,17 +22,24 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import audit, config, events
 from temporal_agent_interrupts.workflows.history import Digests
-from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
@@ -51,11 +58,14 @@ from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
     CallState,
     CancelInput,
+    ConversationInput,
+    ConversationResult,
     ConversationState,
     ErrorInfo,
     ErrorKind,
     FinishReason,
     FunctionResponse,
+    InterruptRequest,
     JsonObject,
     MCPCallInput,
     Message,
@@ -63,9 +73,13 @@ from temporal_agent_interrupts.workflows.types import (
     ModelResult,
     Notice,
     Part,
+    PendingResult,
     ResumeInput,
     SentMessage,
     Status,
+    SubAgentPendingInput,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
     ToolInput,
     ToolResult,
     TurnEvent,
@@ -131,6 +145,9 @@ class TurnMachine:
         self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
         # The current turn's interrupt book (see book()).
         self._book: InterruptBook | None = None
+        # The sub-agents this turn's calls are running (agent_tool), by child chat id: not
+        # state, since a turn with a call running never continues as new.
+        self.children: dict[str, SubAgentChild] = {}
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -204,14 +221,14 @@ class TurnMachine:
             turn=turn.turn,
             finish_reason=FinishReason.INTERRUPTED,
             text=self._turn_text(turn),
-            interrupts=self.book(turn).requests(),
+            interrupts=[*self.book(turn).requests(), *self.delegated()],
         )
 
     def last_result(self) -> TurnResult | None:
         """The latest turn's result: while paused, the pause as it stands now (a new run does
         not carry it, see workflows.history.carry)."""
         turn = self.s.turn
-        if turn is not None and self.paused():
+        if turn is not None and (self.paused() or self.delegated()):
             return self.paused_result(turn)
         return self.s.last_turn
 
@@ -588,6 +605,9 @@ class TurnMachine:
             idempotency_key=idempotency_key(chat_id, call.ref, run),
             original_args=call.original_args,
         )
+        if tool is not None and tool.agent is not None:
+            await self._run_sub_agent(call, tool.agent.agent, run=run)
+            return
         activity = config.TOOL_ACTIVITY
         if tool is not None and tool.mcp is not None:
             # An MCP server's tool: where it goes is data in the definition, as listed.
@@ -641,6 +661,246 @@ class TurnMachine:
                     "detail": f"{_over_budget('the output')}; it was dropped",
                 }
             book.complete(call, output)
+
+    async def _run_sub_agent(self, call: CallState, agent: str, *, run: int) -> None:
+        """Run a call of an ``agent_tool``: a conversation with ``agent`` as a child workflow.
+
+        The child's id is the caller's chat id and the call's ref (and the run, past the
+        first), so it is found from either; its first message is the model's ``input``; its
+        interrupts wait in the child (its own rules, history and audit trail) while this call
+        runs. Its final text is the call's output. A child that fails, is cancelled on its own
+        or stops at its turn limit fails the call classified (``TOOL_ERROR``); cancelling this
+        turn cancels the child (Temporal asks the child to cancel, and waits for it).
+        """
+        turn = self.s.turn
+        assert turn is not None
+        book = self.book(turn)
+        task = call.args.get("input")
+        if not isinstance(task, str) or not task.strip():
+            book.complete(
+                call,
+                {"error": "invalid arguments: 'input' is the sub-agent's task, a non-empty string"},
+            )
+            return
+        depth = self.s.depth + 1
+        if depth > config.MAX_AGENT_DEPTH:
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.FAILED_PRECONDITION,
+                    message=(
+                        f"sub-agent {agent!r} not called: sub-agents nest at most "
+                        f"{config.MAX_AGENT_DEPTH} deep"
+                    ),
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=False,
+            )
+            return
+        child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
+        watch: asyncio.Task[None] | None = None
+        evicted = False
+        try:
+            handle = await workflow.start_child_workflow(
+                config.WORKFLOW_TYPE,
+                ConversationInput(agent=agent, task=task, depth=depth),
+                id=child_id,
+                result_type=ConversationResult,
+                static_summary=f"sub-agent {agent} for {call.name}",
+            )
+            child = SubAgentChild(ref=call.ref, run_id=handle.first_execution_run_id or "")
+            self.children[child_id] = child
+            watch = asyncio.create_task(self._watch_child(child_id, child))
+            result = await handle
+        except WorkflowAlreadyStartedError:
+            # Someone else's workflow runs under the id (started first, by anyone who may
+            # start workflows): it is not this call's child, and the conversation lives on.
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.ALREADY_EXISTS,
+                    message=(
+                        f"sub-agent {agent!r} not started: a workflow this conversation did "
+                        f"not start already runs under its id {child_id!r}"
+                    ),
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=False,
+            )
+            return
+        except ChildWorkflowError as e:
+            task_now = asyncio.current_task()
+            if isinstance(e.cause, CancelledError) and (
+                self.cancel is not None or (task_now is not None and task_now.cancelling())
+            ):
+                # This turn (or the workflow) is being cancelled, and the child with it.
+                raise asyncio.CancelledError() from None
+            # The child failed, was terminated, or was cancelled on its own (an operator, a
+            # script): the call fails classified, and this conversation lives on.
+            cancelled = isinstance(e.cause, CancelledError)
+            book.fail(
+                call,
+                ErrorInfo(
+                    status=Status.CANCELLED if cancelled else Status.INTERNAL,
+                    message=(
+                        f"sub-agent {agent!r} ({child_id}) "
+                        + ("was cancelled" if cancelled else "failed")
+                    ),
+                    kind=ErrorKind.TOOL_ERROR,
+                ),
+                uncertain=True,
+            )
+            return
+        except GeneratorExit:
+            evicted = True  # the run leaves this worker's cache: no workflow calls now
+            raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+            gone = self.children.pop(child_id, None)
+            if gone is not None and gone.requests and self.s.turn is not None and not evicted:
+                self._publish()  # its interrupts are off the operator view
+        last = result.last_turn
+        if last is not None and last.finish_reason == FinishReason.STOP:
+            output: JsonObject = {"text": last.text, "chat_id": child_id}
+            if json_size(output) > self.room(turn):
+                # As a tool's output (see _run_tool): the child has answered, the model must
+                # hear that in a few bytes, and the turn stays within its budget.
+                output = {
+                    "error": "output too large for this turn",
+                    "detail": f"{_over_budget('the output')}; it was dropped",
+                    "chat_id": child_id,
+                }
+            book.complete(call, output)
+            return
+        reason = last.finish_reason.value if last is not None else "no turn"
+        detail = f": {last.error.message}" if last is not None and last.error else ""
+        book.fail(
+            call,
+            ErrorInfo(
+                status=last.error.status if last is not None and last.error else Status.ABORTED,
+                message=cut_stored(
+                    f"sub-agent {agent!r} ({child_id}) ended {reason}{detail}", DOOR.note
+                ),
+                kind=ErrorKind.TOOL_ERROR,
+            ),
+            uncertain=False,
+        )
+
+    async def _watch_child(self, child_id: str, child: SubAgentChild) -> None:
+        """Keep what ``child`` waits on in view: read it each time the child says it changed.
+
+        The child's ``sub_agent`` signal is a hint (anyone may send it): what it waits on is
+        read from the child itself, by the chain this turn started. When it waits on someone
+        and this turn has nothing of its own pending, the turn stops ``interrupted`` with the
+        child's interrupts (each with its path), as a pause of its own would.
+        """
+        while True:
+            await workflow.wait_condition(lambda: child.hinted)
+            child.hinted = False
+            try:
+                found = await workflow.execute_activity(
+                    config.SUB_AGENT_PENDING_ACTIVITY,
+                    SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
+                    result_type=PendingResult,
+                    start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+                    retry_policy=config.SUB_AGENT_RETRY,
+                    summary=f"pending of sub-agent {child_id}",
+                )
+            except ActivityError as e:
+                workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
+                continue
+            requests = [
+                r.model_copy(
+                    update={
+                        "path": [child.ref, *(r.path or [r.ref])],
+                        "chat_id": r.chat_id or child_id,
+                    }
+                )
+                for r in found.interrupts
+            ]
+            if requests == child.requests:
+                continue
+            child.requests = requests
+            turn = self.s.turn
+            if turn is None:
+                return
+            if requests:
+                self._stop(self.paused_result(turn))
+            else:
+                self._publish()
+
+    def last_result_paused(self) -> bool:
+        """Whether the turn waits on someone: for its own interrupts or a sub-agent's."""
+        return self.s.turn is not None and (self.paused() or bool(self.delegated()))
+
+    def delegated(self) -> list[InterruptRequest]:
+        """The interrupts this turn's sub-agents wait on, in call order, with their paths."""
+        turn = self.s.turn
+        if turn is None or not self.children:
+            return []
+        by_ref = {c.ref: c for c in self.children.values()}
+        shown = [r for call in turn.calls if call.ref in by_ref for r in by_ref[call.ref].requests]
+        # As many as one message's own calls at most: 128 sub-agents of 128 pauses each would
+        # otherwise put 16,384 entries in the memo (past its 2 MiB) and rebuild them on every
+        # child's change, past the workflow task's deadline. The rest wait in their children
+        # (answerable there, or here once shown).
+        room = max(DOOR.calls_per_message - len(self.book(turn).pending()), 0)
+        return shown[:room]
+
+    def delegated_to(self, refs: set[str]) -> tuple[str, SubAgentChild] | None:
+        """The one sub-agent whose interrupts ``refs`` all name (None: none).
+
+        Raises:
+            ResumeError: a ref names interrupts of several sub-agents, or also one of this
+                turn's own: an answer names only a ref, so it could not say which it is for
+                (refs are each conversation's own, and models may give the same call ids).
+        """
+        if not refs:
+            return None
+        own = {c.ref for c in self.book(self.s.turn).pending()} if self.s.turn else set()
+        found = [
+            (child_id, child)
+            for child_id, child in self.children.items()
+            if refs <= {r.ref for r in child.requests}
+        ]
+        if not found:
+            return None
+        clash = refs & own or refs & {r.ref for _, c in found[1:] for r in c.requests}
+        if clash:
+            where = ", ".join(child_id for child_id, _ in found)
+            raise ResumeError(
+                f"ref {sorted(clash)[0]!r} names interrupts of more than one conversation "
+                f"({where}{', and this one' if refs & own else ''}): answer each on its "
+                "sub-agent's own chat (the interrupt's chat_id)"
+            )
+        return found[0]
+
+    def hint(self, child_id: str) -> bool:
+        """A sub-agent said what it waits on changed; False: no running child of that id."""
+        child = self.children.get(child_id)
+        if child is None:
+            return False
+        child.hinted = True
+        return True
+
+    async def forward(
+        self, child_id: str, child: SubAgentChild, resume: JsonObject
+    ) -> SubAgentResumeResult:
+        """Pass an answer given here to the sub-agent it is for, whose rules check it."""
+        result: SubAgentResumeResult = await workflow.execute_activity(
+            config.SUB_AGENT_RESUME_ACTIVITY,
+            SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
+            result_type=SubAgentResumeResult,
+            start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+            # The child's update is idempotent only by its own checks (an answer given twice is
+            # refused the second time): one attempt, its outcome whatever the child said.
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            summary=f"answer for sub-agent {child_id}",
+        )
+        if result.refused is None:
+            child.hinted = True  # read what it waits on now
+        return result
 
     async def _await_answers(
         self, turn: TurnState
@@ -887,6 +1147,23 @@ def notice_within(notice: Notice, budget: int) -> JsonObject:
     while votes and json_size(data) > budget:
         votes.pop()
     return data
+
+
+@dataclass
+class SubAgentChild:
+    """A sub-agent's conversation one of this turn's calls is running."""
+
+    ref: str
+    run_id: str
+    # The child said what it waits on changed, and it has not been read since.
+    hinted: bool = False
+    # What it waits on, as last read, each with its path from this conversation.
+    requests: list[InterruptRequest] = field(default_factory=list)
+
+
+def sub_agent_id(chat_id: str, ref: str, run: int) -> str:
+    """The chat id of a sub-agent's conversation for one run of a call (``agent_tool``)."""
+    return f"{chat_id}--{ref}" if run <= 1 else f"{chat_id}--{ref}--{run}"
 
 
 def message_digest(text: str) -> str:

@@ -134,6 +134,13 @@ class MCPToolRef(_Wire):
     tool: str
 
 
+class SubAgentRef(_Wire):
+    """A tool that is another agent (``agent_tool``): each call is a conversation with that
+    agent, run as a child workflow of the caller's."""
+
+    agent: str
+
+
 class ToolSpec(_Wire):
     name: str
     description: str
@@ -164,6 +171,9 @@ class ToolSpec(_Wire):
     # what they were.
     mcp: MCPToolRef | None = Field(default=None, exclude_if=lambda v: v is None)
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Another agent as this tool (``agent_tool``): its calls are child conversations, not
+    # activities. Left off the wire when unset, like ``mcp``.
+    agent: SubAgentRef | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ApprovalSpec(_Wire):
@@ -393,6 +403,11 @@ class InterruptRequest(_Wire):
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
     # A call a gate paused, of a tool that carries its own gate (an MCP tool): what decided it.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A sub-agent's interrupt shown on the conversation that called it (``agent_tool``): the
+    # caller's call ref, then the ref in the sub-agent's chat (``chat_id``) and so on down.
+    # ``ref`` is the innermost, which an answer names; the sub-agent's rules check it.
+    path: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    chat_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -848,6 +863,9 @@ class ConversationState(_Wire):
     audit_outbox: list[AnswerRecord] = Field(default_factory=list)
     # The newest message ids sends carried (HELD.sent_kept), oldest first.
     sent: list[SentMessage] = Field(default_factory=list)
+    # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
+    one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
 
 
 class ConversationInput(_Wire):
@@ -860,6 +878,43 @@ class ConversationInput(_Wire):
     state: ConversationState | None = None
     # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
     stream: WorkflowStreamState | None = None
+    # A sub-agent's call (``agent_tool``): the conversation's first message, and it closes when
+    # that turn ends (its result is the workflow's). Anyone may start one (it is a start, a send
+    # and a close); only a parent's call waits for it.
+    task: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # How many callers deep this conversation is (0: nobody's sub-agent); see
+    # config.MAX_AGENT_DEPTH.
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
+
+
+class SubAgentReport(_Wire):
+    """The ``sub_agent`` signal a sub-agent's conversation sends its caller when what it waits
+    on changes: only a hint (signals name no sender), so the caller reads the child's pending
+    interrupts itself (``SubAgentPendingInput``), and only for a child it started."""
+
+    chat_id: str
+
+
+class SubAgentPendingInput(_Wire):
+    """The ``sub_agent_pending`` activity: read a child conversation's pending interrupts."""
+
+    chat_id: str
+    run_id: str
+
+
+class SubAgentResumeInput(_Wire):
+    """The ``sub_agent_resume`` activity: pass an answer given to the caller on to the child
+    conversation it is for, as the child's ``resume`` update, so the child's rules check it."""
+
+    chat_id: str
+    run_id: str
+    resume: JsonObject
+
+
+class SubAgentResumeResult(_Wire):
+    result: TurnResult | None = None
+    # The child's refusal, as its ResumeRejected says it; None when it took the answer.
+    refused: str | None = None
 
 
 class ConversationResult(_Wire):

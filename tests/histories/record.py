@@ -9,7 +9,8 @@ racing pauses), ``durable`` (what the door refuses), ``governance`` (verified vo
 by update and signal, an edit through the gate, a deadline that reminds, escalates and
 cancels), ``banking`` (the README's example on the offline model), ``streamed`` (streamed turns,
 one paused and answered), ``mcp`` (an MCP server's tools: one runs, one approved, one denied),
-and ``continued_first`` and ``continued_last``: the first and the
+``subagent`` and ``subagent_child`` (a supervisor and its payments sub-agent, the child's gate
+answered through the supervisor), and ``continued_first`` and ``continued_last``: the first and the
 newest run of a conversation that continued as new, idle and then paused.
 
 The replay tests run them against the current workflow code in the strict sandbox, so a change
@@ -47,6 +48,7 @@ from tests.scenarios import (
     rich_conversation,
     spine_conversation,
     streamed_conversation,
+    sub_agent_conversation,
 )
 
 HERE = Path(__file__).parent
@@ -59,10 +61,13 @@ ALL = (
     "governance",
     "streamed",
     "mcp",
+    "subagent",
+    "subagent_child",
     "continued_first",
     "continued_last",
 )
 CONTINUED = {"continued_first", "continued_last"}
+SUB = {"subagent", "subagent_child"}
 
 
 async def main(names: set[str]) -> None:
@@ -95,8 +100,23 @@ async def main(names: set[str]) -> None:
                     )
             if "mcp" in names:
                 await record_mcp(env.client, offline)
-        for name in sorted(names - CONTINUED):
+            child = None
+            if names & SUB:
+                async with build_worker(
+                    env.client,
+                    agents=[t.supervisor],
+                    task_queue="record-sub",
+                    gemini=offline.client(),
+                ):
+                    child = await sub_agent_conversation(
+                        AgentClient(env.client, task_queue="record-sub"), chat_id="subagent"
+                    )
+        for name in sorted(names - CONTINUED - SUB):
             await write(name, await dump_history(env.client, name))
+        if child is not None:
+            for name, chat in (("subagent", "subagent"), ("subagent_child", child)):
+                if name in names:
+                    await write(name, await dump_history(env.client, chat))
     if names & CONTINUED:
         await record_continued(names & CONTINUED)
 

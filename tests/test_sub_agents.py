@@ -1,0 +1,283 @@
+"""Agents as tools (``agent_tool``): a sub-agent's conversation is a child workflow of the
+caller's, its interrupts wait in the child by the child's rules, its answer is the call's output.
+
+Real dev server, the offline stand-in's rules (``call TOOL {json}``) on the real Gemini wire.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from temporal_agent_interrupts import (
+    Agent,
+    FinishReason,
+    ResumeRejected,
+    ToolError,
+    agent_tool,
+    approve,
+    tool,
+)
+from temporal_agent_interrupts.activities.subagents import with_sub_agents
+from temporal_agent_interrupts.client.api import Chat
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, SUB_AGENT_SIGNAL
+from tests.agents import SUB_RUNS as RUNS
+from tests.agents import SubPayment as Payment
+from tests.agents import payments, supervisor
+from tests.docs import block
+from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
+from tests.test_docs_examples import load
+from tests.test_durability import replayer
+
+
+@pytest.fixture
+def offline() -> ScriptedModel:
+    return ScriptedModel(offline_rules)
+
+
+def delegate(to: str, amount: float, *, tool_name: str = "payments", child: str = "pay") -> str:
+    task = f"call {child} {json.dumps({'to': to, 'amount': amount})}"
+    return f"call {tool_name} {json.dumps({'input': task})}"
+
+
+async def children(client: Client, parent: str, *, count: int = 1) -> list[str]:
+    """The chat ids of ``parent``'s sub-agent conversations, once ``count`` are listed."""
+
+    async def listed() -> list[str]:
+        query = f'ParentWorkflowId = "{parent}"'
+        return sorted([w.id async for w in client.list_workflows(query)])
+
+    return await eventually(listed, lambda ids: len(ids) >= count, timeout=20)
+
+
+async def paused(chat: Chat) -> list:
+    return await eventually(chat.pending, bool, timeout=20)
+
+
+async def test_a_sub_agent_s_interrupt_surfaces_on_the_caller_and_is_answered_through_it(
+    client, offline
+):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send(delegate("bob", 5))
+        # The caller's turn pauses with the child's interrupt, its path the caller's call ref
+        # and then the child's.
+        assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+        (i,) = paused.interrupts
+        (child_id,) = await children(client, parent.id)
+        assert i.name == "pay" and i.source == "approval" and i.chat_id == child_id
+        assert len(i.path) == 2 and i.path[1] == i.ref and child_id == f"{parent.id}--{i.path[0]}"
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        # On the stream, and in the inbox (the memo), under the caller's chat.
+        ends = [e async for e in _until_pause(parent)]
+        assert ends[-1].result is not None and ends[-1].result.interrupts[0].path == i.path
+        inbox = await eventually(
+            lambda: agents.pending(agent="supervisor"),
+            lambda chats: any(c.chat_id == parent.id for c in chats),
+            timeout=20,
+        )
+        (entry,) = [c for c in inbox if c.chat_id == parent.id]
+        assert [e.ref for e in entry.interrupts] == [i.ref]
+        assert RUNS["bob"] == 0
+        # The child's approvers hold for an answer through the caller: bob may not approve.
+        with pytest.raises(ResumeRejected, match="refused by sub-agent"):
+            await parent.resume(answers=[approve(i)], identity="bob")
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert "paid" in done.text
+        assert RUNS["bob"] == 1
+        (record,) = await agents.audit(child_id)
+        assert record.identity == "alice" and record.decision == "approved"
+        # The child's conversation answered its one call and closed.
+        desc = await client.get_workflow_handle(child_id).describe()
+        assert desc.status == WorkflowExecutionStatus.COMPLETED
+        assert await parent.pending() == []
+    await assert_no_workflow_task_failed(client, parent.id)
+    await assert_no_workflow_task_failed(client, child_id)
+
+
+async def _until_pause(chat: Chat):
+    async for event in chat.events(after=0):
+        yield event
+        if event.kind == "turn_end":
+            return
+
+
+async def test_two_sub_agents_in_one_message_are_answered_one_at_a_time(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        text = delegate("carol", 1) + "\n" + delegate("dave", 2)
+        paused = await parent.send(text)
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        both = await eventually(parent.pending, lambda p: len(p) == 2, timeout=20)
+        first, second = both
+        assert first.chat_id != second.chat_id
+        # One through the caller: the turn waits on the other still.
+        still = await parent.resume(answers=[approve(first)], identity="alice")
+        assert still.finish_reason == FinishReason.INTERRUPTED, still
+        left = await eventually(parent.pending, lambda p: len(p) == 1, timeout=20)
+        assert [p.ref for p in left] == [second.ref]
+        assert RUNS["carol"] == 1 and RUNS["dave"] == 0
+        # The other straight on the child's own chat.
+        assert second.chat_id is not None
+        child = await agents.chat("payments", chat_id=second.chat_id)
+        await child.resume(answers=[approve(second)], identity="alice")
+        done = await eventually(
+            parent.last_turn,
+            lambda t: t is not None and t.finish_reason == FinishReason.STOP,
+            timeout=30,
+        )
+        assert done is not None and "paid" in done.text
+        assert RUNS["carol"] == 1 and RUNS["dave"] == 1  # each ran once, neither again
+
+
+async def test_cancelling_the_callers_turn_cancels_the_sub_agent(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        paused_turn = await parent.send(delegate("erin", 3))
+        assert paused_turn.finish_reason == FinishReason.INTERRUPTED
+        (child_id,) = await children(client, parent.id)
+        cancelled = await parent.cancel(reason="changed my mind", identity="alice")
+        assert cancelled.finish_reason == FinishReason.CANCELLED
+        desc = await eventually(
+            lambda: client.get_workflow_handle(child_id).describe(),
+            lambda d: d.status != WorkflowExecutionStatus.RUNNING,
+            timeout=20,
+        )
+        assert desc.status == WorkflowExecutionStatus.CANCELED
+        assert RUNS["erin"] == 0
+        # The caller lives on.
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+@tool("refund", "Refund a payment.")
+async def refund(inp: Payment) -> dict:
+    raise ToolError("FAILED_PRECONDITION", "refunds are closed today")
+
+
+refunds = Agent("refunds", system="You refund.", tools=[refund])
+manager = Agent("manager", system="You manage.", tools=[agent_tool(payments), agent_tool(refunds)])
+head = Agent("head", system="You lead.", tools=[agent_tool(manager)])
+
+
+async def test_a_sub_agent_that_fails_fails_the_call_classified_and_the_caller_lives_on(
+    client, offline
+):
+    async with hosted(client, agents=[manager], model=offline) as agents:
+        parent = await agents.chat("manager")
+        failed = await parent.send(delegate("frank", 4, tool_name="refunds", child="refund"))
+        assert failed.finish_reason == FinishReason.FAILED, failed
+        assert failed.error is not None and failed.error.kind == "ToolError"
+        assert failed.error.status == "FAILED_PRECONDITION"
+        assert "refunds are closed today" in failed.error.message
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_sub_agents_nest_and_a_grandchild_is_answered_through_the_top(client, offline):
+    async with hosted(client, agents=[head], model=offline) as agents:
+        parent = await agents.chat("head")
+        inner = delegate("gina", 6)
+        paused_turn = await parent.send(f"call manager {json.dumps({'input': inner})}")
+        assert paused_turn.finish_reason == FinishReason.INTERRUPTED, paused_turn
+        (child_id,) = await children(client, parent.id)
+        (grandchild_id,) = await children(client, child_id)
+        (i,) = paused_turn.interrupts
+        assert len(i.path) == 3 and i.chat_id == grandchild_id
+        # Through the top: passed on twice, checked by the grandchild's rules.
+        with pytest.raises(ResumeRejected):
+            await parent.resume(answers=[approve(i)], identity="mallory")
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["gina"] == 1
+
+
+def test_the_worker_hosts_sub_agents_and_refuses_two_agents_of_one_name():
+    assert [a.name for a in with_sub_agents([supervisor])] == ["supervisor", "payments"]
+    other = Agent("payments", system="Another.")
+    with pytest.raises(ValueError, match="payments"):
+        with_sub_agents([supervisor, other])
+    assert MAX_AGENT_DEPTH >= 2
+
+
+async def test_a_worker_lost_while_the_child_waits_loses_nothing_and_both_histories_replay(
+    client, offline
+):
+    queue = f"test-{uuid.uuid4()}"
+    async with hosted(
+        client, agents=[supervisor], model=offline, task_queue=queue, max_cached_workflows=0
+    ) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send(delegate("hank", 8))
+        (i,) = paused.interrupts
+    # That worker is gone; a brand-new one (nothing cached) takes both conversations up.
+    async with hosted(
+        client, agents=[supervisor], model=offline, task_queue=queue, max_cached_workflows=0
+    ) as agents:
+        parent = await agents.chat("supervisor", chat_id=parent.id)
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+    assert RUNS["hank"] == 1
+    assert i.chat_id is not None
+    for chat_id in (parent.id, i.chat_id):
+        hist = await client.get_workflow_handle(chat_id).fetch_history()
+        result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
+        assert result.replay_failure is None
+        await assert_no_workflow_task_failed(client, chat_id)
+
+
+async def test_a_forged_sub_agent_report_changes_nothing_and_is_recorded(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send(delegate("ivy", 9))
+        (i,) = paused.interrupts
+        handle = client.get_workflow_handle(parent.id)
+        # Someone with namespace credentials claims a child of another id, and "answers".
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": "someone-else"})
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 1, timeout=20)
+        assert "no sub-agent" in rejected[-1].reason
+        # A report naming the real child is only a hint: what shows is read from the child.
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": i.chat_id})
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        assert RUNS["ivy"] == 0
+        # An answer by signal through the caller, from the wrong person: refused by the child,
+        # recorded here.
+        await handle.signal(
+            "resume",
+            {"restart": [approve(i).model_dump(mode="json")], "identity": "mallory"},
+        )
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 2, timeout=20)
+        assert "refused by sub-agent" in rejected[-1].reason
+        assert RUNS["ivy"] == 0
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP
+        assert RUNS["ivy"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_the_agents_page_s_supervisor_runs_offline_as_printed(
+    client, tmp_path, monkeypatch, capsys
+):
+    for key in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
+        monkeypatch.delenv(key, raising=False)
+    source = block(
+        "# supervisor.py: a supervisor agent with a payments sub-agent, on the offline model",
+        lang="python",
+    )
+    module = load(tmp_path, "supervisor_page", source, monkeypatch)
+    await module.main(server_address(client))
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "interrupted pay 2 True",
+        "refused by the payments agent's approvers",
+        "stop True",
+    ], out
