@@ -338,20 +338,7 @@ class AgentActivities:
                 type=ErrorKind.TOOL_ERROR,
                 non_retryable=True,
             ) from e
-        problem = _unstorable(output, tool=tool.name, what="output")
-        if problem:
-            # The tool has run (its side effects happened): the model must hear that, so the
-            # turn goes on with an error in place of the output rather than failing (and
-            # the activity must not fail either, or Temporal would run the tool again).
-            status, text = problem
-            log.warning("%s; sent the model an error instead", text)
-            error = (
-                "output too large" if status == Status.RESOURCE_EXHAUSTED else "output not accepted"
-            )
-            return ToolResult(
-                kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
-            )
-        return ToolResult(kind="output", output=output)
+        return _ran(output, tool=tool.name)
 
     @activity.defn(name=MCP_ACTIVITY)
     async def mcp_call(self, input: MCPCallInput) -> ToolResult:
@@ -471,18 +458,23 @@ class AgentActivities:
                 type=ErrorKind.TOOL_ERROR,
                 non_retryable=True,
             ) from e
-        problem = _unstorable(output, tool=input.tool, what="output")
-        if problem:
-            # The tool has run: as for any tool, the model hears that, in a few bytes.
-            status, text = problem
-            log.warning("%s; sent the model an error instead", text)
-            error = (
-                "output too large" if status == Status.RESOURCE_EXHAUSTED else "output not accepted"
-            )
-            return ToolResult(
-                kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
-            )
-        return ToolResult(kind="output", output=output)
+        return _ran(output, tool=input.tool)
+
+
+def _ran(output: Any, *, tool: str) -> ToolResult:
+    """A tool's output (a Python tool's or an MCP server's), or, when it cannot be stored, an
+    error in its place. The tool has run (its side effects happened): the model must hear that,
+    so the turn goes on with an error in place of the output rather than failing (and the
+    activity must not fail either, or Temporal would run the tool again)."""
+    problem = _unstorable(output, tool=tool, what="output")
+    if problem:
+        status, text = problem
+        log.warning("%s; sent the model an error instead", text)
+        error = "output too large" if status == Status.RESOURCE_EXHAUSTED else "output not accepted"
+        return ToolResult(
+            kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
+        )
+    return ToolResult(kind="output", output=output)
 
 
 def for_a_conversation(chat_id: str, *, what: str) -> None:
