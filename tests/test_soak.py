@@ -60,7 +60,9 @@ def test_a_short_soak_keeps_every_invariant_under_every_fault(tmp_path):
         check=False,
     )
     printed = proc.stdout[-4000:] + proc.stderr[-4000:]
-    results = json.loads((tmp_path / "soak.json").read_text())
+    written = tmp_path / "soak.json"
+    assert written.exists(), f"the soak wrote no results (exit {proc.returncode}):\n{printed}"
+    results = json.loads(written.read_text())
     assert results["violations_total"] == 0, results["violation_examples"]
     assert proc.returncode == 0, printed
     assert set(results["violations"]) >= {
