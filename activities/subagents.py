@@ -50,38 +50,55 @@ class AgentTool:
     _: KW_ONLY
     name: str
     description: str
+    output: type[BaseModel] | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
             name=self.name,
             description=self.description,
             input_schema=SubAgentInput.model_json_schema(),
-            agent=SubAgentRef(agent=self.agent.name),
+            agent=SubAgentRef(
+                agent=self.agent.name,
+                output_schema=self.output.model_json_schema() if self.output else None,
+            ),
         )
 
 
 def agent_tool(
-    agent: Agent, *, name: str | None = None, description: str | None = None
+    agent: Agent,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    output: type[BaseModel] | None = None,
 ) -> AgentTool:
     """Offer ``agent`` to another agent's model as a tool.
 
     Each call starts a conversation with ``agent`` (a child workflow of the caller's) with the
     model's ``input`` as its first message, and returns ``{"text": its final reply, "chat_id":
-    the child's chat id}``. While the child waits on a person, the call waits with it; answer
-    the child's interrupts on the child's chat (``agents.chat(agent, chat_id=...)``, the inbox
-    lists them under the child's chat id). A child that fails fails the call classified.
+    the child's chat id}``. While the child waits on a person, the call waits with it, and the
+    caller shows the child's interrupts (each with its ``path``); answer them there or on the
+    child's own chat. A child that fails fails the call classified.
+
+    With ``output``, the sub-agent's first message asks for one JSON object of that model's
+    schema, and the call's output is ``{"output": the object, "chat_id": ...}``; an answer that
+    does not fit is ``{"error": why, "text": the answer, "chat_id": ...}``, for the model to
+    hear (it may ask again).
 
     Args:
         agent: The sub-agent. The worker that hosts the calling agent hosts it too.
         name: The tool's durable name (default: the agent's name).
         description: What the model reads about it (default: "Ask the NAME agent.").
+        output: A pydantic model the sub-agent's answer must fit (default: plain text).
     """
     if not isinstance(agent, Agent):
         raise TypeError(f"agent_tool takes an Agent, not {type(agent).__name__}")
+    if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+        raise TypeError(f"output takes a pydantic model class, not {output!r}")
     return AgentTool(
         agent,
         name=name or agent.name,
         description=description or f"Ask the {agent.name} agent.",
+        output=output,
     )
 
 

@@ -10,6 +10,7 @@ import json
 import uuid
 
 import pytest
+from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from temporal_agent_interrupts import (
@@ -24,8 +25,10 @@ from temporal_agent_interrupts import (
 from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.standin import text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, SUB_AGENT_SIGNAL
+from temporal_agent_interrupts.workflows.turn import OUTPUT_REQUEST
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import SubPayment as Payment
 from tests.agents import payments, supervisor
@@ -281,3 +284,81 @@ async def test_the_agents_page_s_supervisor_runs_offline_as_printed(
         "refused by the payments agent's approvers",
         "stop True",
     ], out
+
+
+class Receipt(BaseModel):
+    paid: float
+    to: str
+
+
+ledger = Agent(
+    "ledger",
+    system="You keep the books.",
+    tools=[agent_tool(payments, name="pay_for_receipt", output=Receipt)],
+)
+
+
+def _sent_to_caller(model: ScriptedModel, tool_name: str) -> list[dict]:
+    """The outputs of ``tool_name`` the caller's model was sent, in order."""
+    return [
+        r["response"]
+        for request in model.requests
+        for r in request.function_responses()
+        if r.get("name") == tool_name
+    ]
+
+
+async def test_a_sub_agent_with_an_output_model_answers_with_that_object(client, offline):
+    async with hosted(client, agents=[ledger], model=offline) as agents:
+        parent = await agents.chat("ledger")
+        paused = await parent.send(delegate("ursula", 3, tool_name="pay_for_receipt"))
+        (i,) = paused.interrupts
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+    assert RUNS["ursula"] == 1
+    # The sub-agent was asked for the schema in its first message; the caller's model got the
+    # object it answered, checked against the schema.
+    asked = [r.user_text() for r in offline.requests if OUTPUT_REQUEST.strip() in r.user_text()]
+    schema = json.dumps(Receipt.model_json_schema(), sort_keys=True, separators=(",", ":"))
+    assert set(asked) == {'call pay {"to": "ursula", "amount": 3}' + OUTPUT_REQUEST + schema}
+    (sent,) = _sent_to_caller(offline, "pay_for_receipt")
+    assert sent == {"output": {"paid": 3.0, "to": "ursula"}, "chat_id": i.chat_id}
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("I paid olga.", "not valid JSON"),
+        ('```json\n{"paid": 1}\n```', "'to' is a required property"),
+        ('["paid", 1]', "not a JSON object"),
+        ('{"paid": "lots", "to": "olga"}', 'must be of type "number"'),
+        ("[" * 5000 + "]" * 5000, "nested"),
+        ('{"paid": 1, "to": "\\ud800"}', "Unicode"),
+    ],
+)
+async def test_a_sub_agent_answer_that_does_not_fit_is_the_callers_model_s_to_hear(
+    client, answer, why
+):
+    clerk = Agent(f"clerk-{uuid.uuid4().hex[:6]}", system="You are a clerk.")
+    books = Agent(
+        f"books-{uuid.uuid4().hex[:6]}",
+        system="You keep the books.",
+        tools=[agent_tool(clerk, name="clerk", output=Receipt)],
+    )
+
+    def script(request):
+        if request.system() == "You are a clerk.":
+            return text(answer)  # the sub-agent answers in a shape it was not asked for
+        return offline_rules(request)
+
+    model = ScriptedModel(script)
+    async with hosted(client, agents=[books], model=model) as agents:
+        parent = await agents.chat(books.name)
+        done = await parent.send(f"call clerk {json.dumps({'input': 'pay olga 1'})}")
+        assert done.finish_reason == FinishReason.STOP, done
+    (sent,) = _sent_to_caller(model, "clerk")
+    assert sent["error"].startswith("the sub-agent's answer does not fit the output schema")
+    assert why in sent["error"], sent["error"]
+    assert sent["chat_id"].startswith(f"{parent.id}--") and "output" not in sent
+    await assert_no_workflow_task_failed(client, parent.id)

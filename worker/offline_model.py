@@ -11,6 +11,9 @@ This is not a language model. It reads the conversation it is sent and follows f
   ``transferMoney``; ``deploy <service> [to <env>]`` calls ``deploy``; ``run <command>`` (or a
   command in backticks) calls ``run_shell``;
 - after the tools answer, it names each tool and shows its output (or its error);
+- a message that asks for a JSON answer of a schema (a sub-agent of ``agent_tool(output=...)``)
+  gets one: the schema's example value, with the fields a tool's output shares with it filled
+  from that output;
 - anything else gets a reply listing the agent's own tools and the ``call`` syntax.
 
 It only calls tools the agent declared. Set ``GEMINI_API_KEY`` to use the real model.
@@ -27,6 +30,7 @@ from typing import Any
 
 from temporal_agent_interrupts.worker.standin import Reply, Request, calls, text
 from temporal_agent_interrupts.workflows.details import example_value
+from temporal_agent_interrupts.workflows.turn import OUTPUT_REQUEST
 from temporal_agent_interrupts.workflows.types import APPROVED, FEEDBACK
 
 BANNER = "[offline stand-in model]"
@@ -106,12 +110,45 @@ def respond(request: Request) -> dict[str, Any]:
         return _first_step(" ".join(p["text"] for p in last if "text" in p), request)
     responses = request.function_responses()
     if responses:
+        _, schema = _output_request(request.user_text())
+        if schema is not None:
+            return text(json.dumps(_filled(schema, responses), ensure_ascii=False))
         return _after_tools(responses, request)
     return _first_step(request.user_text(), request)
 
 
+def _output_request(user: str) -> tuple[str, dict[str, Any] | None]:
+    """A message's task and the JSON Schema it asks the answer to fit (None: it asks none)."""
+    task, marker, schema = user.partition(OUTPUT_REQUEST.strip())
+    if not marker:
+        return user, None
+    try:
+        found = json.loads(schema)
+    except ValueError:
+        return task.strip(), None
+    return task.strip(), found if isinstance(found, dict) else None
+
+
+def _filled(schema: dict[str, Any], responses: list[dict[str, Any]]) -> Any:
+    """The schema's example value, its top-level fields taken from the tools' outputs where
+    they share a name (the last tool's output wins)."""
+    value = example_value(schema)
+    if not isinstance(value, dict):
+        return value
+    properties = schema.get("properties") or {}
+    for r in responses:
+        out = r.get("response") or {}
+        for key in properties:
+            if key in out:
+                value[key] = out[key]
+    return value
+
+
 def _first_step(user: str, request: Request) -> dict[str, Any]:
+    user, schema = _output_request(user)
     tools = request.tool_names()
+    if schema is not None and not _CALL.match(user.strip()):
+        return text(json.dumps(example_value(schema), ensure_ascii=False))
     first = _CALL.match(user.strip())
     name = first["name"].rstrip(".,;") if first else None
     if name not in tools:

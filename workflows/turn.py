@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +46,10 @@ from temporal_agent_interrupts.workflows.limits import (
     HELD,
     OUT,
     KiB,
+    Refused,
+    check_json,
     cut_stored,
+    decode_json,
     human_size,
     json_size,
     names_within,
@@ -78,6 +82,7 @@ from temporal_agent_interrupts.workflows.types import (
     SentMessage,
     Status,
     SubAgentPendingInput,
+    SubAgentRef,
     SubAgentResumeInput,
     SubAgentResumeResult,
     ToolInput,
@@ -606,7 +611,7 @@ class TurnMachine:
             original_args=call.original_args,
         )
         if tool is not None and tool.agent is not None:
-            await self._run_sub_agent(call, tool.agent.agent, run=run)
+            await self._run_sub_agent(call, tool.agent, run=run)
             return
         activity = config.TOOL_ACTIVITY
         if tool is not None and tool.mcp is not None:
@@ -662,19 +667,22 @@ class TurnMachine:
                 }
             book.complete(call, output)
 
-    async def _run_sub_agent(self, call: CallState, agent: str, *, run: int) -> None:
+    async def _run_sub_agent(self, call: CallState, ref: SubAgentRef, *, run: int) -> None:
         """Run a call of an ``agent_tool``: a conversation with ``agent`` as a child workflow.
 
         The child's id is the caller's chat id and the call's ref (and the run, past the
         first), so it is found from either; its first message is the model's ``input``; its
         interrupts wait in the child (its own rules, history and audit trail) while this call
-        runs. Its final text is the call's output. A child that fails, is cancelled on its own
+        runs. Its final text is the call's output; with an output schema, the JSON object its
+        final text holds (an answer that does not fit is the model's to hear: the call's
+        output says why, and the model may ask again). A child that fails, is cancelled on its own
         or stops at its turn limit fails the call classified (``TOOL_ERROR``); cancelling this
         turn cancels the child (Temporal asks the child to cancel, and waits for it).
         """
         turn = self.s.turn
         assert turn is not None
         book = self.book(turn)
+        agent = ref.agent
         task = call.args.get("input")
         if not isinstance(task, str) or not task.strip():
             book.complete(
@@ -703,7 +711,9 @@ class TurnMachine:
         try:
             handle = await workflow.start_child_workflow(
                 config.WORKFLOW_TYPE,
-                ConversationInput(agent=agent, task=task, depth=depth),
+                ConversationInput(
+                    agent=agent, task=with_output_request(task, ref.output_schema), depth=depth
+                ),
                 id=child_id,
                 result_type=ConversationResult,
                 static_summary=f"sub-agent {agent} for {call.name}",
@@ -763,6 +773,8 @@ class TurnMachine:
         last = result.last_turn
         if last is not None and last.finish_reason == FinishReason.STOP:
             output: JsonObject = {"text": last.text, "chat_id": child_id}
+            if ref.output_schema is not None:
+                output = structured_output(last.text, ref.output_schema, chat_id=child_id)
             if json_size(output) > self.room(turn):
                 # As a tool's output (see _run_tool): the child has answered, the model must
                 # hear that in a few bytes, and the turn stays within its budget.
@@ -808,6 +820,8 @@ class TurnMachine:
                     summary=f"pending of sub-agent {child_id}",
                 )
             except ActivityError as e:
+                if isinstance(e.cause, CancelledError):
+                    raise asyncio.CancelledError() from None  # the call is over: stop watching
                 workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
                 continue
             requests = [
@@ -1159,6 +1173,50 @@ class SubAgentChild:
     hinted: bool = False
     # What it waits on, as last read, each with its path from this conversation.
     requests: list[InterruptRequest] = field(default_factory=list)
+
+
+OUTPUT_REQUEST = (
+    "\n\nAnswer with only a JSON object, no other text, that matches this JSON Schema:\n"
+)
+
+
+def with_output_request(task: str, schema: JsonObject | None) -> str:
+    """A sub-agent's first message: the caller's task and, for an ``agent_tool(output=...)``,
+    the schema its answer must fit (in words: it works with every model, tools or not)."""
+    if schema is None:
+        return task
+    return task + OUTPUT_REQUEST + json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n(?P<body>.*)\n```$", re.DOTALL)
+
+
+def structured_output(text: str, schema: JsonObject, *, chat_id: str) -> JsonObject:
+    """The call's output for a sub-agent's final ``text`` that must fit ``schema``:
+    ``{"output": the object, "chat_id"}``, or ``{"error", "text", "chat_id"}`` saying why it
+    does not (the model reads it, and may ask the sub-agent again)."""
+    body = text.strip()
+    if m := _FENCE.match(body):
+        body = m["body"].strip()  # models often fence JSON although told not to
+    try:
+        # The model's text, decoded as a payload is: no nesting or text that could not be
+        # stored (or would exhaust the stack) reaches the call's output.
+        value = decode_json(body.encode("utf-8", "surrogatepass"))
+        check_json(value, what="the answer")
+    except Refused as e:
+        problem: str | None = e.reason
+    else:
+        if not isinstance(value, dict):
+            problem = "it is not a JSON object"
+        else:
+            problem = schema_error(value, schema)
+        if problem is None:
+            return {"output": value, "chat_id": chat_id}
+    return {
+        "error": f"the sub-agent's answer does not fit the output schema: {problem}",
+        "text": text,
+        "chat_id": chat_id,
+    }
 
 
 def sub_agent_id(chat_id: str, ref: str, run: int) -> str:

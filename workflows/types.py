@@ -139,6 +139,10 @@ class SubAgentRef(_Wire):
     agent, run as a child workflow of the caller's."""
 
     agent: str
+    # The JSON Schema its reply must fit (``agent_tool(output=...)``): the sub-agent is asked to
+    # answer with one JSON object of it, and the call's output is that object. Left off the wire
+    # when unset, so a text-only sub-agent's spec (and digest) is what it was.
+    output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolSpec(_Wire):
