@@ -10,6 +10,8 @@ wait in the child, by the child's rules; the worker hosting the caller hosts the
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -19,9 +21,11 @@ from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_ANSWER_HEARTBEAT,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
@@ -193,11 +197,48 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
 
     handle = _child(input)
     raw = RawValue(activity.payload_converter().to_payload(input.resume))
+    update_id = _update_id()
+    beating = asyncio.create_task(_heartbeat(update_id))
     try:
-        result = await handle.execute_update(AgentWorkflow.resume, raw)
+        # The first attempt's id in every attempt: a retry after a lost worker is answered
+        # with the first attempt's outcome (Temporal keeps an update's outcome by its id, even
+        # once the child has closed), and the answer is never given twice.
+        result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:
             return SubAgentResumeResult(refused=cause.message)
         raise
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            # Closed without this answer: an update it took is answered by its id even after
+            # the child closes (so a retry of one that got there lands above), a new one is not.
+            return SubAgentResumeResult(refused="the sub-agent's conversation has closed")
+        raise
+    finally:
+        beating.cancel()
     return SubAgentResumeResult(result=result)
+
+
+def _update_id() -> str:
+    """The child update's id: the first attempt's (kept in its heartbeat), or a new one.
+
+    Random, not derived from the caller's run: a workflow's ids are predictable (its random
+    numbers are seeded from its run id), and whoever may answer the child could send an update
+    of their own under the id first, which Temporal would then give as this answer's outcome.
+    A worker lost after giving the answer but before its first heartbeat reached the server
+    leaves a retry a new id: the child then refuses the answer as given already (its own
+    exactly-once), and the caller shows where the child stands.
+    """
+    details = activity.info().heartbeat_details
+    if details and isinstance(details[0], str) and details[0].startswith("answer-"):
+        return details[0]
+    return f"answer-{uuid.uuid4()}"
+
+
+async def _heartbeat(update_id: str) -> None:
+    """Beat while the child's turn runs on, carrying the update's id for a retry (a lost
+    worker is noticed by its heartbeat)."""
+    while True:
+        activity.heartbeat(update_id)
+        await asyncio.sleep(SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4)

@@ -67,3 +67,14 @@ itself, directly or round a loop, stops."""
 
 SUB_AGENT_START_TO_CLOSE = timedelta(seconds=60)
 SUB_AGENT_RETRY = RetryPolicy(maximum_attempts=3)
+# An answer passed to a sub-agent waits for the sub-agent's turn to stop again, as a resume of
+# the caller's own does: its tools and model calls may take long, so the wait is bounded by a
+# heartbeat (a lost worker is noticed in seconds), and each retry asks again under the first
+# attempt's update id, which Temporal answers with that update's outcome (never a second answer).
+SUB_AGENT_ANSWER_START_TO_CLOSE = timedelta(hours=24)
+SUB_AGENT_ANSWER_HEARTBEAT = timedelta(seconds=20)
+SUB_AGENT_ANSWER_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=20,
+)

@@ -906,10 +906,12 @@ class TurnMachine:
             config.SUB_AGENT_RESUME_ACTIVITY,
             SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
             result_type=SubAgentResumeResult,
-            start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
-            # The child's update is idempotent only by its own checks (an answer given twice is
-            # refused the second time): one attempt, its outcome whatever the child said.
-            retry_policy=RetryPolicy(maximum_attempts=1),
+            # The child's turn runs on after the answer (its tool, its model): the wait is as
+            # long as that, its liveness the heartbeat; a retry asks for the first attempt's
+            # update by its id (sub_agent_resume), never giving the answer twice.
+            start_to_close_timeout=config.SUB_AGENT_ANSWER_START_TO_CLOSE,
+            heartbeat_timeout=config.SUB_AGENT_ANSWER_HEARTBEAT,
+            retry_policy=config.SUB_AGENT_ANSWER_RETRY,
             summary=f"answer for sub-agent {child_id}",
         )
         if result.refused is None:

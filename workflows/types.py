@@ -916,6 +916,7 @@ class SubAgentResumeInput(_Wire):
 
 
 class SubAgentResumeResult(_Wire):
+    # The child's turn as it stopped after the answer.
     result: TurnResult | None = None
     # The child's refusal, as its ResumeRejected says it; None when it took the answer.
     refused: str | None = None
