@@ -255,7 +255,9 @@ class AgentClient:
         return await paused_chats(self._temporal, agent=agent, approver=approver)
 
     async def audit(self, chat_id: str) -> list[AnswerRecord]:
-        """Every answer the conversation ``chat_id`` applied, once each, oldest first.
+        """Every answer the conversation ``chat_id`` applied, once each, oldest first, with
+        those its sub-agents applied (``agent_tool``: each such record has the sub-agent's
+        ``chat_id``; an answer given through the caller is applied, and recorded, there).
 
         Read from the histories of all its runs (it continues as new as it grows, and its
         state keeps only the newest answers), so it needs no worker, and it holds what the

@@ -58,7 +58,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.types import AnswerRecord, ConversationInput
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ _BY_WORKFLOW = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
 _BY_RETRY = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_RETRY
 _BY_CRON = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_CRON_SCHEDULE
 
-RecordKey = tuple[datetime, str, str, str | None]
+RecordKey = tuple[datetime, str, str, str | None, str | None]
 
 
 class UntrustedRun(BaseModel):
@@ -88,13 +88,16 @@ class UntrustedRun(BaseModel):
     workflow_type: str = ""
     task_queue: str = ""
     """As its start event says; whoever started it chose both."""
+    chat_id: str = ""
+    """A sub-agent's chat id, when the run is under one (empty: under the chat asked for)."""
 
 
 class AuditReport(BaseModel):
     """A conversation's audit trail, and the runs under its id that are not part of it."""
 
     records: list[AnswerRecord] = []
-    """Every answer the conversation applied, once each, oldest first."""
+    """Every answer the conversation applied, once each, oldest first; with the answers its
+    sub-agents applied (``agent_tool``, however deep), each with its ``chat_id``."""
     untrusted: list[UntrustedRun] = []
     """Oldest first."""
     gone: list[str] = []
@@ -104,8 +107,8 @@ class AuditReport(BaseModel):
 
 
 def record_key(record: AnswerRecord) -> RecordKey:
-    """What tells one answer from another: when, which call, how and by whom."""
-    return (record.at, record.ref, record.kind, record.identity)
+    """What tells one answer from another: when, which call, how, by whom, and where."""
+    return (record.at, record.ref, record.kind, record.identity, record.chat_id)
 
 
 def merge(*sources: Iterable[AnswerRecord]) -> list[AnswerRecord]:
@@ -161,6 +164,9 @@ class RunTrail:
     begun: bool = False
     # The memo's ``answers`` batches, as written.
     batches: list[Payload] = field(default_factory=list)
+    # The child workflows it started (sub-agents: ``agent_tool``), as (workflow id, run id):
+    # Temporal records each start its commands made.
+    children: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def fresh(self) -> bool:
@@ -194,6 +200,11 @@ async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | No
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if MEMO_KEY in fields:
                     run.batches.append(fields[MEMO_KEY])
+            elif kind == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+                child = event.child_workflow_execution_started_event_attributes
+                run.children.append(
+                    (child.workflow_execution.workflow_id, child.workflow_execution.run_id)
+                )
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return None  # past the namespace's retention, or never there
@@ -207,6 +218,7 @@ def judge(
     *,
     task_queue: str,
     retained_since: datetime | None = None,
+    first_run: str | None = None,
 ) -> dict[str, str]:
     """Why each run that is not the conversation's own is not (trusted runs are left out).
 
@@ -217,9 +229,11 @@ def judge(
         retained_since: Runs that closed after this are still within the namespace's
             retention (None: unknown). A run continued from one that is gone although it
             closed then (when the run began) had its predecessor deleted: a gap someone made.
+        first_run: The run the conversation began with, when that is known from elsewhere (a
+            sub-agent's: the run its caller started); otherwise the earliest fresh start.
     """
     early = _deleted_early(runs, gone, retained_since)
-    first = head(runs, gone - early)
+    first = runs.get(first_run) if first_run is not None else head(runs, gone - early)
     verdicts: dict[str, str | None] = {}
 
     def verdict(run: RunTrail) -> str | None:
@@ -383,6 +397,8 @@ async def audit_trail(
     *,
     task_queue: str,
     latest_run: str,
+    first_run: str | None = None,
+    depth: int = 0,
 ) -> AuditReport:
     """Every answer the conversation ``chat_id`` applied, once each, oldest first, and the
     runs under its id that are not the conversation's (see the module docstring).
@@ -390,6 +406,9 @@ async def audit_trail(
     Args:
         task_queue: The task queue this deployment's workers poll: only runs there are trusted.
         latest_run: The run id of its newest run (visibility may not list it yet).
+        first_run: The run it began with, when known (a sub-agent's, from its caller's
+            history): only that run's chain is trusted.
+        depth: How many callers deep it is (sub-agents are read to ``MAX_AGENT_DEPTH``).
 
     Raises:
         temporalio.service.RPCError: reading a history or the visibility listing failed.
@@ -422,7 +441,11 @@ async def audit_trail(
             )
         )
     why_not = judge(
-        runs, gone, task_queue=task_queue, retained_since=await _retained_since(temporal)
+        runs,
+        gone,
+        task_queue=task_queue,
+        retained_since=await _retained_since(temporal),
+        first_run=first_run,
     )
     ordered = sorted(runs.values(), key=lambda r: (r.started, r.run_id))
     trusted = [run for run in ordered if run.run_id not in why_not]
@@ -456,7 +479,33 @@ async def audit_trail(
         # Info, not a warning: the report carries them, and agentctl (no logging set up) would
         # print a warning a second time, through Python's last-resort handler.
         log.info("audit of %r: run %s left out: %s", chat_id, run.run_id, run.reason)
-    return AuditReport(records=merge(batches, fallback), untrusted=untrusted, gone=sorted(gone))
+    report = AuditReport(records=merge(batches, fallback), untrusted=untrusted, gone=sorted(gone))
+    if depth < MAX_AGENT_DEPTH:
+        # Its sub-agents' answers: each child chain as the trusted runs' own commands started
+        # it (a workflow someone else began under a child's id is not read as the child).
+        children = dict.fromkeys(child for run in trusted for child in run.children)
+        subs = [
+            await audit_trail(
+                temporal,
+                child_id,
+                task_queue=task_queue,
+                latest_run=child_run,
+                first_run=child_run,
+                depth=depth + 1,
+            )
+            for child_id, child_run in children
+        ]
+        for (child_id, _), sub in zip(children, subs, strict=True):
+            report.records += [
+                r if r.chat_id else r.model_copy(update={"chat_id": child_id}) for r in sub.records
+            ]
+            report.untrusted += [
+                u if u.chat_id else u.model_copy(update={"chat_id": child_id})
+                for u in sub.untrusted
+            ]
+            report.gone += sub.gone
+        report.records = merge(report.records)
+    return report
 
 
 __all__ = [

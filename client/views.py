@@ -541,7 +541,9 @@ def print_audit(
         claims = f" with the {n} answer record{'' if n == 1 else 's'} it claimed" if n else ""
         out.print(
             Text(
-                f"warning: run {visible(run.run_id)} (started "
+                f"warning: run {visible(run.run_id)}"
+                + (f" of sub-agent {visible(run.chat_id)}" if run.chat_id else "")
+                + " (started "
                 f"{run.started.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC) left out of the trail"
                 f"{claims}: {visible(run.reason)}",
                 style="bold yellow",
@@ -566,7 +568,8 @@ def _print_trail(chat_id: str, answers: list[AnswerRecord]) -> None:
         (
             f"{a.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}",
             visible(a.name),
-            visible(a.ref),
+            # A sub-agent's answer (agent_tool) names the conversation it was applied in.
+            visible(a.ref if not a.chat_id else f"{a.ref} in {a.chat_id}"),
             a.kind,
             a.decision or "-",
             who(a.identity, a.identity_verified),

@@ -27,7 +27,11 @@ from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
-from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, SUB_AGENT_SIGNAL
+from temporal_agent_interrupts.workflows.config import (
+    MAX_AGENT_DEPTH,
+    SUB_AGENT_SIGNAL,
+    WORKFLOW_TYPE,
+)
 from temporal_agent_interrupts.workflows.turn import OUTPUT_REQUEST
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import SubPayment as Payment
@@ -96,6 +100,11 @@ async def test_a_sub_agent_s_interrupt_surfaces_on_the_caller_and_is_answered_th
         assert RUNS["bob"] == 1
         (record,) = await agents.audit(child_id)
         assert record.identity == "alice" and record.decision == "approved"
+        assert record.chat_id is None  # the child's own trail
+        # The caller's trail holds it too, naming the conversation it was applied in.
+        (through,) = await agents.audit(parent.id)
+        assert through.chat_id == child_id and through.ref == i.ref
+        assert through.identity == "alice" and through.decision == "approved"
         # The child's conversation answered its one call and closed.
         desc = await client.get_workflow_handle(child_id).describe()
         assert desc.status == WorkflowExecutionStatus.COMPLETED
@@ -362,3 +371,33 @@ async def test_a_sub_agent_answer_that_does_not_fit_is_the_callers_model_s_to_he
     assert why in sent["error"], sent["error"]
     assert sent["chat_id"].startswith(f"{parent.id}--") and "output" not in sent
     await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_the_callers_audit_trail_reads_only_the_child_chain_it_started(client, offline):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        first = await parent.send(delegate("vera", 2))
+        (i,) = first.interrupts
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        child_id = i.chat_id
+        assert child_id is not None
+        # The child has closed; someone with namespace credentials starts a conversation of
+        # their own under its id, on the same task queue, and answers in it as "alice".
+        await client.start_workflow(
+            WORKFLOW_TYPE,
+            {"agent": "payments", "task": "call pay " + json.dumps({"to": "wendy", "amount": 1})},
+            id=child_id,
+            task_queue=agents.task_queue,
+        )
+        squat = await agents.chat("payments", chat_id=child_id)
+        (j,) = await paused(squat)
+        await squat.resume(answers=[approve(j)], identity="alice")
+        report = await agents.audit_report(parent.id)
+        # Only the run the caller started counts: the later start is named, its answer is not
+        # in the trail.
+        assert [(r.chat_id, r.identity) for r in report.records] == [(child_id, "alice")]
+        assert report.records[0].ref == i.ref
+        (left_out,) = report.untrusted
+        assert left_out.chat_id == child_id and left_out.claimed == 1
+        assert RUNS["vera"] == 1 and RUNS["wendy"] == 1

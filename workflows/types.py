@@ -650,6 +650,10 @@ class AnswerRecord(_Wire):
     original_input: JsonObject | None = None
     # The gate decision the answered call paused on (MCP tools: annotation, list or default).
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # In a caller's audit trail, a record of one of its sub-agents (``agent_tool``): the
+    # sub-agent's chat id (the answer was applied there, by its rules). Never written by the
+    # workflow: the trail's reader sets it (client.audit).
+    chat_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
