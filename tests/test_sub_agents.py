@@ -29,6 +29,7 @@ from temporal_agent_interrupts.worker.standin import text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.config import (
     MAX_AGENT_DEPTH,
+    SUB_AGENT_RESUME_ACTIVITY,
     SUB_AGENT_SIGNAL,
     WORKFLOW_TYPE,
 )
@@ -401,3 +402,44 @@ async def test_the_callers_audit_trail_reads_only_the_child_chain_it_started(cli
         (left_out,) = report.untrusted
         assert left_out.chat_id == child_id and left_out.claimed == 1
         assert RUNS["vera"] == 1 and RUNS["wendy"] == 1
+
+
+async def _forwarded(client: Client, chat_id: str) -> int:
+    """How many answers ``chat_id``'s history passed on to a sub-agent (activities scheduled)."""
+    hist = await client.get_workflow_handle(chat_id).fetch_history()
+    return sum(
+        1
+        for e in hist.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name
+        == SUB_AGENT_RESUME_ACTIVITY
+    )
+
+
+async def test_an_answer_the_sub_agent_surely_refuses_costs_the_caller_no_history(
+    client, offline
+):
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        first = await parent.send(delegate("xena", 2))
+        (i,) = first.interrupts
+        handle = client.get_workflow_handle(parent.id)
+        # Someone the sub-agent's approvers do not name, by update (refused by the validator:
+        # no event) and by signal (recorded as a rejection), and an answer naming another tool.
+        with pytest.raises(ResumeRejected, match="may not answer 'pay'"):
+            await parent.resume(answers=[approve(i)], identity="bob")
+        await handle.signal(
+            "resume", {"restart": [approve(i).model_dump(mode="json")], "identity": "bob"}
+        )
+        wrong = approve(i).model_dump(mode="json") | {"name": "refund"}
+        await handle.signal("resume", {"restart": [wrong], "identity": "alice"})
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 2, timeout=20)
+        assert "may not answer" in rejected[-2].reason
+        assert "is an interrupt of 'pay', not 'refund'" in rejected[-1].reason
+        assert await _forwarded(client, parent.id) == 0
+        assert [p.ref for p in await parent.pending()] == [i.ref]
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert await _forwarded(client, parent.id) == 1
+    assert RUNS["xena"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)

@@ -76,6 +76,7 @@ from temporal_agent_interrupts.workflows.turn import (
     TurnMachine,
     idempotency_key,
     message_digest,
+    refused_early,
 )
 from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
@@ -641,6 +642,11 @@ class AgentWorkflow:
         found = self._m.delegated_to({r for r in refs if isinstance(r, str)})
         if found is None:
             return None
+        why = refused_early(body, found[1].requests)
+        if why is not None:
+            # Surely refused there: refused here, before it costs the caller's history an
+            # activity (a validator's refusal leaves none; a signal's is recorded as any).
+            raise ResumeError(f"refused by sub-agent {found[0]}'s rules, as it shows them: {why}")
         return found[0], found[1], body
 
     def _forward_signal(

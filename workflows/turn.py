@@ -1221,6 +1221,52 @@ def structured_output(text: str, schema: JsonObject, *, chat_id: str) -> JsonObj
     }
 
 
+def refused_early(body: JsonObject, requests: list[InterruptRequest]) -> str | None:
+    """Why the sub-agent would refuse an answer meant for its ``requests``, when the caller
+    can tell from what the child shows (None: only the child can decide).
+
+    The child decides every answer; this only keeps what it would surely refuse out of the
+    caller's history (an answer passed on is an activity there, and refused ones would
+    otherwise grow it). Only rules the shown request states in full: the tool's name, the
+    input's digest, and an approver list without groups, for an identity asserted without a
+    token (a token is the child's to verify).
+    """
+    by_ref = {r.ref: r for r in requests}
+    token = body.get("identity_token")
+    identity = body.get("identity")
+    entries = [*(body.get("respond") or []), *(body.get("restart") or [])]
+    for entry in entries:
+        if not isinstance(entry, dict):
+            return None
+        request = by_ref.get(str(entry.get("ref")))
+        if request is None:
+            return None
+        name, digest = entry.get("name"), entry.get("input_digest")
+        if name != request.name:
+            return (
+                f"ref {request.ref!r} is an interrupt of {request.name!r}, not {name!r} "
+                f"(sub-agent {request.chat_id})"
+            )
+        if digest and request.input_digest and digest != request.input_digest:
+            return (
+                f"the answer for ref {request.ref!r} names another input than the one pending "
+                f"(sub-agent {request.chat_id}): read pending again"
+            )
+        allowed = request.approvers
+        if (
+            token is None
+            and allowed
+            and not request.approvers_omitted
+            and not any(a.startswith("group:") for a in allowed)
+            and identity not in allowed
+        ):
+            return (
+                f"{identity!r} may not answer {request.name!r} (ref {request.ref}) in sub-agent "
+                f"{request.chat_id}: its approvers are {', '.join(allowed)}"
+            )
+    return None
+
+
 def sub_agent_id(chat_id: str, ref: str, run: int) -> str:
     """The chat id of a sub-agent's conversation for one run of a call (``agent_tool``)."""
     return f"{chat_id}--{ref}" if run <= 1 else f"{chat_id}--{ref}--{run}"
