@@ -416,9 +416,7 @@ async def _forwarded(client: Client, chat_id: str) -> int:
     )
 
 
-async def test_an_answer_the_sub_agent_surely_refuses_costs_the_caller_no_history(
-    client, offline
-):
+async def test_an_answer_the_sub_agent_surely_refuses_costs_the_caller_no_history(client, offline):
     async with hosted(client, agents=[supervisor], model=offline) as agents:
         parent = await agents.chat("supervisor")
         first = await parent.send(delegate("xena", 2))
