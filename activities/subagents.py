@@ -208,7 +208,12 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:
             return SubAgentResumeResult(refused=cause.message)
-        raise
+        # The update's own outcome: a retry under its id would only be told it again.
+        raise ApplicationError(
+            f"the sub-agent's update failed: {cause or e}",
+            type="SubAgentUpdateFailed",
+            non_retryable=True,
+        ) from e
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             # Closed without this answer: an update it took is answered by its id even after

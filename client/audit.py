@@ -397,8 +397,6 @@ async def audit_trail(
     *,
     task_queue: str,
     latest_run: str,
-    first_run: str | None = None,
-    depth: int = 0,
 ) -> AuditReport:
     """Every answer the conversation ``chat_id`` applied, once each, oldest first, and the
     runs under its id that are not the conversation's (see the module docstring).
@@ -406,18 +404,45 @@ async def audit_trail(
     Args:
         task_queue: The task queue this deployment's workers poll: only runs there are trusted.
         latest_run: The run id of its newest run (visibility may not list it yet).
-        first_run: The run it began with, when known (a sub-agent's, from its caller's
-            history): only that run's chain is trusted.
-        depth: How many callers deep it is (sub-agents are read to ``MAX_AGENT_DEPTH``).
 
     Raises:
         temporalio.service.RPCError: reading a history or the visibility listing failed.
         client.codec.PayloadKeyMissing: a trusted run's records are encrypted with a key this
             process lacks.
     """
+    return await _trail(
+        temporal,
+        chat_id,
+        task_queue=task_queue,
+        latest_run=latest_run,
+        first_run=None,
+        depth=0,
+        retained_since=await _retained_since(temporal),
+        limit=asyncio.Semaphore(_PARALLEL_READS),
+    )
+
+
+async def _trail(
+    temporal: Client,
+    chat_id: str,
+    *,
+    task_queue: str,
+    latest_run: str,
+    first_run: str | None,
+    depth: int,
+    retained_since: datetime | None,
+    limit: asyncio.Semaphore,
+) -> AuditReport:
+    """:func:`audit_trail`, for a conversation ``depth`` callers deep.
+
+    Args:
+        first_run: The run it began with, when known (a sub-agent's, from its caller's
+            history): only that run's chain is trusted.
+        retained_since: As :func:`judge` takes it, read once for the whole trail.
+        limit: The reads under way at once, shared by the caller and its sub-agents.
+    """
     runs: dict[str, RunTrail] = {}
     gone: set[str] = set()
-    limit = asyncio.Semaphore(_PARALLEL_READS)
 
     async def read(run_id: str) -> RunTrail | None:
         async with limit:
@@ -444,7 +469,7 @@ async def audit_trail(
         runs,
         gone,
         task_queue=task_queue,
-        retained_since=await _retained_since(temporal),
+        retained_since=retained_since,
         first_run=first_run,
     )
     ordered = sorted(runs.values(), key=lambda r: (r.started, r.run_id))
@@ -484,17 +509,21 @@ async def audit_trail(
         # Its sub-agents' answers: each child chain as the trusted runs' own commands started
         # it (a workflow someone else began under a child's id is not read as the child).
         children = dict.fromkeys(child for run in trusted for child in run.children)
-        subs = [
-            await audit_trail(
-                temporal,
-                child_id,
-                task_queue=task_queue,
-                latest_run=child_run,
-                first_run=child_run,
-                depth=depth + 1,
+        subs = await asyncio.gather(
+            *(
+                _trail(
+                    temporal,
+                    child_id,
+                    task_queue=task_queue,
+                    latest_run=child_run,
+                    first_run=child_run,
+                    depth=depth + 1,
+                    retained_since=retained_since,
+                    limit=limit,
+                )
+                for child_id, child_run in children
             )
-            for child_id, child_run in children
-        ]
+        )
         for (child_id, _), sub in zip(children, subs, strict=True):
             report.records += [
                 r if r.chat_id else r.model_copy(update={"chat_id": child_id}) for r in sub.records
