@@ -184,6 +184,11 @@ def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) 
     body.add_column(style="dim", no_wrap=True)
     body.add_column(overflow="fold")
     body.add_row("ref", Text(visible(interrupt.ref)))
+    if interrupt.path:
+        # A sub-agent's interrupt (agent_tool): answered here, it is passed on to that chat,
+        # whose rules decide (as the UI's details panel says).
+        body.add_row("sub-agent", Text(visible(interrupt.chat_id or "")))
+        body.add_row("path", Text(" → ".join(visible(step) for step in interrupt.path)))
     body.add_row("kind", Text(_KIND.get(interrupt.source, interrupt.source)))
     body.add_row("input", Text(_compact(interrupt.input, None)))
     if interrupt.metadata:

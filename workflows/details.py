@@ -264,14 +264,37 @@ def _concrete_leaf(node: JsonObject, kind: Any) -> Any:
 
 def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject, str]:
     """The ``resume`` payload to suggest for a pending call, and how to introduce it."""
-    if call.source != "interrupt":
-        restart = {"name": call.name, "ref": call.ref, "resumed_metadata": {TOOL_APPROVED: True}}
+    return _suggest(
+        name=call.name,
+        ref=call.ref,
+        source=call.source,
+        output_schema=tool.output_schema if tool else None,
+    )
+
+
+def _suggest(
+    *, name: str, ref: str, source: str, output_schema: JsonObject | None
+) -> tuple[JsonObject, str]:
+    if source != "interrupt":
+        restart = {"name": name, "ref": ref, "resumed_metadata": {TOOL_APPROVED: True}}
         return {"restart": [restart]}, "approve it (the tool runs with its input as shown)"
-    output, complete = example_output(tool.output_schema if tool else None)
-    respond = {"name": call.name, "ref": call.ref, "output": output}
+    output, complete = example_output(output_schema)
+    respond = {"name": name, "ref": ref, "output": output}
     if complete:
         return {"respond": [respond]}, "approve it"
     return {"respond": [respond]}, "answer it (replace each <…> first)"
+
+
+def resume_command(workflow_id: str, answer: JsonObject) -> str:
+    """The ``temporal`` CLI command that sends ``answer`` as a ``resume`` signal, on one line.
+
+    The JSON is ASCII (``json.dumps`` escapes the rest), so one ``shlex.quote`` holds it; the
+    workflow id may be anything and is quoted by :func:`shell_word`.
+    """
+    return (
+        f"temporal workflow signal --workflow-id {shell_word(workflow_id)} --name resume "
+        f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,6 +319,63 @@ def _who_may(request: InterruptRequest) -> list[str]:
     return lines
 
 
+def _heading(name: str, ref: str, since: datetime | None, *, where: str = "") -> str:
+    # The panel is rewritten only when the conversation changes, so an age computed here
+    # would read "0s" for as long as the interrupt waits: give the instant instead.
+    when = f" since {utc(since)}" if since else ""
+    return f"### Waiting on {code(name)}{where} (ref {code(ref)}){when}"
+
+
+def _shown(args: JsonObject, metadata: JsonObject, deadline: datetime | None) -> list[str]:
+    """A paused call's input, metadata and deadline, as panel lines."""
+    lines = [
+        f"- input: {code(truncate(json.dumps(args), MAX_TEXT_IN_DETAILS))}",
+        f"- metadata: {code(truncate(json.dumps(metadata), MAX_TEXT_IN_DETAILS))}",
+    ]
+    if deadline:
+        lines.append(f"- deadline: {utc(deadline)}")
+    return lines
+
+
+def _delegated(request: InterruptRequest, *, chat_id: str) -> list[str]:
+    """A sub-agent's interrupt (``agent_tool``) as panel lines: where it waits, and the command
+    that answers it through this conversation and on the sub-agent's own chat.
+
+    This conversation passes such an answer on to the sub-agent, whose rules check it (its
+    approvers, quorum and trust, none of which this conversation's own apply to), so the
+    suggested answer asks for what the request says: a token from its issuer when it has one,
+    else an identity when it names approvers.
+    Everything here came from the sub-agent (its ref, chat id, input), so all of it is escaped
+    like any input.
+    """
+    answer, how = _suggest(
+        name=request.name,
+        ref=request.ref,
+        source=request.source,
+        output_schema=request.output_schema,
+    )
+    if request.approvers:
+        answer["identity"] = "<one of the approvers>"
+    if request.issuer is not None:
+        answer.pop("identity", None)
+        answer["identity_token"] = f"<a fresh JWT from {truncate(request.issuer, 100)}>"
+    child = request.chat_id or ""
+    lines = [
+        _heading(request.name, request.ref, request.since, where=" in a sub-agent"),
+        f"- sub-agent chat: {code(child)}",
+        f"- path: {' → '.join(code(step) for step in request.path)}",
+        *_shown(request.input, request.metadata, request.deadline),
+        *_who_may(request),
+        f"- {how}, through this conversation (it passes the answer on to the sub-agent, "
+        "whose rules decide):",
+        "",
+        fence(resume_command(chat_id, answer)),
+    ]
+    if child:
+        lines += ["", "- or on the sub-agent's own chat:", "", fence(resume_command(child, answer))]
+    return lines
+
+
 def render_details(
     *,
     chat_id: str,
@@ -309,17 +389,21 @@ def render_details(
     rejections_total: int,
     answers: Sequence[AnswerRecord] = (),
     requests: Sequence[InterruptRequest],
+    delegated: Sequence[InterruptRequest] = (),
 ) -> str:
     """The Markdown of the UI's current details: what the conversation waits on and how to
     answer it, how the last turn ended, what was decided and what was refused lately.
 
     ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
-    order.
+    order. ``delegated``: the interrupts this turn's sub-agents wait on (``agent_tool``), with
+    their paths, shown after this conversation's own; :data:`MAX_INTERRUPTS_IN_DETAILS` counts
+    both.
     """
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
     asked = {r.ref: r for r in requests}
     trust = spec.trust if spec else None
-    for call in pending[:MAX_INTERRUPTS_IN_DETAILS]:
+    shown_own = list(pending[:MAX_INTERRUPTS_IN_DETAILS])
+    for call in shown_own:
         tool = spec.tool(call.name) if spec else None
         answer, how = suggested_answer(call, tool)
         request = asked.get(call.ref)
@@ -328,26 +412,20 @@ def render_details(
         if trust is not None:
             answer.pop("identity", None)
             answer["identity_token"] = f"<a fresh JWT from {truncate(trust.issuer, 100)}>"
-        cmd = (
-            f"temporal workflow signal --workflow-id {shell_word(chat_id)} --name resume "
-            f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
-        )
-        # The panel is rewritten only when the conversation changes, so an age computed here
-        # would read "0s" for as long as the interrupt waits: give the instant instead.
-        since = f" since {utc(call.since)}" if call.since else ""
         lines += [
             "",
-            f"### Waiting on {code(call.name)} (ref {code(call.ref)}){since}",
-            f"- input: {code(truncate(json.dumps(call.args), MAX_TEXT_IN_DETAILS))}",
-            f"- metadata: {code(truncate(json.dumps(call.metadata), MAX_TEXT_IN_DETAILS))}",
+            _heading(call.name, call.ref, call.since),
+            *_shown(call.args, call.metadata, call.deadline),
         ]
-        if call.deadline:
-            lines.append(f"- deadline: {utc(call.deadline)}")
         if request is not None:
             lines += _who_may(request)
-        lines += [f"- {how}:", "", fence(cmd)]
-    if len(pending) > MAX_INTERRUPTS_IN_DETAILS:
-        more = len(pending) - MAX_INTERRUPTS_IN_DETAILS
+        lines += [f"- {how}:", "", fence(resume_command(chat_id, answer))]
+    room = MAX_INTERRUPTS_IN_DETAILS - len(shown_own)
+    for request in delegated[:room]:
+        lines += ["", *_delegated(request, chat_id=chat_id)]
+    total = len(pending) + len(delegated)
+    if total > MAX_INTERRUPTS_IN_DETAILS:
+        more = total - MAX_INTERRUPTS_IN_DETAILS
         lines += ["", f"… and {more} more pending (query `pending` for all of them)"]
     if last_turn and status != "interrupted":
         lines += ["", f"Last turn {last_turn.turn}: **{last_turn.finish_reason.value}**"]

@@ -177,6 +177,7 @@ def to_request(
     editable: bool = False,
     output_schema: JsonObject | None = None,
     gate: GateDecision | None = None,
+    issuer: str | None = None,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -197,6 +198,7 @@ def to_request(
         input_digest=input_digest(call.args),
         output_schema=output_schema,
         gate=gate,
+        issuer=issuer,
     )
 
 

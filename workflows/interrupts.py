@@ -185,6 +185,7 @@ class InterruptBook:
             editable=tool is not None and tool.editable,
             output_schema=tool.output_schema if tool and tool.interrupt_only else None,
             gate=events.gate_of_call(call),
+            issuer=spec.trust.issuer if spec and spec.trust else None,
         )
 
     # -- governance -------------------------------------------------------------------------

@@ -81,12 +81,12 @@ def project(
         pending: The calls waiting for an answer, in call order (the interrupt book's).
         requests: The same calls as requests (who may answer, the quorum, the votes), for
             the memo the inbox reads.
+        delegated: A sub-agent's interrupts (``agent_tool``), with their paths; the turn
+            waits on them as on its own, and every surface shows them after its own.
 
     Pending names are cut to fit one search-attribute value (a reply may pause on many
     tools, with long names).
     """
-    # delegated: a sub-agent's interrupts (agent_tool), shown here with their paths; the turn
-    # waits on them as on its own.
     current = status(state, paused=bool(pending) or bool(delegated))
     names = fit_names(sorted({c.name for c in pending} | {r.name for r in delegated}))
     since = [c.since for c in pending if c.since] + [r.since for r in delegated if r.since]
@@ -107,6 +107,7 @@ def project(
             rejections_total=state.rejections_total,
             answers=state.answers,
             requests=requests,
+            delegated=delegated,
         ),
     )
 

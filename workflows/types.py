@@ -412,6 +412,11 @@ class InterruptRequest(_Wire):
     # ``ref`` is the innermost, which an answer names; the sub-agent's rules check it.
     path: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
     chat_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Whose identity tokens an answer must carry (the agent's ``trust``; None: identity is
+    # what the caller says). The conversation's own rules say so already; it is here for a
+    # caller shown a sub-agent's interrupt, whose rules it cannot read (the details panel
+    # suggests a token then, not an identity).
+    issuer: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
