@@ -20,6 +20,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from temporal_agent_interrupts.errors import refusal_code
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
@@ -181,6 +182,6 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     except WorkflowUpdateFailedError as e:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:
-            return SubAgentResumeResult(refused=cause.message)
+            return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
         raise
     return SubAgentResumeResult(result=result)

@@ -439,8 +439,11 @@ class AgentWorkflow:
         outcome = await self._m.forward(child_id, child, body)
         if outcome.refused is not None:
             self._m.telemetry.rejected("resume", via="update")
+            # The child's kind of refusal too: "not an approver" stays forbidden through here.
             raise rejected(
-                ErrorKind.RESUME_REJECTED, f"refused by sub-agent {child_id}: {outcome.refused}"
+                ErrorKind.RESUME_REJECTED,
+                f"refused by sub-agent {child_id}: {outcome.refused}",
+                outcome.code or "invalid",
             )
         child_result = outcome.result
         if child_result is not None and child_result.finish_reason == FinishReason.INTERRUPTED:
