@@ -801,7 +801,8 @@ class AgentWorkflow:
         if turn is not None and not self._m.paused() and self._m.delegated():
             raise ResumeError(
                 "this conversation waits only on its sub-agents' interrupts, and this answer "
-                f"names none of them. Pending: {self._pending_listing()}",
+                "names others (one resume answers the calls of one sub-agent). Pending: "
+                f"{self._pending_listing()}",
                 code="not_found",
             )
         if turn is None or not self._m.paused():
