@@ -23,6 +23,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from temporal_agent_interrupts.errors import refusal_code
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
@@ -207,7 +208,7 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     except WorkflowUpdateFailedError as e:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:
-            return SubAgentResumeResult(refused=cause.message)
+            return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
         # The update's own outcome: a retry under its id would only be told it again.
         raise ApplicationError(
             f"the sub-agent's update failed: {cause or e}",

@@ -12,7 +12,9 @@ run                             a turn: a user message sent, or answers given
 ``TOOL_CALL_START/ARGS/END``    a tool the model asked for (``tool_request``); toolCallId = ref
 ``TOOL_CALL_RESULT``            what the model is told of it (``tool_response``)
 ``CUSTOM`` ``answer``           an answer applied (who, what kind, the decision)
-``RUN_FINISHED`` interrupt      the turn paused: one interrupt per pending call, id = ref
+``RUN_FINISHED`` interrupt      the turn paused: one interrupt per pending call, id = ref (a
+                                sub-agent's: toolCallId = the call running it, metadata
+                                ``path`` and ``chatId``)
 ``RUN_FINISHED`` success        the turn ended (``stop``, ``max_turns``)
 ``RUN_FINISHED`` cancelled      the turn was cancelled
 ``RUN_ERROR``                   the turn failed, or what was sent was refused (the reason, and
@@ -124,7 +126,13 @@ def approval_schema(request: InterruptRequest) -> JsonObject:
 
 
 def to_interrupt(request: InterruptRequest) -> Interrupt:
-    """One pending call as an AG-UI interrupt: id and toolCallId are its ref."""
+    """One pending call as an AG-UI interrupt: id and toolCallId are its ref.
+
+    A sub-agent's call (``agent_tool``) is no tool call of this thread: its id is still its
+    ref (what a resume names), its ``toolCallId`` the thread's call that is running the
+    sub-agent (the path's first ref), and ``metadata`` carries the ``path`` and the ``chatId``
+    it waits in.
+    """
     approval = request.source != "interrupt"
     said = request.metadata.get("message")
     message = said if isinstance(said, str) and said else None
@@ -134,7 +142,7 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
         id=request.ref,
         reason=REASON_APPROVAL if approval else REASON_INPUT,
         message=message,
-        tool_call_id=request.ref,
+        tool_call_id=request.path[0] if request.path else request.ref,
         response_schema=(
             approval_schema(request) if approval else (request.output_schema or {"type": "object"})
         ),
@@ -150,6 +158,7 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
             "votes": [v.model_dump(mode="json") for v in request.votes],
             "since": request.since.isoformat() if request.since else None,
             "details": request.metadata,
+            **({"path": list(request.path), "chatId": request.chat_id} if request.path else {}),
         },
     )
 

@@ -83,6 +83,13 @@ class PausedInterrupt(BaseModel):
     input_digest: str = ""
     """What names the call's whole input (``InterruptRequest.input_digest``): the answers built
     here carry it, so they answer only the input this entry was written for."""
+    path: list[str] = []
+    """A sub-agent's call (``agent_tool``), as ``InterruptRequest.path``: the caller's call ref,
+    then the ref in the sub-agent's chat and so on down (``ref``, the innermost, is what an
+    answer names). Empty: a call of this chat's own."""
+    chat_id: str | None = None
+    """The sub-agent's chat the call waits in (its rules decide; it may be answered there as
+    well as here). None: a call of this chat's own."""
 
     def approve(self) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with

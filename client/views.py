@@ -193,6 +193,10 @@ def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) 
     body.add_row("input", Text(_compact(interrupt.input, None)))
     if interrupt.metadata:
         body.add_row("metadata", Text(_compact(interrupt.metadata, None)))
+    if interrupt.chat_id is not None:
+        # A sub-agent's call: where it waits, whose rules decide, and how it was reached.
+        body.add_row("sub-agent", Text(visible(interrupt.chat_id)))
+        body.add_row("path", Text(" > ".join(visible(r) for r in interrupt.path)))
     if interrupt.since:
         body.add_row("waiting", Text(f"since {_when(interrupt.since)}"))
     if interrupt.deadline:
@@ -240,15 +244,21 @@ def _cut(text: str, limit: int = 80) -> str:
 
 
 def chat_notes(chat: PausedChat, *, task_queue: str | None = None) -> list[str]:
-    """What ``pending`` says about a chat besides its interrupts: why its memo could not be
-    read, how many of its entries were left out, and a task queue that is not ``task_queue``
-    (this client's)."""
+    """What ``pending`` says about a chat besides its interrupts: where a sub-agent's call
+    waits, why its memo could not be read, how many of its entries were left out, and a task
+    queue that is not ``task_queue`` (this client's)."""
     notes: list[str] = []
     if chat.unreadable is not None:
         notes.append(f"unreadable: {_cut(chat.unreadable, 400)}")
     if chat.unreadable_entries:
         n = chat.unreadable_entries
         notes.append(f"{n} {'entry' if n == 1 else 'entries'} could not be read")
+    for i in chat.interrupts:
+        if i.chat_id is not None:
+            notes.append(
+                f"{_cut(i.name)} (ref {_cut(i.ref)}) waits in sub-agent {_cut(i.chat_id, 200)}, "
+                "by its rules: answer it on this chat or that one"
+            )
     if task_queue is not None and chat.task_queue not in (None, task_queue):
         notes.append(
             f"on task queue {_cut(chat.task_queue or '')!r}, not this client's "

@@ -440,8 +440,11 @@ class AgentWorkflow:
         outcome = await self._m.forward(child_id, child, body)
         if outcome.refused is not None:
             self._m.telemetry.rejected("resume", via="update")
+            # The child's kind of refusal too: "not an approver" stays forbidden through here.
             raise rejected(
-                ErrorKind.RESUME_REJECTED, f"refused by sub-agent {child_id}: {outcome.refused}"
+                ErrorKind.RESUME_REJECTED,
+                f"refused by sub-agent {child_id}: {outcome.refused}",
+                outcome.code or "invalid",
             )
         child_result = outcome.result
         if child_result is not None and child_result.finish_reason == FinishReason.INTERRUPTED:
@@ -626,20 +629,11 @@ class AgentWorkflow:
         and is checked here as any resume is."""
         if not self._m.children:
             return None
-        try:
-            check_size(len(payload.payload.data), limit=DOOR.resume, what="resume")
-            body = payload_json(payload)
-        except Refused:
+        named = _answered_refs(payload)
+        if named is None:
             return None
-        if not isinstance(body, dict):
-            return None
-        entries = [*(body.get("respond") or []), *(body.get("restart") or [])]
-        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            return None
-        refs = {e.get("ref") for e in entries}
-        if not all(isinstance(r, str) for r in refs):
-            return None
-        found = self._m.delegated_to({r for r in refs if isinstance(r, str)})
+        body, refs = named
+        found = self._m.delegated_to(refs)
         if found is None:
             return None
         why = refused_early(body, found[1].requests)
@@ -780,19 +774,43 @@ class AgentWorkflow:
                     )
                 return None  # a repeat of the latest turn's message: the handler joins it
         if self._s.turn is not None:
-            if self._m.paused():
-                pending = ", ".join(
-                    f"{c.name} (ref {c.ref})" for c in self._m.book(self._s.turn).pending()
-                )
+            # A call waiting on a sub-agent that waits on someone is a pause too, not a busy
+            # turn: answering is what lets it go on.
+            if self._m.paused() or self._m.delegated():
                 return (
                     "the conversation is paused on interrupts; answer them with resume or "
-                    f"withdraw them with cancel first. Pending: {pending}"
+                    f"withdraw them with cancel first. Pending: {self._pending_listing()}"
                 )
             return "a turn is already running; wait for it to finish"
         return None
 
+    def _pending_listing(self) -> str:
+        """What the turn waits on, for a refusal: its own calls, then its sub-agents' (with
+        the chat each waits in, where it can also be answered)."""
+        turn = self._s.turn
+        own = [f"{c.name} (ref {c.ref})" for c in self._m.book(turn).pending()] if turn else []
+        theirs = [f"{r.name} (ref {r.ref}, in sub-agent {r.chat_id})" for r in self._m.delegated()]
+        return ", ".join([*own, *theirs])
+
     def _check_resume(self, payload: RawResume) -> ResumeInput:
         turn = self._s.turn
+        named = _answered_refs(payload) if self._m.children else None
+        settled = self._m.settled_in_child(named[1]) if named is not None else None
+        if settled is not None:
+            # (An answer naming a sub-agent's pending call went to it: see _delegated_target.)
+            ref, child_id = settled
+            raise ResumeError(
+                f"ref {ref!r} is not pending: sub-agent {child_id} has settled it already "
+                f"(answered, or withdrawn). Pending: {self._pending_listing() or 'nothing'}",
+                code="conflict",
+            )
+        if turn is not None and not self._m.paused() and self._m.delegated():
+            raise ResumeError(
+                "this conversation waits only on its sub-agents' interrupts, and this answer "
+                "names others (one resume answers the calls of one sub-agent). Pending: "
+                f"{self._pending_listing()}",
+                code="not_found",
+            )
         if turn is None or not self._m.paused():
             raise ResumeError(
                 "nothing is paused: this conversation has no pending interrupts", code="conflict"
@@ -952,3 +970,22 @@ class AgentWorkflow:
         if view.status != "running":
             # Between turns (or paused), so no follower of the turn in progress loses items.
             self._stream.trim()
+
+
+def _answered_refs(payload: RawResume) -> tuple[JsonObject, set[str]] | None:
+    """A resume's body and the refs its entries name, read leniently (None: not of that shape,
+    or too large; the full check says what is wrong with it)."""
+    try:
+        check_size(len(payload.payload.data), limit=DOOR.resume, what="resume")
+        body = payload_json(payload)
+    except Refused:
+        return None
+    if not isinstance(body, dict):
+        return None
+    entries = [*(body.get("respond") or []), *(body.get("restart") or [])]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return None
+    refs = [e.get("ref") for e in entries]
+    if not all(isinstance(r, str) for r in refs):
+        return None
+    return body, {r for r in refs if isinstance(r, str)}

@@ -836,6 +836,7 @@ class TurnMachine:
             if requests == child.requests:
                 continue
             child.requests = requests
+            child.shown.update(r.ref for r in requests)
             turn = self.s.turn
             if turn is None:
                 return
@@ -889,6 +890,16 @@ class TurnMachine:
                 "sub-agent's own chat (the interrupt's chat_id)"
             )
         return found[0]
+
+    def settled_in_child(self, refs: set[str]) -> tuple[str, str] | None:
+        """A ref of ``refs`` that a running sub-agent showed here and no longer waits on, and
+        that sub-agent's chat id (None: no such ref)."""
+        own = {c.ref for c in self.book(self.s.turn).pending()} if self.s.turn else set()
+        for child_id, child in self.children.items():
+            settled = (refs & child.shown) - {r.ref for r in child.requests} - own
+            if settled:
+                return sorted(settled)[0], child_id
+        return None
 
     def hint(self, child_id: str) -> bool:
         """A sub-agent said what it waits on changed; False: no running child of that id."""
@@ -1175,6 +1186,10 @@ class SubAgentChild:
     hinted: bool = False
     # What it waits on, as last read, each with its path from this conversation.
     requests: list[InterruptRequest] = field(default_factory=list)
+    # Every ref it has shown here while it runs: an answer for one it no longer waits on is
+    # refused as settled there (answered, or withdrawn), not as a ref this conversation never
+    # had; and refused here, so that an update's refusal stays out of history.
+    shown: set[str] = field(default_factory=set)
 
 
 OUTPUT_REQUEST = (

@@ -929,6 +929,10 @@ class SubAgentResumeResult(_Wire):
     result: TurnResult | None = None
     # The child's refusal, as its ResumeRejected says it; None when it took the answer.
     refused: str | None = None
+    # Its kind (workflows.limits.RefusalCode, spelled out: this module imports none of ours),
+    # so the caller refuses the same way: a wrong approver stays "forbidden" (HTTP 403)
+    # through the caller. None: the child did not say.
+    code: Literal["invalid", "forbidden", "conflict", "not_found"] | None = None
 
 
 class ConversationResult(_Wire):
