@@ -10,6 +10,7 @@ wait in the child, by the child's rules; the worker hosting the caller hosts the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
@@ -20,8 +21,10 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_HEARTBEAT_EVERY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
@@ -151,6 +154,11 @@ def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[
 @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
 async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
     """A child conversation's pending interrupts, as its ``pending`` query gives them."""
+    async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
+        return await _pending(input)
+
+
+async def _pending(input: SubAgentPendingInput) -> PendingResult:
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
@@ -168,16 +176,37 @@ async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
     return await run.query(AgentWorkflow.pending)
 
 
+def forward_update_id(info: activity.Info, answer: bytes) -> str:
+    """The id of the child's ``resume`` update that one forwarding (one scheduled activity)
+    gives: the same on every attempt, so a retry gets the outcome of the update an earlier
+    attempt started (Temporal keeps one update per id) instead of answering again. The
+    answer's digest is part of it: an update someone else sent the child first under the id
+    (it is guessable) is taken for this one only if it gave the very same answer."""
+    digest = hashlib.sha256(answer).hexdigest()[:32]
+    return f"forward-{info.workflow_run_id}-{info.activity_id}-{digest}"
+
+
 @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
 async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
-    the child's own rules (approvers, quorum, trust, what is pending there)."""
+    the child's own rules (approvers, quorum, trust, what is pending there).
+
+    The update returns when the child's turn stops again, which may take as long as its tools
+    and model do: this heartbeats meanwhile, so a worker lost mid-wait is noticed in seconds,
+    and the retry (on another worker) gets that same update's outcome, by its id, even once
+    the child has closed: the child takes the answer once.
+    """
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
-    raw = RawValue(activity.payload_converter().to_payload(input.resume))
+    payload = activity.payload_converter().to_payload(input.resume)
     try:
-        result = await handle.execute_update(AgentWorkflow.resume, raw)
+        async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
+            result = await handle.execute_update(
+                AgentWorkflow.resume,
+                RawValue(payload),
+                id=forward_update_id(activity.info(), payload.data),
+            )
     except WorkflowUpdateFailedError as e:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:

@@ -67,3 +67,12 @@ itself, directly or round a loop, stops."""
 
 SUB_AGENT_START_TO_CLOSE = timedelta(seconds=60)
 SUB_AGENT_RETRY = RetryPolicy(maximum_attempts=3)
+# Both sub-agent activities heartbeat (SUB_AGENT_HEARTBEAT), so one lost with its worker is
+# retried in seconds. Passing an answer on to a sub-agent waits on the sub-agent's update, which
+# returns when its turn stops again: after its tools and model have run, for as long as they
+# take, hence its long start-to-close; its retries wait on the same update, by id
+# (activities.subagents.forward_update_id), and never answer twice.
+SUB_AGENT_RESUME_START_TO_CLOSE = timedelta(hours=1)
+SUB_AGENT_HEARTBEAT = timedelta(seconds=10)
+SUB_AGENT_HEARTBEAT_EVERY = 2.0
+SUB_AGENT_RESUME_RETRY = RetryPolicy(maximum_attempts=3)

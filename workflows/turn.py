@@ -804,6 +804,9 @@ class TurnMachine:
                     SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
                     result_type=PendingResult,
                     start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+                    # A read lost with its worker is retried in seconds, not after a minute
+                    # in which the child's new interrupts would not show here.
+                    heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
                     retry_policy=config.SUB_AGENT_RETRY,
                     summary=f"pending of sub-agent {child_id}",
                 )
@@ -892,10 +895,11 @@ class TurnMachine:
             config.SUB_AGENT_RESUME_ACTIVITY,
             SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
             result_type=SubAgentResumeResult,
-            start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
-            # The child's update is idempotent only by its own checks (an answer given twice is
-            # refused the second time): one attempt, its outcome whatever the child said.
-            retry_policy=RetryPolicy(maximum_attempts=1),
+            start_to_close_timeout=config.SUB_AGENT_RESUME_START_TO_CLOSE,
+            heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
+            # Each attempt gives the child's update the same id: a retry (the worker was lost
+            # while the child's turn ran) waits on the update the first attempt started.
+            retry_policy=config.SUB_AGENT_RESUME_RETRY,
             summary=f"answer for sub-agent {child_id}",
         )
         if result.refused is None:
