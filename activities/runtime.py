@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import google.genai as genai
@@ -29,6 +28,7 @@ from temporal_agent_interrupts.activities.gemini import (
     rest_request,
     to_contents,
 )
+from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.activities.history import ConversationCache
 from temporal_agent_interrupts.activities.mcp import (
     MCPError,
@@ -90,25 +90,6 @@ if TYPE_CHECKING:
     from google.genai._api_client import BaseApiClient
 
 log = logging.getLogger(__name__)
-
-
-@asynccontextmanager
-async def _heartbeating(every: float):
-    """Heartbeat in the background while the body waits on I/O.
-
-    The first beat comes only after ``every`` seconds, so a fast call costs no extra RPC.
-    """
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(every)
-            activity.heartbeat()
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
 
 
 class AgentActivities:
@@ -215,11 +196,11 @@ class AgentActivities:
     async def _model_call(self, input: ModelInput) -> ModelResult:
         agent = self._agent(input.agent)
         # Listing MCP servers waits on them: heartbeat meanwhile, as for the model.
-        async with _heartbeating(5.0):
+        async with heartbeating(5.0):
             spec = await self.spec_for(agent)
         conv = await self._conversations.resolve(input)
         try:
-            async with _heartbeating(5.0):
+            async with heartbeating(5.0):
                 if input.stream and input.turn is not None and input.stream_key:
                     # The text goes on the conversation's stream as it arrives.
                     async with TextPublisher(turn=input.turn, key=input.stream_key) as publisher:
@@ -304,7 +285,7 @@ class AgentActivities:
             original_input=input.original_args,
         )
         try:
-            async with _heartbeating(5.0):
+            async with heartbeating(5.0):
                 value = await tool.invoke(args, ctx)
         except Interrupt as i:
             metadata = {} if i.metadata is None else to_json_object(i.metadata)
@@ -422,7 +403,7 @@ class AgentActivities:
     async def _mcp_call(self, input: MCPCallInput) -> ToolResult:
         where = f"MCP server {input.server!r}"
         try:
-            async with _heartbeating(5.0):
+            async with heartbeating(5.0):
                 result = await self._mcp.call(
                     input.server,
                     input.server_tool,

@@ -10,7 +10,6 @@ wait in the child, by the child's rules; the worker hosting the caller hosts the
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -23,10 +22,12 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.errors import refusal_code
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
+    SUB_AGENT_HEARTBEAT_EVERY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
@@ -173,6 +174,11 @@ def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[
 @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
 async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
     """A child conversation's pending interrupts, as its ``pending`` query gives them."""
+    async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
+        return await _pending(input)
+
+
+async def _pending(input: SubAgentPendingInput) -> PendingResult:
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
@@ -193,18 +199,27 @@ async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
 @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
 async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
-    the child's own rules (approvers, quorum, trust, what is pending there)."""
+    the child's own rules (approvers, quorum, trust, what is pending there).
+
+    The update returns when the child's turn stops again, which may take as long as its tools
+    and model do: this heartbeats meanwhile, so a worker lost mid-wait is noticed in seconds,
+    and the retry (on another worker) gets that same update's outcome, by its id, even once
+    the child has closed: the child takes the answer once.
+    """
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
     raw = RawValue(activity.payload_converter().to_payload(input.resume))
     update_id = _update_id()
-    beating = asyncio.create_task(_heartbeat(update_id))
     try:
         # The first attempt's id in every attempt: a retry after a lost worker is answered
         # with the first attempt's outcome (Temporal keeps an update's outcome by its id, even
-        # once the child has closed), and the answer is never given twice.
-        result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
+        # once the child has closed), and the answer is never given twice. The id is in the
+        # first heartbeat, sent at once, so a retry finds it.
+        async with heartbeating(
+            SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4, details=(update_id,), at_once=True
+        ):
+            result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
         cause = e.cause
         if isinstance(cause, ApplicationError) and cause.non_retryable:
@@ -221,8 +236,6 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
             # the child closes (so a retry of one that got there lands above), a new one is not.
             return SubAgentResumeResult(refused="the sub-agent's conversation has closed")
         raise
-    finally:
-        beating.cancel()
     return SubAgentResumeResult(result=result)
 
 
@@ -240,11 +253,3 @@ def _update_id() -> str:
     if details and isinstance(details[0], str) and details[0].startswith("answer-"):
         return details[0]
     return f"answer-{uuid.uuid4()}"
-
-
-async def _heartbeat(update_id: str) -> None:
-    """Beat while the child's turn runs on, carrying the update's id for a retry (a lost
-    worker is noticed by its heartbeat)."""
-    while True:
-        activity.heartbeat(update_id)
-        await asyncio.sleep(SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4)

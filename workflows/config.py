@@ -78,3 +78,7 @@ SUB_AGENT_ANSWER_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=20,
 )
+# The sub-agent pending read heartbeats too (every SUB_AGENT_HEARTBEAT_EVERY seconds), so one
+# lost with its worker is retried in seconds rather than at its start-to-close.
+SUB_AGENT_HEARTBEAT = timedelta(seconds=10)
+SUB_AGENT_HEARTBEAT_EVERY = 2.0

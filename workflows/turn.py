@@ -816,6 +816,9 @@ class TurnMachine:
                     SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
                     result_type=PendingResult,
                     start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+                    # A read lost with its worker is retried in seconds, not after a minute
+                    # in which the child's new interrupts would not show here.
+                    heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
                     retry_policy=config.SUB_AGENT_RETRY,
                     summary=f"pending of sub-agent {child_id}",
                 )
