@@ -259,7 +259,11 @@ async def test_many_sub_agent_pauses_never_wedge_the_parent(client):
         hist = await client.get_workflow_handle(parent.id).fetch_history()
         failed = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         assert not [
-            e.workflow_task_failed_event_attributes.failure.message
+            (
+                e.workflow_task_failed_event_attributes.cause,
+                e.workflow_task_failed_event_attributes.failure.message,
+                e.workflow_task_failed_event_attributes.failure.stack_trace[:2000],
+            )
             for e in hist.events
             if e.event_type == failed
         ]

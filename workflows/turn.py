@@ -153,6 +153,10 @@ class TurnMachine:
         # The sub-agents this turn's calls are running (agent_tool), by child chat id: not
         # state, since a turn with a call running never continues as new.
         self.children: dict[str, SubAgentChild] = {}
+        # One sub-agent pending read at a time: each result may be as large as a query's
+        # (1.75 MiB), and the server force-fails a workflow task in flight once the events
+        # buffered meanwhile pass 2 MiB; twenty children's reads finishing together did.
+        self._reading = asyncio.Lock()
 
     # ------------------------------------------------------------------------------------------
     # Events
@@ -809,19 +813,22 @@ class TurnMachine:
         """
         while True:
             await workflow.wait_condition(lambda: child.hinted)
-            child.hinted = False
             try:
-                found = await workflow.execute_activity(
-                    config.SUB_AGENT_PENDING_ACTIVITY,
-                    SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
-                    result_type=PendingResult,
-                    start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
-                    # A read lost with its worker is retried in seconds, not after a minute
-                    # in which the child's new interrupts would not show here.
-                    heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
-                    retry_policy=config.SUB_AGENT_RETRY,
-                    summary=f"pending of sub-agent {child_id}",
-                )
+                async with self._reading:
+                    # Cleared once it is this child's turn to be read: hints that came while
+                    # it queued are answered by this one read.
+                    child.hinted = False
+                    found = await workflow.execute_activity(
+                        config.SUB_AGENT_PENDING_ACTIVITY,
+                        SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
+                        result_type=PendingResult,
+                        start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
+                        # A read lost with its worker is retried in seconds, not after a
+                        # minute in which the child's new interrupts would not show here.
+                        heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
+                        retry_policy=config.SUB_AGENT_RETRY,
+                        summary=f"pending of sub-agent {child_id}",
+                    )
             except ActivityError as e:
                 if isinstance(e.cause, CancelledError):
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
