@@ -436,7 +436,9 @@ async def test_a_sub_agent_s_deadline_answers_in_the_child_and_the_default_reach
         assert (record.kind, record.identity, record.ref) == ("deadline", "system:deadline", i.ref)
         child_hist = await history(client, i.chat_id)
         assert events_of(child_hist, EventType.EVENT_TYPE_TIMER_FIRED)
-        assert await agents.audit(parent.id) == []
+        # The caller's trail holds the child's record, naming the chat it was made in.
+        (seen,) = await agents.audit(parent.id)
+        assert seen.chat_id == i.chat_id and seen.model_copy(update={"chat_id": None}) == record
     await assert_no_workflow_task_failed(client, parent.id)
     await assert_no_workflow_task_failed(client, i.chat_id)
 
@@ -471,7 +473,9 @@ async def test_a_sub_agent_s_deadline_that_cancels_fails_the_callers_call_and_it
         assert done.finish_reason == FinishReason.FAILED, done
         assert done.error is not None and done.error.kind == "ToolError"
         assert "doorsAsker" in done.error.message and "ended cancelled" in done.error.message
-        assert await agents.audit(parent.id) == []
+        # The caller's trail holds the child's record, naming the chat it was made in.
+        (seen,) = await agents.audit(parent.id)
+        assert seen.chat_id == i.chat_id and seen.model_copy(update={"chat_id": None}) == record
         # The caller's conversation goes on.
         again = await parent.send("hello")
         assert again.finish_reason == FinishReason.STOP

@@ -640,7 +640,11 @@ class AgentWorkflow:
         if why is not None:
             # Surely refused there: refused here, before it costs the caller's history an
             # activity (a validator's refusal leaves none; a signal's is recorded as any).
-            raise ResumeError(f"refused by sub-agent {found[0]}'s rules, as it shows them: {why}")
+            # Of the kind the child's would be: an approver it does not name is forbidden.
+            reason, code = why
+            raise ResumeError(
+                f"refused by sub-agent {found[0]}'s rules, as it shows them: {reason}", code=code
+            )
         return found[0], found[1], body
 
     def _forward_signal(

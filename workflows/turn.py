@@ -46,6 +46,7 @@ from temporal_agent_interrupts.workflows.limits import (
     HELD,
     OUT,
     KiB,
+    RefusalCode,
     Refused,
     check_json,
     cut_stored,
@@ -1246,9 +1247,12 @@ def structured_output(text: str, schema: JsonObject, *, chat_id: str) -> JsonObj
     }
 
 
-def refused_early(body: JsonObject, requests: list[InterruptRequest]) -> str | None:
-    """Why the sub-agent would refuse an answer meant for its ``requests``, when the caller
-    can tell from what the child shows (None: only the child can decide).
+def refused_early(
+    body: JsonObject, requests: list[InterruptRequest]
+) -> tuple[str, RefusalCode] | None:
+    """Why the sub-agent would refuse an answer meant for its ``requests``, and the kind of
+    refusal it would give, when the caller can tell from what the child shows (None: only the
+    child can decide).
 
     The child decides every answer; this only keeps what it would surely refuse out of the
     caller's history (an answer passed on is an activity there, and refused ones would
@@ -1270,12 +1274,14 @@ def refused_early(body: JsonObject, requests: list[InterruptRequest]) -> str | N
         if name != request.name:
             return (
                 f"ref {request.ref!r} is an interrupt of {request.name!r}, not {name!r} "
-                f"(sub-agent {request.chat_id})"
+                f"(sub-agent {request.chat_id})",
+                "invalid",
             )
         if digest and request.input_digest and digest != request.input_digest:
             return (
                 f"the answer for ref {request.ref!r} names another input than the one pending "
-                f"(sub-agent {request.chat_id}): read pending again"
+                f"(sub-agent {request.chat_id}): read pending again",
+                "conflict",
             )
         allowed = request.approvers
         if (
@@ -1287,7 +1293,8 @@ def refused_early(body: JsonObject, requests: list[InterruptRequest]) -> str | N
         ):
             return (
                 f"{identity!r} may not answer {request.name!r} (ref {request.ref}) in sub-agent "
-                f"{request.chat_id}: its approvers are {', '.join(allowed)}"
+                f"{request.chat_id}: its approvers are {', '.join(allowed)}",
+                "forbidden",
             )
     return None
 
