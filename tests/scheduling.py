@@ -42,6 +42,7 @@ ALONE = ("tests/test_durable_input.py::test_tens_of_thousands_of_tool_calls_stil
 SLOWEST_FIRST = (
     CPU_HEAVY_UNIT,
     "test_web_attacks.py",
+    "test_sub_agents_kill.py",
     "test_agentctl_waits.py",
     "test_operator.py",
     "test_worker_cli.py",
