@@ -193,10 +193,6 @@ def interrupt_panel(interrupt: InterruptRequest, *, chat_id: str | None = None) 
     body.add_row("input", Text(_compact(interrupt.input, None)))
     if interrupt.metadata:
         body.add_row("metadata", Text(_compact(interrupt.metadata, None)))
-    if interrupt.chat_id is not None:
-        # A sub-agent's call: where it waits, whose rules decide, and how it was reached.
-        body.add_row("sub-agent", Text(visible(interrupt.chat_id)))
-        body.add_row("path", Text(" > ".join(visible(r) for r in interrupt.path)))
     if interrupt.since:
         body.add_row("waiting", Text(f"since {_when(interrupt.since)}"))
     if interrupt.deadline:

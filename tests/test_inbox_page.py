@@ -26,7 +26,7 @@ from playwright.async_api import ConsoleMessage, Locator, Page, Response, Route,
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, agent_tool
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.types import DENIED_BY_USER
@@ -264,6 +264,59 @@ async def test_a_chat_that_pauses_after_the_page_loaded_shows_up_and_deny_sends_
     assert t.RUNS["release"] == 0
     (response,) = model.requests[-1].function_responses()
     assert response["response"] == {"error": DENIED_BY_USER, "reason": reason}
+
+
+async def test_a_sub_agent_s_call_is_listed_on_its_caller_with_its_path_and_approved_there(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    # A caller whose only tool is a sub-agent (agent_tool) holding the gated release.
+    sub = release_agent()
+    boss = Agent(f"inbox-boss-{uuid.uuid4().hex[:8]}", tools=[agent_tool(sub)])
+    release = {"service": "billing", "version": "2.1"}
+    model.reply(
+        calls((sub.name, {"input": "Release billing 2.1."}, "boss-1")),  # the caller's model
+        calls(("release", release, "release-3")),  # the sub-agent's
+        text("Released 2.1."),  # the sub-agent's, once the tool ran
+        text("The release team released it."),  # the caller's, with the sub-agent's answer
+    )
+    async with (
+        run_worker(agents=[boss]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        chat = await agents.chat(boss.name, chat_id=f"{boss.name}-sub")
+        paused = await chat.send("Release billing 2.1.")
+        assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+        child_id = f"{chat.id}--boss-1"
+        page = await first_page(context)
+        errors = page_errors(page)
+        await page.goto(inbox_url(origin, boss))
+
+        # Listed under the caller's chat, saying which sub-agent chat it waits in and the path.
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+        await expect(row.locator("td.tool code.name")).to_have_text("release")
+        await expect(row.locator("td.tool .sub-agent > code")).to_have_text(child_id)
+        await expect(row.locator("td.tool .path")).to_have_text("path boss-1 → release-3")
+        assert t.RUNS["release"] == 0
+
+        # Approved through the caller: the sub-agent's tool runs once, the caller's turn ends.
+        approve = row.get_by_role("button", name=f"Approve release in {chat.id}")
+        answered = await click_and_answer(page, approve)
+        assert answered.status == 200, await answered.text()
+        result = page.locator("#results li")
+        await expect(result).to_contain_text("finished stop")
+        await expect(result.locator("q")).to_have_text("The release team released it.")
+        await expect(row).to_have_count(0, timeout=UI_TIMEOUT_MS)
+        assert not errors, errors
+
+    assert t.RUNS["release"] == 1
+    # The sub-agent's tool ran in the sub-agent's chat; the caller ran none of its own.
+    assert scheduled_activities(await history(agents.temporal, child_id)).count("tool_call") == 1
+    assert "tool_call" not in scheduled_activities(await history(agents.temporal, chat.id))
+    # The caller's model heard the sub-agent's answer as the call's output.
+    (response,) = model.requests[-1].function_responses()
+    assert response["response"] == {"text": "Released 2.1.", "chat_id": child_id}
 
 
 class _Markup(HTMLParser):

@@ -300,6 +300,19 @@
       { class: "tool" },
       el("code", { class: "name" }, str(entry.name)),
       el("div", { class: "ref" }, `ref ${str(entry.ref)}`),
+      // A sub-agent's call (agent_tool): answered here, through this chat, by the sub-agent's
+      // rules; it waits in the sub-agent's own chat, reached by the path's refs.
+      entry.chat_id && entry.chat_id !== chat.chat_id
+        ? el(
+            "div",
+            { class: "sub-agent" },
+            "in sub-agent ",
+            el("code", {}, str(entry.chat_id)),
+            Array.isArray(entry.path) && entry.path.length
+              ? el("div", { class: "path" }, `path ${entry.path.map(str).join(" → ")}`)
+              : null
+          )
+        : null,
       entry.source
         ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source))
         : null
