@@ -23,7 +23,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.activities.heartbeat import heartbeating
-from temporal_agent_interrupts.errors import refusal_code
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
@@ -32,6 +31,7 @@ from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
 )
+from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
     SubAgentPendingInput,

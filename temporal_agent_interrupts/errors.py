@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import difflib
 from datetime import timedelta
-from typing import NoReturn, get_args
+from typing import NoReturn
 
 from temporalio.api.errordetails.v1 import NamespaceNotFoundFailure
 from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
-from temporal_agent_interrupts.workflows.limits import RefusalCode
+from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import ErrorKind, TurnResult
 
 # What a worker answers a query it put off (worker.sandbox.QueryTimeGuard): the query came
@@ -215,15 +215,6 @@ def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
         error.code = refusal_code(cause)
         raise error from None
     raise AgentError(str(cause or err)) from err
-
-
-def refusal_code(cause: ApplicationError) -> RefusalCode | None:
-    """The refusal's kind from its details (``workflows.payloads.rejected`` puts it there); a
-    worker of an older release sends none."""
-    details = cause.details
-    first = details[0] if details else None
-    code = first.get("code") if isinstance(first, dict) else None
-    return next((c for c in get_args(RefusalCode) if c == code), None)
 
 
 def rpc_error(err: RPCError, chat_id: str) -> AgentError:

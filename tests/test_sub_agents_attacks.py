@@ -24,7 +24,11 @@ from temporal_agent_interrupts import (
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
-from temporal_agent_interrupts.workflows.config import SUB_AGENT_RESUME_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import (
+    MAX_SUB_AGENTS_PER_TURN,
+    SUB_AGENT_RESUME_ACTIVITY,
+    WORKFLOW_TYPE,
+)
 from temporal_agent_interrupts.workflows.limits import HELD, json_size
 from temporal_agent_interrupts.workflows.types import SubAgentResumeInput
 from tests.agents import SUB_RUNS as RUNS
@@ -268,3 +272,39 @@ async def test_many_sub_agent_pauses_never_wedge_the_parent(client):
             if e.event_type == failed
         ]
         assert await status(client, parent.id) == WorkflowExecutionStatus.RUNNING
+
+
+def many_sub_agents(request: Request) -> dict[str, Any]:
+    """A hostile (or injected) model: 20 sub-agents in one message; each answers at once."""
+    if "payments" not in request.tool_names():
+        return text("paid nothing")
+    if request.function_responses():
+        return text("done")
+    return calls(*[("payments", {"input": f"hello {k}"}) for k in range(20)])
+
+
+async def test_a_turn_starts_at_most_its_limit_of_sub_agents_and_the_model_hears_the_rest(client):
+    model = ScriptedModel(many_sub_agents)
+    async with hosted(client, agents=[supervisor], model=model) as agents:
+        parent = await agents.chat("supervisor")
+        done = await parent.send("go")
+        assert done.finish_reason == FinishReason.STOP, done
+
+        async def listed() -> list[str]:
+            query = f'ParentWorkflowId = "{parent.id}"'
+            return [w.id async for w in client.list_workflows(query)]
+
+        # (Visibility lags: wait for as many as were allowed, then see that no more were.)
+        started = await eventually(listed, lambda ids: len(ids) >= MAX_SUB_AGENTS_PER_TURN)
+        responses = [
+            r["response"]
+            for req in model.requests
+            if "payments" in req.tool_names()
+            for r in req.function_responses()
+        ]
+    assert len(responses) == 20
+    answered = [r for r in responses if r.get("text") == "paid nothing"]
+    refused = [r for r in responses if "error" in r]
+    assert len(answered) == MAX_SUB_AGENTS_PER_TURN and len(started) == MAX_SUB_AGENTS_PER_TURN
+    assert len(refused) == 20 - MAX_SUB_AGENTS_PER_TURN
+    assert all(f"at most {MAX_SUB_AGENTS_PER_TURN} sub-agents" in r["error"] for r in refused)

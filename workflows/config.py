@@ -65,6 +65,13 @@ MAX_AGENT_DEPTH = 4
 further sub-agent (the call fails classified ``FAILED_PRECONDITION``), so an agent that calls
 itself, directly or round a loop, stops."""
 
+MAX_SUB_AGENTS_PER_TURN = 16
+"""How many sub-agent conversations one turn starts at most (``agent_tool``), over all its
+model calls: a model told (or injected) to call sub-agents 128 at a time, each of them doing the
+same, would otherwise start 128 + 128² + ... conversations, each with its own model calls. A
+call past the limit is not made: its output is an error the model hears. With
+:data:`MAX_AGENT_DEPTH`, a turn's tree holds at most 16 + 16² + 16³ + 16⁴ sub-agents."""
+
 SUB_AGENT_START_TO_CLOSE = timedelta(seconds=60)
 SUB_AGENT_RETRY = RetryPolicy(maximum_attempts=3)
 # An answer passed to a sub-agent waits for the sub-agent's turn to stop again, as a resume of

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import TypeVar, get_args
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -243,3 +243,12 @@ def fit(result: R, budget: int) -> R:
             interrupts.pop()
             turn["interrupts_omitted"] = turn.get("interrupts_omitted", 0) + 1
     return type(result).model_validate(data)
+
+
+def refusal_code(cause: ApplicationError) -> RefusalCode | None:
+    """The refusal's kind from its details (``rejected`` puts it there); a
+    worker of an older release sends none."""
+    details = cause.details
+    first = details[0] if details else None
+    code = first.get("code") if isinstance(first, dict) else None
+    return next((c for c in get_args(RefusalCode) if c == code), None)

@@ -710,6 +710,18 @@ class TurnMachine:
                 uncertain=False,
             )
             return
+        if turn.sub_agents >= config.MAX_SUB_AGENTS_PER_TURN:
+            # The model's to hear (as an unknown tool is), and the turn goes on with the
+            # calls that did start.
+            book.complete(
+                call,
+                {
+                    "error": f"sub-agent {agent!r} not called: a turn calls at most "
+                    f"{config.MAX_SUB_AGENTS_PER_TURN} sub-agents"
+                },
+            )
+            return
+        turn.sub_agents += 1
         child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
         watch: asyncio.Task[None] | None = None
         evicted = False

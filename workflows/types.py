@@ -816,6 +816,8 @@ class TurnState(_Wire):
     base_len: int
     phase: Literal["model", "tools"] = "model"
     model_calls: int = 0
+    # Sub-agent conversations this turn has started (config.MAX_SUB_AGENTS_PER_TURN).
+    sub_agents: int = 0
     calls: list[CallState] = Field(default_factory=list)
     # Bytes of the messages this turn added (see limits.HELD.turn).
     held: int = 0
