@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from temporalio.client import Client
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from bench.soak import checks, report
@@ -53,8 +52,8 @@ from bench.soak.faults import Injector, schedule
 from bench.soak.ledger import Ledger, ModelCalls, now
 from bench.soak.paths import Paths
 from bench.soak.processes import DevServer, Fleet, spawn, stop, worker_command
+from bench.soak.worker import connect
 from temporal_agent_interrupts import AgentClient
-from temporal_agent_interrupts.codec import data_converter
 from temporal_agent_interrupts.worker.devserver import port_open
 
 log = logging.getLogger("bench.soak")
@@ -119,9 +118,7 @@ class Soak:
         self.calls.create()
         await self.server.start()
         self.server_up = True
-        client = await Client.connect(
-            self.server.address, data_converter=data_converter(), runtime=_quiet_runtime()
-        )
+        client = await connect(self.server.address, runtime=_quiet_runtime())
         agents = AgentClient(client, task_queue=self.queue)
         await self._start_web()
         self.fleet = Fleet(

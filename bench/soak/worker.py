@@ -20,6 +20,7 @@ from pathlib import Path
 import google.genai as genai
 from google.genai import types as gt
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 
 from bench.soak.agent import build_agent
 from bench.soak.ledger import Ledger, ModelCalls
@@ -39,12 +40,14 @@ CONNECT_FOR = 120.0
 """Seconds a fresh worker keeps trying to connect (it may start while the server is down)."""
 
 
-async def connect(address: str) -> Client:
+async def connect(address: str, *, runtime: Runtime | None = None) -> Client:
+    """A client of the soak's server, once it answers: a dev server (re)started under load
+    takes a while past its port opening ("Frontend is not healthy yet")."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CONNECT_FOR
     while True:
         try:
-            return await Client.connect(address, data_converter=data_converter())
+            return await Client.connect(address, data_converter=data_converter(), runtime=runtime)
         except RuntimeError:
             if loop.time() > deadline:
                 raise
