@@ -1,0 +1,110 @@
+"""Agents as tools, reviewed as an attacker (issue 31, second pass): what someone with namespace
+credentials can make a caller do through its sub-agent machinery. Payees are named ``rev_...``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from temporal_agent_interrupts import FinishReason
+from temporal_agent_interrupts.worker.standin import Request, calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_PENDING_ACTIVITY,
+    SUB_AGENT_SIGNAL,
+)
+from tests.agents import SUB_RUNS as RUNS
+from tests.agents import supervisor
+from tests.helpers import eventually
+
+PAUSES = 64
+
+
+def wide_pause(request: Request) -> dict[str, Any]:
+    """The caller delegates once; the sub-agent pauses on 64 gated payments of ~1 KiB each
+    (what a legitimate batch of payments to long-named payees looks like)."""
+    if request.function_responses():
+        return text("done")
+    if "payments" in request.tool_names():
+        return calls(("payments", {"input": "pay the batch"}))
+    return calls(*[("pay", {"to": f"rev_{k}_" + "x" * 900, "amount": k}) for k in range(PAUSES)])
+
+
+async def _reads(client: Client, chat_id: str) -> tuple[int, int]:
+    """How many pending reads of sub-agents the caller has scheduled, and how many of its
+    activities have completed."""
+    hist = await client.get_workflow_handle(chat_id).fetch_history()
+    scheduled = [
+        e
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name
+        == SUB_AGENT_PENDING_ACTIVITY
+    ]
+    done = [
+        e
+        for e in hist.events
+        if e.event_type
+        in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+        )
+    ]
+    all_scheduled = [
+        e for e in hist.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    return len(scheduled), len(all_scheduled) - len(done)
+
+
+async def _size(client: Client, chat_id: str) -> int:
+    desc = await client.get_workflow_handle(chat_id).describe()
+    return desc.raw_description.workflow_execution_info.history_size_bytes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="each sub_agent report reads and stores the child's whole pending list (review finding)",
+)
+async def test_a_forged_report_costs_the_caller_a_few_bytes_not_the_sub_agents_pending_list(
+    client,
+):
+    """A ``sub_agent`` report is a hint anyone may send; the caller answers each with a read
+    of the child's whole pending list, and that read's result is stored in the caller's
+    history. Forged reports then grow the caller's history by the child's pending list each
+    (here ~80 KiB per 100-byte signal), so the history guard (32 MiB) cancels the caller's turn
+    and the sub-agent's, withdrawing every pending approval, after a few hundred signals
+    rather than the ~32,000 the security notes state for a flood."""
+    model = ScriptedModel(wide_pause)
+    async with hosted(client, agents=[supervisor], model=model) as agents:
+        parent = await agents.chat("supervisor")
+        paused = await parent.send("go")
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        shown = await eventually(parent.pending, lambda p: len(p) >= PAUSES, timeout=60)
+        child_id = shown[0].chat_id
+        assert child_id
+        handle = client.get_workflow_handle(parent.id)
+        # Quiet: no read in flight.
+        reads, _ = await eventually(
+            lambda: _reads(client, parent.id), lambda r: r[1] == 0, timeout=30
+        )
+        before = await _size(client, parent.id)
+        forged = 8
+        for k in range(forged):
+            await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": child_id})
+            await eventually(
+                lambda: _reads(client, parent.id),
+                lambda r, k=k: r[0] >= reads + k + 1 and r[1] == 0,
+                timeout=30,
+            )
+        grown = await _size(client, parent.id) - before
+        assert RUNS[f"rev_0_{'x' * 900}"] == 0
+    per_signal = grown / forged
+    # A signal and the workflow task it costs are a few KiB; the child's list is not.
+    assert per_signal < 8 * 1024, (
+        f"each forged report grew the caller's history by {per_signal / 1024:.0f} KiB "
+        f"(guard at 32 MiB: ~{32 * 1024 * 1024 / per_signal:.0f} signals cancel the turn)"
+    )
