@@ -4,21 +4,30 @@ credentials can make a caller do through its sub-agent machinery. Payees are nam
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
-from temporal_agent_interrupts import FinishReason
+from temporal_agent_interrupts import (
+    Agent,
+    FinishReason,
+    ResumeRejected,
+    ToolApproval,
+    agent_tool,
+    approve,
+)
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request, calls, text
-from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_SIGNAL,
 )
 from tests.agents import SUB_RUNS as RUNS
-from tests.agents import supervisor
+from tests.agents import sub_pay, supervisor
 from tests.helpers import eventually
 
 PAUSES = 64
@@ -108,3 +117,52 @@ async def test_a_forged_report_costs_the_caller_a_few_bytes_not_the_sub_agents_p
         f"each forged report grew the caller's history by {per_signal / 1024:.0f} KiB "
         f"(guard at 32 MiB: ~{32 * 1024 * 1024 / per_signal:.0f} signals cancel the turn)"
     )
+
+
+ISSUER = TokenIssuer("ES256")
+rev_tpay = Agent(
+    "rev_tpay",
+    system="You pay, verified.",
+    tools=[sub_pay],
+    middleware=[ToolApproval(approvers=["cfo@example.com"])],
+    trust=ISSUER.trust(),
+)
+rev_tboss = Agent(
+    "rev_tboss",
+    system="You delegate, verified.",
+    tools=[agent_tool(rev_tpay)],
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a token the sub-agent refused through its caller stays unspent there (review finding)",
+)
+async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothing_later(client):
+    """An approver's answer through the caller that the sub-agent refuses (here an edit of a
+    tool that is not editable; any refusal past the caller's early checks does) leaves the
+    approver's token in the caller's history (the update, the forwarding activity's input),
+    while the sub-agent's update validator refused it without a trace: the token is spent
+    in the caller but not in the sub-agent. Someone who reads the caller's history answers
+    the sub-agent with it, as the approver, within the token's life. Answered on the
+    sub-agent's own chat, the same refusal would leave no trace at all."""
+    async with hosted(client, agents=[rev_tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("rev_tboss")
+        task = "call pay " + json.dumps({"to": "rev_tok", "amount": 5})
+        (i,) = (await parent.send(f"call rev_tpay {json.dumps({'input': task})}")).interrupts
+        assert i.chat_id
+        token = ISSUER.mint("cfo@example.com")
+        edit = {"name": "pay", "ref": i.ref, "input": {"to": "rev_tok", "amount": 6}}
+        handle = client.get_workflow_handle(parent.id)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("resume", {"restart": [edit], "identity_token": token})
+        # The attacker reads the caller's history, where the token is in clear text.
+        hist = await handle.fetch_history()
+        assert token.encode() in hist.to_json().encode() or any(
+            token.encode() in e.SerializeToString() for e in hist.events
+        )
+        # ...and answers the sub-agent directly, as the approver.
+        child = await agents.chat("rev_tpay", chat_id=i.chat_id)
+        with pytest.raises(ResumeRejected):
+            await child.resume(answers=[approve(i)], identity_token=token)
+        assert RUNS["rev_tok"] == 0
