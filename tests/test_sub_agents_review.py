@@ -4,10 +4,12 @@ credentials can make a caller do through its sub-agent machinery. Payees are nam
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 
@@ -26,9 +28,10 @@ from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_SIGNAL,
 )
+from temporal_agent_interrupts.workflows.turn import structured_output
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import sub_pay, supervisor
-from tests.helpers import eventually
+from tests.helpers import assert_no_workflow_task_failed, eventually
 
 PAUSES = 64
 
@@ -166,3 +169,51 @@ async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothi
         with pytest.raises(ResumeRejected):
             await child.resume(answers=[approve(i)], identity_token=token)
         assert RUNS["rev_tok"] == 0
+
+
+class RevReceipt(BaseModel):
+    paid: float
+
+
+rev_json = Agent("rev_json", system="You answer in JSON.")
+rev_ledger = Agent(
+    "rev_ledger",
+    system="You delegate.",
+    tools=[agent_tool(rev_json, output=RevReceipt)],
+)
+FENCED = "```" + "\n" * 40_000 + "x"
+
+
+def fenced_answer(request: Request) -> dict[str, Any]:
+    """The caller asks once; the sub-agent's (hostile, or injected) model answers with a fence
+    followed by 40,000 newlines and no closing fence: 40 KB, well within a reply's limits."""
+    if "rev_json" not in request.tool_names():
+        return text(FENCED)
+    if request.function_responses():
+        return text("done")
+    return calls(("rev_json", {"input": "how much did we pay?"}))
+
+
+async def test_a_sub_agent_answer_with_an_open_fence_never_fails_the_callers_task(client):
+    """The fence matcher for ``agent_tool(output=...)`` backtracks quadratically on an opening
+    fence followed by many whitespace characters: 40 KB took seconds of the caller's workflow
+    task (holding the GIL: every workflow of the worker stalls), past the SDK's 2 s deadlock
+    timeout, so the task failed, and failed again on every retry."""
+    async with hosted(client, agents=[rev_ledger], model=ScriptedModel(fenced_answer)) as agents:
+        parent = await agents.chat("rev_ledger")
+        done = await asyncio.wait_for(parent.send("go"), timeout=60)
+        assert done.finish_reason == FinishReason.STOP, done
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+def test_the_fence_is_read_as_before():
+    schema = RevReceipt.model_json_schema()
+    for text_, out in [
+        ('```json\n{"paid": 1}\n```', {"paid": 1}),
+        ('```\n\n  {"paid": 2}  \n\n```', {"paid": 2}),
+        ('```json  \n{"paid": 3}\n```', {"paid": 3}),
+        ('{"paid": 4}', {"paid": 4}),
+    ]:
+        assert structured_output(text_, schema, chat_id="c") == {"output": out, "chat_id": "c"}
+    for bad in ['``` json\n{"paid": 1}\n```', '```\n{"paid": 1}```', "```\n```", FENCED]:
+        assert "error" in structured_output(bad, schema, chat_id="c"), bad

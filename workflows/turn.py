@@ -1228,7 +1228,23 @@ def with_output_request(task: str, schema: JsonObject | None) -> str:
     return task + OUTPUT_REQUEST + json.dumps(schema, sort_keys=True, separators=(",", ":"))
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*\n(?P<body>.*)\n```$", re.DOTALL)
+def _unfenced(body: str) -> str:
+    """``body`` without a Markdown fence around it (```` ``` ```` or ```` ```json ````, each
+    on a line of its own), as models often give JSON although told not to.
+
+    String operations, not a pattern: one with ``\\s*\\n(.*)\\n```$`` backtracks
+    quadratically on an opening fence and many whitespace characters (a model's 40 KB took
+    seconds, past the SDK's deadlock timeout: the caller's workflow task failed, each retry).
+    """
+    if not (body.startswith("```") and body.endswith("```")):
+        return body
+    line_end = body.find("\n")
+    opener = body[3:line_end] if line_end >= 0 else ""
+    opener = opener.removeprefix("json")
+    inner = body[line_end + 1 : -3]
+    if line_end < 0 or opener.strip() or not inner.endswith("\n"):
+        return body
+    return inner.strip()
 
 
 def structured_output(text: str, schema: JsonObject, *, chat_id: str) -> JsonObject:
@@ -1236,8 +1252,7 @@ def structured_output(text: str, schema: JsonObject, *, chat_id: str) -> JsonObj
     ``{"output": the object, "chat_id"}``, or ``{"error", "text", "chat_id"}`` saying why it
     does not (the model reads it, and may ask the sub-agent again)."""
     body = text.strip()
-    if m := _FENCE.match(body):
-        body = m["body"].strip()  # models often fence JSON although told not to
+    body = _unfenced(body)
     try:
         # The model's text, decoded as a payload is: no nesting or text that could not be
         # stored (or would exhaust the stack) reaches the call's output.
