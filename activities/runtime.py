@@ -39,6 +39,7 @@ from temporal_agent_interrupts.activities.mcp import (
     result_output,
     status_of,
 )
+from temporal_agent_interrupts.activities.sealing import Sealer
 from temporal_agent_interrupts.activities.streaming import TextPublisher
 from temporal_agent_interrupts.activities.subagents import (
     AgentTool,
@@ -58,6 +59,8 @@ from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
     MCP_ACTIVITY,
     MODEL_ACTIVITY,
+    SUB_AGENT_PENDING_ACTIVITY,
+    SUB_AGENT_RESUME_ACTIVITY,
     TOOL_ACTIVITY,
     WORKFLOW_TYPE,
 )
@@ -70,6 +73,7 @@ from temporal_agent_interrupts.workflows.limits import (
     human_size,
     json_size,
 )
+from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
 from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
@@ -79,7 +83,11 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     ModelInput,
     ModelResult,
+    PendingResult,
     Status,
+    SubAgentPendingInput,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
     ToolInput,
     ToolResult,
     ToolSpec,
@@ -96,11 +104,18 @@ class AgentActivities:
     """Holds the worker's agents and Gemini client; exposes the activities."""
 
     def __init__(
-        self, agents: Sequence[Agent], *, gemini: genai.Client, conversation_cache: int = 1000
+        self,
+        agents: Sequence[Agent],
+        *,
+        gemini: genai.Client,
+        result_keys: ResultKeys,
+        conversation_cache: int = 1000,
     ) -> None:
         """``conversation_cache``: how many conversations the model activity keeps (see
         :mod:`activities.history`); 0 keeps none, so every model call after a conversation's
-        first asks the workflow for the earlier messages."""
+        first asks the workflow for the earlier messages. ``result_keys``: what every result
+        and failure is sealed with (``workflows.seal``)."""
+        self._sealer = Sealer(result_keys)
         self._agents = {a.name: a for a in agents}
         if len(self._agents) != len(agents):
             raise ValueError("two agents share a name")
@@ -113,6 +128,12 @@ class AgentActivities:
                 # A sub-agent's calls are child conversations, never this activity's.
                 if not isinstance(t, AgentTool)
             }
+            for a in agents
+        }
+        # The notifying tools only reminders and escalations call (never the model).
+        self._notifiers: dict[str, frozenset[str]] = {
+            a.name: frozenset(_as_tool(t, agent=a.name).name for t in a.notify_tools())
+            - {str(getattr(t, "name", "")) for t in a.own_tools()}
             for a in agents
         }
         self._toolsets: dict[str, list[MCPToolset]] = {
@@ -128,7 +149,23 @@ class AgentActivities:
         return self._conversations
 
     def activities(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [self.model_call, self.tool_call, self.mcp_call, sub_agent_pending, sub_agent_resume]
+        return [
+            self.model_call,
+            self.tool_call,
+            self.mcp_call,
+            self.sub_agent_pending,
+            self.sub_agent_resume,
+        ]
+
+    @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
+    async def sub_agent_pending(self, input: SubAgentPendingInput) -> PendingResult:
+        """A child conversation's pending interrupts (``activities.subagents``), sealed."""
+        return await self._sealer.run(sub_agent_pending(input))
+
+    @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
+    async def sub_agent_resume(self, input: SubAgentResumeInput) -> SubAgentResumeResult:
+        """An answer passed on to a child conversation (``activities.subagents``), sealed."""
+        return await self._sealer.run(sub_agent_resume(input))
 
     @property
     def mcp(self) -> MCPSessions:
@@ -179,6 +216,9 @@ class AgentActivities:
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_call(self, input: ModelInput) -> ModelResult:
         """One Gemini call with the conversation so far; automatic function calling is off."""
+        return await self._sealer.run(self._model_call_spanned(input))
+
+    async def _model_call_spanned(self, input: ModelInput) -> ModelResult:
         for_a_conversation(input.chat_id, what="model call")
         hosted = self._agents.get(input.agent)
         with span(
@@ -237,6 +277,9 @@ class AgentActivities:
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, input: ToolInput) -> ToolResult:
         """Run one tool call. An ``Interrupt`` comes back as data; a ``ToolError`` fails it."""
+        return await self._sealer.run(self._tool_call_checked(input))
+
+    async def _tool_call_checked(self, input: ToolInput) -> ToolResult:
         # Whether it may run (an approval, a gate) is the conversation's decision, made in the
         # workflow: only a conversation's own run may ask.
         for_a_conversation(input.chat_id, what=f"tool call {input.tool[:100]!r}")
@@ -257,6 +300,7 @@ class AgentActivities:
                     type=ErrorKind.TOOL_ERROR,
                     non_retryable=True,
                 )
+            self._check_gate(agent, input)
             outcome: ToolOutcome = "error"
             try:
                 result = await self._tool_call(input, agent, tool)
@@ -266,6 +310,38 @@ class AgentActivities:
                 # A hosted tool's name only, so the label stays bounded.
                 count_tool_call(agent=agent.name, tool=tool.name, outcome=outcome)
                 current.set_attribute("agent.outcome", outcome)
+
+    def _check_gate(self, agent: Agent, input: ToolInput) -> None:
+        """This worker's own gate, whatever the conversation's recorded definition says: a
+        tool its agent's ``ToolApproval`` holds runs only as an approved run (``tool_approved``
+        in the restart's metadata), as ``mcp_call`` checks for an MCP server's tools. The
+        workflow decides who may approve; this keeps a definition that lost its gate (were
+        one ever taken from outside the workers) from running a held tool unasked.
+
+        Raises:
+            ApplicationError: ``PERMISSION_DENIED``, non-retryable, classified as a tool error.
+        """
+        if input.tool in self._notifiers[agent.name]:
+            return  # a reminder's or an escalation's notice, which the model is never offered
+        held = any(
+            isinstance(m, ToolApproval) and input.tool not in m.allow for m in agent.middleware
+        )
+        approved = input.resumed and input.resumed_metadata.get(TOOL_APPROVED) is True
+        if not held or approved:
+            return
+        log.warning(
+            "refused tool call %r for chat %s: this worker's gate holds it and it carries no "
+            "approval",
+            input.tool[:100],
+            input.chat_id[:100],
+        )
+        raise ApplicationError(
+            f"tool call of {input.tool[:100]!r} refused: this worker's gate holds it, and the "
+            "call carries no approval",
+            Status.PERMISSION_DENIED,
+            type=ErrorKind.TOOL_ERROR,
+            non_retryable=True,
+        )
 
     async def _tool_call(self, input: ToolInput, agent: Agent, tool: Tool[Any]) -> ToolResult:
         try:
@@ -329,6 +405,9 @@ class AgentActivities:
         (what was listed when the model asked for the call). Whether it may run is the
         workflow's decision, as for any tool.
         """
+        return await self._sealer.run(self._mcp_call_checked(input))
+
+    async def _mcp_call_checked(self, input: MCPCallInput) -> ToolResult:
         for_a_conversation(input.chat_id, what=f"MCP tool call {input.tool[:100]!r}")
         with span(
             SPAN_TOOL_CALL,

@@ -27,8 +27,6 @@ from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
     SUB_AGENT_HEARTBEAT_EVERY,
-    SUB_AGENT_PENDING_ACTIVITY,
-    SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
 )
 from temporal_agent_interrupts.workflows.payloads import refusal_code
@@ -171,7 +169,6 @@ def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[
     return activity.client().get_workflow_handle(input.chat_id, first_execution_run_id=input.run_id)
 
 
-@activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
 async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
     """A child conversation's pending interrupts, as its ``pending`` query gives them."""
     async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
@@ -196,7 +193,6 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult:
     return await run.query(AgentWorkflow.pending)
 
 
-@activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
 async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
     the child's own rules (approvers, quorum, trust, what is pending there).

@@ -45,6 +45,12 @@ from temporal_agent_interrupts.codec import data_converter, generate_key, load_k
 from temporal_agent_interrupts.connection import connect_answering
 from temporal_agent_interrupts.worker import build_worker, ensure_bytecode, sandbox_runner
 from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
+from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
+from temporal_agent_interrupts.worker.result_keys import (
+    ResultKeysInterceptor,
+    generate_result_key,
+    resolve_result_keys,
+)
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
@@ -486,6 +492,7 @@ async def b3(bench: Bench, *, checkpoints: list[int]) -> dict[str, Any]:
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=bench.client.data_converter,  # the codec too: encrypted histories
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(),
     )
     rows = []
@@ -1144,6 +1151,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    # Workers seal activity results (workflows.seal): a key for this run, unless one is set;
+    # the processes this starts inherit it.
+    os.environ.setdefault(RESULT_KEYS_VAR, generate_result_key("bench"))
     if argv[:1] == ["b2"]:
         # B2 on its own: N parked on one worker in a process of its own (bench/parked.py).
         from bench import parked  # only for this command

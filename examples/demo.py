@@ -55,6 +55,7 @@ from temporal_agent_interrupts.worker.devserver import (
     temporal_cli,
     wait_for_port,
 )
+from temporal_agent_interrupts.worker.result_keys import dev_result_keys
 from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 
 ADDRESS = DEFAULT_ADDRESS
@@ -182,7 +183,10 @@ async def demo() -> int:
 
     chat_id = f"demo-{uuid.uuid4().hex[:8]}"
     queue = task_queue()
-    async with build_worker(temporal, agents=ALL_AGENTS, task_queue=queue):
+    # The key that seals activity results: AGENT_RESULT_KEYS, else (the embedded default)
+    # the dev server's key file under .temporal/, which `make run` uses too.
+    result_keys = dev_result_keys(STATE_DIR)
+    async with build_worker(temporal, agents=ALL_AGENTS, task_queue=queue, result_keys=result_keys):
         agents = AgentClient(temporal, task_queue=queue)
         chat = await agents.chat("bankingAgent", chat_id=chat_id)
         message = "Transfer $500 to savings."

@@ -9,6 +9,7 @@ Temporal is mocked.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
@@ -23,13 +24,17 @@ from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, 
 from temporal_agent_interrupts.workflows import Agent
 from tests import agents as test_agents
 from tests.browser import chromium
-from tests.helpers import SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
+from tests.helpers import RESULT_KEYS, SUGGEST_AFTER_EVENTS, Metrics, free_port, server_address
 
 if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler import Scheduling
 
 pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]
+
+# Every worker, worker process and replayer of the suite seals and checks activity results with
+# this key (workflows.seal), as a deployment's workers share theirs.
+os.environ["AGENT_RESULT_KEYS"] = RESULT_KEYS
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpx2").setLevel(logging.WARNING)

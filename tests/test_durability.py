@@ -16,6 +16,7 @@ from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.worker import build_worker, sandbox_runner
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, calls, text
 from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
@@ -33,6 +34,7 @@ def replayer() -> Replayer:
     return Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(strict=True),
     )
 

@@ -50,6 +50,7 @@ from temporal_agent_interrupts.activities.mcp import (
 from temporal_agent_interrupts.codec import data_converter, generate_key
 from temporal_agent_interrupts.worker import sandbox_runner
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY
@@ -339,6 +340,7 @@ async def test_a_chat_paused_across_a_change_of_the_tool_list_resumes_and_replay
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(strict=True),
     )
     await replayer.replay_workflow(hist)

@@ -50,6 +50,7 @@ from temporal_agent_interrupts.tracing import (
     tracing_interceptors,
 )
 from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
@@ -281,7 +282,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
             workflows=[AgentWorkflow],
             data_converter=client.data_converter,
             workflow_runner=sandbox_runner(),
-            interceptors=interceptors,
+            interceptors=[*interceptors, ResultKeysInterceptor(resolve_result_keys())],
         )
         result = await replayer.replay_workflow(hist, raise_on_replay_failure=True)
         assert result.replay_failure is None
@@ -473,7 +474,7 @@ async def test_recorded_histories_replay_with_tracing_on(spans, path: Path):
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
         workflow_runner=sandbox_runner(),
-        interceptors=[TracingInterceptor()],
+        interceptors=[TracingInterceptor(), ResultKeysInterceptor(resolve_result_keys())],
     )
     result = await replayer.replay_workflow(hist, raise_on_replay_failure=True)
     assert result.replay_failure is None

@@ -8,8 +8,9 @@ credentials and as a team adopting the package would, on a real dev server.
 - An inbox entry answered as it is (``approve``/``deny``/``respond(entry)``) answers only the
   input it shows: a memo a starter wrote (the inbox lists it until a worker's first task scrubs
   it) whose digest names another input builds no answer.
-- A forged activity failure by id (``RespondActivityTaskFailedById``, which needs no poll) can
-  close a brand-new chat through ``UnknownAgent``: open, marked ``xfail``.
+- A forged activity failure or completion by id (``RespondActivityTaskFailedById`` and
+  ``…CompletedById``, which need no poll) changes nothing: no worker sealed it
+  (``workflows.seal``), so the model is asked again.
 """
 
 from __future__ import annotations
@@ -243,13 +244,6 @@ async def first_scheduled_model_call(client: Client, chat_id: str) -> tuple[str,
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: RespondActivityTaskFailedById/CompletedById need no poll; a forged "
-    "UnknownAgent failure of a new chat's first model call closes it, and a forged completion "
-    "is the model's reply; docs/security.md ('What stays open, and why') says which "
-    "authorizer rule closes it",
-)
 @pytest.mark.parametrize(
     "forgery", ["fail-unknown-agent", "complete-as-the-model", "complete-without-the-keys"]
 )

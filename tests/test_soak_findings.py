@@ -75,6 +75,7 @@ from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import QUERY_PUT_OFF
 from temporal_agent_interrupts.worker import build_worker, sandbox_runner
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.sandbox import QueryTimeGuard
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.workflows import AgentWorkflow
@@ -157,6 +158,7 @@ async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_repl
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(strict=True),
     )
     replayed = await replayer.replay_workflow(hist, raise_on_replay_failure=False)
@@ -219,6 +221,7 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(strict=True),
     )
     replayed = await replayer.replay_workflow(hist, raise_on_replay_failure=False)

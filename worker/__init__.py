@@ -19,6 +19,7 @@ from temporal_agent_interrupts.worker.plugin import (
 )
 from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, ensure_bytecode, sandbox_runner
 from temporal_agent_interrupts.workflows import Agent
+from temporal_agent_interrupts.workflows.seal import ResultKeys
 
 DEFAULT_MAX_CACHED_WORKFLOWS = 100
 """Conversations a worker keeps in memory between their workflow tasks (Temporal's own default
@@ -38,6 +39,7 @@ def build_worker(
     task_queue: str,
     gemini: genai.Client | None = None,
     conversation_cache: int = 1000,
+    result_keys: ResultKeys | str | None = None,
     **worker_kwargs: Any,
 ) -> Worker:
     """A worker hosting ``agents`` on ``task_queue``: ``AgentsPlugin`` on a copy of ``client``,
@@ -62,6 +64,8 @@ def build_worker(
             carries only what is new (see ``activities/history.py``); 0 keeps none, and each
             call asks the workflow for the rest (measured in ``bench/``: about 6 ms a call,
             growing with the conversation).
+        result_keys: The keys that seal every activity result (``worker.result_keys``);
+            ``None`` reads ``AGENT_RESULT_KEYS``.
         **worker_kwargs: Passed to ``temporalio.worker.Worker``. Defaults here:
             ``max_cached_workflows`` (``DEFAULT_MAX_CACHED_WORKFLOWS``) and an ``identity``
             that names the agents, so a worker with other agents on the same queue can be
@@ -71,7 +75,12 @@ def build_worker(
         ValueError: no agents, a ``gemini`` client with the SDK's retries on, or a client that
             already carries an ``AgentsPlugin`` (build a ``Worker`` on it directly).
     """
-    plugin = AgentsPlugin(agents=agents, gemini=gemini, conversation_cache=conversation_cache)
+    plugin = AgentsPlugin(
+        agents=agents,
+        gemini=gemini,
+        conversation_cache=conversation_cache,
+        result_keys=result_keys,
+    )
     config = client.config()  # as given, before its plugins ran: they run again on the copy
     plugins = list(config.get("plugins") or ())
     if any(isinstance(p, AgentsPlugin) for p in plugins):

@@ -81,6 +81,12 @@ from temporal_agent_interrupts.worker.devserver import (
 )
 from temporal_agent_interrupts.worker.observability import metrics_runtime
 from temporal_agent_interrupts.worker.peers import unlike_peers, worker_identity
+from temporal_agent_interrupts.worker.result_keys import (
+    ResultKeysMissing,
+    dev_result_keys,
+    generate_result_key,
+    resolve_result_keys,
+)
 from temporal_agent_interrupts.worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
@@ -193,6 +199,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--setup-search-attributes",
         action="store_true",
         help="register the project's search attributes on the namespace, then exit",
+    )
+    p.add_argument(
+        "--generate-result-key",
+        action="store_true",
+        help="print a new id:base64key entry for AGENT_RESULT_KEYS (the key that seals every "
+        "activity result; every worker of a task queue needs the same), then exit",
     )
     p.add_argument(
         "--dev-server",
@@ -476,7 +488,16 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             profile=args.profile, config_file=args.config_file, default_address=None
         )
         keys = load_keys()
-    except ConnectionConfigError as e:
+        # The embedded dev server's workers keep a key file beside its data; any other
+        # deployment sets AGENT_RESULT_KEYS (or AGENT_UNSIGNED_RESULTS=1, said loudly).
+        result_keys = (
+            dev_result_keys(STATE_DIR)
+            if wants_dev_server(
+                requested=args.dev_server, configured_address=config.get("target_host")
+            )
+            else resolve_result_keys()
+        )
+    except (ConnectionConfigError, ResultKeysMissing) as e:
         log.error("%s", e)
         return 2
     codec_server: CodecServer | None = None
@@ -558,6 +579,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             client,
             agents=agents,
             task_queue=args.task_queue,
+            result_keys=result_keys,
             identity=identity,
             max_concurrent_activities=args.max_concurrent_activities,
             max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
@@ -679,6 +701,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for noisy in ("httpx", "httpx2", "google_genai.models"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parse_args(argv)
+    if args.generate_result_key:
+        print(generate_result_key())
+        sys.stdout.flush()
+        os._exit(0)
     try:
         # Before anything connects or starts a server, so that a typo fails at once.
         agents = load_agents(args.agents)

@@ -37,7 +37,7 @@ from temporalio.client import ClientConfig
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig, WorkflowRunner
+from temporalio.worker import ReplayerConfig, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from temporal_agent_interrupts.activities.runtime import AgentActivities, genai_transport
@@ -52,6 +52,7 @@ from temporal_agent_interrupts.codec import (
     load_keys,
 )
 from temporal_agent_interrupts.tracing import add_tracing
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.sandbox import (
     PASSTHROUGH,
     GuardedRunner,
@@ -59,6 +60,7 @@ from temporal_agent_interrupts.worker.sandbox import (
     sandbox_runner,
 )
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow
+from temporal_agent_interrupts.workflows.seal import ResultKeys
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,12 @@ class AgentsPlugin(SimplePlugin):
             only what is new (see ``activities/history.py``); 0 keeps none.
         service_name: ``service.name`` of the spans when tracing is on (``OTEL_SERVICE_NAME``
             wins).
+        result_keys: The keys that seal every activity result (``ResultKeys``, or the text
+            ``AGENT_RESULT_KEYS`` takes; ``worker.result_keys``). ``None`` reads
+            ``AGENT_RESULT_KEYS`` when a worker or replayer is built; a worker without keys
+            refuses to start.
+        unsigned_results: Run workers without result keys (logged loudly at every start):
+            anyone who may complete an activity by id can then answer as the model or a tool.
 
     Raises:
         ValueError: no agents, or a ``gemini`` client with the SDK's own retries on.
@@ -99,6 +107,8 @@ class AgentsPlugin(SimplePlugin):
         payload_keys: PayloadKeys | str | None = None,
         conversation_cache: int = 1000,
         service_name: str = "agent-worker",
+        result_keys: ResultKeys | str | None = None,
+        unsigned_results: bool = False,
     ) -> None:
         if not agents:
             raise ValueError("AgentsPlugin needs at least one agent")
@@ -113,6 +123,10 @@ class AgentsPlugin(SimplePlugin):
         )
         self._conversation_cache = conversation_cache
         self._service_name = service_name
+        self._result_keys_given = result_keys
+        self._unsigned = unsigned_results
+        # Resolved when the first worker or replayer is built (a client alone needs none).
+        self._result_keys: ResultKeys | None = None
         self._activities: AgentActivities | None = None
         super().__init__(
             PLUGIN_NAME,
@@ -140,9 +154,24 @@ class AgentsPlugin(SimplePlugin):
             self._activities = AgentActivities(
                 self.agents,
                 gemini=self._gemini if self._gemini is not None else default_gemini(),
+                result_keys=self.result_keys,
                 conversation_cache=self._conversation_cache,
             )
         return self._activities
+
+    @property
+    def result_keys(self) -> ResultKeys:
+        """The keys the workers seal and check results with (resolved on first use).
+
+        Raises:
+            ResultKeysMissing: none given, none in ``AGENT_RESULT_KEYS``, and nothing says to
+                run without them.
+        """
+        if self._result_keys is None:
+            self._result_keys = resolve_result_keys(
+                self._result_keys_given, unsigned=self._unsigned
+            )
+        return self._result_keys
 
     def configure_client(self, config: ClientConfig) -> ClientConfig:
         config = super().configure_client(config)
@@ -165,7 +194,20 @@ class AgentsPlugin(SimplePlugin):
                 "AgentWorkflow is already on this worker (an AgentsPlugin on both the client "
                 "and the worker, or two of them): give one AgentsPlugin, to the client"
             )
+        config["interceptors"] = [
+            *(config.get("interceptors") or ()),
+            ResultKeysInterceptor(self.result_keys),
+        ]
         return super().configure_worker(config)
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        config = super().configure_replayer(config)
+        # A replay decides as the workers did only with the keys they checked results with.
+        config["interceptors"] = [
+            *(config.get("interceptors") or ()),
+            ResultKeysInterceptor(self.result_keys),
+        ]
+        return config
 
     def _add_activities(
         self, existing: Sequence[Callable[..., Any]] | None

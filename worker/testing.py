@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import secrets
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -49,6 +51,7 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
 from temporal_agent_interrupts.worker.offline_model import respond as offline
 from temporal_agent_interrupts.worker.offline_model import summary
+from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
 from temporal_agent_interrupts.worker.standin import (
     Answer,
     Reply,
@@ -62,6 +65,7 @@ from temporal_agent_interrupts.worker.standin import (
 from temporal_agent_interrupts.workflows import Agent, TrustedIssuer
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from temporal_agent_interrupts.workflows.details import example_value
+from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.types import ToolInput, TrustSpec
 
 # Never resolved: requests go to the transport, not to a host.
@@ -247,9 +251,13 @@ async def hosted(
     """A worker hosting ``agents`` with ``model``, and an ``AgentClient`` for its task queue.
 
     Each call gets a fresh task queue unless one is given, so workers of other tests (which host
-    other agents) never take its work. ``worker_kwargs`` go to ``build_worker``.
+    other agents) never take its work. ``worker_kwargs`` go to ``build_worker``; without
+    ``result_keys`` there and without ``AGENT_RESULT_KEYS``, the worker seals results with a
+    key of its own, made for it.
     """
     queue = task_queue or f"test-{uuid.uuid4()}"
+    if "result_keys" not in worker_kwargs and not os.environ.get(RESULT_KEYS_VAR, "").strip():
+        worker_kwargs["result_keys"] = ResultKeys(keys=(("test", secrets.token_bytes(32)),))
     gemini = model.client() if isinstance(model, ScriptedModel) else model
     try:
         async with build_worker(

@@ -105,7 +105,7 @@ def rejection(
     reason: str,
     raw: bytes,
     identity: str | None,
-    via: Literal["signal", "start"] = "signal",
+    via: Literal["signal", "start", "activity"] = "signal",
 ) -> Rejection:
     """The record of a refused signal (or of what a start asked for that it may not).
 

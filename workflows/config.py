@@ -89,3 +89,8 @@ SUB_AGENT_ANSWER_RETRY = RetryPolicy(
 # lost with its worker is retried in seconds rather than at its start-to-close.
 SUB_AGENT_HEARTBEAT = timedelta(seconds=10)
 SUB_AGENT_HEARTBEAT_EVERY = 2.0
+
+UNSEALED_TRIES = 8
+"""How many model results in a row without a worker's seal (``workflows.seal``) a turn refuses
+and asks again for, before it fails: each is someone completing the call from outside the
+workers, and each refusal is recorded."""

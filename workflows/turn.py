@@ -58,6 +58,13 @@ from temporal_agent_interrupts.workflows.limits import (
     shrink,
     stored_size,
 )
+from temporal_agent_interrupts.workflows.seal import (
+    Binding,
+    failure_body,
+    result_body,
+    split_details,
+    workflow_keys,
+)
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
@@ -100,6 +107,15 @@ class _TurnFailed(Exception):
     def __init__(self, error: ErrorInfo) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+class _Unsealed(Exception):
+    """An activity's result or failure that no worker sealed (``workflows.seal``): not taken.
+    Recorded as a rejection where it is raised."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class TurnMachine:
@@ -154,6 +170,8 @@ class TurnMachine:
         # The sub-agents this turn's calls are running (agent_tool), by child chat id: not
         # state, since a turn with a call running never continues as new.
         self.children: dict[str, SubAgentChild] = {}
+        # Activities this run scheduled through _execute, for their ids (workflows.seal).
+        self._activities = 0
         # One sub-agent pending read at a time: each result may be as large as a query's
         # (1.75 MiB), and the server force-fails a workflow task in flight once the events
         # buffered meanwhile pass 2 MiB; twenty children's reads finishing together did.
@@ -395,8 +413,7 @@ class TurnMachine:
         # it schedules, not to a signal from outside (unless it reads history: docs/security.md).
         self.stream_key = str(workflow.uuid4()) if turn.stream else None
         try:
-            result = await self._execute(
-                config.MODEL_ACTIVITY,
+            result = await self._ask_model(
                 ModelInput(
                     agent=self.s.agent,
                     chat_id=workflow.info().workflow_id,
@@ -409,10 +426,6 @@ class TurnMachine:
                     turn=turn.turn if turn.stream else None,
                     stream_key=self.stream_key,
                 ),
-                result_type=ModelResult,
-                start_to_close_timeout=config.MODEL_START_TO_CLOSE,
-                heartbeat_timeout=config.MODEL_HEARTBEAT,
-                retry_policy=config.MODEL_RETRY,
                 summary=f"model {spec.model}" if spec else f"model for {self.s.agent}",
             )
         except ActivityError as e:
@@ -459,6 +472,34 @@ class TurnMachine:
             else:
                 self.emit(events.text(text), publish=False)
         return result.message
+
+    async def _ask_model(self, request: ModelInput, *, summary: str) -> ModelResult:
+        """The model activity's result, asked again while what comes back is not a worker's
+        (``workflows.seal``: a reply completed by id from outside), at most
+        ``config.UNSEALED_TRIES`` times in a row; then the turn fails, with nothing taken."""
+        for _ in range(config.UNSEALED_TRIES):
+            try:
+                result: ModelResult = await self._execute(
+                    config.MODEL_ACTIVITY,
+                    request,
+                    result_type=ModelResult,
+                    start_to_close_timeout=config.MODEL_START_TO_CLOSE,
+                    heartbeat_timeout=config.MODEL_HEARTBEAT,
+                    retry_policy=config.MODEL_RETRY,
+                    summary=summary,
+                )
+            except _Unsealed:
+                continue  # recorded; the model is asked again
+            return result
+        raise _TurnFailed(
+            ErrorInfo(
+                status=Status.UNAVAILABLE,
+                message=(
+                    f"the model call's result was not a worker's {config.UNSEALED_TRIES} times "
+                    "in a row (completed from outside the workers?); none of it was taken"
+                ),
+            )
+        )
 
     def _fit_unseen(self, seen: int) -> None:
         """Keep the model call's input under Temporal's payload limit, come what may.
@@ -538,12 +579,19 @@ class TurnMachine:
         """
         delay = config.UNDECRYPTABLE_RETRY_FIRST
         since = None
+        what = options.get("summary") or activity
         while True:
+            # Our own id, so the seal binds the result to this activity (workflows.seal).
+            self._activities += 1
+            activity_id = f"{activity}.{self._activities}"
             try:
-                return await workflow.execute_activity(activity, arg, **options)
+                result = await workflow.execute_activity(
+                    activity, arg, activity_id=activity_id, **options
+                )
             except ActivityError as e:
                 key_id = _undecryptable(e)
                 if key_id is None:
+                    self._check_failure(e, activity=activity, activity_id=activity_id, what=what)
                     raise
                 now = workflow.now()
                 since = since or now
@@ -559,6 +607,75 @@ class TurnMachine:
                 )
                 await workflow.sleep(delay, summary="waiting for a worker with the payload key")
                 delay = min(delay * 2, config.UNDECRYPTABLE_RETRY_MAX)
+                continue
+            self._check_result(result, activity=activity, activity_id=activity_id, what=what)
+            return result
+
+    def _binding(self, activity: str, activity_id: str) -> Binding:
+        info = workflow.info()
+        return Binding(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            activity_id=activity_id,
+            activity_type=activity,
+        )
+
+    def _check_result(self, result: Any, *, activity: str, activity_id: str, what: str) -> None:
+        """Take ``result`` only with a worker's seal for this very activity (workflows.seal).
+
+        Raises:
+            _Unsealed: it has none that verifies; the refusal is recorded.
+        """
+        keys = workflow_keys()
+        seal = getattr(result, "seal", None)
+        if keys is None:
+            why: str | None = "this worker holds no result keys"
+        else:
+            why = keys.verify(seal, self._binding(activity, activity_id), result_body(result))
+        if why is not None:
+            self._refuse_result(activity=activity, what=what, why=why)
+
+    def _check_failure(
+        self, err: ActivityError, *, activity: str, activity_id: str, what: str
+    ) -> None:
+        """Take an activity's ``ApplicationError`` only with a worker's seal for this very
+        activity. Failures of the server's own kinds (a timeout, a cancellation the workflow
+        asked for) are the server's word, and are taken as they are.
+
+        Raises:
+            _Unsealed: an application failure without a seal that verifies; recorded.
+        """
+        cause = err.cause
+        if not isinstance(cause, ApplicationError):
+            return
+        details, seal = split_details(cause.details)
+        keys = workflow_keys()
+        if keys is None:
+            why: str | None = "this worker holds no result keys"
+        else:
+            body = failure_body(
+                type=cause.type,
+                message=cause.message,
+                non_retryable=cause.non_retryable,
+                details=details,
+            )
+            why = keys.verify(seal, self._binding(activity, activity_id), body)
+        if why is not None:
+            self._refuse_result(activity=activity, what=what, why=why, failure=True)
+
+    def _refuse_result(self, *, activity: str, what: str, why: str, failure: bool = False) -> None:
+        kind = "failure" if failure else "result"
+        record = audit.rejection(
+            at=workflow.now(),
+            handler=activity,
+            reason=f"{what}: a {kind} no worker sealed was not taken: {why}",
+            raw=b"",
+            identity=None,
+            via="activity",
+        )
+        audit.reject(self.s, record)
+        workflow.logger.warning("%s: a %s no worker sealed was not taken: %s", what, kind, why)
+        raise _Unsealed(f"{what}: its {kind} was not a worker's ({why})")
 
     def _error(self, err: ActivityError, *, what: str) -> ErrorInfo:
         error = _activity_error(err, what=what)
@@ -639,6 +756,17 @@ class TurnMachine:
                 retry_policy=retry,
                 summary=f"tool {call.name}",
             )
+        except _Unsealed as e:
+            # What came back is not a worker's word; the tool may still have run (the
+            # worker's own completion is refused once the activity is closed).
+            book.complete(
+                call,
+                {
+                    "error": f"tool {call.name!r}: {self._cut(e.reason)}",
+                    "note": "it may have taken effect: check before trying again",
+                },
+            )
+            return
         except ActivityError as e:
             timed_out = isinstance(e.cause, TemporalTimeoutError)
             if single and call.resumed and timed_out:
@@ -831,7 +959,7 @@ class TurnMachine:
                     # Cleared once it is this child's turn to be read: hints that came while
                     # it queued are answered by this one read.
                     child.hinted = False
-                    found = await workflow.execute_activity(
+                    found = await self._execute(
                         config.SUB_AGENT_PENDING_ACTIVITY,
                         SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
                         result_type=PendingResult,
@@ -842,6 +970,9 @@ class TurnMachine:
                         retry_policy=config.SUB_AGENT_RETRY,
                         summary=f"pending of sub-agent {child_id}",
                     )
+            except _Unsealed:
+                child.hinted = True  # not a worker's read (recorded): read it again
+                continue
             except ActivityError as e:
                 if isinstance(e.cause, CancelledError):
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
@@ -936,18 +1067,24 @@ class TurnMachine:
         self, child_id: str, child: SubAgentChild, resume: JsonObject
     ) -> SubAgentResumeResult:
         """Pass an answer given here to the sub-agent it is for, whose rules check it."""
-        result: SubAgentResumeResult = await workflow.execute_activity(
-            config.SUB_AGENT_RESUME_ACTIVITY,
-            SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
-            result_type=SubAgentResumeResult,
-            # The child's turn runs on after the answer (its tool, its model): the wait is as
-            # long as that, its liveness the heartbeat; a retry asks for the first attempt's
-            # update by its id (sub_agent_resume), never giving the answer twice.
-            start_to_close_timeout=config.SUB_AGENT_ANSWER_START_TO_CLOSE,
-            heartbeat_timeout=config.SUB_AGENT_ANSWER_HEARTBEAT,
-            retry_policy=config.SUB_AGENT_ANSWER_RETRY,
-            summary=f"answer for sub-agent {child_id}",
-        )
+        try:
+            result: SubAgentResumeResult = await self._execute(
+                config.SUB_AGENT_RESUME_ACTIVITY,
+                SubAgentResumeInput(chat_id=child_id, run_id=child.run_id, resume=resume),
+                result_type=SubAgentResumeResult,
+                # The child's turn runs on after the answer (its tool, its model): the wait is as
+                # long as that, its liveness the heartbeat; a retry asks for the first attempt's
+                # update by its id (sub_agent_resume), never giving the answer twice.
+                start_to_close_timeout=config.SUB_AGENT_ANSWER_START_TO_CLOSE,
+                heartbeat_timeout=config.SUB_AGENT_ANSWER_HEARTBEAT,
+                retry_policy=config.SUB_AGENT_ANSWER_RETRY,
+                summary=f"answer for sub-agent {child_id}",
+            )
+        except _Unsealed as e:
+            # Not a worker's word (recorded): whether the sub-agent took the answer is read
+            # from it again.
+            child.hinted = True
+            return SubAgentResumeResult(refused=f"not confirmed: {e.reason}")
         if result.refused is None:
             child.hinted = True  # read what it waits on now
         return result

@@ -31,6 +31,13 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class Seal(_Wire):
+    """A worker's MAC on an activity's result (``workflows.seal``): the key's id, and the MAC."""
+
+    kid: str
+    mac: str
+
+
 # --------------------------------------------------------------------------------------------
 # Conversation content, in Gemini's shape.
 
@@ -711,7 +718,8 @@ class Rejection(_Wire):
     """An answer, message or start the conversation refused, kept for operators."""
 
     at: datetime
-    via: Literal["update", "signal", "start"]
+    # "activity": an activity's result without a worker's seal (workflows.seal), not taken.
+    via: Literal["update", "signal", "start", "activity"]
     handler: str
     reason: str
     identity: str | None = None
@@ -762,6 +770,9 @@ class RejectionsResult(_Wire):
 
 class PendingResult(_Wire):
     interrupts: list[InterruptRequest] = Field(default_factory=list)
+    # A worker's seal (workflows.seal): set only on a sub-agent read's result
+    # (sub_agent_pending), never on the query's.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -935,6 +946,8 @@ class SubAgentResumeResult(_Wire):
     # so the caller refuses the same way: a wrong approver stays "forbidden" (HTTP 403)
     # through the caller. None: the child did not say.
     code: Literal["invalid", "forbidden", "conflict", "not_found"] | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ConversationResult(_Wire):
@@ -996,6 +1009,8 @@ class ModelResult(_Wire):
     finish_reason: str | None = None
     usage: ModelUsage | None = None
     spec: AgentSpec | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolInput(_Wire):
@@ -1037,3 +1052,5 @@ class ToolResult(_Wire):
     output: JsonObject | None = None
     metadata: JsonObject | None = None
     message: str | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -55,6 +55,8 @@ from bench.soak.processes import DevServer, Fleet, spawn, stop, worker_command
 from bench.soak.worker import connect
 from temporal_agent_interrupts import AgentClient
 from temporal_agent_interrupts.worker.devserver import port_open
+from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
+from temporal_agent_interrupts.worker.result_keys import generate_result_key
 
 log = logging.getLogger("bench.soak")
 
@@ -504,6 +506,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, Path, bool]:
 
 def main(argv: list[str] | None = None) -> None:
     settings, out, keep = parse_args(argv)
+    # Workers seal activity results (workflows.seal): a key for this run, unless one is set;
+    # the processes this starts inherit it.
+    os.environ.setdefault(RESULT_KEYS_VAR, generate_result_key("bench"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "temporalio", "bench.soak.paths"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

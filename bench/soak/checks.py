@@ -32,6 +32,7 @@ from bench.soak.paths import Paths
 from temporal_agent_interrupts.client.audit import list_runs
 from temporal_agent_interrupts.errors import AgentError
 from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
@@ -206,6 +207,7 @@ async def replay(evidence: dict[str, ChatEvidence]) -> None:
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,
+        interceptors=[ResultKeysInterceptor(resolve_result_keys())],
         workflow_runner=sandbox_runner(),
     )
     runs = {run.run_id: run for ev in evidence.values() for run in ev.runs}

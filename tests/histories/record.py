@@ -36,7 +36,7 @@ from temporal_agent_interrupts.worker.offline_model import respond
 from temporal_agent_interrupts.worker.standin import GeminiStandIn
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server
 from tests import agents as t
-from tests.helpers import SUGGEST_AFTER_EVENTS
+from tests.helpers import RESULT_KEYS, SUGGEST_AFTER_EVENTS
 from tests.scenarios import (
     banking_conversation,
     cancel_edges_conversation,
@@ -50,6 +50,9 @@ from tests.scenarios import (
     streamed_conversation,
     sub_agent_conversation,
 )
+
+# The suite's key (tests/conftest.py): the replay tests check the recorded seals with it.
+os.environ["AGENT_RESULT_KEYS"] = RESULT_KEYS
 
 HERE = Path(__file__).parent
 ALL = (
