@@ -55,7 +55,11 @@ from temporal_agent_interrupts.worker.devserver import (
     temporal_cli,
     wait_for_port,
 )
-from temporal_agent_interrupts.worker.result_keys import dev_result_keys
+from temporal_agent_interrupts.worker.result_keys import (
+    ResultKeysMissing,
+    dev_result_keys,
+    resolve_result_keys,
+)
 from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 
 ADDRESS = DEFAULT_ADDRESS
@@ -184,8 +188,12 @@ async def demo() -> int:
     chat_id = f"demo-{uuid.uuid4().hex[:8]}"
     queue = task_queue()
     # The key that seals activity results: AGENT_RESULT_KEYS, else (the embedded default)
-    # the dev server's key file under .temporal/, which `make run` uses too.
-    result_keys = dev_result_keys(STATE_DIR)
+    # the development key file, which `make run` uses too.
+    try:
+        result_keys = dev_result_keys() if not configured else resolve_result_keys()
+    except (ResultKeysMissing, ConnectionConfigError) as e:
+        print(f"Cannot run the demo: {e}", file=sys.stderr)
+        return 2
     async with build_worker(temporal, agents=ALL_AGENTS, task_queue=queue, result_keys=result_keys):
         agents = AgentClient(temporal, task_queue=queue)
         chat = await agents.chat("bankingAgent", chat_id=chat_id)

@@ -488,14 +488,11 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             profile=args.profile, config_file=args.config_file, default_address=None
         )
         keys = load_keys()
-        # The embedded dev server's workers keep a key file beside its data; any other
-        # deployment sets AGENT_RESULT_KEYS (or AGENT_UNSIGNED_RESULTS=1, said loudly).
+        # On the embedded default (nothing configured: the local dev server) the workers share
+        # a development key file; any other deployment sets AGENT_RESULT_KEYS (or
+        # AGENT_UNSIGNED_RESULTS=1, said loudly).
         result_keys = (
-            dev_result_keys(STATE_DIR)
-            if wants_dev_server(
-                requested=args.dev_server, configured_address=config.get("target_host")
-            )
-            else resolve_result_keys()
+            dev_result_keys() if config.get("target_host") is None else resolve_result_keys()
         )
     except (ConnectionConfigError, ResultKeysMissing) as e:
         log.error("%s", e)

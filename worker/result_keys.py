@@ -22,15 +22,15 @@ from typing import Any
 
 from temporalio.worker import Interceptor, WorkflowInterceptorClassInput
 
-from temporal_agent_interrupts.codec import PayloadKeys, PayloadKeysError, generate_key
+from temporal_agent_interrupts.codec import PayloadKeys, generate_key
 from temporal_agent_interrupts.workflows.seal import EXTERN, ResultKeys
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "AGENT_RESULT_KEYS"
 UNSIGNED_VAR = "AGENT_UNSIGNED_RESULTS"
-DEV_KEY_FILE = "result-keys"
-"""The key file the embedded dev server's worker keeps beside the server's data."""
+DEV_KEY_FILE = "dev-result-keys"
+"""The development key file's name (see :func:`dev_key_file`)."""
 
 UNSIGNED = ResultKeys(off=True)
 
@@ -93,23 +93,41 @@ def resolve_result_keys(
     )
 
 
-def dev_result_keys(data_dir: Path) -> ResultKeys:
-    """The embedded dev server's worker's keys: ``AGENT_RESULT_KEYS`` when set, else a key file
-    beside the server's data (made once, readable by its owner only), so `make run` and
-    `make demo` work on a fresh machine and keep verifying across restarts."""
+def dev_key_file(environ: Mapping[str, str] | None = None) -> Path:
+    """Where a development machine keeps its result key: one per user (``$XDG_STATE_HOME``, else
+    ``~/.local/state``), so every worker started against the local dev server, from any folder,
+    seals and checks with the same key, across restarts."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME", "").strip() or str(Path.home() / ".local" / "state")
+    return Path(base) / "temporal-agent-interrupts" / DEV_KEY_FILE
+
+
+def dev_result_keys(path: Path | None = None) -> ResultKeys:
+    """The keys of a worker on the embedded default (the local dev server, nothing configured):
+    ``AGENT_RESULT_KEYS`` when set, else the development key file (:func:`dev_key_file`), made
+    once and readable by its owner only. So `make run`, `make demo` and `agent-worker` beside
+    them work on a fresh machine, and keep verifying what they sealed across restarts. Never
+    used for a configured server: a deployment sets ``AGENT_RESULT_KEYS``."""
     if os.environ.get(ENV_VAR, "").strip():
         return parse_result_keys(os.environ[ENV_VAR])
-    path = data_dir / DEV_KEY_FILE
+    path = path if path is not None else dev_key_file()
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
-        with os.fdopen(fd, "w") as f:
-            f.write(generate_result_key("dev") + "\n")
-        log.info("made a result key for the embedded dev server's workers in %s", path)
-    try:
-        return parse_result_keys(path.read_text().strip(), source=str(path))
-    except PayloadKeysError:
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+        except FileExistsError:
+            pass  # another worker made it first: read theirs
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(generate_result_key("dev") + "\n")
+            log.info("made a development result key in %s", path)
+    log.info(
+        "results are sealed with the development key in %s (the local dev server, nothing "
+        "configured); set %s for any other deployment",
+        path,
+        ENV_VAR,
+    )
+    return parse_result_keys(path.read_text().strip(), source=str(path))
 
 
 class ResultKeysInterceptor(Interceptor):
