@@ -27,7 +27,6 @@ def binding() -> Binding:
     info = activity.info()
     return Binding(
         workflow_id=info.workflow_id or "",
-        run_id=info.workflow_run_id or "",
         activity_id=info.activity_id,
         activity_type=info.activity_type,
     )

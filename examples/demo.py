@@ -55,11 +55,7 @@ from temporal_agent_interrupts.worker.devserver import (
     temporal_cli,
     wait_for_port,
 )
-from temporal_agent_interrupts.worker.result_keys import (
-    ResultKeysMissing,
-    dev_result_keys,
-    resolve_result_keys,
-)
+from temporal_agent_interrupts.worker.result_keys import dev_result_keys
 from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 
 ADDRESS = DEFAULT_ADDRESS
@@ -187,11 +183,11 @@ async def demo() -> int:
 
     chat_id = f"demo-{uuid.uuid4().hex[:8]}"
     queue = task_queue()
-    # The key that seals activity results: AGENT_RESULT_KEYS, else (the embedded default)
-    # the development key file, which `make run` uses too.
+    # The key that seals activity results: AGENT_RESULT_KEYS, else the development key file
+    # (`make run` uses it too). The demo's worker serves only the demo's own conversation.
     try:
-        result_keys = dev_result_keys() if not configured else resolve_result_keys()
-    except (ResultKeysMissing, ConnectionConfigError) as e:
+        result_keys = dev_result_keys()
+    except (OSError, ConnectionConfigError) as e:
         print(f"Cannot run the demo: {e}", file=sys.stderr)
         return 2
     async with build_worker(temporal, agents=ALL_AGENTS, task_queue=queue, result_keys=result_keys):

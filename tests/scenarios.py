@@ -13,6 +13,7 @@ from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import eventually, held
+from tests.histories import WORKFLOW_ID_KEY
 
 
 async def rich_conversation(agents: AgentClient, model: ScriptedModel, *, chat_id: str) -> None:
@@ -148,7 +149,9 @@ async def mcp_conversation(agents: AgentClient, *, chat_id: str, agent: str) -> 
 
 async def dump_history(client: Client, workflow_id: str, *, run_id: str | None = None) -> str:
     hist = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    return json.dumps(hist.to_json_dict(), indent=1)
+    # The workflow id beside the events (tests.histories.load): a replay binds each result's
+    # seal to it (workflows.seal), and a file's name is not always the chat's id.
+    return json.dumps({WORKFLOW_ID_KEY: workflow_id, **hist.to_json_dict()}, indent=1)
 
 
 async def cancel_edges_conversation(

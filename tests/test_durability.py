@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
@@ -22,6 +21,7 @@ from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed
+from tests.histories import load
 from tests.scenarios import banking_conversation, durable_conversation, rich_conversation
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -122,7 +122,7 @@ async def test_recorded_histories_still_replay(path: Path):
     # A run that has only just started holds no workflow task, and its replay waits forever.
     kinds = [event["eventType"] for event in data["events"]]
     assert "EVENT_TYPE_WORKFLOW_TASK_COMPLETED" in kinds, f"{path.name} recorded no work"
-    hist = WorkflowHistory.from_json(path.stem, data)
+    hist = load(path)
     result = await replayer().replay_workflow(hist, raise_on_replay_failure=True)
     assert result.replay_failure is None
 

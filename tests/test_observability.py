@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -80,6 +80,7 @@ from tests.helpers import (
     metric_values,
     server_address,
 )
+from tests.histories import load
 
 HISTORIES = Path(__file__).parent / "histories"
 ROOT = Path(__file__).parent.parent
@@ -469,7 +470,7 @@ def test_span_names_keep_only_the_names_the_product_defines():
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.name)
 async def test_recorded_histories_replay_with_tracing_on(spans, path: Path):
     """Spans and metrics add no command: what earlier code recorded replays with them on."""
-    hist = WorkflowHistory.from_json(path.stem, json.loads(path.read_text()))
+    hist = load(path)
     replayer = Replayer(
         workflows=[AgentWorkflow],
         data_converter=pydantic_data_converter,

@@ -152,9 +152,7 @@ async def test_a_forged_model_reply_with_a_gateless_definition_runs_nothing(clie
 
 async def test_a_forged_reply_that_swaps_the_trusted_keys_verifies_nobody(client):
     rogue = TokenIssuer("ES256", kid=t.GOV_ISSUER.kid)  # same kid, the attacker's key
-    held = Held(
-        text("lost"), text("hello"), calls(("release", {"service": "api", "version": "9"}))
-    )
+    held = Held(text("lost"), text("hello"), calls(("release", {"service": "api", "version": "9"})))
     gemini = held.model.client()
     queue = f"sealed-{uuid.uuid4()}"
     try:
@@ -281,7 +279,7 @@ def _tool_env(chat_id: str) -> ActivityEnvironment:
         workflow_id=chat_id,
         workflow_run_id="run-1",
         workflow_type=WORKFLOW_TYPE,
-        activity_id="tool_call.1",
+        activity_id="tool_call.1.0123456789ab",
         activity_type=TOOL_ACTIVITY,
     )
     return env

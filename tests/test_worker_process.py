@@ -59,14 +59,18 @@ CLIENT_PROBE = textwrap.dedent(
 
 
 def bare_environ(tmp_path: Path, **variables: str) -> dict[str, str]:
-    """A process's environment with nothing of ours in it, but where a clone's worker finds the
-    example agents: the repository on the path (they are not in the package) and named, as the
-    image does (Dockerfile: ``PYTHONPATH`` and ``AGENT_MODULES``). A variable given wins."""
+    """A process's environment with nothing of ours in it but the workers' result key, and where
+    a clone's worker finds the example agents: the repository on the path (they are not in the
+    package) and named, as the image does (Dockerfile: ``PYTHONPATH`` and ``AGENT_MODULES``). A
+    variable given wins."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {k: os.environ[k] for k in ("PATH", "LANG", "SYSTEMROOT") if k in os.environ}
     clone = {"PYTHONPATH": str(ROOT), "AGENT_MODULES": "examples"}
-    return {**env, **clone, "HOME": str(home), **variables}
+    # And the result key every deployment's workers share (workflows.seal): a worker pointed at
+    # a configured server refuses to start without it.
+    keys = {"AGENT_RESULT_KEYS": os.environ["AGENT_RESULT_KEYS"]}
+    return {**env, **clone, **keys, "HOME": str(home), **variables}
 
 
 class Process:

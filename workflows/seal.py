@@ -8,10 +8,10 @@ output, or a forged classified failure as a worker's.
 
 So each result and each classified failure leaving this product's activities carries a
 :class:`~temporal_agent_interrupts.workflows.types.Seal`: HMAC-SHA256, under a key only the
-workers hold (``AGENT_RESULT_KEYS``), over the workflow id, run id, activity id and activity
-type the result is for and the result's own canonical bytes. The workflow checks it before it
-acts; a result without a valid seal is treated as not received (a model call is asked again, a
-tool call "may have taken effect") and the refusal is recorded.
+workers hold (``AGENT_RESULT_KEYS``), over the workflow id, the activity id (which names the run:
+see :class:`Binding`) and type the result is for, and the result's own canonical bytes. The
+workflow checks it before it acts; a result without a valid seal is treated as not received (a
+model call is asked again, a tool call "may have taken effect") and the refusal is recorded.
 
 The check is a pure function of history and the key set, so a replay holding the same keys
 decides the same. The keys reach the workflow as an extern function the worker's interceptor
@@ -88,15 +88,22 @@ class ResultKeys:
 
 @dataclasses.dataclass(frozen=True)
 class Binding:
-    """What a result is for: one activity of one run of one workflow."""
+    """What a result is for: one activity of one run of one workflow.
+
+    The run is named by the activity id, not by the run id: the workflow gives each activity an
+    id with a part from ``workflow.uuid4()`` (:func:`activity_id`), whose seed is the run's own,
+    so no two runs of a chat (continued as new) share an id. A run id would not do: a reset
+    replays the copied events under a new run id, where results sealed for the old one would no
+    longer verify; the random seed is the old run's until the reset point (so the copied ids
+    come out the same) and new after it (so the old timeline's results fit no new call).
+    """
 
     workflow_id: str
-    run_id: str
     activity_id: str
     activity_type: str
 
     def encode(self) -> bytes:
-        parts = (self.workflow_id, self.run_id, self.activity_id, self.activity_type)
+        parts = (self.workflow_id, self.activity_id, self.activity_type)
         # Length-prefixed: no id can be made to read as two.
         return b"".join(len(p.encode()).to_bytes(4, "big") + p.encode() for p in parts)
 
@@ -147,6 +154,12 @@ def split_details(details: Sequence[Any]) -> tuple[list[Any], Seal | None]:
 def seal_detail(seal: Seal | None) -> dict[str, Any] | None:
     """The detail a failure carries its seal in."""
     return None if seal is None else {SEAL_DETAIL: seal.model_dump()}
+
+
+def activity_id(activity: str, n: int) -> str:
+    """The id of the run's ``n``-th activity: its name, its number, and a random part from the
+    run's seed (see :class:`Binding`)."""
+    return f"{activity}.{n}.{workflow.uuid4().hex[:12]}"
 
 
 def workflow_keys() -> ResultKeys | None:

@@ -65,6 +65,9 @@ from temporal_agent_interrupts.workflows.seal import (
     split_details,
     workflow_keys,
 )
+from temporal_agent_interrupts.workflows.seal import (
+    activity_id as sealed_activity_id,
+)
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
@@ -583,7 +586,7 @@ class TurnMachine:
         while True:
             # Our own id, so the seal binds the result to this activity (workflows.seal).
             self._activities += 1
-            activity_id = f"{activity}.{self._activities}"
+            activity_id = sealed_activity_id(activity, self._activities)
             try:
                 result = await workflow.execute_activity(
                     activity, arg, activity_id=activity_id, **options
@@ -612,10 +615,8 @@ class TurnMachine:
             return result
 
     def _binding(self, activity: str, activity_id: str) -> Binding:
-        info = workflow.info()
         return Binding(
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
+            workflow_id=workflow.info().workflow_id,
             activity_id=activity_id,
             activity_type=activity,
         )
