@@ -10,6 +10,7 @@ wait in the child, by the child's rules; the worker hosting the caller hosts the
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -35,6 +36,7 @@ from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
     SubAgentPendingInput,
+    SubAgentPendingResult,
     SubAgentRef,
     SubAgentResumeInput,
     SubAgentResumeResult,
@@ -172,10 +174,22 @@ def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[
 
 
 @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
-async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
-    """A child conversation's pending interrupts, as its ``pending`` query gives them."""
+async def sub_agent_pending(input: SubAgentPendingInput) -> SubAgentPendingResult:
+    """A child conversation's pending interrupts, as its ``pending`` query gives them, with
+    their digest; only "unchanged" when their digest is the one the caller last read
+    (``input.known``), so that a report that changed nothing costs the caller's history a few
+    bytes rather than the whole list."""
     async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
-        return await _pending(input)
+        found = await _pending(input)
+    digest = pending_digest(found)
+    if input.known is not None and digest == input.known:
+        return SubAgentPendingResult(digest=digest, unchanged=True)
+    return SubAgentPendingResult(interrupts=found.interrupts, digest=digest)
+
+
+def pending_digest(found: PendingResult) -> str:
+    """What tells one pending list from another: a digest of it as the query gave it."""
+    return hashlib.sha256(found.model_dump_json().encode()).hexdigest()[:32]
 
 
 async def _pending(input: SubAgentPendingInput) -> PendingResult:

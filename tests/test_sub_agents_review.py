@@ -77,10 +77,6 @@ async def _size(client: Client, chat_id: str) -> int:
     return desc.raw_description.workflow_execution_info.history_size_bytes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each sub_agent report reads and stores the child's whole pending list (review finding)",
-)
 async def test_a_forged_report_costs_the_caller_a_few_bytes_not_the_sub_agents_pending_list(
     client,
 ):

@@ -78,11 +78,11 @@ from temporal_agent_interrupts.workflows.types import (
     ModelResult,
     Notice,
     Part,
-    PendingResult,
     ResumeInput,
     SentMessage,
     Status,
     SubAgentPendingInput,
+    SubAgentPendingResult,
     SubAgentRef,
     SubAgentResumeInput,
     SubAgentResumeResult,
@@ -833,8 +833,10 @@ class TurnMachine:
                     child.hinted = False
                     found = await workflow.execute_activity(
                         config.SUB_AGENT_PENDING_ACTIVITY,
-                        SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
-                        result_type=PendingResult,
+                        SubAgentPendingInput(
+                            chat_id=child_id, run_id=child.run_id, known=child.digest
+                        ),
+                        result_type=SubAgentPendingResult,
                         start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
                         # A read lost with its worker is retried in seconds, not after a
                         # minute in which the child's new interrupts would not show here.
@@ -847,6 +849,11 @@ class TurnMachine:
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
                 workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
                 continue
+            if found.unchanged:
+                # What it waits on is what was read last: the report changed nothing (or was
+                # not the child's), and the result took a few bytes of history.
+                continue
+            child.digest = found.digest
             requests = [
                 r.model_copy(
                     update={
@@ -1207,8 +1214,11 @@ class SubAgentChild:
     run_id: str
     # The child said what it waits on changed, and it has not been read since.
     hinted: bool = False
-    # What it waits on, as last read, each with its path from this conversation.
+    # What it waits on, as last read, each with its path from this conversation; and the
+    # digest of that read (SubAgentPendingInput.known), so a read that finds it unchanged
+    # answers in a few bytes.
     requests: list[InterruptRequest] = field(default_factory=list)
+    digest: str | None = None
     # Every ref it has shown here while it runs: an answer for one it no longer waits on is
     # refused as settled there (answered, or withdrawn), not as a ref this conversation never
     # had; and refused here, so that an update's refusal stays out of history.

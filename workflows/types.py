@@ -915,6 +915,25 @@ class SubAgentPendingInput(_Wire):
 
     chat_id: str
     run_id: str
+    # The digest of the list last read (SubAgentPendingResult.digest): when the child's list
+    # still has it, the read answers "unchanged" in a few bytes instead of the whole list.
+    # A ``sub_agent`` report is a hint anyone may send; each costs the caller a read, and a
+    # whole list per read (~80 KiB for 64 calls pending) took a few hundred forged reports to
+    # the history guard.
+    known: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentPendingResult(_Wire):
+    """What the ``sub_agent_pending`` activity read: the child's pending interrupts, as its
+    ``pending`` query gives them, and their digest; or only that they are unchanged.
+
+    (Recorded histories hold a ``PendingResult`` here, which reads as this with no digest.)
+    """
+
+    interrupts: list[InterruptRequest] = Field(default_factory=list)
+    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The list's digest is SubAgentPendingInput.known: ``interrupts`` is left empty.
+    unchanged: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class SubAgentResumeInput(_Wire):
