@@ -27,6 +27,7 @@ from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
+    SUB_AGENT_ANSWER_UPDATE_PREFIX,
     SUB_AGENT_HEARTBEAT_EVERY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
@@ -215,6 +216,10 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
     the child's own rules (approvers, quorum, trust, what is pending there).
 
+    Under an id of :data:`SUB_AGENT_ANSWER_UPDATE_PREFIX`: the child takes the answer into its
+    history before it checks it, so one it refuses still spends its identity token there, as
+    the caller's history (which holds the token) spends it in the caller.
+
     The update returns when the child's turn stops again, which may take as long as its tools
     and model do: this heartbeats meanwhile, so a worker lost mid-wait is noticed in seconds,
     and the retry (on another worker) gets that same update's outcome, by its id, even once
@@ -264,6 +269,10 @@ def _update_id() -> str:
     exactly-once), and the caller shows where the child stands.
     """
     details = activity.info().heartbeat_details
-    if details and isinstance(details[0], str) and details[0].startswith("answer-"):
+    if (
+        details
+        and isinstance(details[0], str)
+        and details[0].startswith(SUB_AGENT_ANSWER_UPDATE_PREFIX)
+    ):
         return details[0]
-    return f"answer-{uuid.uuid4()}"
+    return f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"

@@ -133,10 +133,6 @@ rev_tboss = Agent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a token the sub-agent refused through its caller stays unspent there (review finding)",
-)
 async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothing_later(client):
     """An approver's answer through the caller that the sub-agent refuses (here an edit of a
     tool that is not editable; any refusal past the caller's early checks does) leaves the
@@ -165,6 +161,36 @@ async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothi
         with pytest.raises(ResumeRejected):
             await child.resume(answers=[approve(i)], identity_token=token)
         assert RUNS["rev_tok"] == 0
+
+
+async def test_a_token_signalled_through_the_caller_and_refused_answers_nothing_later(client):
+    """The same by signal: an answer with a token that names the wrong tool is one the
+    caller could refuse from what the sub-agent shows, but the signal (token included) is in
+    the caller's history whatever it does; it goes on to the sub-agent, which spends the
+    token as it refuses the answer."""
+    async with hosted(client, agents=[rev_tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("rev_tboss")
+        task = "call pay " + json.dumps({"to": "rev_sig", "amount": 5})
+        (i,) = (await parent.send(f"call rev_tpay {json.dumps({'input': task})}")).interrupts
+        assert i.chat_id
+        token = ISSUER.mint("cfo@example.com")
+        wrong = {"name": "not_pay", "ref": i.ref}
+        handle = client.get_workflow_handle(parent.id)
+        await handle.signal("resume", {"restart": [wrong], "identity_token": token})
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 1, timeout=30)
+        assert "refused by sub-agent" in rejected[-1].reason
+        child = await agents.chat("rev_tpay", chat_id=i.chat_id)
+        with pytest.raises(ResumeRejected):
+            await child.resume(answers=[approve(i)], identity_token=token)
+        assert RUNS["rev_sig"] == 0
+        # The approver answers with a token of their own, and the call runs once.
+        done = await child.resume(
+            answers=[approve(i)], identity_token=ISSUER.mint("cfo@example.com")
+        )
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["rev_sig"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)
+    await assert_no_workflow_task_failed(client, i.chat_id)
 
 
 class RevReceipt(BaseModel):

@@ -21,6 +21,10 @@ SUB_AGENT_RESUME_ACTIVITY = "sub_agent_resume"
 """Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the
 workflow can neither query another workflow nor wait on its update, an activity can."""
 SUB_AGENT_SIGNAL = "sub_agent"
+SUB_AGENT_ANSWER_UPDATE_PREFIX = "answer-"
+"""The id of every ``resume`` update a caller passes on to its sub-agent starts so: the
+sub-agent takes such an answer into its history whatever it makes of it, and one it refuses
+spends its identity token there too (the token is in the caller's history already)."""
 """What a sub-agent's conversation signals its caller when what it waits on changes."""
 """Calls of MCP servers' tools, one activity for every server (``MCPCallInput.server``)."""
 
