@@ -161,6 +161,7 @@ class AgentWorkflow:
         if self._task is not None:
             self._s.one_turn = True
             self._s.depth = start.depth
+            self._s.tree_budget = start.budget
 
     # ------------------------------------------------------------------------------------------
     # Main loop

@@ -818,6 +818,9 @@ class TurnState(_Wire):
     model_calls: int = 0
     # Sub-agent conversations this turn has started (config.MAX_SUB_AGENTS_PER_TURN).
     sub_agents: int = 0
+    # What is left of the turn's budget of sub-agent conversations, however deep (None: the
+    # whole of it, ConversationState.tree_budget); see config.MAX_SUB_AGENTS_PER_TREE.
+    tree_left: int | None = Field(default=None, exclude_if=lambda v: v is None)
     calls: list[CallState] = Field(default_factory=list)
     # Bytes of the messages this turn added (see limits.HELD.turn).
     held: int = 0
@@ -881,6 +884,9 @@ class ConversationState(_Wire):
     # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
     one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
     depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # A sub-agent's share of its caller's budget of sub-agents (ConversationInput.budget);
+    # None: the whole config.MAX_SUB_AGENTS_PER_TREE.
+    tree_budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ConversationInput(_Wire):
@@ -900,6 +906,9 @@ class ConversationInput(_Wire):
     # How many callers deep this conversation is (0: nobody's sub-agent); see
     # config.MAX_AGENT_DEPTH.
     depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # How many sub-agent conversations this one may start in all, however deep: its caller's
+    # share (config.MAX_SUB_AGENTS_PER_TREE). A start may only narrow it; None: the whole.
+    budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentReport(_Wire):
