@@ -25,6 +25,9 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_ANSWER_UPDATE_PREFIX as ANSWER,
+)
+from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_SIGNAL,
 )
@@ -191,6 +194,48 @@ async def test_a_token_signalled_through_the_caller_and_refused_answers_nothing_
         assert RUNS["rev_sig"] == 1
     await assert_no_workflow_task_failed(client, parent.id)
     await assert_no_workflow_task_failed(client, i.chat_id)
+
+
+def _accepted_ids(hist: Any) -> list[str]:
+    return [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.update_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+
+
+async def test_an_update_named_as_a_passed_on_answer_gets_what_a_signal_would(client):
+    """Anyone may give an update the id a caller's passed-on answer has: a sub-agent then takes
+    it into history before checking it, and refuses it by the same rules, spending its token
+    (what a signal gets); a conversation that is nobody's sub-agent checks it as any update,
+    and its refusal leaves no trace."""
+    async with hosted(client, agents=[rev_tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("rev_tboss")
+        task = "call pay " + json.dumps({"to": "rev_named", "amount": 5})
+        (i,) = (await parent.send(f"call rev_tpay {json.dumps({'input': task})}")).interrupts
+        assert i.chat_id
+        child = client.get_workflow_handle(i.chat_id)
+        answer = [approve(i).model_dump(mode="json")]
+        mallory = ISSUER.mint("mallory@example.com")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await child.execute_update(
+                "resume", {"restart": answer, "identity_token": mallory}, id=f"{ANSWER}mallory"
+            )
+        assert f"{ANSWER}mallory" in _accepted_ids(await child.fetch_history())
+        assert RUNS["rev_named"] == 0
+        root = client.get_workflow_handle(parent.id)
+        forged = [{"name": "pay", "ref": "no-such-ref"}]
+        with pytest.raises(WorkflowUpdateFailedError):
+            await root.execute_update("resume", {"restart": forged}, id=f"{ANSWER}forged")
+        assert f"{ANSWER}forged" not in _accepted_ids(await root.fetch_history())
+        # The approver's answer through the caller runs the call once.
+        done = await parent.resume(
+            answers=[approve(i)], identity_token=ISSUER.mint("cfo@example.com")
+        )
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["rev_named"] == 1
+    for chat_id in (parent.id, i.chat_id):
+        await assert_no_workflow_task_failed(client, chat_id)
 
 
 class RevReceipt(BaseModel):
