@@ -83,9 +83,9 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     ModelInput,
     ModelResult,
-    PendingResult,
     Status,
     SubAgentPendingInput,
+    SubAgentPendingResult,
     SubAgentResumeInput,
     SubAgentResumeResult,
     ToolInput,
@@ -158,7 +158,7 @@ class AgentActivities:
         ]
 
     @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
-    async def sub_agent_pending(self, input: SubAgentPendingInput) -> PendingResult:
+    async def sub_agent_pending(self, input: SubAgentPendingInput) -> SubAgentPendingResult:
         """A child conversation's pending interrupts (``activities.subagents``), sealed."""
         return await self._sealer.run(sub_agent_pending(input))
 

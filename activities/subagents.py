@@ -10,6 +10,7 @@ wait in the child, by the child's rules; the worker hosting the caller hosts the
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -26,6 +27,7 @@ from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
+    SUB_AGENT_ANSWER_UPDATE_PREFIX,
     SUB_AGENT_HEARTBEAT_EVERY,
     WORKFLOW_TYPE,
 )
@@ -33,6 +35,7 @@ from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
     SubAgentPendingInput,
+    SubAgentPendingResult,
     SubAgentRef,
     SubAgentResumeInput,
     SubAgentResumeResult,
@@ -169,10 +172,22 @@ def _child(input: SubAgentPendingInput | SubAgentResumeInput) -> WorkflowHandle[
     return activity.client().get_workflow_handle(input.chat_id, first_execution_run_id=input.run_id)
 
 
-async def sub_agent_pending(input: SubAgentPendingInput) -> PendingResult:
-    """A child conversation's pending interrupts, as its ``pending`` query gives them."""
+async def sub_agent_pending(input: SubAgentPendingInput) -> SubAgentPendingResult:
+    """A child conversation's pending interrupts, as its ``pending`` query gives them, with
+    their digest; only "unchanged" when their digest is the one the caller last read
+    (``input.known``), so that a report that changed nothing costs the caller's history a few
+    bytes rather than the whole list."""
     async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
-        return await _pending(input)
+        found = await _pending(input)
+    digest = pending_digest(found)
+    if input.known is not None and digest == input.known:
+        return SubAgentPendingResult(digest=digest, unchanged=True)
+    return SubAgentPendingResult(interrupts=found.interrupts, digest=digest)
+
+
+def pending_digest(found: PendingResult) -> str:
+    """What tells one pending list from another: a digest of it as the query gave it."""
+    return hashlib.sha256(found.model_dump_json().encode()).hexdigest()[:32]
 
 
 async def _pending(input: SubAgentPendingInput) -> PendingResult:
@@ -196,6 +211,10 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult:
 async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
     the child's own rules (approvers, quorum, trust, what is pending there).
+
+    Under an id of :data:`SUB_AGENT_ANSWER_UPDATE_PREFIX`: the child takes the answer into its
+    history before it checks it, so one it refuses still spends its identity token there, as
+    the caller's history (which holds the token) spends it in the caller.
 
     The update returns when the child's turn stops again, which may take as long as its tools
     and model do: this heartbeats meanwhile, so a worker lost mid-wait is noticed in seconds,
@@ -246,6 +265,10 @@ def _update_id() -> str:
     exactly-once), and the caller shows where the child stands.
     """
     details = activity.info().heartbeat_details
-    if details and isinstance(details[0], str) and details[0].startswith("answer-"):
+    if (
+        details
+        and isinstance(details[0], str)
+        and details[0].startswith(SUB_AGENT_ANSWER_UPDATE_PREFIX)
+    ):
         return details[0]
-    return f"answer-{uuid.uuid4()}"
+    return f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"

@@ -25,6 +25,9 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.config import (
+    SUB_AGENT_ANSWER_UPDATE_PREFIX as ANSWER,
+)
+from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_SIGNAL,
 )
@@ -77,10 +80,6 @@ async def _size(client: Client, chat_id: str) -> int:
     return desc.raw_description.workflow_execution_info.history_size_bytes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each sub_agent report reads and stores the child's whole pending list (review finding)",
-)
 async def test_a_forged_report_costs_the_caller_a_few_bytes_not_the_sub_agents_pending_list(
     client,
 ):
@@ -137,10 +136,6 @@ rev_tboss = Agent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a token the sub-agent refused through its caller stays unspent there (review finding)",
-)
 async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothing_later(client):
     """An approver's answer through the caller that the sub-agent refuses (here an edit of a
     tool that is not editable; any refusal past the caller's early checks does) leaves the
@@ -169,6 +164,78 @@ async def test_a_token_refused_by_the_sub_agent_through_its_caller_answers_nothi
         with pytest.raises(ResumeRejected):
             await child.resume(answers=[approve(i)], identity_token=token)
         assert RUNS["rev_tok"] == 0
+
+
+async def test_a_token_signalled_through_the_caller_and_refused_answers_nothing_later(client):
+    """The same by signal: an answer with a token that names the wrong tool is one the
+    caller could refuse from what the sub-agent shows, but the signal (token included) is in
+    the caller's history whatever it does; it goes on to the sub-agent, which spends the
+    token as it refuses the answer."""
+    async with hosted(client, agents=[rev_tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("rev_tboss")
+        task = "call pay " + json.dumps({"to": "rev_sig", "amount": 5})
+        (i,) = (await parent.send(f"call rev_tpay {json.dumps({'input': task})}")).interrupts
+        assert i.chat_id
+        token = ISSUER.mint("cfo@example.com")
+        wrong = {"name": "not_pay", "ref": i.ref}
+        handle = client.get_workflow_handle(parent.id)
+        await handle.signal("resume", {"restart": [wrong], "identity_token": token})
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 1, timeout=30)
+        assert "refused by sub-agent" in rejected[-1].reason
+        child = await agents.chat("rev_tpay", chat_id=i.chat_id)
+        with pytest.raises(ResumeRejected):
+            await child.resume(answers=[approve(i)], identity_token=token)
+        assert RUNS["rev_sig"] == 0
+        # The approver answers with a token of their own, and the call runs once.
+        done = await child.resume(
+            answers=[approve(i)], identity_token=ISSUER.mint("cfo@example.com")
+        )
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["rev_sig"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)
+    await assert_no_workflow_task_failed(client, i.chat_id)
+
+
+def _accepted_ids(hist: Any) -> list[str]:
+    return [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.update_id
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+
+
+async def test_an_update_named_as_a_passed_on_answer_gets_what_a_signal_would(client):
+    """Anyone may give an update the id a caller's passed-on answer has: a sub-agent then takes
+    it into history before checking it, and refuses it by the same rules, spending its token
+    (what a signal gets); a conversation that is nobody's sub-agent checks it as any update,
+    and its refusal leaves no trace."""
+    async with hosted(client, agents=[rev_tboss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("rev_tboss")
+        task = "call pay " + json.dumps({"to": "rev_named", "amount": 5})
+        (i,) = (await parent.send(f"call rev_tpay {json.dumps({'input': task})}")).interrupts
+        assert i.chat_id
+        child = client.get_workflow_handle(i.chat_id)
+        answer = [approve(i).model_dump(mode="json")]
+        mallory = ISSUER.mint("mallory@example.com")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await child.execute_update(
+                "resume", {"restart": answer, "identity_token": mallory}, id=f"{ANSWER}mallory"
+            )
+        assert f"{ANSWER}mallory" in _accepted_ids(await child.fetch_history())
+        assert RUNS["rev_named"] == 0
+        root = client.get_workflow_handle(parent.id)
+        forged = [{"name": "pay", "ref": "no-such-ref"}]
+        with pytest.raises(WorkflowUpdateFailedError):
+            await root.execute_update("resume", {"restart": forged}, id=f"{ANSWER}forged")
+        assert f"{ANSWER}forged" not in _accepted_ids(await root.fetch_history())
+        # The approver's answer through the caller runs the call once.
+        done = await parent.resume(
+            answers=[approve(i)], identity_token=ISSUER.mint("cfo@example.com")
+        )
+        assert done.finish_reason == FinishReason.STOP, done
+        assert RUNS["rev_named"] == 1
+    for chat_id in (parent.id, i.chat_id):
+        await assert_no_workflow_task_failed(client, chat_id)
 
 
 class RevReceipt(BaseModel):

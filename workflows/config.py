@@ -21,6 +21,10 @@ SUB_AGENT_RESUME_ACTIVITY = "sub_agent_resume"
 """Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the
 workflow can neither query another workflow nor wait on its update, an activity can."""
 SUB_AGENT_SIGNAL = "sub_agent"
+SUB_AGENT_ANSWER_UPDATE_PREFIX = "answer-"
+"""The id of every ``resume`` update a caller passes on to its sub-agent starts so: the
+sub-agent takes such an answer into its history whatever it makes of it, and one it refuses
+spends its identity token there too (the token is in the caller's history already)."""
 """What a sub-agent's conversation signals its caller when what it waits on changes."""
 """Calls of MCP servers' tools, one activity for every server (``MCPCallInput.server``)."""
 
@@ -70,7 +74,17 @@ MAX_SUB_AGENTS_PER_TURN = 16
 model calls: a model told (or injected) to call sub-agents 128 at a time, each of them doing the
 same, would otherwise start 128 + 128² + ... conversations, each with its own model calls. A
 call past the limit is not made: its output is an error the model hears. With
-:data:`MAX_AGENT_DEPTH`, a turn's tree holds at most 16 + 16² + 16³ + 16⁴ sub-agents."""
+:data:`MAX_AGENT_DEPTH` alone, a turn's tree could hold 16 + 16² + 16³ + 16⁴ sub-agents:
+:data:`MAX_SUB_AGENTS_PER_TREE` bounds it."""
+
+MAX_SUB_AGENTS_PER_TREE = 32
+"""How many sub-agent conversations one message starts in all, however deep (``agent_tool``).
+Each conversation that calls a sub-agent debits one from its budget and gives the child a
+share of what is left, in the child's start input (``ConversationInput.budget``); the child
+debits its own children from that share. A start may only narrow it (anyone may start a
+workflow): a larger one is taken as this. Without it, one message fanned out into 272
+conversations and 290 model calls two levels deep (69,904 conversations possible four deep).
+A call past the budget is not made: its output is an error the model hears."""
 
 SUB_AGENT_START_TO_CLOSE = timedelta(seconds=60)
 SUB_AGENT_RETRY = RetryPolicy(maximum_attempts=3)

@@ -161,6 +161,7 @@ class AgentWorkflow:
         if self._task is not None:
             self._s.one_turn = True
             self._s.depth = start.depth
+            self._s.tree_budget = start.budget
 
     # ------------------------------------------------------------------------------------------
     # Main loop
@@ -410,10 +411,16 @@ class AgentWorkflow:
         unanswered returns at once, listing those still pending.
         """
         with self._working():
-            target = self._delegated_target(payload)
+            try:
+                # Accepted, so in history: an answer for a sub-agent goes on to it even where
+                # its rules as shown here would refuse it, so that it spends the token there.
+                target = self._delegated_target(payload, early=False)
+            except Refused as e:
+                raise self._refused_update(payload, e) from None
             if target is not None:
                 # Its token is in this conversation's history now (the update, the forwarding
-                # activity's input), whatever the sub-agent makes of it: spent here too.
+                # activity's input), whatever the sub-agent makes of it: spent here too, and
+                # the sub-agent spends it too, whatever its verdict (sub_agent_resume).
                 self._m.spend_refused(claimed_token([payload]))
                 return await self._forward_update(target)
             try:
@@ -421,14 +428,19 @@ class AgentWorkflow:
                 seen = self._m.stops
                 turn = self._m.resume(resume, via="update")
             except Refused as e:
-                # Only reachable when a duplicate passed validation in the same task. The
-                # accepted update's payload is in history: spend its token.
-                self._m.spend_refused(claimed_token([payload]))
-                self._m.telemetry.rejected("resume", via="update")
-                raise rejected(ErrorKind.RESUME_REJECTED, e.reason, e.code) from None
+                raise self._refused_update(payload, e) from None
             if not self._m.book(turn).all_answered():
                 return fit(self._m.paused_result(turn), OUT.update_result)
             return await self._stopped_since(seen)
+
+    def _refused_update(self, payload: RawResume, refusal: Refused) -> Exception:
+        """A resume update refused in its handler, once accepted: reachable when a duplicate
+        passed validation in the same task, or when the validator let it through (an answer a
+        caller passed on, see validate_resume). Its payload is in history: its token is spent.
+        """
+        self._m.spend_refused(claimed_token([payload]))
+        self._m.telemetry.rejected("resume", via="update")
+        return rejected(ErrorKind.RESUME_REJECTED, refusal.reason, refusal.code)
 
     async def _forward_update(self, target: tuple[str, SubAgentChild, JsonObject]) -> TurnResult:
         """An answer by update for a sub-agent's interrupt: the child's ``resume`` update
@@ -470,6 +482,12 @@ class AgentWorkflow:
 
     @resume.validator
     def validate_resume(self, payload: RawResume) -> None:
+        if self._s.one_turn and _passed_on():
+            # An answer the caller passed on: its token is in the caller's history whatever
+            # happens here, so a refusal must be on record here too (the handler checks it,
+            # and spends the token of one it refuses); a validator's refusal leaves nothing.
+            # Anyone may name such an id: it gets them what a signal does.
+            return
         try:
             if self._delegated_target(payload) is not None:
                 return  # the sub-agent's own resume update checks it, by its own rules
@@ -578,7 +596,10 @@ class AgentWorkflow:
         try:
             payload = only_argument(name, args)
             if name == "resume":
-                target = self._delegated_target(payload)
+                # A signal is in history whatever is made of it: one with a token goes on to
+                # the sub-agent even where its rules as shown here would refuse it, so that
+                # the sub-agent spends the token too.
+                target = self._delegated_target(payload, early=claimed_token([payload]) is None)
                 if target is not None:
                     self._m.spend_refused(claimed_token([payload]))  # as by update
                     self._forward_signal(payload, target)
@@ -623,10 +644,18 @@ class AgentWorkflow:
             return
         raise ResumeError("no sub-agent of this conversation runs under that chat id")
 
-    def _delegated_target(self, payload: RawResume) -> tuple[str, SubAgentChild, JsonObject] | None:
+    def _delegated_target(
+        self, payload: RawResume, *, early: bool = True
+    ) -> tuple[str, SubAgentChild, JsonObject] | None:
         """The sub-agent a resume is for, when every entry names one of its interrupts (as
         this conversation shows them); None: it is for this conversation's own (or nothing),
-        and is checked here as any resume is."""
+        and is checked here as any resume is.
+
+        Args:
+            early: Refuse here what the sub-agent would surely refuse (``refused_early``).
+                False once the payload is in this conversation's history: its token then must
+                reach the sub-agent, which spends it whatever its verdict.
+        """
         if not self._m.children:
             return None
         named = _answered_refs(payload)
@@ -636,7 +665,7 @@ class AgentWorkflow:
         found = self._m.delegated_to(refs)
         if found is None:
             return None
-        why = refused_early(body, found[1].requests)
+        why = refused_early(body, found[1].requests) if early else None
         if why is not None:
             # Surely refused there: refused here, before it costs the caller's history an
             # activity (a validator's refusal leaves none; a signal's is recorded as any).
@@ -974,6 +1003,12 @@ class AgentWorkflow:
         if view.status != "running":
             # Between turns (or paused), so no follower of the turn in progress loses items.
             self._stream.trim()
+
+
+def _passed_on() -> bool:
+    """Whether the update being validated is an answer a caller passed on (its id)."""
+    info = workflow.current_update_info()
+    return info is not None and info.id.startswith(config.SUB_AGENT_ANSWER_UPDATE_PREFIX)
 
 
 def _answered_refs(payload: RawResume) -> tuple[JsonObject, set[str]] | None:

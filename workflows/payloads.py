@@ -25,7 +25,7 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH
+from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, MAX_SUB_AGENTS_PER_TREE
 from temporal_agent_interrupts.workflows.interrupts import ResumeError
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -87,8 +87,8 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
 
     Continue-as-new's input is the conversation's own: taken whole (a fault there fails the
     workflow task, to be retried by a worker that can read it, rather than lose the state).
-    Any other start is a request: only the agent's name (and a sub-agent's ``task`` and
-    ``depth``) is taken; ``state``
+    Any other start is a request: only the agent's name (and a sub-agent's ``task``,
+    ``depth`` and ``budget``, each only narrowing) is taken; ``state``
     and ``stream`` are refused; one that names no usable agent gives an agent of ``""`` (the
     run then closes at once).
 
@@ -126,6 +126,11 @@ def read_start(payload: RawValue, *, carried: bool) -> tuple[ConversationInput, 
         if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0:
             # Bounded here; the run refuses to call a sub-agent past config.MAX_AGENT_DEPTH.
             start.depth = min(depth, MAX_AGENT_DEPTH + 1)
+        budget = body.get("budget")
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            # Only ever narrowed: anyone may start a sub-agent's conversation, and a share of
+            # its caller's budget larger than a whole message's would widen the tree.
+            start.budget = max(0, min(budget, MAX_SUB_AGENTS_PER_TREE))
     carrying = [k for k in ("state", "stream") if body.get(k) is not None]
     if not carrying:
         return start, None

@@ -88,11 +88,11 @@ from temporal_agent_interrupts.workflows.types import (
     ModelResult,
     Notice,
     Part,
-    PendingResult,
     ResumeInput,
     SentMessage,
     Status,
     SubAgentPendingInput,
+    SubAgentPendingResult,
     SubAgentRef,
     SubAgentResumeInput,
     SubAgentResumeResult,
@@ -175,6 +175,8 @@ class TurnMachine:
         self.children: dict[str, SubAgentChild] = {}
         # Activities this run scheduled through _execute, for their ids (workflows.seal).
         self._activities = 0
+        # Sub-agent calls of the batch under way not yet started (see _tree_share).
+        self._agent_batch = 0
         # One sub-agent pending read at a time: each result may be as large as a query's
         # (1.75 MiB), and the server force-fails a workflow task in flight once the events
         # buffered meanwhile pass 2 MiB; twenty children's reads finishing together did.
@@ -557,6 +559,11 @@ class TurnMachine:
                 call.edit_passes_gate = None  # spent: the edited call runs
                 runnable.append(call)
         if runnable:
+            # The sub-agent calls of this batch share what is left of the turn's budget of
+            # sub-agents (see _tree_share).
+            self._agent_batch = sum(
+                1 for c in runnable if (t := spec.tool(c.name) if spec else None) and t.agent
+            )
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
         return any(c.status == "pending" for c in [*paused, *runnable])
@@ -817,6 +824,9 @@ class TurnMachine:
         assert turn is not None
         book = self.book(turn)
         agent = ref.agent
+        # This call and the batch's sub-agent calls after it (gather starts them in order,
+        # each running to here before the next).
+        batch, self._agent_batch = max(self._agent_batch, 1), max(self._agent_batch - 1, 0)
         task = call.args.get("input")
         if not isinstance(task, str) or not task.strip():
             book.complete(
@@ -850,6 +860,17 @@ class TurnMachine:
                 },
             )
             return
+        share = self._tree_share(turn, batch=batch)
+        if share is None:
+            book.complete(
+                call,
+                {
+                    "error": f"sub-agent {agent!r} not called: one message starts at most "
+                    f"{config.MAX_SUB_AGENTS_PER_TREE} sub-agents in all, however deep, and "
+                    "this one's are spent"
+                },
+            )
+            return
         turn.sub_agents += 1
         child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
         watch: asyncio.Task[None] | None = None
@@ -858,7 +879,10 @@ class TurnMachine:
             handle = await workflow.start_child_workflow(
                 config.WORKFLOW_TYPE,
                 ConversationInput(
-                    agent=agent, task=with_output_request(task, ref.output_schema), depth=depth
+                    agent=agent,
+                    task=with_output_request(task, ref.output_schema),
+                    depth=depth,
+                    budget=share,
                 ),
                 id=child_id,
                 result_type=ConversationResult,
@@ -945,6 +969,25 @@ class TurnMachine:
             uncertain=False,
         )
 
+    def _tree_share(self, turn: TurnState, *, batch: int) -> int | None:
+        """Debit one sub-agent from the turn's budget (config.MAX_SUB_AGENTS_PER_TREE, or the
+        share this conversation was started with) and return the share its child gets for its
+        own sub-agents; None: the budget is spent, and the call is not made.
+
+        The ``batch`` calls still to start in this step (this one included) get equal shares,
+        and as much again is kept for the turn's later steps: one child each and their shares
+        never exceed what is left, so the tree holds no more than the root's budget.
+        """
+        whole = self.s.tree_budget
+        left = turn.tree_left
+        if left is None:
+            left = config.MAX_SUB_AGENTS_PER_TREE if whole is None else whole
+        if left < 1:
+            return None
+        share = max(0, (left - batch) // (batch + 1))
+        turn.tree_left = left - 1 - share
+        return share
+
     async def _watch_child(self, child_id: str, child: SubAgentChild) -> None:
         """Keep what ``child`` waits on in view: read it each time the child says it changed.
 
@@ -962,8 +1005,10 @@ class TurnMachine:
                     child.hinted = False
                     found = await self._execute(
                         config.SUB_AGENT_PENDING_ACTIVITY,
-                        SubAgentPendingInput(chat_id=child_id, run_id=child.run_id),
-                        result_type=PendingResult,
+                        SubAgentPendingInput(
+                            chat_id=child_id, run_id=child.run_id, known=child.digest
+                        ),
+                        result_type=SubAgentPendingResult,
                         start_to_close_timeout=config.SUB_AGENT_START_TO_CLOSE,
                         # A read lost with its worker is retried in seconds, not after a
                         # minute in which the child's new interrupts would not show here.
@@ -979,6 +1024,11 @@ class TurnMachine:
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
                 workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
                 continue
+            if found.unchanged:
+                # What it waits on is what was read last: the report changed nothing (or was
+                # not the child's), and the result took a few bytes of history.
+                continue
+            child.digest = found.digest
             requests = [
                 r.model_copy(
                     update={
@@ -1345,8 +1395,11 @@ class SubAgentChild:
     run_id: str
     # The child said what it waits on changed, and it has not been read since.
     hinted: bool = False
-    # What it waits on, as last read, each with its path from this conversation.
+    # What it waits on, as last read, each with its path from this conversation; and the
+    # digest of that read (SubAgentPendingInput.known), so a read that finds it unchanged
+    # answers in a few bytes.
     requests: list[InterruptRequest] = field(default_factory=list)
+    digest: str | None = None
     # Every ref it has shown here while it runs: an answer for one it no longer waits on is
     # refused as settled there (answered, or withdrawn), not as a ref this conversation never
     # had; and refused here, so that an update's refusal stays out of history.

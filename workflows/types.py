@@ -770,9 +770,6 @@ class RejectionsResult(_Wire):
 
 class PendingResult(_Wire):
     interrupts: list[InterruptRequest] = Field(default_factory=list)
-    # A worker's seal (workflows.seal): set only on a sub-agent read's result
-    # (sub_agent_pending), never on the query's.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -829,6 +826,9 @@ class TurnState(_Wire):
     model_calls: int = 0
     # Sub-agent conversations this turn has started (config.MAX_SUB_AGENTS_PER_TURN).
     sub_agents: int = 0
+    # What is left of the turn's budget of sub-agent conversations, however deep (None: the
+    # whole of it, ConversationState.tree_budget); see config.MAX_SUB_AGENTS_PER_TREE.
+    tree_left: int | None = Field(default=None, exclude_if=lambda v: v is None)
     calls: list[CallState] = Field(default_factory=list)
     # Bytes of the messages this turn added (see limits.HELD.turn).
     held: int = 0
@@ -892,6 +892,9 @@ class ConversationState(_Wire):
     # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
     one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
     depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # A sub-agent's share of its caller's budget of sub-agents (ConversationInput.budget);
+    # None: the whole config.MAX_SUB_AGENTS_PER_TREE.
+    tree_budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ConversationInput(_Wire):
@@ -911,6 +914,9 @@ class ConversationInput(_Wire):
     # How many callers deep this conversation is (0: nobody's sub-agent); see
     # config.MAX_AGENT_DEPTH.
     depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # How many sub-agent conversations this one may start in all, however deep: its caller's
+    # share (config.MAX_SUB_AGENTS_PER_TREE). A start may only narrow it; None: the whole.
+    budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentReport(_Wire):
@@ -926,6 +932,27 @@ class SubAgentPendingInput(_Wire):
 
     chat_id: str
     run_id: str
+    # The digest of the list last read (SubAgentPendingResult.digest): when the child's list
+    # still has it, the read answers "unchanged" in a few bytes instead of the whole list.
+    # A ``sub_agent`` report is a hint anyone may send; each costs the caller a read, and a
+    # whole list per read (~80 KiB for 64 calls pending) took a few hundred forged reports to
+    # the history guard.
+    known: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentPendingResult(_Wire):
+    """What the ``sub_agent_pending`` activity read: the child's pending interrupts, as its
+    ``pending`` query gives them, and their digest; or only that they are unchanged.
+
+    (Recorded histories hold a ``PendingResult`` here, which reads as this with no digest.)
+    """
+
+    interrupts: list[InterruptRequest] = Field(default_factory=list)
+    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The list's digest is SubAgentPendingInput.known: ``interrupts`` is left empty.
+    unchanged: bool = Field(default=False, exclude_if=lambda v: not v)
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentResumeInput(_Wire):
