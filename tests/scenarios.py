@@ -294,8 +294,12 @@ async def continued_conversation(
     (pending,) = (await chat.send("go")).interrupts
     before = len(await _chain(agents.temporal, chat_id))
     wrong = {"respond": [{"name": "approve", "ref": "nope", "output": {}}]}
-    for _ in range(suggest_after):  # refused signals grow the history while the turn waits
+    base = (await chat.status()).rejections
+    for n in range(suggest_after):  # refused signals grow the history while the turn waits
         await handle.signal("resume", wrong)
+        # Each once the last is recorded: back to back, more than the embedded default's 20
+        # signals a run would be refused by the server before the run moves on.
+        await eventually(chat.status, lambda s, n=n: s.rejections > base + n, timeout=15)
     await eventually(lambda: _chain(agents.temporal, chat_id), lambda runs: len(runs) > before)
     done = await chat.resume(respond=[pending.respond({"approved": True})])
     assert done.text == "done", done

@@ -70,11 +70,14 @@ async def test_paused_conversation_continues_as_new_and_stays_paused(small_histo
         (pending,) = (await chat.send("go")).interrupts
         handle = client.get_workflow_handle(chat.id)
         first_run = (await handle.describe()).run_id
-        # Rejected signals grow the history while the turn waits for a human.
+        # Rejected signals grow the history while the turn waits for a human. Each is sent once
+        # the last is recorded: back to back, more than the embedded default's 20 signals a run
+        # would be refused by the server before the run moves on.
         for n in range(SUGGEST_AFTER_EVENTS):
             await handle.signal(
                 "resume", {"respond": [{"name": "approve", "ref": f"x{n}", "output": {}}]}
             )
+            await eventually(chat.status, lambda s, n=n: s.rejections > n, timeout=15)
         await eventually(lambda: _runs(client, chat.id), lambda r: len(r) >= 2, timeout=15)
         assert (await handle.describe()).run_id != first_run
         assert [p.ref for p in await chat.pending()] == [pending.ref]

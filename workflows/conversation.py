@@ -132,6 +132,8 @@ class AgentWorkflow:
         # This conversation's own update handlers in progress (the stream's followers, which
         # wait as long as they like, are counted apart: see _can_now).
         self._busy = 0
+        # Signals this run has taken (each counts against the server's per-run limit).
+        self._signals = 0
         # Updates that wait without doing anything (await_turn), and a close under way: each
         # kind has a share of Temporal's ten in-flight updates (see RUN.turn_waiters).
         self._turn_waiters = 0
@@ -281,6 +283,9 @@ class AgentWorkflow:
         # run continues as new.
         if self._m.can_blocked or self._busy or self._m.notifying:
             return False
+        if self._signals >= RUN.can_signals:
+            # A fresh run has the server's whole per-run signal allowance again.
+            return True
         info = workflow.info()
         length = info.get_current_history_length()
         if info.get_current_history_size() >= RUN.can_bytes or length >= RUN.can_events:
@@ -593,6 +598,7 @@ class AgentWorkflow:
 
     @workflow.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self._signals += 1
         try:
             payload = only_argument(name, args)
             if name == "resume":

@@ -76,6 +76,11 @@ class TemporalLimits:
     """``system.transactionSizeLimit``: what one workflow task may write to history."""
     updates_in_flight: int = 10
     """``history.maxInFlightUpdates``: updates one workflow may have accepted and unfinished."""
+    signals: int = 10_000
+    """``history.maximumSignalsPerExecution``: signals one run takes; later ones are refused.
+    At this default, 10,000 signals of up to :attr:`payload` each can take a run to
+    :attr:`history_bytes` faster than it can continue as new (no run may while signals keep
+    arriving), so deployments lower it (``worker.devserver.SIGNALS_PER_RUN``)."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,11 @@ class RunBounds:
     terminates a run at 50 MiB): only a flood while a turn runs gets a run here."""
     guard_events: int = 32_768
     """The same in events (Temporal terminates a run at 51,200)."""
+    can_signals: int = 10
+    """A run continues as new at a pause or between turns once it has taken this many signals
+    (its own stream's publishes and sub-agents' reports among them), so that a deployment's
+    per-run signal limit (``worker.devserver.SIGNALS_PER_RUN``, 20 on the embedded default)
+    is never reached by a conversation's own use: a run past it refuses every signal."""
     turn_waiters: int = 2
     """``await_turn`` updates (``Chat.last_turn()``) waiting at once. With the stream's
     followers (``workflows.stream.MAX_FOLLOWERS``, 4) and one close, the updates that wait take
