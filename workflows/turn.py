@@ -199,7 +199,9 @@ class TurnMachine:
         """
         book = self._book
         if book is None or book.calls is not turn.calls:
-            book = InterruptBook.of_turn(self.s, turn.calls, known_refs=self.refs, emit=self.emit)
+            book = InterruptBook.of_turn(
+                self.s, turn.calls, known_refs=self.refs, emit=self.emit, chats=answer_chats()
+            )
             self._book = book
         return book
 
@@ -1324,6 +1326,15 @@ def refused_early(
                 "forbidden",
             )
     return None
+
+
+def answer_chats() -> tuple[str, ...]:
+    """The chat ids a token bound to one answer may name here: this conversation's, and for a
+    sub-agent its caller's (Temporal's record of the parent, not anything a payload says), since
+    an answer to a sub-agent's call is sent to the caller and forwarded."""
+    info = workflow.info()
+    parent = info.parent
+    return (info.workflow_id,) if parent is None else (info.workflow_id, parent.workflow_id)
 
 
 def sub_agent_id(chat_id: str, ref: str, run: int) -> str:
