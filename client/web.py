@@ -475,13 +475,17 @@ class _App:
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)
 
-    async def may_receive_token(self, chat: Chat) -> None:
+    async def may_receive_token(self, chat: Chat) -> str:
         """Before anything of a request that carries an identity token reaches ``chat``: that
         it runs on a task queue the app trusts. Whoever polls a chat's task queue answers its
         queries and takes its updates, token and all, and polling any queue is a worker's right
         (a program of one's own, with a workflow named AgentWorkflow, on a queue of its own):
         an approver's fresh token sent there could be shown to every real conversation that
         trusts the same issuer. The task queue comes from the server, not from a worker.
+
+        Returns the run that was checked: the token goes to that run only (``run_id=``), since
+        by the time it is sent another run may hold the chat's id (terminated and started again
+        on another queue by anyone with namespace write access).
 
         Raises:
             Problem: 403, the chat runs elsewhere; 404, there is no such chat.
@@ -500,6 +504,28 @@ class _App:
                 f"chat {chat.id[:100]!r} runs on task queue {described.task_queue[:200]!r}, which "
                 "this app does not send identity tokens to (agents_app(token_queues=...))",
             )
+        return described.run_id or ""
+
+    async def resume_checked(
+        self, chat: Chat, who: _Identity, send: Callable[[str | None], Awaitable[Any]]
+    ) -> Any:
+        """``send(run_id)``, pinned to the run whose task queue was checked when the answer
+        carries a token. A run that continued as new in between refuses it as closed: the chat's
+        new run is checked and sent to (a few times at most), never an unchecked one."""
+        if who.token is None:
+            return await send(None)
+        refused: SendRejected | None = None
+        tried: str | None = None
+        for _ in range(3):
+            run_id = await self.may_receive_token(chat)
+            if refused is not None and run_id == tried:
+                raise refused  # the run that was checked is closed, and no other took over
+            try:
+                return await send(run_id)
+            except SendRejected as e:
+                refused, tried = e, run_id
+        assert refused is not None
+        raise refused
 
     @contextlib.contextmanager
     def stream_slot(self, chat_id: str) -> Any:
@@ -588,12 +614,17 @@ class _App:
             )
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
-        result = await chat.resume(
-            answers=[answer],
-            identity=who.identity,
-            identity_token=who.token,
-            metadata=body.metadata,
-            worker_timeout=self.worker_timeout,
+        result = await self.resume_checked(
+            chat,
+            who,
+            lambda run_id: chat.resume(
+                answers=[answer],
+                identity=who.identity,
+                identity_token=who.token,
+                metadata=body.metadata,
+                worker_timeout=self.worker_timeout,
+                run_id=run_id,
+            ),
         )
         return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
 
@@ -720,13 +751,19 @@ class _App:
             answers = [agui.to_answer(entry, pending) for entry in run.resume or ()]
         except agui.BadResume as e:
             raise Problem(_STATUS_OF_CODE.get(e.code, 422), e.code, str(e)) from None
-        turn = chat.resume_stream(
-            answers=answers,
-            identity=who.identity,
-            identity_token=who.token,
-            worker_timeout=self.worker_timeout,
-        )
-        await turn.accepted()
+
+        async def accepted(run_id: str | None) -> TurnStream:
+            turn = chat.resume_stream(
+                answers=answers,
+                identity=who.identity,
+                identity_token=who.token,
+                worker_timeout=self.worker_timeout,
+                run_id=run_id,
+            )
+            await turn.accepted()
+            return turn
+
+        turn = await self.resume_checked(chat, who, accepted)
         async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
 
