@@ -16,21 +16,29 @@ public key). What is proved here:
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import httpx2
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client import web
-from temporal_agent_interrupts.client.api import AgentClient, Chat
+from temporal_agent_interrupts.client.api import AgentClient, Chat, approve
+from temporal_agent_interrupts.client.login import Login, LoginExchange, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
-from temporal_agent_interrupts.worker.standin import calls
+from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
@@ -40,7 +48,8 @@ from temporal_agent_interrupts.workflows.types import (
     input_digest,
 )
 from tests import agents as t
-from tests.web import answer, served
+from tests.helpers import assert_no_workflow_task_failed
+from tests.web import answer, frames, run_input, served
 
 LOOKUP = {"key": "k"}
 RELEASE = {"service": "api", "version": "2"}
@@ -169,3 +178,223 @@ async def test_a_token_goes_only_to_the_run_whose_task_queue_was_checked(
         assert token not in sent, f"the token went to the impostor's worker ({r.status_code})"
         assert r.status_code == 403 and "does not send identity tokens" in r.text, r.text
         await client.get_workflow_handle(chat.id).terminate("test over")
+
+
+# ----------------------------------------------------------------------------------------------
+# A login never reaches a conversation; one person answers every call they may.
+
+IDP = TokenIssuer("RS256", issuer="https://login.test", audience="our-app")
+"""The application's own login provider: it issues one-hour logins (JWTs)."""
+
+
+def exchange_for(verify: Any) -> LoginExchange:
+    """The app's exchange: ``verify`` is the app's hook; its own Ed25519 key signs."""
+    return LoginExchange(
+        verify,
+        key=ed25519.Ed25519PrivateKey.generate(),
+        issuer="https://agents.test",
+        audience="approvals",
+    )
+
+
+async def history_events(client: Any, chat_id: str) -> list[bytes]:
+    """Every event of the chat's history (every run), as the server keeps it."""
+    seen: list[bytes] = []
+    async for event in client.get_workflow_handle(chat_id).fetch_history_events():
+        seen.append(event.SerializeToString())
+    return seen
+
+
+def scan(events: list[bytes], secret: str) -> list[int]:
+    """The events whose payloads (or anything else in them) hold ``secret``'s bytes."""
+    needle = secret.encode()
+    return [i for i, e in enumerate(events) if needle in e]
+
+
+async def test_a_login_sent_as_a_bearer_token_never_reaches_history(run_worker, model, client):
+    """As the docs showed (``identity="bearer"`` behind a JWT login), the approver's one-hour
+    login was written in clear text into the ``UPDATE_ACCEPTED`` event, replayable against the
+    application's own APIs for the rest of its hour. A bearer token that is a login (valid for
+    more than 15 minutes, or no JWT at all) is now refused before anything is sent."""
+    issuer = TokenIssuer("ES256", issuer=IDP.issuer, audience=IDP.audience)
+    agent = gated(issuer.trust())
+    model.reply(TWO)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        login = issuer.mint("ann@example.com", expires_in=timedelta(hours=1))
+        opaque = f"session-{uuid.uuid4().hex}{uuid.uuid4().hex}"
+        app = agents_app(agents, identity="bearer")
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            for token in (login, opaque):
+                r = await answer(
+                    http,
+                    base,
+                    chat.id,
+                    "g1",
+                    {"action": "approve", "input_digest": digest["g1"]},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert r.status_code == 401 and r.json()["code"] == "not_per_answer", r.text
+                assert token not in r.text
+        events = await history_events(client, chat.id)
+        assert scan(events, login) == [] and scan(events, opaque) == []
+        assert [i.ref for i in await chat.pending()] == ["g1", "r1"]
+
+
+async def test_a_login_never_reaches_history_and_one_person_answers_every_call(
+    run_worker, model, client, caplog
+):
+    """Behind a JWT login (a real one-hour RS256 token over HTTP), through the exchange: the
+    same approver answers both calls of the chat, each answer with an assertion of its own; no
+    event of the chat's history holds the login's bytes, and no log line does."""
+    caplog.set_level(logging.DEBUG)
+    exchange = exchange_for(
+        jwt_login(
+            IDP.private_key.public_key(),
+            algorithms=["RS256"],
+            issuer=IDP.issuer,
+            audience=IDP.audience,
+        )
+    )
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        login = IDP.mint("ann@example.com", expires_in=timedelta(hours=1))
+        as_ann = {"Authorization": f"Bearer {login}"}
+        app = agents_app(agents, identity=exchange)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            assert (await http.get(f"{base}/api/whoami", headers=as_ann)).json() == {
+                "identity": "ann@example.com",
+                "mode": "login",
+            }
+            first = await answer(
+                http,
+                base,
+                chat.id,
+                "g1",
+                {"action": "approve", "input_digest": digest["g1"]},
+                headers=as_ann,
+            )
+            assert first.status_code == 200, first.text
+            second = await answer(
+                http,
+                base,
+                chat.id,
+                "r1",
+                {"action": "approve", "input_digest": digest["r1"]},
+                headers=as_ann,
+            )
+            assert second.status_code == 200, second.text
+            assert second.json()["result"]["text"] == "done"
+            # No login, or a forged one: refused before anything is sent.
+            for headers in ({}, {"Authorization": f"Bearer {TokenIssuer().mint('ann@x.y')}"}):
+                r = await answer(http, base, chat.id, "g1", {"action": "approve",
+                                 "input_digest": digest["g1"]}, headers=headers)  # fmt: skip
+                assert r.status_code == 401 and r.json()["code"] == "no_identity", r.text
+        records = await chat.audit()
+        assert [(r.ref, r.identity, r.identity_verified) for r in records] == [
+            ("g1", "ann@example.com", True),
+            ("r1", "ann@example.com", True),
+        ]
+        assert t.RUNS["lookup"] == t.RUNS["release"] == 1
+        events = await history_events(client, chat.id)
+        assert scan(events, login) == [], "the login is in the chat's history"
+        # The scan reads the updates' payloads: each answer's own identity token is there.
+        assert len(scan(events, '"identity_token"')) >= 2
+    logged = "\n".join(r.getMessage() + str(r.exc_info or "") for r in caplog.records)
+    assert login not in logged
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_an_hs256_login_answers_through_the_apps_hook(run_worker, model, client):
+    """An HS256 login (a secret the application shares with its login service) could not be
+    used at all: an agent never trusts a shared secret. The app's hook verifies it; the answer
+    carries the app's assertion, with the login's groups (``group:treasury`` approves), by the
+    approvals API and by AG-UI."""
+    secret = os.urandom(32)
+    exchange = exchange_for(jwt_login(secret, algorithms=["HS256"], audience="our-app"))
+    agent = gated(exchange.trusted_issuer(), approvers=["group:treasury"])
+    model.reply(TWO, text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        now = int(time.time())
+        claims = {"sub": "u-17", "email": "bob@example.com", "groups": ["treasury"],
+                  "aud": "our-app", "iat": now, "exp": now + 3600}  # fmt: skip
+        login = jwt.encode(claims, secret, algorithm="HS256")
+        as_bob = {"Authorization": f"Bearer {login}"}
+        outsider = jwt.encode({**claims, "groups": ["sales"]}, secret, algorithm="HS256")
+        app = agents_app(agents, identity=exchange)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            r = await answer(http, base, chat.id, "g1", {"action": "approve",
+                             "input_digest": digest["g1"]},
+                             headers={"Authorization": f"Bearer {outsider}"})  # fmt: skip
+            assert r.status_code == 403 and "may be answered only by" in r.text, r.text
+            r = await answer(
+                http,
+                base,
+                chat.id,
+                "g1",
+                {"action": "approve", "input_digest": digest["g1"]},
+                headers=as_bob,
+            )
+            assert r.status_code == 200, r.text
+            entry = {
+                "interruptId": "r1",
+                "status": "resolved",
+                "payload": {"approved": True},
+                "metadata": {"inputDigest": digest["r1"]},
+            }
+            seen = await frames(
+                http,
+                f"{base}/agui/{agent.name}",
+                run_input(chat.id, resume=[entry]),
+                headers=as_bob,
+            )
+            assert seen[-1].type == "RUN_FINISHED", [f.event for f in seen]
+        records = await chat.audit()
+        assert [(r.ref, r.identity, r.identity_verified) for r in records] == [
+            ("g1", "bob@example.com", True),
+            ("r1", "bob@example.com", True),
+        ]
+        assert scan(await history_events(client, chat.id), login) == []
+
+
+async def test_an_assertion_answers_only_the_call_and_chat_it_was_made_for(
+    run_worker, model, client
+):
+    """What an assertion may answer is checked in the workflow, like its issuer, audience and
+    expiry: a copy read from one chat's history (or taken in flight) answers nothing in another
+    chat, no other call, and no other input; and it answers its own call once."""
+    exchange = exchange_for(lambda request: None)
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, TWO)
+    ann = Login(identity="ann@example.com")
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        other, _ = await paused(agents, agent)
+        (g1, _r1) = await chat.pending()
+        made = exchange.assertion(ann, chat_id=chat.id, calls={"g1": digest["g1"]})
+        refusals = {
+            "another chat": (other, made, "another conversation", "forbidden"),
+            "another call": (chat, made, "other calls", "forbidden"),
+            "another input": (
+                chat,
+                exchange.assertion(ann, chat_id=chat.id, calls={"g1": input_digest({"k": 1})}),
+                "another input",
+                "conflict",
+            ),
+        }
+        for why, (target, token, reason, code) in refusals.items():
+            shown = {i.ref: i for i in await target.pending()}
+            ref = "r1" if why == "another call" else "g1"
+            with pytest.raises(ResumeRejected) as refused:
+                await target.resume(answers=[approve(shown[ref])], identity_token=token)
+            assert reason in str(refused.value) and refused.value.code == code, why
+        result = await chat.resume(answers=[approve(g1)], identity_token=made)
+        assert [i.ref for i in result.interrupts] == ["r1"]
+        (record,) = await chat.audit()
+        assert (record.identity, record.identity_verified) == ("ann@example.com", True)
+        assert await other.audit() == []
+        await assert_no_workflow_task_failed(client, chat.id)
+        await assert_no_workflow_task_failed(client, other.id)
