@@ -104,7 +104,8 @@ class InterruptBook:
         spent: The conversation's spent identity tokens (mutated in place when an answer
             spends one).
         chats: The chat ids a token bound to one answer may name: this conversation's, and
-            its caller's for a sub-agent (answers to its calls come through the caller).
+            its caller's for a sub-agent (answers to its calls come through the caller); or
+            a function that says, asked only when a bound token arrives.
     """
 
     def __init__(
@@ -115,10 +116,10 @@ class InterruptBook:
         known_refs: Collection[str] = (),
         emit: Emit | None = None,
         spent: list[SpentToken] | None = None,
-        chats: Collection[str] = (),
+        chats: Collection[str] | Callable[[], Collection[str]] = (),
     ) -> None:
         spent = spent if spent is not None else []
-        self.chats = chats
+        self._chats = chats if callable(chats) else lambda: chats
         self._spec: Callable[[], AgentSpec | None] = lambda: spec
         self._spent: Callable[[], list[SpentToken]] = lambda: spent
         self.known_refs = known_refs
@@ -132,7 +133,7 @@ class InterruptBook:
         *,
         known_refs: Collection[str],
         emit: Emit,
-        chats: Collection[str] = (),
+        chats: Collection[str] | Callable[[], Collection[str]] = (),
     ) -> InterruptBook:
         """The book of a turn's ``calls`` that reads the agent's spec and the spent tokens
         from ``state`` whenever it asks, so it can be built once per turn and still see the
@@ -316,7 +317,7 @@ class InterruptBook:
         spec = self.spec
         pending = answers.check_match(resume, calls=self.calls, known_refs=self.known_refs)
         who = self.who(resume, now=now)
-        governance.check_binding(resume, pending, who=who, chats=self.chats)
+        governance.check_binding(resume, pending, who=who, chats=self._chats())
         governance.check_approvers(resume, pending, spec=spec, who=who)
         answers.check_restarts(resume, pending, spec=spec)
         governance.check_votes(resume, pending, spec=spec, who=who)

@@ -200,7 +200,7 @@ class TurnMachine:
         book = self._book
         if book is None or book.calls is not turn.calls:
             book = InterruptBook.of_turn(
-                self.s, turn.calls, known_refs=self.refs, emit=self.emit, chats=answer_chats()
+                self.s, turn.calls, known_refs=self.refs, emit=self.emit, chats=answer_chats
             )
             self._book = book
         return book
