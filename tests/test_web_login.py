@@ -16,6 +16,7 @@ public key). What is proved here:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -32,14 +33,15 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from temporal_agent_interrupts import Agent, ToolApproval
+from temporal_agent_interrupts import Agent, ToolApproval, agent_tool
 from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import AgentClient, Chat, approve
 from temporal_agent_interrupts.client.login import Login, LoginExchange, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
-from temporal_agent_interrupts.worker.testing import TokenIssuer
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     InterruptRequest,
@@ -48,6 +50,7 @@ from temporal_agent_interrupts.workflows.types import (
     input_digest,
 )
 from tests import agents as t
+from tests.agents import SUB_RUNS, sub_pay
 from tests.helpers import assert_no_workflow_task_failed
 from tests.web import answer, frames, run_input, served
 
@@ -398,3 +401,54 @@ async def test_an_assertion_answers_only_the_call_and_chat_it_was_made_for(
         assert await other.audit() == []
         await assert_no_workflow_task_failed(client, chat.id)
         await assert_no_workflow_task_failed(client, other.id)
+
+
+# ----------------------------------------------------------------------------------------------
+# A sub-agent's call, answered through its caller's chat.
+
+SUB_EXCHANGE = exchange_for(
+    jwt_login(
+        IDP.private_key.public_key(), algorithms=["RS256"], issuer=IDP.issuer, audience=IDP.audience
+    )
+)
+login_payments = Agent(
+    f"loginPayments-{uuid.uuid4().hex[:6]}",
+    system="You pay, for verified approvers only.",
+    tools=[sub_pay],
+    middleware=[ToolApproval(approvers=["cfo@example.com"])],
+    trust=SUB_EXCHANGE.trusted_issuer(),
+)
+login_boss = Agent(
+    f"loginBoss-{uuid.uuid4().hex[:6]}", system="You delegate.", tools=[agent_tool(login_payments)]
+)
+
+
+async def test_a_sub_agents_call_is_answered_through_its_caller_with_an_assertion(client):
+    """The assertion names the chat the answer was sent to, the caller's; the sub-agent takes
+    its caller's id (Temporal's record of its parent) as well as its own, and nothing else."""
+    async with hosted(client, agents=[login_boss], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat(login_boss.name)
+        task = f"call pay {json.dumps({'to': 'login-sub', 'amount': 1})}"
+        (i,) = (
+            await parent.send(f"call {login_payments.name} {json.dumps({'input': task})}")
+        ).interrupts
+        assert i.chat_id is not None
+        app = agents_app(agents, identity=SUB_EXCHANGE)
+        login = IDP.mint("cfo@example.com", expires_in=timedelta(hours=1))
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            r = await answer(
+                http,
+                base,
+                parent.id,
+                i.ref,
+                {"action": "approve", "input_digest": i.input_digest},
+                headers={"Authorization": f"Bearer {login}"},
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["result"]["finish_reason"] == "stop"
+        assert SUB_RUNS["login-sub"] == 1
+        (record,) = await agents.audit(i.chat_id)
+        assert (record.identity, record.identity_verified) == ("cfo@example.com", True)
+        for chat_id in (parent.id, i.chat_id):
+            assert scan(await history_events(client, chat_id), login) == []
+    await assert_no_workflow_task_failed(client, parent.id)
