@@ -39,6 +39,7 @@ from temporal_agent_interrupts.client.api import AgentClient, Chat, approve
 from temporal_agent_interrupts.client.login import Login, LoginExchange, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
@@ -51,7 +52,8 @@ from temporal_agent_interrupts.workflows.types import (
 )
 from tests import agents as t
 from tests.agents import SUB_RUNS, sub_pay
-from tests.helpers import assert_no_workflow_task_failed
+from tests.helpers import SUGGEST_AFTER_EVENTS, assert_no_workflow_task_failed, eventually
+from tests.test_operator import VISIBILITY_TIMEOUT
 from tests.web import answer, frames, run_input, served
 
 LOOKUP = {"key": "k"}
@@ -452,3 +454,48 @@ async def test_a_sub_agents_call_is_answered_through_its_caller_with_an_assertio
         for chat_id in (parent.id, i.chat_id):
             assert scan(await history_events(client, chat_id), login) == []
     await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_an_answer_pinned_to_a_run_that_continued_as_new_goes_to_the_new_run(
+    small_histories, model, monkeypatch
+):
+    """The pin holds the answer to the run that was checked; a real continue-as-new between the
+    check and the send closes that run, and the answer is checked against the chat's new run and
+    sent there, rather than refused as if the chat were closed."""
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    exchange = exchange_for(lambda request: Login(identity="ann@example.com"))
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO)
+    async with build_worker(client, agents=[agent], task_queue=queue, gemini=model.client()):
+        agents = AgentClient(client, task_queue=queue)
+        chat, digest = await paused(agents, agent)
+        handle = client.get_workflow_handle(chat.id)
+        first_run = (await handle.describe()).run_id
+        sent_by = Chat.resume
+        pinned: list[str | None] = []
+
+        async def sending(self: Chat, **kwargs: Any) -> Any:
+            if not pinned:
+                # Refused signals grow the history until the paused run continues as new.
+                for n in range(SUGGEST_AFTER_EVENTS):
+                    await handle.signal(
+                        "resume", {"respond": [{"name": "lookup", "ref": f"x{n}", "output": {}}]}
+                    )
+                await eventually(
+                    handle.describe, lambda d: d.run_id != first_run, timeout=VISIBILITY_TIMEOUT
+                )
+            pinned.append(kwargs.get("run_id"))
+            return await sent_by(self, **kwargs)
+
+        monkeypatch.setattr(Chat, "resume", sending)
+        app = agents_app(agents, identity=exchange)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            r = await answer(
+                http, base, chat.id, "g1", {"action": "approve", "input_digest": digest["g1"]}
+            )
+        assert r.status_code == 200, r.text
+        assert pinned[0] == first_run and pinned[-1] != first_run
+        assert [i.ref for i in await chat.pending()] == ["r1"]
+        (record,) = await chat.audit()
+        assert (record.identity, record.identity_verified) == ("ann@example.com", True)
