@@ -73,6 +73,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
 )
 from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
+from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
@@ -533,6 +534,13 @@ class _App:
         bearer token as sent, or, for a login, an assertion made for that answer alone."""
         if who.login is not None:
             assert isinstance(self.identity, LoginExchange)
+            if len(calls) > MAX_BOUND_CALLS:
+                raise Problem(
+                    400,
+                    "malformed",
+                    f"answer at most {MAX_BOUND_CALLS} calls at once behind a login (one "
+                    f"assertion each time; {len(calls)} were given)",
+                )
             return self.identity.assertion(who.login, chat_id=chat.id, calls=calls)
         return who.token
 
