@@ -499,3 +499,43 @@ async def test_an_answer_pinned_to_a_run_that_continued_as_new_goes_to_the_new_r
         assert [i.ref for i in await chat.pending()] == ["r1"]
         (record,) = await chat.audit()
         assert (record.identity, record.identity_verified) == ("ann@example.com", True)
+
+
+login_middle = Agent(
+    f"loginMiddle-{uuid.uuid4().hex[:6]}",
+    system="You delegate.",
+    tools=[agent_tool(login_payments)],
+)
+login_top = Agent(
+    f"loginTop-{uuid.uuid4().hex[:6]}", system="You delegate.", tools=[agent_tool(login_middle)]
+)
+
+
+async def test_a_nested_sub_agents_call_is_answered_through_the_top_callers_chat(client):
+    """Two levels down: the assertion names the top caller's chat, an ancestor the sub-agent
+    knows from Temporal (its root) and from its own id (each sub-agent's id extends its
+    caller's)."""
+    async with hosted(client, agents=[login_top], model=ScriptedModel(offline_rules)) as agents:
+        top = await agents.chat(login_top.name)
+        pay = f"call pay {json.dumps({'to': 'login-nested', 'amount': 1})}"
+        middle = f"call {login_payments.name} {json.dumps({'input': pay})}"
+        (i,) = (
+            await top.send(f"call {login_middle.name} {json.dumps({'input': middle})}")
+        ).interrupts
+        assert i.chat_id is not None and i.chat_id.count("--") >= 2
+        app = agents_app(agents, identity=SUB_EXCHANGE)
+        login = IDP.mint("cfo@example.com", expires_in=timedelta(hours=1))
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            r = await answer(
+                http,
+                base,
+                top.id,
+                i.ref,
+                {"action": "approve", "input_digest": i.input_digest},
+                headers={"Authorization": f"Bearer {login}"},
+            )
+            assert r.status_code == 200, r.text
+        assert SUB_RUNS["login-nested"] == 1
+        (record,) = await agents.audit(i.chat_id)
+        assert (record.identity, record.identity_verified) == ("cfo@example.com", True)
+    await assert_no_workflow_task_failed(client, top.id)
