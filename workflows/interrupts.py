@@ -104,7 +104,7 @@ class InterruptBook:
         spent: The conversation's spent identity tokens (mutated in place when an answer
             spends one).
         chats: The chat ids a token bound to one answer may name: this conversation's, and
-            its caller's for a sub-agent (answers to its calls come through the caller); or
+            its callers' for a sub-agent (answers to its calls come through them); or
             a function that says, asked only when a bound token arrives.
     """
 
