@@ -477,6 +477,7 @@ class Chat:
         identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
         worker_timeout: timedelta | None = WORKER_TIMEOUT,
+        run_id: str | None = None,
     ) -> TurnResult:
         """Answer pending interrupts; waits until the turn ends or pauses again.
 
@@ -495,6 +496,9 @@ class Chat:
             worker_timeout: How long a worker may take to accept the answer (not how long the
                 rest of the turn takes): :data:`WORKER_TIMEOUT` (60 s) unless given; ``None`` waits
                 indefinitely.
+            run_id: Answer only this run of the conversation (one a ``describe`` was checked
+                against): refused as :class:`ChatNotFound` when it is no longer running,
+                rather than sent to whichever run holds the chat id by then.
 
         Raises:
             TypeError: an answer is not a ``ToolResponse`` or ``ToolRestart``, or a list holds
@@ -509,7 +513,9 @@ class Chat:
         raw = self._resume_raw(
             answers, respond, restart, identity, metadata, stream=False, token=identity_token
         )
-        return await self._update(AgentWorkflow.resume, raw, worker_timeout=worker_timeout)
+        return await self._update(
+            AgentWorkflow.resume, raw, worker_timeout=worker_timeout, run_id=run_id
+        )
 
     def resume_stream(
         self,
@@ -521,6 +527,7 @@ class Chat:
         identity_token: str | None = None,
         metadata: JsonObject | BaseModel | None = None,
         worker_timeout: timedelta | None = WORKER_TIMEOUT,
+        run_id: str | None = None,
     ) -> TurnStream:
         """Answer pending interrupts and follow the rest of the turn as it happens.
 
@@ -529,7 +536,8 @@ class Chat:
         for the events from the answers on, until ``turn_end`` (the turn ends, or pauses
         again); ``await turn.result()`` for what :meth:`resume` returns. ``worker_timeout``
         bounds how long a worker may take to accept the answers: :data:`WORKER_TIMEOUT` (60 s)
-        unless given; ``None`` waits indefinitely.
+        unless given; ``None`` waits indefinitely. ``run_id`` pins the answer to one run, as
+        :meth:`resume`'s does (the events are followed across runs all the same).
         """
         raw = self._resume_raw(
             answers, respond, restart, identity, metadata, stream=True, token=identity_token
@@ -537,7 +545,11 @@ class Chat:
         return TurnStream(
             self,
             lambda accepted: self._update(
-                AgentWorkflow.resume, raw, worker_timeout=worker_timeout, on_accept=accepted
+                AgentWorkflow.resume,
+                raw,
+                worker_timeout=worker_timeout,
+                on_accept=accepted,
+                run_id=run_id,
             ),
             worker_timeout=worker_timeout,
         )
@@ -774,17 +786,23 @@ class Chat:
         *,
         worker_timeout: timedelta | None,
         on_accept: asyncio.Event | None = None,
+        run_id: str | None = None,
     ) -> Any:
+        handle = self.handle
+        if run_id is not None:
+            handle = self._client.temporal.get_workflow_handle_for(
+                AgentWorkflow.run, self.id, run_id=run_id
+            )
         try:
             args = () if arg is None else (arg,)
             if worker_timeout is None and on_accept is None:
-                return await self.handle.execute_update(update, *args)
+                return await handle.execute_update(update, *args)
             # Only acceptance is bounded: once a worker has taken the update, the turn it
             # continues may legitimately run for minutes of model and tool calls.
             deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
             try:
                 async with deadline:
-                    accepted = await self.handle.start_update(
+                    accepted = await handle.start_update(
                         update, *args, wait_for_stage=WorkflowUpdateStage.ACCEPTED
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:

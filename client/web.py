@@ -14,11 +14,14 @@ Routes:
     ``GET  /api/whoami``                       who this request answers as
     ``GET  /inbox``                            the approver's inbox page
 
-Who answers comes from the request, never from the body: a bearer token passed on as the
-answer's identity token (``identity="bearer"``, for agents with ``trust=``), or the
-application's own function of the request. With neither, answers are refused, unless the app
-was made with ``dev_loopback=True``: then it serves loopback clients only and takes the
-identity from the ``X-Agent-Identity`` header (for trying it out on one machine).
+Who answers comes from the request, never from the body: a login the application verifies
+and the app turns into one short assertion per answer (``identity=LoginExchange(...)``, see
+``client/login.py``, for agents with ``trust=``: the login itself never reaches a
+conversation), a bearer token that is already a per-answer token of the agent's issuer, passed
+on as the answer's identity token (``identity="bearer"``), or the application's own function of
+the request. With none, answers are refused, unless the app was made with
+``dev_loopback=True``: then it serves loopback clients only and takes the identity from the
+``X-Agent-Identity`` header (for trying it out on one machine).
 
 Refusals are ``application/problem+json`` (RFC 9457) with the product's reason as ``detail``
 and its kind as ``code``: 400 malformed, 401 no identity, 403 not allowed, 404 no such chat or
@@ -57,6 +60,7 @@ from temporalio.exceptions import ApplicationError
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
 from temporal_agent_interrupts.client.inbox import check_agent_name
+from temporal_agent_interrupts.client.login import Login, LoginExchange, check_per_answer
 from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow, next_offset
 from temporal_agent_interrupts.errors import (
     AgentError,
@@ -69,6 +73,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
 )
 from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
+from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
@@ -391,6 +396,13 @@ class _Guard:
 class _Identity(BaseModel):
     identity: str | None = None
     token: str | None = Field(default=None, repr=False)
+    # A verified login, exchanged for one assertion per answer (never sent itself).
+    login: Login | None = None
+
+    @property
+    def carries_token(self) -> bool:
+        """Whether what is sent for this requester holds an identity token."""
+        return self.token is not None or self.login is not None
 
 
 class _App:
@@ -398,7 +410,7 @@ class _App:
         self,
         client: AgentClient,
         *,
-        identity: Literal["bearer"] | IdentityFunction | None,
+        identity: Literal["bearer"] | LoginExchange | IdentityFunction | None,
         dev_loopback: bool,
         max_body: int,
         streams_per_chat: int,
@@ -418,6 +430,8 @@ class _App:
 
     @property
     def mode(self) -> str:
+        if isinstance(self.identity, LoginExchange):
+            return "login"
         if self.identity == "bearer":
             return "bearer"
         if self.identity is not None:
@@ -430,6 +444,11 @@ class _App:
         Raises:
             Problem: 401, no identity could be had from it.
         """
+        if isinstance(self.identity, LoginExchange):
+            login = await self.identity.login(request)
+            if login is None:
+                raise Problem(401, "no_identity", "this request's login was not accepted")
+            return _Identity(identity=login.identity, login=login)
         if self.identity == "bearer":
             found = request.headers.get("authorization", "")
             scheme, _, token = found.partition(" ")
@@ -438,6 +457,10 @@ class _App:
             token = token.strip()
             if len(token) > 16 * KiB:
                 raise Problem(400, "malformed", "the bearer token is over 16 KiB")
+            try:
+                check_per_answer(token)
+            except ValueError as e:
+                raise Problem(401, "not_per_answer", str(e)) from None
             return _Identity(token=token)
         if callable(self.identity):
             given = self.identity(request)
@@ -475,13 +498,17 @@ class _App:
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)
 
-    async def may_receive_token(self, chat: Chat) -> None:
+    async def may_receive_token(self, chat: Chat) -> str:
         """Before anything of a request that carries an identity token reaches ``chat``: that
         it runs on a task queue the app trusts. Whoever polls a chat's task queue answers its
         queries and takes its updates, token and all, and polling any queue is a worker's right
         (a program of one's own, with a workflow named AgentWorkflow, on a queue of its own):
         an approver's fresh token sent there could be shown to every real conversation that
         trusts the same issuer. The task queue comes from the server, not from a worker.
+
+        Returns the run that was checked: the token goes to that run only (``run_id=``), since
+        by the time it is sent another run may hold the chat's id (terminated and started again
+        on another queue by anyone with namespace write access).
 
         Raises:
             Problem: 403, the chat runs elsewhere; 404, there is no such chat.
@@ -500,6 +527,43 @@ class _App:
                 f"chat {chat.id[:100]!r} runs on task queue {described.task_queue[:200]!r}, which "
                 "this app does not send identity tokens to (agents_app(token_queues=...))",
             )
+        return described.run_id or ""
+
+    def token_for(self, who: _Identity, chat: Chat, calls: dict[str, str]) -> str | None:
+        """The identity token an answer to ``calls`` (ref: the input digest shown) carries: the
+        bearer token as sent, or, for a login, an assertion made for that answer alone."""
+        if who.login is not None:
+            assert isinstance(self.identity, LoginExchange)
+            if len(calls) > MAX_BOUND_CALLS:
+                raise Problem(
+                    400,
+                    "malformed",
+                    f"answer at most {MAX_BOUND_CALLS} calls at once behind a login (one "
+                    f"assertion each time; {len(calls)} were given)",
+                )
+            return self.identity.assertion(who.login, chat_id=chat.id, calls=calls)
+        return who.token
+
+    async def resume_checked(
+        self, chat: Chat, who: _Identity, send: Callable[[str | None], Awaitable[Any]]
+    ) -> Any:
+        """``send(run_id)``, pinned to the run whose task queue was checked when the answer
+        carries a token. A run that continued as new in between refuses it as closed: the chat's
+        new run is checked and sent to (a few times at most), never an unchecked one."""
+        if not who.carries_token:
+            return await send(None)
+        refused: SendRejected | None = None
+        tried: str | None = None
+        for _ in range(3):
+            run_id = await self.may_receive_token(chat)
+            if refused is not None and run_id == tried:
+                raise refused  # the run that was checked is closed, and no other took over
+            try:
+                return await send(run_id)
+            except SendRejected as e:
+                refused, tried = e, run_id
+        assert refused is not None
+        raise refused
 
     @contextlib.contextmanager
     def stream_slot(self, chat_id: str) -> Any:
@@ -523,7 +587,7 @@ class _App:
     async def whoami(self, request: Request) -> Response:
         try:
             who = await self.who(request)
-            name = who.identity if who.token is None else "(identity token)"
+            name = "(identity token)" if who.token is not None else who.identity
         except Problem:
             name = None
         return JSONResponse({"identity": name, "mode": self.mode})
@@ -571,7 +635,7 @@ class _App:
         who = await self.who(request)
         await self.allow(request, Access(action="answer", chat_id=chat_id, identity=who.identity))
         chat = self.chat(chat_id)
-        if who.token is not None:
+        if who.carries_token:
             await self.may_receive_token(chat)
         status = await chat.status(worker_timeout=self.worker_timeout)
         if status.status == "closed":
@@ -588,12 +652,18 @@ class _App:
             )
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
-        result = await chat.resume(
-            answers=[answer],
-            identity=who.identity,
-            identity_token=who.token,
-            metadata=body.metadata,
-            worker_timeout=self.worker_timeout,
+        token = self.token_for(who, chat, {ref: body.input_digest})
+        result = await self.resume_checked(
+            chat,
+            who,
+            lambda run_id: chat.resume(
+                answers=[answer],
+                identity=who.identity,
+                identity_token=token,
+                metadata=body.metadata,
+                worker_timeout=self.worker_timeout,
+                run_id=run_id,
+            ),
         )
         return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
 
@@ -710,7 +780,7 @@ class _App:
     async def _resume(
         self, chat: Chat, run: RunAgentInput, who: _Identity, *, show_messages: bool
     ) -> AsyncIterator[str]:
-        if who.token is not None:
+        if who.carries_token:
             await self.may_receive_token(chat)
         _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
         pending = {i.ref: i for i in await chat.pending(worker_timeout=self.worker_timeout)}
@@ -720,13 +790,22 @@ class _App:
             answers = [agui.to_answer(entry, pending) for entry in run.resume or ()]
         except agui.BadResume as e:
             raise Problem(_STATUS_OF_CODE.get(e.code, 422), e.code, str(e)) from None
-        turn = chat.resume_stream(
-            answers=answers,
-            identity=who.identity,
-            identity_token=who.token,
-            worker_timeout=self.worker_timeout,
+        token = self.token_for(
+            who, chat, {a.ref: a.input_digest or pending[a.ref].input_digest for a in answers}
         )
-        await turn.accepted()
+
+        async def accepted(run_id: str | None) -> TurnStream:
+            turn = chat.resume_stream(
+                answers=answers,
+                identity=who.identity,
+                identity_token=token,
+                worker_timeout=self.worker_timeout,
+                run_id=run_id,
+            )
+            await turn.accepted()
+            return turn
+
+        turn = await self.resume_checked(chat, who, accepted)
         async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
 
@@ -996,7 +1075,7 @@ def _static(name: str, media_type: str) -> Callable[[Request], Awaitable[Respons
 def agents_app(
     client: AgentClient,
     *,
-    identity: Literal["bearer"] | IdentityFunction | None = None,
+    identity: Literal["bearer"] | LoginExchange | IdentityFunction | None = None,
     dev_loopback: bool = False,
     cors_origins: Sequence[str] = (),
     allowed_hosts: Sequence[str] = (),
@@ -1009,9 +1088,14 @@ def agents_app(
     """The web front ends' application, for ``client``'s namespace and task queue.
 
     Args:
-        identity: Who answers: ``"bearer"`` passes the request's bearer token on as the
-            answer's identity token (for agents with ``trust=``, which verify it); a function
-            of the request (sync or async) returns the identity on record, or None to refuse.
+        identity: Who answers. A :class:`~client.login.LoginExchange`: the application's
+            hook verifies the request's login (a JWT of any algorithm, a session), and each
+            answer carries an assertion the app signs for it alone (for agents that trust the
+            exchange's key); the login never reaches a conversation. ``"bearer"`` passes the
+            request's bearer token on as the answer's identity token, for clients that hold a
+            fresh per-answer token of the agent's issuer, never a login: it is written in the
+            chat's history, and answers once per chat. A function of the request (sync or
+            async) returns the identity on record (agents without ``trust=``), or None.
         dev_loopback: With no ``identity``, take it from the ``X-Agent-Identity`` header (or
             ``dev@localhost``), serving loopback clients only. For one machine, never a
             deployment: anyone who can reach it can say they are anyone.
@@ -1025,8 +1109,8 @@ def agents_app(
             read a chat, list the inbox), a function of the request (sync or async); without
             it, whoever reaches the app may chat with any agent and read any chat, and only
             answers are checked (by identity, against each agent's approvers and trust).
-        token_queues: The task queues whose conversations may be sent an identity token (the
-            bearer token, with ``identity="bearer"``); None: the client's own task queue. An
+        token_queues: The task queues whose conversations may be sent an identity token (an
+            assertion, or the bearer token); None: the client's own task queue. An
             answer with a token to a chat on any other queue is refused (403) before anything
             is sent to it, since whoever polls that queue would receive the token.
 
@@ -1036,8 +1120,13 @@ def agents_app(
             mode answers loopback only, and takes anyone's word for who they are. Or an entry
             of ``cors_origins`` is not one site's origin (``null``, ``*``, a path).
     """
-    if identity is not None and identity != "bearer" and not callable(identity):
-        raise TypeError("identity is 'bearer', a function of the request, or None")
+    if (
+        identity is not None
+        and identity != "bearer"
+        and not isinstance(identity, LoginExchange)
+        and not callable(identity)
+    ):
+        raise TypeError("identity is a LoginExchange, 'bearer', a function of the request, or None")
     if dev_loopback and identity is None and (allowed_hosts or cors_origins):
         raise ValueError(
             "dev_loopback serves loopback only: give identity= to serve other hosts or origins"
@@ -1216,8 +1305,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--identity",
         choices=["bearer", "dev"],
         default=None,
-        help="bearer: answers carry the request's bearer token as identity token; dev: "
-        "loopback only, identity from X-Agent-Identity",
+        help="bearer: answers carry the request's bearer token as identity token (a "
+        "per-answer token of the agent's issuer, valid 15 minutes at most: never a login; "
+        "behind a login, serve agents_app(identity=LoginExchange(...)) from your own code); "
+        "dev: loopback only, identity from X-Agent-Identity",
     )
     parser.add_argument("--cors-origin", action="append", default=[])
     parser.add_argument("--allowed-host", action="append", default=[])

@@ -22,7 +22,10 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import identity as identity_module
 from temporal_agent_interrupts.workflows.identity import (
+    ANSWER_CLAIM,
+    MAX_BOUND_CALLS,
     MAX_TOKEN_BYTES,
+    AnswerBinding,
     IdentityError,
     VerifiedIdentity,
     check_trust,
@@ -654,6 +657,63 @@ def test_the_cache_stays_bounded(parses: list[object]) -> None:
         check_trust(idp.trust_spec().model_copy(update={"jwks": {"keys": [idp.jwk()], "n": n}}))
     assert len(parses) == identity_module.KEY_SET_CACHE + 5
     assert len(identity_module._KEY_SETS) <= identity_module.KEY_SET_CACHE
+
+
+# ---------------------------------------------------------------------------------------------
+# A token bound to one answer (the web app's login exchange).
+
+
+def test_a_token_bound_to_an_answer_says_which_and_a_token_that_is_not_answers_any() -> None:
+    signer = issuer("ES256")
+    bound = signer.mint(
+        "ann@example.com",
+        issued_at=NOW,
+        extra={ANSWER_CLAIM: {"chat": "chat-1", "calls": {"g1": "d1", "r1": "d2"}}},
+    )
+    verified = verify_token(bound, signer.trust_spec(), now=NOW)
+    assert verified.binding == AnswerBinding(chat="chat-1", calls=(("g1", "d1"), ("r1", "d2")))
+    assert verified.binding is not None
+    assert verified.binding.digest_of("r1") == "d2" and verified.binding.digest_of("x") is None
+    plain = verify_token(
+        signer.mint("ann@example.com", issued_at=NOW), signer.trust_spec(), now=NOW
+    )
+    assert plain.binding is None
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        None,
+        "chat-1",
+        {"chat": "chat-1"},
+        {"chat": "", "calls": {"g1": "d1"}},
+        {"chat": "chat-1", "calls": {}},
+        {"chat": "chat-1", "calls": {"g1": 7}},
+        {"chat": "chat-1", "calls": [["g1", "d1"]]},
+        {"chat": 1, "calls": {"g1": "d1"}},
+    ],
+)
+def test_a_binding_that_cannot_be_read_refuses_the_token(claim: Any) -> None:
+    """A token that says it is bound and cannot be read must not answer as if it were not."""
+    signer = issuer("ES256")
+    claims = claims_of(signer.mint("ann@example.com", issued_at=NOW))
+    claims[ANSWER_CLAIM] = claim  # null too, which mint() would leave out
+    token = sign_raw(
+        json.dumps(claims).encode(),
+        key=signer.private_key,
+        alg="ES256",
+        headers={"kid": signer.kid},
+    )
+    assert ANSWER_CLAIM in refusal(token, signer.trust_spec())
+
+
+def test_a_token_bound_to_too_many_calls_is_refused() -> None:
+    signer = issuer("ES256")
+    calls = {f"c{i}": "d" for i in range(MAX_BOUND_CALLS + 1)}
+    token = signer.mint(
+        "ann@example.com", issued_at=NOW, extra={ANSWER_CLAIM: {"chat": "c", "calls": calls}}
+    )
+    assert f"at most {MAX_BOUND_CALLS}" in refusal(token, signer.trust_spec())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -485,23 +486,43 @@ def test_dev_mode_serves_loopback_only():
         agents_app(agents, identity="header")  # type: ignore[arg-type]  # the wrong form, on purpose
 
 
-async def test_the_readmes_web_app_block_makes_a_bearer_app(env, monkeypatch):
-    """The README's ``web_app.py`` runs as printed: AgentClient.connect from the environment,
-    a bearer-token app with one allowed origin."""
+async def test_the_readmes_web_app_block_makes_an_app_behind_a_login(env, monkeypatch):
+    """The docs' ``web_app.py`` runs as printed: AgentClient.connect from the environment, an
+    app behind an HS256 login (its secret and the app's key from the environment) with one
+    allowed origin, whose login answers as its holder and no one else."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     from tests.docs import block
     from tests.helpers import server_address
 
+    secret = uuid.uuid4().hex + uuid.uuid4().hex
+    key = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
     monkeypatch.setenv("TEMPORAL_ADDRESS", server_address(env.client))
+    monkeypatch.setenv("LOGIN_SECRET", secret)
+    monkeypatch.setenv("AGENTS_APP_KEY", key.decode())
     namespace: dict[str, Any] = {}
     source = block("# web_app.py: served with uvicorn, in your own service", lang="python")
-    exec(compile(source, "web_app.py", "exec"), namespace)  # the README's own code, as printed
+    exec(compile(source, "web_app.py", "exec"), namespace)  # the docs' own code, as printed
     app = await namespace["make_app"]()
+    login = jwt.encode(
+        {"email": "ann@example.com", "aud": "our-app", "exp": int(time.time()) + 3600},
+        secret,
+        algorithm="HS256",
+    )
+    assert namespace["exchange"].trusted_issuer().jwks["keys"][0]["crv"] == "Ed25519"
     async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
-        assert (await http.get(f"{base}/api/whoami")).json() == {"identity": None, "mode": "bearer"}
+        whoami = await http.get(f"{base}/api/whoami", headers={"Authorization": f"Bearer {login}"})
+        assert whoami.json() == {"identity": "ann@example.com", "mode": "login"}
         r = await http.options(f"{base}/api/inbox", headers={"Origin": "https://app.example.com"})
         assert r.headers["access-control-allow-origin"] == "https://app.example.com"
         r = await answer(http, base, "c", "r", {"action": "approve", "input_digest": "d"})
-        assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+        assert r.status_code == 401 and "login" in r.json()["detail"]
 
 
 async def test_a_partial_resume_ends_with_what_is_still_pending_and_reattaches(

@@ -22,6 +22,7 @@ from typing import Literal
 from temporal_agent_interrupts.workflows import events
 from temporal_agent_interrupts.workflows.answers import ResumeError, entries, is_edit, restart_input
 from temporal_agent_interrupts.workflows.identity import (
+    AnswerBinding,
     IdentityError,
     VerifiedIdentity,
     verify_token,
@@ -46,6 +47,7 @@ from temporal_agent_interrupts.workflows.types import (
     ResumeInput,
     SpentToken,
     Vote,
+    input_digest,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -71,6 +73,8 @@ class Who:
     spent: TokenFacts | None = None
     # A verified identity's account (the token's ``sub``).
     subject: str | None = None
+    # The one answer the token was made for, when it says (the web app's login exchange).
+    binding: AnswerBinding | None = None
 
     def may_answer(self, approvers: Collection[str]) -> bool:
         """Whether an approver list admits this sender (empty: anyone). Groups count only
@@ -262,7 +266,48 @@ def who(
         spent=facts,
         # A fingerprint: a token's sub may be kilobytes, and a vote keeps it.
         subject=_fingerprint(verified.subject),
+        binding=verified.binding,
     )
+
+
+def check_binding(
+    resume: ResumeInput,
+    pending: dict[str, CallState],
+    *,
+    who: Who,
+    chats: Collection[str],
+) -> None:
+    """Check that a token made for one answer (``who.binding``) is used for that answer: sent
+    to the chat it names (or through it: a sub-agent's ``chats`` include its caller's), for
+    calls it names, whose input is the one it names. A token that names no answer may answer
+    anything (an identity provider's own, made for the person, not the answer).
+
+    Raises:
+        ResumeError: the token was made for another chat, another call, or another input.
+    """
+    binding = who.binding
+    if binding is None:
+        return
+    if binding.chat not in chats:
+        raise ResumeError(
+            "the identity token was made for an answer in another conversation: it answers "
+            "only there",
+            code="forbidden",
+        )
+    for kind, name, ref in entries(resume):
+        shown = binding.digest_of(ref)
+        if shown is None:
+            raise ResumeError(
+                f"the identity token was made for other calls than {name!r} (ref {ref!r}): "
+                f"it answers only those ({kind})",
+                code="forbidden",
+            )
+        if shown != input_digest(pending[ref].args):
+            raise ResumeError(
+                f"the identity token was made for another input of {name!r} (ref {ref!r}) "
+                "than it has now (it was edited since): answer the input it has now",
+                code="conflict",
+            )
 
 
 def check_approvers(

@@ -58,6 +58,15 @@ MIN_RSA_BITS = 2048
 MAX_LEEWAY_SECONDS = 3600.0
 """The most clock skew an agent may allow on ``exp`` and ``nbf``."""
 
+ANSWER_CLAIM = "agent_answer"
+"""The claim that binds a token to one answer: ``{"chat": CHAT_ID, "calls": {REF: INPUT_DIGEST}}``.
+The web app's login exchange (``client/login.py``) puts it in every assertion it signs; a token
+that has it answers only those calls, with those inputs, in that chat (or through it, for a
+sub-agent's calls). Identity providers' tokens have none, and are taken as before."""
+
+MAX_BOUND_CALLS = 64
+"""The most calls one token may be bound to (an AG-UI run answers several at once)."""
+
 KEY_SET_CACHE = 64
 """Parsed key sets kept, by digest of the JWK Set (a worker hosts few issuers)."""
 
@@ -82,6 +91,19 @@ class IdentityError(Refused):
 
 
 @dataclass(frozen=True)
+class AnswerBinding:
+    """What a bound token may answer (its :data:`ANSWER_CLAIM`)."""
+
+    chat: str
+    """The chat the answer was sent to."""
+    calls: tuple[tuple[str, str], ...]
+    """Each call it may answer: its ref, and the digest of the input the approver was shown."""
+
+    def digest_of(self, ref: str) -> str | None:
+        return next((digest for r, digest in self.calls if r == ref), None)
+
+
+@dataclass(frozen=True)
 class VerifiedIdentity:
     """Who a verified token names, and the facts about the token that outlive it."""
 
@@ -102,6 +124,8 @@ class VerifiedIdentity:
     issued: datetime | None = None
     """When the issuer issued it (``iat``), if it says: an account's spent tokens are folded
     into "every token issued by then" (``workflows.tokens``)."""
+    binding: AnswerBinding | None = None
+    """The one answer it was made for, if it says (:data:`ANSWER_CLAIM`); None: any answer."""
 
 
 @dataclass(frozen=True)
@@ -361,7 +385,32 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         digest=digest,
         subject=sub if isinstance(sub := claims.get("sub"), str) and sub else None,
         issued=_datetime(iat, "iat") if (iat := _time_claim(claims, "iat")) is not None else None,
+        binding=_binding(claims.get(ANSWER_CLAIM, None)) if ANSWER_CLAIM in claims else None,
     )
+
+
+def _binding(value: Any) -> AnswerBinding:
+    """The answer a token is bound to; a claim of any other shape refuses the token (a token
+    that says it is bound, and cannot be read, must not answer as if it were not)."""
+    malformed = IdentityError(
+        f"the identity token is malformed: its {ANSWER_CLAIM!r} claim is not "
+        '{"chat": ..., "calls": {ref: input digest}}'
+    )
+    if not isinstance(value, Mapping):
+        raise malformed
+    chat, calls = value.get("chat"), value.get("calls")
+    if not isinstance(chat, str) or not chat or not isinstance(calls, Mapping) or not calls:
+        raise malformed
+    if len(calls) > MAX_BOUND_CALLS:
+        raise IdentityError(
+            f"the identity token is bound to {len(calls)} calls; at most {MAX_BOUND_CALLS}"
+        )
+    pairs: list[tuple[str, str]] = []
+    for ref, digest in calls.items():
+        if not isinstance(ref, str) or not ref or not isinstance(digest, str) or not digest:
+            raise malformed
+        pairs.append((ref, digest))
+    return AnswerBinding(chat=chat, calls=tuple(pairs))
 
 
 def _choose_key(keys: tuple[_Key, ...], kid: Any) -> _Key:
@@ -503,7 +552,9 @@ def _quoted(value: Any, *, limit: int = 64) -> str:
 
 __all__ = [
     "ACCEPTED_ALGORITHMS",
+    "ANSWER_CLAIM",
     "MAX_TOKEN_BYTES",
+    "AnswerBinding",
     "IdentityError",
     "VerifiedIdentity",
     "check_trust",

@@ -103,6 +103,9 @@ class InterruptBook:
         emit: Takes each transition's turn event.
         spent: The conversation's spent identity tokens (mutated in place when an answer
             spends one).
+        chats: The chat ids a token bound to one answer may name: this conversation's, and
+            its callers' for a sub-agent (answers to its calls come through them); or
+            a function that says, asked only when a bound token arrives.
     """
 
     def __init__(
@@ -113,8 +116,10 @@ class InterruptBook:
         known_refs: Collection[str] = (),
         emit: Emit | None = None,
         spent: list[SpentToken] | None = None,
+        chats: Collection[str] | Callable[[], Collection[str]] = (),
     ) -> None:
         spent = spent if spent is not None else []
+        self._chats = chats if callable(chats) else lambda: chats
         self._spec: Callable[[], AgentSpec | None] = lambda: spec
         self._spent: Callable[[], list[SpentToken]] = lambda: spent
         self.known_refs = known_refs
@@ -128,11 +133,12 @@ class InterruptBook:
         *,
         known_refs: Collection[str],
         emit: Emit,
+        chats: Collection[str] | Callable[[], Collection[str]] = (),
     ) -> InterruptBook:
         """The book of a turn's ``calls`` that reads the agent's spec and the spent tokens
         from ``state`` whenever it asks, so it can be built once per turn and still see the
         spec a model result brings."""
-        book = cls(calls, spec=None, known_refs=known_refs, emit=emit)
+        book = cls(calls, spec=None, known_refs=known_refs, emit=emit, chats=chats)
         book._spec = lambda: state.spec
         book._spent = lambda: state.spent_tokens
         return book
@@ -311,6 +317,7 @@ class InterruptBook:
         spec = self.spec
         pending = answers.check_match(resume, calls=self.calls, known_refs=self.known_refs)
         who = self.who(resume, now=now)
+        governance.check_binding(resume, pending, who=who, chats=self._chats())
         governance.check_approvers(resume, pending, spec=spec, who=who)
         answers.check_restarts(resume, pending, spec=spec)
         governance.check_votes(resume, pending, spec=spec, who=who)

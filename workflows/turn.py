@@ -222,7 +222,9 @@ class TurnMachine:
         """
         book = self._book
         if book is None or book.calls is not turn.calls:
-            book = InterruptBook.of_turn(self.s, turn.calls, known_refs=self.refs, emit=self.emit)
+            book = InterruptBook.of_turn(
+                self.s, turn.calls, known_refs=self.refs, emit=self.emit, chats=answer_chats
+            )
             self._book = book
         return book
 
@@ -1515,6 +1517,25 @@ def refused_early(
                 "forbidden",
             )
     return None
+
+
+def answer_chats() -> tuple[str, ...]:
+    """The chat ids a token bound to one answer may name here: this conversation's, and for a
+    sub-agent each of its callers' up to the first (an answer to a sub-agent's call is sent to a
+    caller and forwarded down). Temporal names the parent and the root; the ones between are
+    read from this chat's id, which each caller made by extending its own (``sub_agent_id``):
+    every ``--`` boundary of it from the root's id on."""
+    info = workflow.info()
+    own = info.workflow_id
+    if info.parent is None:
+        return (own,)
+    root = info.root.workflow_id if info.root is not None else info.parent.workflow_id
+    chats = {own, info.parent.workflow_id, root}
+    if own.startswith(f"{root}--"):
+        at = len(root)
+        while (at := own.find("--", at + 2)) != -1:
+            chats.add(own[:at])
+    return tuple(sorted(chats))
 
 
 def sub_agent_id(chat_id: str, ref: str, run: int) -> str:
