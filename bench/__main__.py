@@ -47,6 +47,7 @@ from temporal_agent_interrupts.worker import build_worker, ensure_bytecode, sand
 from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
 from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
 from temporal_agent_interrupts.worker.result_keys import (
+    UNSIGNED,
     ResultKeysInterceptor,
     generate_result_key,
     resolve_result_keys,
@@ -67,6 +68,17 @@ QUEUE = "bench"
 NOCACHE_QUEUE = "bench-nocache"
 INPROCESS_QUEUE = "bench-inprocess"
 ENCRYPTED_QUEUE = "bench-encrypted"
+UNSEALED_QUEUE = "bench-unsealed"
+# B1's variants, in the order the table and the plot show them.
+B1_VARIANTS = (
+    "bare",
+    "floor",
+    "ours",
+    "ours_inprocess",
+    "ours_nocache",
+    "ours_encrypted",
+    "ours_unsealed",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,6 +231,9 @@ class Bench:
     # Ours again, with payload encryption (client.codec, a fresh random key) on the client and
     # on its worker: what AGENT_PAYLOAD_KEYS costs.
     agents_encrypted: AgentClient
+    # Ours again, on a worker built with result_keys=UNSIGNED: no seal on activity results and
+    # no check in the workflow, so ours / ours_unsealed is what the seal costs a cycle.
+    agents_unsealed: AgentClient
 
     async def ours(
         self,
@@ -228,24 +243,18 @@ class Bench:
         nocache: bool = False,
         inprocess: bool = False,
         encrypted: bool = False,
+        unsealed: bool = False,
     ) -> None:
-        agents = (
-            self.agents_nocache
+        agents, variant = (
+            (self.agents_nocache, "nocache")
             if nocache
-            else self.agents_inprocess
+            else (self.agents_inprocess, "inprocess")
             if inprocess
-            else self.agents_encrypted
+            else (self.agents_encrypted, "encrypted")
             if encrypted
-            else self.agents
-        )
-        variant = (
-            "nocache"
-            if nocache
-            else "inprocess"
-            if inprocess
-            else "encrypted"
-            if encrypted
-            else "ours"
+            else (self.agents_unsealed, "unsealed")
+            if unsealed
+            else (self.agents, "ours")
         )
         cpu0, srv0 = time.process_time(), _proc_cpu(self.server_pid)
         t0 = time.perf_counter()
@@ -309,26 +318,28 @@ async def b1(
         await bench.ours(f"{run}-w{i}", None, nocache=True)
         await bench.ours(f"{run}-w{i}", None, inprocess=True)
         await bench.ours(f"{run}-w{i}", None, encrypted=True)
+        await bench.ours(f"{run}-w{i}", None, unsealed=True)
         await bench.floor(f"{run}-w{i}", None)
         await bench.floor(f"{run}-w{i}", None, bare=True)
     before = _cache_counts(caches)
     ours, nocache, inproc, floor, bare = Phases(), Phases(), Phases(), Phases(), Phases()
-    encrypted = Phases()
+    encrypted, unsealed = Phases(), Phases()
     for i in range(cycles):
-        # Interleaved, rotating who goes first, so drift hits all six alike.
-        six: list[Callable[[], Awaitable[None]]] = [
+        # Interleaved, rotating who goes first, so drift hits all seven alike.
+        seven: list[Callable[[], Awaitable[None]]] = [
             lambda i=i: bench.ours(f"{run}-{i}", ours),
             lambda i=i: bench.ours(f"{run}-{i}", nocache, nocache=True),
             lambda i=i: bench.ours(f"{run}-{i}", inproc, inprocess=True),
             lambda i=i: bench.ours(f"{run}-{i}", encrypted, encrypted=True),
+            lambda i=i: bench.ours(f"{run}-{i}", unsealed, unsealed=True),
             lambda i=i: bench.floor(f"{run}-{i}", floor),
             lambda i=i: bench.floor(f"{run}-{i}", bare, bare=True),
         ]
-        for fn in six[i % 6 :] + six[: i % 6]:
+        for fn in seven[i % 7 :] + seven[: i % 7]:
             await fn()
     after = _cache_counts(caches)
     o, n, f, b = ours.report(), nocache.report(), floor.report(), bare.report()
-    ip, enc = inproc.report(), encrypted.report()
+    ip, enc, uns = inproc.report(), encrypted.report(), unsealed.report()
     phases = ("start_to_paused", "answer_to_final", "cycle")
     return {
         "cycles": cycles,
@@ -337,6 +348,7 @@ async def b1(
         "ours_nocache": n,
         "ours_inprocess": ip,
         "ours_encrypted": enc,
+        "ours_unsealed": uns,
         "floor": f,
         "bare": b,
         "ratio_median": {k: o[k]["median_ms"] / f[k]["median_ms"] for k in phases},
@@ -344,6 +356,8 @@ async def b1(
         "ratio_nocache_to_ours": {k: n[k]["median_ms"] / o[k]["median_ms"] for k in phases},
         "ratio_inprocess_to_bare": {k: ip[k]["median_ms"] / b[k]["median_ms"] for k in phases},
         "ratio_encrypted_to_ours": {k: enc[k]["median_ms"] / o[k]["median_ms"] for k in phases},
+        # What the seal adds: ours (sealed, checked) against the same worker without seals.
+        "ratio_ours_to_unsealed": {k: o[k]["median_ms"] / uns[k]["median_ms"] for k in phases},
         # Model calls that found the earlier messages in the worker's cache (hits) or asked
         # the workflow for them (misses), during the measured cycles: one call per cycle
         # continues a conversation (after the resume).
@@ -356,6 +370,7 @@ async def b1(
             "ours_nocache_cycle": [x * 1000 for x in nocache.cycle],
             "ours_inprocess_cycle": [x * 1000 for x in inproc.cycle],
             "ours_encrypted_cycle": [x * 1000 for x in encrypted.cycle],
+            "ours_unsealed_cycle": [x * 1000 for x in unsealed.cycle],
             "floor_cycle": [x * 1000 for x in floor.cycle],
             "bare_cycle": [x * 1000 for x in bare.cycle],
         },
@@ -580,7 +595,7 @@ def _markdown(results: dict[str, Any]) -> str:
             "| workflow tasks/cycle | process CPU/cycle | server CPU/cycle |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache", "ours_encrypted"):
+        for name in B1_VARIANTS:
             if name not in b:
                 continue
             r = b[name]
@@ -633,6 +648,18 @@ def _markdown(results: dict[str, Any]) -> str:
                 f"Ratio ours_encrypted / ours (medians): cycle **{eb['cycle']:.2f}×**, start → "
                 f"paused {eb['start_to_paused']:.2f}×, answer → final "
                 f"{eb['answer_to_final']:.2f}×.",
+                "",
+            ]
+        if "ours_unsealed" in b:
+            us = b["ratio_ours_to_unsealed"]
+            lines += [
+                "- *ours_unsealed*: ours on a worker built with `result_keys=UNSIGNED`: no HMAC "
+                "seal on activity results, no check in the workflow. *ours* seals and checks "
+                "every model and tool result.",
+                "",
+                f"Ratio ours / ours_unsealed (medians), what the seal adds: cycle "
+                f"**{us['cycle']:.2f}×**, start → paused {us['start_to_paused']:.2f}×, answer → "
+                f"final {us['answer_to_final']:.2f}×.",
                 "",
             ]
         if "ours_nocache" in b:
@@ -945,11 +972,7 @@ def _plot(results: dict[str, Any], out: Path) -> Path | None:
         return None
     b = results["b1"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [
-        name
-        for name in ("bare", "floor", "ours", "ours_inprocess", "ours_nocache", "ours_encrypted")
-        if f"{name}_cycle" in b["samples_ms"]
-    ]
+    labels = [name for name in B1_VARIANTS if f"{name}_cycle" in b["samples_ms"]]
     samples = [b["samples_ms"][f"{name}_cycle"] for name in labels]
     axes[0].boxplot(samples, tick_labels=labels, showfliers=True)
     axes[0].set_ylabel("ms per interrupt cycle")
@@ -1033,17 +1056,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 gemini=gemini,
                 max_cached_workflows=args.cache,
             )
+            unsealed = build_worker(
+                client,
+                agents=[bench_agent],
+                task_queue=UNSEALED_QUEUE,
+                gemini=gemini,
+                max_cached_workflows=args.cache,
+                result_keys=UNSIGNED,
+            )
             caches = {
                 "ours": _agent_activities(ours_worker),
                 "ours_nocache": _agent_activities(nocache),
                 "ours_inprocess": _agent_activities(inprocess),
                 "ours_encrypted": _agent_activities(encrypted),
+                "ours_unsealed": _agent_activities(unsealed),
             }
             async with (
                 ours_worker,
                 nocache,
                 inprocess,
                 encrypted,
+                unsealed,
                 Worker(
                     client,
                     task_queue=floor_queue,
@@ -1063,6 +1096,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     agents_nocache=AgentClient(client, task_queue=NOCACHE_QUEUE),
                     agents_inprocess=AgentClient(client, task_queue=INPROCESS_QUEUE),
                     agents_encrypted=AgentClient(encrypting, task_queue=ENCRYPTED_QUEUE),
+                    agents_unsealed=AgentClient(client, task_queue=UNSEALED_QUEUE),
                 )
                 if "b1" in args.only:
                     log.info("B1: %d cycles each", args.cycles)

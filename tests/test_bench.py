@@ -29,6 +29,11 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
     # What AGENT_PAYLOAD_KEYS costs: ours with encryption on, against ours.
     assert len(samples["ours_encrypted_cycle"]) == 4
     assert set(b1["ratio_encrypted_to_ours"]) == {"start_to_paused", "answer_to_final", "cycle"}
+    # What the result seal costs: ours against the same worker with result_keys=UNSIGNED.
+    assert len(samples["ours_unsealed_cycle"]) == 4
+    assert set(b1["ratio_ours_to_unsealed"]) == {"start_to_paused", "answer_to_final", "cycle"}
+    assert b1["ours_unsealed"]["workflow_tasks_per_cycle"] >= 5
+    assert "Ratio ours / ours_unsealed" in (tmp_path / "results.md").read_text()
     assert b1["ours"]["workflow_tasks_per_cycle"] >= 5
     assert results["b2"]["finished_right"] == results["b2"]["conversations"] == 20
     assert results["b2"]["lost"] == 0
