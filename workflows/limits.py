@@ -126,9 +126,10 @@ class Door:
     checked against schemas inside the workflow for one answer (its edits and outputs), one
     model message (its arguments to interrupt-only tools) or one sub-agent's structured
     answer. A larger one is refused, as not fitting, before the schema is read."""
-    schema_steps: int = 20_000
+    schema_steps: int = 10_000
     """The most schema rules (keywords) applied for the same, whatever the schema makes of the
-    value (``anyOf`` branches, ``$ref`` chains); past it, the value is refused. Together they
+    value (``anyOf`` branches, ``$ref`` chains, each ``$ref`` counted as four); past it, the
+    value is refused. A rule applied to each of a list's items counts once per item. Together they
     keep the checks inside one workflow task a small share of the SDK's 2 s deadlock timeout
     (bench/schema_bound.py measures the worst they allow)."""
 
