@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -32,7 +33,9 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.answers import SchemaBudget, schema_error
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR
+from temporal_agent_interrupts.workflows.types import CallState
 from tests.agents import Ask
 from tests.helpers import assert_no_workflow_task_failed, eventually
 
@@ -212,3 +215,25 @@ def test_a_schema_that_takes_too_many_steps_is_refused_not_run_on():
 def test_unique_items_is_checked_in_one_pass_as_json_schema_compares(value, fits):
     reason = schema_error(value, {"type": "array", "uniqueItems": True})
     assert (reason is None) == fits, reason
+
+
+def test_an_accepted_answer_is_schema_checked_once_not_again_when_applied(monkeypatch):
+    """validate() checks the schema; resume(), right after it in the same handler, does not
+    check it again (the verdict depends only on the answer and the schema)."""
+    from temporal_agent_interrupts.workflows import answers
+
+    checked: list[object] = []
+    real = answers.schema_error
+
+    def counting(instance: Any, schema: Any, **kwargs: Any) -> str | None:
+        checked.append(instance)
+        return real(instance, schema, **kwargs)
+
+    monkeypatch.setattr(answers, "schema_error", counting)
+    call = CallState(ref="r1", name="pick", args={"question": "q"})
+    book = InterruptBook([call], spec=bounded.spec())
+    book.pause(call, source="interrupt", metadata={}, now=datetime(2026, 12, 1, tzinfo=UTC))
+    output = {"approved": True, "items": ["x"]}
+    resume = book.validate({"respond": [{"name": "pick", "ref": "r1", "output": output}]})
+    assert book.resume(resume, via="signal") == [call]
+    assert checked == [output]
