@@ -11,12 +11,16 @@ Pure code with no Temporal imports: unit-tested in milliseconds, identical on re
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import ValidationError
 
 from temporal_agent_interrupts.workflows.identity import MAX_TOKEN_BYTES
@@ -67,16 +71,155 @@ def pydantic_reason(err: ValidationError, *, limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def schema_error(instance: Any, schema: JsonObject) -> str | None:
-    """The first way ``instance`` breaks ``schema``, or None when it fits."""
+ERRORS_WEIGHED = 16
+"""How many of a value's schema errors are weighed for the one reported (jsonschema's
+``best_match``); the rest are never made."""
+
+
+@dataclass
+class SchemaBudget:
+    """What the schema checks of one answer, one model message or one sub-agent's answer may
+    still use: shared by all of its checks, so that many entries cannot multiply the bound.
+
+    Counted in values and rules, not time: a replay decides the same.
+    """
+
+    values: int = DOOR.schema_values
+    """JSON values left to check (see :data:`DOOR.schema_values`)."""
+    steps: int = DOOR.schema_steps
+    """Schema rules left to apply (see :data:`DOOR.schema_steps`)."""
+
+
+class _OutOfSteps(Exception):
+    """The check used up its budget's steps."""
+
+
+_budget: ContextVar[SchemaBudget] = ContextVar("schema_budget")
+"""The budget of the running check. A context variable, not module state: the workflow modules
+are shared by every conversation on the worker (worker/sandbox.py), each on its own thread; the
+check sets it and resets it before it returns, and never awaits."""
+
+
+REF_STEPS = 4
+"""What following a ``$ref`` (or ``$dynamicRef``) costs in steps: resolving one takes about as
+long as four other rules (bench/schema_bound.py)."""
+
+
+def _counted(keyword: Callable[..., Any], *, steps: int = 1) -> Callable[..., Any]:
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _budget.get()
+        budget.steps -= steps
+        if budget.steps < 0:
+            raise _OutOfSteps
+        return keyword(validator, value, instance, schema)
+
+    return counted
+
+
+def _same_key(value: Any) -> Any:
+    """A hashable key equal for values JSON Schema calls equal (``1`` and ``1.0``), and
+    different for those it does not (``true`` and ``1``)."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_same_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _same_key(v)) for k, v in value.items()))
+    return ("other", repr(value))
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``uniqueItems`` in one pass: jsonschema's compares every pair of objects (quadratic:
+    18 s for 2,000 objects, bench/schema_bound.py)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _same_key(item)
+        if key in seen:
+            yield SchemaViolation("has non-unique elements")
+            return
+        seen.add(key)
+
+
+_BoundedValidator = validators.extend(
+    Draft202012Validator,
+    validators={
+        **{
+            k: _counted(v, steps=REF_STEPS if k in ("$ref", "$dynamicRef") else 1)
+            for k, v in Draft202012Validator.VALIDATORS.items()
+        },
+        "uniqueItems": _counted(_unique_items),
+    },
+)
+"""Draft 2020-12, each rule applied counted against the check's budget (and ``uniqueItems``
+linear). Made once when the module loads: no registry is touched (no ``version``)."""
+
+
+def count_values(instance: Any, *, limit: int) -> int:
+    """How many JSON values ``instance`` holds (at any depth), counted up to ``limit + 1``: it
+    costs at most ``limit`` steps whatever the value's size."""
+    stack = [instance]
+    seen = 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            return seen
+        if isinstance(item, dict):
+            children: Collection[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if seen + len(stack) + len(children) > limit:
+            return limit + 1  # each of them counts: no need to look
+        stack.extend(children)
+    return seen
+
+
+def schema_error(
+    instance: Any, schema: JsonObject, *, budget: SchemaBudget | None = None
+) -> str | None:
+    """The first way ``instance`` breaks ``schema``, or None when it fits.
+
+    Bounded, because it runs inside workflow tasks, which the SDK fails as a potential
+    deadlock after 2 s (a 940 KB list took jsonschema 5 s: the task failed on every attempt and
+    the conversation was wedged). A value is refused, as not fitting, when it holds more JSON
+    values than ``budget`` has left (before the schema is read), or when checking it takes
+    more rules than that; only the first :data:`ERRORS_WEIGHED` errors are weighed.
+
+    Args:
+        budget: Shared by the checks of one answer (or model message); None: a fresh one.
+    """
+    budget = budget if budget is not None else SchemaBudget()
+    count = count_values(instance, limit=budget.values)
+    if count > budget.values:
+        return (
+            f"too large to check against the schema here: at most {DOOR.schema_values:,} "
+            "JSON values (items, members and scalars, at any depth) are checked per answer"
+        )
+    budget.values -= count
+    token = _budget.set(budget)
     try:
-        validator = Draft202012Validator(schema)
-        error = best_match(validator.iter_errors(instance))
+        validator = _BoundedValidator(schema)
+        error = best_match(itertools.islice(validator.iter_errors(instance), ERRORS_WEIGHED))
+    except _OutOfSteps:
+        return (
+            f"too complex to check against the schema here: at most {DOOR.schema_steps:,} "
+            "schema rules are applied per answer"
+        )
     except SchemaError as e:
         return f"the declared schema is invalid: {e.message}"
     except Exception as e:  # noqa: BLE001  # a schema must never fail a workflow task
         # pydantic accepts patterns Python's re cannot compile (\p{L}), among others.
         return f"the declared schema cannot be checked here ({type(e).__name__})"
+    finally:
+        _budget.reset(token)
     if error is None:
         return None
     where = ".".join(str(x) for x in error.absolute_path)
@@ -111,6 +254,10 @@ def _rule(validator: object, want: object, message: str) -> str:
 
 def same_json(a: Any, b: Any) -> bool:
     """Equal as JSON values: ``500`` and ``500.0``, or ``true`` and ``1``, are not."""
+    if a != b:
+        # Python's equality is the looser (500 == 500.0 == True), and C-fast: unequal there
+        # is unequal as JSON, with no need to serialize a 1 MiB edit several times a check.
+        return False
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
@@ -306,10 +453,17 @@ def _not_pending(
 
 
 def check_restarts(
-    resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None
+    resume: ResumeInput,
+    pending: dict[str, CallState],
+    *,
+    spec: AgentSpec | None,
+    schemas: bool = True,
+    budget: SchemaBudget | None = None,
 ) -> None:
     """Check each restart's input: unchanged unless the tool is editable, and an edit real
-    and within the tool's input schema."""
+    and (unless ``schemas`` is False: checked already) within the tool's input schema, all
+    within one ``budget`` (None: a fresh one)."""
+    budget = budget if budget is not None else SchemaBudget()
     for r in resume.restart:
         call = pending[r.ref]
         tool = spec.tool(call.name) if spec else None
@@ -327,8 +481,8 @@ def check_restarts(
                 f"{r.name!r} is not declared editable: a restart re-runs the tool with "
                 "its original input (omit 'input' or send it unchanged)"
             )
-        if tool is not None and is_edit(spec, call, r.input):
-            problem = schema_error(r.input, tool.input_schema)
+        if schemas and tool is not None and is_edit(spec, call, r.input):
+            problem = schema_error(r.input, tool.input_schema, budget=budget)
             if problem:
                 raise ResumeError(
                     f"the edited input for {r.name!r} (ref {r.ref!r}) does not fit the "
@@ -337,14 +491,20 @@ def check_restarts(
 
 
 def check_outputs(
-    resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None
+    resume: ResumeInput,
+    pending: dict[str, CallState],
+    *,
+    spec: AgentSpec | None,
+    budget: SchemaBudget | None = None,
 ) -> None:
-    """Check each respond to an interrupt-only tool against its declared output schema."""
+    """Check each respond to an interrupt-only tool against its declared output schema, all
+    within one ``budget`` (None: a fresh one)."""
+    budget = budget if budget is not None else SchemaBudget()
     for r in resume.respond:
         call = pending[r.ref]
         tool = spec.tool(call.name) if spec else None
         if tool and tool.interrupt_only and tool.output_schema:
-            problem = schema_error(r.output, tool.output_schema)
+            problem = schema_error(r.output, tool.output_schema, budget=budget)
             if problem:
                 raise ResumeError(
                     f"respond output for {r.name!r} (ref {r.ref!r}) does not fit its "

@@ -307,21 +307,29 @@ class InterruptBook:
         *,
         room: int | None = None,
         now: datetime | None = None,
+        schemas: bool = True,
     ) -> Who:
         """Check a well-formed resume against what is pending now (and the turn's room);
         returns who sent it.
 
         The order is part of the contract: a resume that breaks several rules is refused for
         the first, the same way by update and by signal.
+
+        Args:
+            schemas: Whether edits and outputs are checked against the tool's schemas (False
+                only where :meth:`validate` has just checked this resume: see :meth:`resume`).
         """
         spec = self.spec
         pending = answers.check_match(resume, calls=self.calls, known_refs=self.known_refs)
         who = self.who(resume, now=now)
         governance.check_binding(resume, pending, who=who, chats=self._chats())
         governance.check_approvers(resume, pending, spec=spec, who=who)
-        answers.check_restarts(resume, pending, spec=spec)
+        # One budget for every schema check of the answer: many entries share the bound.
+        budget = answers.SchemaBudget()
+        answers.check_restarts(resume, pending, spec=spec, schemas=schemas, budget=budget)
         governance.check_votes(resume, pending, spec=spec, who=who)
-        answers.check_outputs(resume, pending, spec=spec)
+        if schemas:
+            answers.check_outputs(resume, pending, spec=spec, budget=budget)
         if room is not None:
             vote_bytes = governance.vote_bytes(spec, resume, pending)
             answers.check_room(resume, pending, spec=spec, room=room, vote_bytes=vote_bytes)
@@ -373,16 +381,18 @@ class InterruptBook:
         """Apply a resume: the one way an answer gets in, by update or by signal.
 
         Checked again against what is pending now (cheap, and it keeps an unchecked answer from
-        ever taking effect); :meth:`validate` has checked the rest. An approval of a call that
-        needs a quorum is a vote until the last one arrives; a restart with a changed input is
-        an edit.
+        ever taking effect); :meth:`validate` has checked the rest, just before, in the same
+        handler and with no await between: the schema fit of edits and outputs, the one costly
+        check, is not done twice (it depends only on the answer and the tool's schema, so a
+        replay decides it the same). An approval of a call that needs a quorum is a vote until
+        the last one arrives; a restart with a changed input is an edit.
 
         Returns the calls answered (a vote leaves its call pending).
 
         Raises:
             ResumeError: it no longer matches what is pending. Nothing has been applied.
         """
-        who = self.check(resume, now=now)
+        who = self.check(resume, now=now, schemas=False)
         spec = self.spec
         governance.spend_answer(self.spent, who, now=now)
         by_ref = {c.ref: c for c in self.pending()}

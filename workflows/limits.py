@@ -45,9 +45,10 @@ control character takes six bytes, ``\u0001``):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -125,6 +126,17 @@ class Door:
     """The largest agent definition (system prompt and tool schemas), checked at declaration."""
     quorum: int = 16
     """The most approvals a call may need (its votes are kept with it until the last)."""
+    schema_values: int = 5_000
+    """The most JSON values (each object, array, string, number, boolean or null, at any depth)
+    checked against schemas inside the workflow for one answer (its edits and outputs), one
+    model message (its arguments to interrupt-only tools) or one sub-agent's structured
+    answer. A larger one is refused, as not fitting, before the schema is read."""
+    schema_steps: int = 10_000
+    """The most schema rules (keywords) applied for the same, whatever the schema makes of the
+    value (``anyOf`` branches, ``$ref`` chains, each ``$ref`` counted as four); past it, the
+    value is refused. A rule applied to each of a list's items counts once per item. Together they
+    keep the checks inside one workflow task a small share of the SDK's 2 s deadlock timeout
+    (bench/schema_bound.py measures the worst they allow)."""
 
 
 DOOR = Door()
@@ -268,8 +280,52 @@ def check_json(value: Any, *, what: str) -> None:
     nesting deeper than :data:`DOOR.json_depth` levels, and NaN or infinity, which JSON cannot
     represent.
 
-    Iterative, so no nesting can exhaust Python's stack.
+    Iterative, so no nesting can exhaust Python's stack. It runs inside workflow tasks, on
+    values up to a resume's 1 MiB, so it does its work in C and Rust: the nesting walk visits
+    only objects and arrays, and text and numbers are checked by serializing. A Python walk
+    over every value took 0.5 s for a list of 470,000 numbers, twice per resume by update
+    (bench/schema_bound.py measures both).
     """
+    limit = DOOR.json_depth
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                children: Iterable[Any] = item.values()
+            elif isinstance(item, list | tuple):
+                children = item
+            else:
+                continue
+            if depth >= limit:
+                raise Refused(f"{what} is nested deeper than {limit} levels")
+            # The containers among them, picked in C (exact types: values decoded from JSON).
+            children = children if isinstance(children, list) else list(children)
+            nests = map(_NESTS.__contains__, map(type, children))
+            below.extend(itertools.compress(children, nests))
+        level = below
+        depth += 1
+    try:
+        constants = pydantic_core.to_json(value, inf_nan_mode="constants")
+        # NaN and infinity are written bare in this mode and quoted in the other: the two
+        # differ in length only when there is one (the words may also be text).
+        if (b"NaN" in constants or b"Infinity" in constants) and len(constants) != len(
+            pydantic_core.to_json(value, inf_nan_mode="strings")
+        ):
+            raise Refused(f"{what} holds a number JSON cannot represent (NaN or infinity)")
+    except pydantic_core.PydanticSerializationError as e:
+        if "surrogates not allowed" in str(e):
+            raise Refused(f"{what} {_BAD_TEXT}") from None
+        _check_values(value, what=what)  # not plain JSON: a walk says what, if anything
+
+
+_NESTS = frozenset({dict, list, tuple})
+
+
+def _check_values(value: Any, *, what: str) -> None:
+    """:func:`check_json` one value at a time: for what is not plain JSON (a subclass, a
+    tuple key), where serializing cannot tell."""
     limit = DOOR.json_depth
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:

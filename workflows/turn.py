@@ -39,6 +39,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import audit, config, events
+from temporal_agent_interrupts.workflows.answers import SchemaBudget
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
 from temporal_agent_interrupts.workflows.limits import (
@@ -536,6 +537,7 @@ class TurnMachine:
         now = workflow.now()
         runnable: list[CallState] = []
         paused: list[CallState] = []
+        budget = SchemaBudget()  # the message's arguments share one bound: 128 calls, not 128x
         for call in turn.calls:
             if call.status != "ready":
                 continue
@@ -547,7 +549,8 @@ class TurnMachine:
                 available, name = cut_stored(available, 400), cut_stored(name, 200)
                 book.complete(call, {"error": f"unknown tool {name!r}; available: {available}"})
             elif tool.interrupt_only:
-                problem = None if call.resumed else schema_error(call.args, tool.input_schema)
+                schema = tool.input_schema
+                problem = None if call.resumed else schema_error(call.args, schema, budget=budget)
                 if problem:
                     book.complete(call, {"error": f"invalid arguments: {self._cut(problem)}"})
                 else:
