@@ -52,8 +52,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCError, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import RPCError
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
@@ -152,9 +151,6 @@ its history records nothing of it); each time nothing has changed, it waits twic
 
 FOLLOW_CHECK_MAX_SECONDS = 8.0
 """The longest a stream with nothing to send waits between two asks."""
-
-_TOO_MANY_FOLLOWERS = "TooManyFollowers"
-"""The type of the conversation's refusal of a follower past its four (workflows/stream.py)."""
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
@@ -706,16 +702,7 @@ class _App:
             except AgentError as e:
                 p = agent_problem(e)
                 yield agui.refusal(p.detail, p.code)
-            except Exception as e:
-                if _followers_full(e):
-                    # Followers that went away keep their places until the next event (see
-                    # _follow_run): the run itself goes on, and a reconnect picks it up.
-                    yield agui.refusal(
-                        "this conversation has as many streams open as it admits: reconnect "
-                        "with Last-Event-ID in a moment",
-                        "too_many_streams",
-                    )
-                    return
+            except Exception:
                 # Never a reason from inside: it may hold what the request should not see.
                 log.exception("AG-UI run on chat %r failed", thread_id[:100])
                 yield agui.refusal("internal error (logged by the app)", "internal")
@@ -901,21 +888,27 @@ class _App:
             # withdrawn: a client that goes away leaves its place taken until the next event.
             # So nothing is followed until the stream holds something of this run: a reattach
             # to a run not begun yet (an idle thread's next) waits by query, which takes no
-            # place. Otherwise four dropped reattaches left the thread's next run no stream.
+            # place. Otherwise four dropped reattaches left the thread's next run's streams to
+            # read by query (client/stream.py's follow, when the places are taken).
             # That wait ends after reattach_wait, with nothing more sent: the client reconnects
             # with the same Last-Event-ID (the run's frames keep their ids whenever it begins),
             # and a client that has gone stops asking.
             loop = asyncio.get_running_loop()
             until = loop.time() + self.reattach_wait.total_seconds()
             pause = FOLLOW_CHECK_SECONDS
+            asked = False
             while await next_offset(chat, worker_timeout=self.worker_timeout) <= frames.start:
-                status = await chat.status(worker_timeout=self.worker_timeout)
-                if status.status == "closed":
-                    break  # following reads what is left, and ends
-                if status.status == "interrupted" and status.pending:
-                    for frame in self._paused_frames(frames, status.pending, after=after):
-                        yield frame
-                    return
+                if not asked:
+                    # Once: a pause or a turn publishes on the stream, which the offset shows;
+                    # only a close may not, and this wait ends by itself.
+                    asked = True
+                    status = await chat.status(worker_timeout=self.worker_timeout)
+                    if status.status == "closed":
+                        break  # following reads what is left, and ends
+                    if status.status == "interrupted" and status.pending:
+                        for frame in self._paused_frames(frames, status.pending, after=after):
+                            yield frame
+                        return
                 left = until - loop.time()
                 if left <= pause:
                     await asyncio.sleep(max(left, 0))
@@ -999,12 +992,6 @@ def _same_agent(chat: Chat, status: StatusResult) -> None:
             "not_found",
             f"agent {chat.agent[:100]!r} has no conversation {chat.id[:100]!r}",
         )
-
-
-def _followers_full(error: BaseException) -> bool:
-    """Whether ``error`` is the conversation refusing one more follower."""
-    cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
-    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
 
 
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:
