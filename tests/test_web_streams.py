@@ -27,7 +27,7 @@ from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.worker.standin import text
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed
+from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.web import Frame, frames, run_input, served
 
 HANG = 60.0
@@ -144,4 +144,24 @@ async def test_one_requesters_reconnects_do_not_lock_another_out_of_a_chat(
             for waiting in held:
                 got = await asyncio.wait_for(waiting, HANG)
                 assert got and got[-1].type == "RUN_FINISHED", got
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_status_querys_carried_size_follows_every_change(run_worker, model, client):
+    """The status query works its carried size out once per state (front ends ask it while
+    they wait): asked again it is the same, and each turn, answer or rejection changes it."""
+    agent = plain()
+    model.reply(text("hi"), text("x" * 20_000))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hello")
+        first = (await chat.status()).carried_bytes
+        assert first is not None and (await chat.status()).carried_bytes == first
+        await chat.send("more")
+        second = (await chat.status()).carried_bytes
+        assert second is not None and second > first + 20_000, (first, second)
+        # A refused signal changes the state too (its rejection log), in a task of its own.
+        await client.get_workflow_handle(chat.id).signal("resume", {"not": "an answer"})
+        third = await eventually(chat.status, lambda s: s.rejections == 1, timeout=HANG)
+        assert third.carried_bytes is not None and third.carried_bytes > second
     await assert_no_workflow_task_failed(client, chat.id)
