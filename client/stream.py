@@ -23,13 +23,21 @@ Python ``chat.resume_stream(respond=...)``         ``chat.resume_stream(respond=
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from temporalio.client import RPCError, RPCStatusCode
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.api.common.v1 import Payload
+from temporalio.client import RPCError, RPCStatusCode, WorkflowUpdateFailedError
+from temporalio.contrib.workflow_streams import (
+    PollInput,
+    PollResult,
+    WorkflowStreamClient,
+    WorkflowStreamItem,
+)
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.errors import (
     OUTAGE_GRACE,
@@ -38,7 +46,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
     server_unreachable,
 )
-from temporal_agent_interrupts.workflows.stream import TOPIC
+from temporal_agent_interrupts.workflows.stream import POLL_UPDATE, TOPIC
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
 if TYPE_CHECKING:
@@ -49,6 +57,16 @@ POLL_COOLDOWN = timedelta(milliseconds=20)
 the conversation's history records, so not zero)."""
 
 _OFFSET_QUERY = "__temporal_workflow_stream_offset"
+
+QUERY_READ_FIRST = 0.1
+"""How soon a follower that found the conversation's follower places taken reads by query
+again when nothing was new; it waits twice as long each time, up to :data:`QUERY_READ_MAX`."""
+
+QUERY_READ_MAX = 2.0
+"""The longest a follower reading by query waits between two reads."""
+
+_TOO_MANY_FOLLOWERS = "TooManyFollowers"
+"""The conversation's refusal of a follower past its four (workflows/stream.py)."""
 
 
 class EventsGone(AgentError):
@@ -84,23 +102,37 @@ async def follow(
     offset = from_offset  # the next offset to read
     first = True
     down_since: float | None = None
+    pause = QUERY_READ_FIRST
+
+    def taken(at: int) -> None:
+        nonlocal first, offset, down_since
+        down_since = None
+        if first:
+            first = False
+            if strict and at > offset:
+                raise _gone(chat, offset, at)
+        elif at != offset:
+            # The library starts again from the oldest kept when an offset is gone.
+            raise _gone(chat, offset, at)
+        offset = at + 1
+
     while True:
-        items = stream.subscribe(
-            [TOPIC], from_offset=offset, result_type=TurnEvent, poll_cooldown=POLL_COOLDOWN
+        # An async generator (its overloads say AsyncIterator): closed in the finally below.
+        items = cast(
+            "AsyncGenerator[WorkflowStreamItem[TurnEvent]]",
+            stream.subscribe(
+                [TOPIC], from_offset=offset, result_type=TurnEvent, poll_cooldown=POLL_COOLDOWN
+            ),
         )
         try:
             async for item in items:
-                down_since = None
-                if first:
-                    first = False
-                    if strict and item.offset > offset:
-                        raise _gone(chat, offset, item.offset)
-                elif item.offset != offset:
-                    # The library starts again from the oldest kept when an offset is gone.
-                    raise _gone(chat, offset, item.offset)
-                offset = item.offset + 1
+                taken(item.offset)
+                pause = QUERY_READ_FIRST
                 yield item.data.model_copy(update={"offset": item.offset})
             return
+        except WorkflowUpdateFailedError as e:
+            if not followers_full(e):
+                raise
         except RPCError as e:
             if first and e.status == RPCStatusCode.NOT_FOUND and starting():
                 await asyncio.sleep(0.02)
@@ -116,6 +148,44 @@ async def follow(
             raise rpc_error(e, chat.id) from e
         finally:
             await items.aclose()
+        # The conversation's follower places are taken: by other followers, or by polls that
+        # anyone with the namespace's credentials can send directly. Read by query instead (it
+        # takes no place and writes no history), then ask for a place again.
+        read = await _read_by_query(chat, offset)
+        for at, event in read:
+            taken(at)
+            yield event
+        if read:
+            pause = QUERY_READ_FIRST
+        else:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, QUERY_READ_MAX)
+
+
+async def _read_by_query(chat: Chat, offset: int) -> list[tuple[int, TurnEvent]]:
+    """The stream's events from ``offset`` that the conversation keeps, read by the library's
+    poll query (its immediate read, which waits for nothing): what its long poll would have
+    returned, as (offset, event)."""
+    try:
+        result = await chat.handle.query(
+            POLL_UPDATE, PollInput(topics=[TOPIC], from_offset=offset), result_type=PollResult
+        )
+    except RPCError as e:
+        raise rpc_error(e, chat.id) from e
+    converter = chat.client.temporal.data_converter.payload_converter
+    read = []
+    for item in result.items:
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(item.data))
+        event = converter.from_payload(payload, TurnEvent)
+        read.append((item.offset, event.model_copy(update={"offset": item.offset})))
+    return read
+
+
+def followers_full(error: BaseException) -> bool:
+    """Whether ``error`` is the conversation refusing one more follower."""
+    cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
+    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
 
 
 def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:

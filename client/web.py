@@ -27,8 +27,8 @@ Refusals are ``application/problem+json`` (RFC 9457) with the product's reason a
 and its kind as ``code``: 400 malformed, 401 no identity, 403 not allowed, 404 no such chat or
 call, 409 not now (answered already, edited since shown, busy, closed), 413 too large, 415 not
 JSON, 421 a Host this app does not answer to, 422 an answer that does not fit, 429 too many
-streams on one chat, 503 no worker answered. Within an AG-UI stream a refusal is a
-``RUN_ERROR`` with the same reason and code.
+streams of one requester on one chat, 503 no worker answered. Within an AG-UI stream a refusal
+is a ``RUN_ERROR`` with the same reason and code.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import ipaddress
 import json
@@ -54,8 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCError, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import RPCError
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
@@ -123,8 +123,18 @@ MAX_BODY = 2 * MiB
 every run, so this is more than one answer needs (an answer's own limit, 1 MiB, still holds)."""
 
 STREAMS_PER_CHAT = 2
-"""Streams one chat may have open through this app at once. Each follows the conversation
-with updates its history records; the conversation itself admits four followers."""
+"""Streams one requester may have open on one chat through this app at once. Each follows the
+conversation with updates its history records; the conversation itself admits four followers.
+Counted per requester (see ``_App.requester``), so nobody's streams take a chat's from another:
+two reconnects of one user locked every other user of the chat out (429) when they were
+counted per chat."""
+
+REATTACH_WAIT = timedelta(seconds=30)
+"""How long a stream waits for a run that has not begun (a reconnect to an idle thread's next
+run, a connect to a turn that has published nothing yet) before it ends, and the client
+reconnects with its ``Last-Event-ID``. Such a stream can only ask, by query, whether the run
+has begun (see ``_App._follow_run``): without an end, 20 of them asked 74.5 times a second for
+as long as their clients stayed, and took 28% of a core."""
 
 HEADER_DEADLINE = 10.0
 """Seconds a connection has to send a whole request line and headers (its first request, or
@@ -140,11 +150,12 @@ limits are a reverse proxy's work: deploy one in front of anything beyond loopba
 
 
 FOLLOW_CHECK_SECONDS = 0.5
-"""How often a stream with nothing to send asks where its conversation stands (by query: its
-history records nothing of it)."""
+"""How soon a stream with nothing to send first asks where its conversation stands (by query:
+its history records nothing of it); each time nothing has changed, it waits twice as long, up to
+:data:`FOLLOW_CHECK_MAX_SECONDS`."""
 
-_TOO_MANY_FOLLOWERS = "TooManyFollowers"
-"""The type of the conversation's refusal of a follower past its four (workflows/stream.py)."""
+FOLLOW_CHECK_MAX_SECONDS = 8.0
+"""The longest a stream with nothing to send waits between two asks."""
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
@@ -414,6 +425,7 @@ class _App:
         dev_loopback: bool,
         max_body: int,
         streams_per_chat: int,
+        reattach_wait: timedelta,
         worker_timeout: timedelta | None,
         authorize: Authorize | None,
         token_queues: Sequence[str] | None,
@@ -425,8 +437,10 @@ class _App:
         self.dev = dev_loopback
         self.max_body = max_body
         self.streams_per_chat = streams_per_chat
+        self.reattach_wait = reattach_wait
         self.worker_timeout = worker_timeout
-        self.streams: Counter[str] = Counter()
+        # Open streams by (chat, requester).
+        self.streams: Counter[tuple[str, str]] = Counter()
 
     @property
     def mode(self) -> str:
@@ -565,22 +579,40 @@ class _App:
         assert refused is not None
         raise refused
 
+    async def requester(self, request: Request, who: _Identity | None) -> str:
+        """Whom a stream is counted against: the identity the app's mode reads from the
+        request (a bearer token by its digest), else the client's address.
+
+        Asked of every run, reads included: a read needs no identity (a 401 here is only no
+        identity to count by), but an application that says who is asking is the one place
+        that tells two users behind one proxy apart.
+        """
+        if who is None and self.mode != "none":
+            with contextlib.suppress(Problem):
+                who = await self.who(request)
+        if who is not None and who.identity:
+            return "identity:" + who.identity
+        if who is not None and who.token:
+            return "token:" + hashlib.sha256(who.token.encode()).hexdigest()
+        return "address:" + (request.client.host if request.client else "")
+
     @contextlib.contextmanager
-    def stream_slot(self, chat_id: str) -> Any:
-        if self.streams[chat_id] >= self.streams_per_chat:
+    def stream_slot(self, chat_id: str, requester: str) -> Any:
+        key = (chat_id, requester)
+        if self.streams[key] >= self.streams_per_chat:
             raise Problem(
                 429,
                 "too_many_streams",
-                f"chat {chat_id[:100]!r} has {self.streams_per_chat} streams open through this "
-                "app; close one first",
+                f"you have {self.streams_per_chat} streams open on chat {chat_id[:100]!r} "
+                "through this app; close one first",
             )
-        self.streams[chat_id] += 1
+        self.streams[key] += 1
         try:
             yield
         finally:
-            self.streams[chat_id] -= 1
-            if not self.streams[chat_id]:
-                del self.streams[chat_id]
+            self.streams[key] -= 1
+            if not self.streams[key]:
+                del self.streams[key]
 
     # -- the approvals API -------------------------------------------------------------------
 
@@ -719,7 +751,7 @@ class _App:
                 identity=who.identity if who else None,
             ),
         )
-        slot = self.stream_slot(thread_id)
+        slot = self.stream_slot(thread_id, await self.requester(request, who))
         slot.__enter__()  # 429 now, before the stream starts; left in the stream's finally
         chat = self.chat(thread_id, agent)
 
@@ -740,16 +772,7 @@ class _App:
             except AgentError as e:
                 p = agent_problem(e)
                 yield agui.refusal(p.detail, p.code)
-            except Exception as e:
-                if _followers_full(e):
-                    # Followers that went away keep their places until the next event (see
-                    # _follow_run): the run itself goes on, and a reconnect picks it up.
-                    yield agui.refusal(
-                        "this conversation has as many streams open as it admits: reconnect "
-                        "with Last-Event-ID in a moment",
-                        "too_many_streams",
-                    )
-                    return
+            except Exception:
                 # Never a reason from inside: it may hold what the request should not see.
                 log.exception("AG-UI run on chat %r failed", thread_id[:100])
                 yield agui.refusal("internal error (logged by the app)", "internal")
@@ -944,30 +967,52 @@ class _App:
             # withdrawn: a client that goes away leaves its place taken until the next event.
             # So nothing is followed until the stream holds something of this run: a reattach
             # to a run not begun yet (an idle thread's next) waits by query, which takes no
-            # place. Otherwise four dropped reattaches left the thread's next run no stream.
+            # place. Otherwise four dropped reattaches left the thread's next run's streams to
+            # read by query (client/stream.py's follow, when the places are taken).
+            # That wait ends after reattach_wait, with nothing more sent: the client reconnects
+            # with the same Last-Event-ID (the run's frames keep their ids whenever it begins),
+            # and a client that has gone stops asking.
+            loop = asyncio.get_running_loop()
+            until = loop.time() + self.reattach_wait.total_seconds()
+            pause = FOLLOW_CHECK_SECONDS
+            asked = False
             while await next_offset(chat, worker_timeout=self.worker_timeout) <= frames.start:
-                status = await chat.status(worker_timeout=self.worker_timeout)
-                if status.status == "closed":
-                    break  # following reads what is left, and ends
-                if status.status == "interrupted" and status.pending:
-                    for frame in self._paused_frames(frames, status.pending, after=after):
-                        yield frame
+                if not asked:
+                    # Once: a pause or a turn publishes on the stream, which the offset shows;
+                    # only a close may not, and this wait ends by itself.
+                    asked = True
+                    status = await chat.status(worker_timeout=self.worker_timeout)
+                    if status.status == "closed":
+                        break  # following reads what is left, and ends
+                    if status.status == "interrupted" and status.pending:
+                        for frame in self._paused_frames(frames, status.pending, after=after):
+                            yield frame
+                        return
+                left = until - loop.time()
+                if left <= pause:
+                    await asyncio.sleep(max(left, 0))
                     return
-                await asyncio.sleep(FOLLOW_CHECK_SECONDS)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, FOLLOW_CHECK_MAX_SECONDS)
             events = follow(chat, from_offset=frames.start)
             following: asyncio.Future[TurnEvent] | None = None
             last = frames.start - 1
+            pause = FOLLOW_CHECK_SECONDS
             try:
                 while not frames.ended:
                     if following is None:
                         following = asyncio.ensure_future(anext(events))
-                    done, _ = await asyncio.wait({following}, timeout=FOLLOW_CHECK_SECONDS)
+                    done, _ = await asyncio.wait({following}, timeout=pause)
                     if not done:
+                        # Nothing new: whether the answers this run showed left the turn
+                        # paused (no turn_end comes then), asked less often as nothing changes.
+                        pause = min(pause * 2, FOLLOW_CHECK_MAX_SECONDS)
                         if frames.answers_only and await self._paused_after(chat, last):
                             status = await chat.status(worker_timeout=self.worker_timeout)
                             for frame in self._paused_frames(frames, status.pending, after=after):
                                 yield frame
                         continue
+                    pause = FOLLOW_CHECK_SECONDS
                     event = following.result()
                     following = None
                     last = event.offset
@@ -1028,12 +1073,6 @@ def _same_agent(chat: Chat, status: StatusResult) -> None:
         )
 
 
-def _followers_full(error: BaseException) -> bool:
-    """Whether ``error`` is the conversation refusing one more follower."""
-    cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
-    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
-
-
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:
     if body.action == "approve":
         return shown.approve()
@@ -1081,6 +1120,7 @@ def agents_app(
     allowed_hosts: Sequence[str] = (),
     max_body: int = MAX_BODY,
     streams_per_chat: int = STREAMS_PER_CHAT,
+    reattach_wait: timedelta = REATTACH_WAIT,
     worker_timeout: timedelta | None = WORKER_TIMEOUT,
     authorize: Authorize | None = None,
     token_queues: Sequence[str] | None = None,
@@ -1103,7 +1143,10 @@ def agents_app(
         allowed_hosts: ``Host`` values it answers besides loopback names (a name alone allows
             any port).
         max_body: The largest request body taken, in bytes.
-        streams_per_chat: AG-UI streams one chat may have open through this app at once.
+        streams_per_chat: AG-UI streams one requester (the identity the app reads from a
+            request, else the client's address) may have open on one chat at once.
+        reattach_wait: How long an AG-UI stream waits for a run that has not begun (a
+            reconnect to an idle thread) before it ends; the client reconnects.
         worker_timeout: How long a worker may take to accept what the app sends.
         authorize: The application's rule for who may do what (:class:`Access`: send, answer,
             read a chat, list the inbox), a function of the request (sync or async); without
@@ -1138,6 +1181,7 @@ def agents_app(
         dev_loopback=dev_loopback,
         max_body=max_body,
         streams_per_chat=streams_per_chat,
+        reattach_wait=reattach_wait,
         worker_timeout=worker_timeout,
         authorize=authorize,
         token_queues=token_queues,

@@ -7,7 +7,8 @@ caught here rather than in production. The uses:
 
 - ``temporalio.contrib.workflow_streams`` (``workflows/stream.py``): the handler names of its
   wire protocol and its draining refusal's type (private constants there), and the private flag
-  ``WorkflowStream._detaching`` (``ConversationStream.reattach``).
+  ``WorkflowStream._detaching`` (``ConversationStream.reattach``); and its poll query's wire
+  form (``client/stream.py`` reads by it when a conversation's follower places are taken).
 - ``temporalio.worker.workflow_sandbox._runner._Instance`` (``worker._CompiledInstance``).
 - google-genai's ``Client._api_client`` (``activities.runtime.genai_transport``).
 - ``temporalio.contrib.opentelemetry.TracingWorkflowInboundInterceptor._from_context``
@@ -18,6 +19,7 @@ caught here rather than in production. The uses:
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import uuid
@@ -183,6 +185,16 @@ async def test_workflow_stream_behaves_as_conversation_stream_relies_on(client: 
         assert (seen["base"], seen["next_offset"], seen["ours"]) == (2, 3, seen["library"]), (
             f"{lib}.truncate() no longer moves the base to the offset given, keeping offsets: "
             f"{seen}"
+        )
+
+        # The poll query (client/stream.py reads by it while the follower places are taken):
+        # immediate, from the oldest kept, each item a base64 serialized Payload.
+        read = await handle.query(POLL_UPDATE, PollInput(from_offset=0), result_type=PollResult)
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(read.items[0].data))
+        assert [i.offset for i in read.items] == [2] and b"ccc" in payload.data, (
+            f"{lib}'s {POLL_UPDATE!r} query no longer reads the kept items at once, as "
+            f"base64 serialized Payloads: {read}"
         )
 
         # detach(): a waiting follower is released, a new one refused with the draining type.

@@ -255,6 +255,7 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+    from temporal_agent_interrupts.client.stream import next_offset
     from temporal_agent_interrupts.workflows.stream import MAX_FOLLOWERS
 
     model.reply(text("one"), text("two"))
@@ -262,9 +263,12 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
         chat = await agents.chat("assistant")
         await chat.send("hi")
 
+        end = await next_offset(chat)
+
         async def follower() -> None:
+            # Waiting at the stream's end (a poll past it is refused outright).
             stream = WorkflowStreamClient.create(agents.temporal, chat.id)
-            async for _ in stream.subscribe(["events"], from_offset=100, result_type=TurnEvent):
+            async for _ in stream.subscribe(["events"], from_offset=end, result_type=TurnEvent):
                 pass
 
         waiting = [asyncio.create_task(follower()) for _ in range(MAX_FOLLOWERS)]
@@ -277,3 +281,81 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_a_namespace_holders_direct_polls_do_not_take_the_products_followers_stream(
+    run_worker, model, client
+):
+    """Review (issue 44, suspected, confirmed): the conversation admits four followers, and
+    anyone with the namespace's credentials may send its poll update directly.
+
+    - Four polls for an offset the stream has not reached held the four places for the whole
+      run (no event ever reaches them): the product's follower of the next turn was refused
+      (``TooManyFollowers``). Such a poll is refused now, holding nothing.
+    - Four polls at the stream's end hold the places until the next event: a follower that
+      starts meanwhile (``Chat.events``) was refused. It reads by query while the places are
+      taken now.
+    """
+    from temporalio.client import (
+        WorkflowUpdateFailedError,
+        WorkflowUpdateHandle,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+        WorkflowUpdateStage,
+    )
+    from temporalio.contrib.workflow_streams import PollInput, PollResult
+
+    from temporal_agent_interrupts.client.stream import next_offset
+    from temporal_agent_interrupts.workflows.stream import MAX_FOLLOWERS, POLL_UPDATE, TOPIC
+
+    model.reply(text("one"), text("two"), text("three"))
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        await chat.send("hi")
+        handle = client.get_workflow_handle(chat.id)
+
+        async def poll(offset: int) -> WorkflowUpdateHandle[PollResult]:
+            # As the library's subscriber sends it; a refused one raises from result().
+            return await handle.start_update(
+                POLL_UPDATE,
+                PollInput(topics=[TOPIC], from_offset=offset),
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=PollResult,
+            )
+
+        refusals, held = [], []
+        for _ in range(MAX_FOLLOWERS):
+            sent = await poll(await next_offset(chat) + 1000)
+            try:
+                # A refusal is known at once; one taken waits for an event that never comes.
+                await asyncio.wait_for(sent.result(), 5)
+            except WorkflowUpdateFailedError as e:
+                refusals.append(str(e.cause))
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                held.append(sent)
+        async with asyncio.timeout(60):
+            events = [ev async for ev in chat.send_stream("again")]
+        assert "".join(ev.text or "" for ev in events if ev.kind == "text") == "two"
+        assert events[-1].kind == "turn_end"
+        assert not held and len(refusals) == MAX_FOLLOWERS, refusals
+        assert "has not reached" in refusals[0], refusals
+
+        # At the end of the stream: each holds a place until the next event.
+        for _ in range(MAX_FOLLOWERS):
+            await poll(await next_offset(chat))
+        start = await next_offset(chat)
+
+        async def follower() -> list[TurnEvent]:
+            seen = []
+            async for ev in chat.events(after=start - 1):
+                seen.append(ev)
+                if ev.kind == "turn_end":
+                    return seen
+            return seen
+
+        following = asyncio.create_task(follower())
+        await asyncio.sleep(1.0)  # it has asked for a place by now
+        await chat.send("third")
+        async with asyncio.timeout(60):
+            seen = await following
+        assert "".join(ev.text or "" for ev in seen if ev.kind == "text") == "three"
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -33,7 +33,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, ResumeRejected, approve
 from temporal_agent_interrupts.client.inbox import PAUSED_QUERY, PausedInterrupt
-from temporal_agent_interrupts.client.stream import TurnStream
+from temporal_agent_interrupts.client.stream import TurnStream, next_offset
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
@@ -1005,7 +1005,9 @@ async def test_followers_and_waiters_together_leave_cancel_a_slot(run_worker, mo
         sending = asyncio.create_task(chat.send("be slow"))
         await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1, timeout=15)
         handle = client.get_workflow_handle(chat.id)
-        ahead = PollInput(topics=[TOPIC], from_offset=10_000)  # far ahead: a poll waits
+        # At the stream's end: a poll waits for the next item (past the end it is refused).
+        end = await next_offset(chat)
+        ahead = PollInput(topics=[TOPIC], from_offset=end)
         polls = [asyncio.create_task(handle.execute_update(POLL_UPDATE, ahead)) for _ in range(8)]
         waits = [asyncio.create_task(chat.last_turn()) for _ in range(8)]
         await eventually(

@@ -657,10 +657,13 @@ async def test_streams_dropped_while_waiting_leave_the_next_run_its_stream(
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-async def test_a_stream_past_the_conversations_followers_is_told_so(run_worker, model, client):
-    """Mid-turn (a tool running), a dropped reattach still keeps its place until the next
-    event: past four followers, a stream is refused as ``too_many_streams``, to reconnect,
-    not as an internal error."""
+async def test_a_stream_past_the_conversations_followers_still_gets_the_run(
+    run_worker, model, client
+):
+    """Mid-turn (a tool running), a dropped reattach keeps its follower place until the next
+    event: past four of them, a stream was refused as ``too_many_streams``. It reads the run by
+    query now while the places are taken (issue 44: polls sent directly by a namespace holder
+    took them too), and gets the rest of the run."""
     agent = Agent(f"attack-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.slow])
     model.reply(calls(("slow", {"key": "k", "seconds": 5}, "s1")), text("slept"))
     async with run_worker(agents=[agent]) as agents:
@@ -684,16 +687,9 @@ async def test_a_stream_past_the_conversations_followers_is_told_so(run_worker, 
                 waiting.cancel()
                 await asyncio.gather(waiting, return_exceptions=True)
             seen = await frames(http, url, run_input(thread), headers=run_id)
-            assert seen[-1].type == "RUN_ERROR", seen
-            assert seen[-1].event["code"] == "too_many_streams"
-
-            # The run itself goes on, and ends: once the tool's response has freed the places,
-            # a reattach gets the rest of it.
-            async def rest() -> list[Frame]:
-                return await frames(http, url, run_input(thread), headers=run_id)
-
-            seen = await eventually(rest, lambda s: s[-1].type != "RUN_ERROR", timeout=20)
+            assert seen[-1].type == "RUN_FINISHED", seen
             assert seen[-1].event["result"]["text"] == "slept"
+            assert not any(f.type == "RUN_ERROR" for f in seen), seen
     assert t.RUNS["slow_finished"] == 1
     await assert_no_workflow_task_failed(client, thread)
 

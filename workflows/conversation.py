@@ -141,6 +141,8 @@ class AgentWorkflow:
         self._turn_task: asyncio.Task[str] | None = None
         # Reports to a caller and answers passed on to a sub-agent, under way (see _keep).
         self._side_tasks: set[asyncio.Task[None]] = set()
+        # The carried size the status query worked out, and for which state (_carried_size).
+        self._carried: tuple[tuple[int, ...], int | None] | None = None
         # What the search attributes say, as last written (see _publish).
         self._published: tuple[object, ...] | None = None
         # What the memo holds (carried over by continue-as-new), so only changes need an
@@ -876,21 +878,50 @@ class AgentWorkflow:
 
     @workflow.query
     def status(self) -> StatusResult:
+        # Front ends ask this while they wait (the web app's streams, agentctl's waits), so it
+        # builds only what it returns: the status itself, not the whole operator view (memo
+        # entries, the details panel), and the carried size once per state (see _carried_size).
         turn = self._s.turn
-        carried = self._state_for_next_run()
+        book = self._m.book(turn) if turn else None
+        delegated = self._m.delegated()
+        paused = bool(book.pending()) if book else False
         result = StatusResult(
             chat_id=workflow.info().workflow_id,
             agent=self._s.agent,
-            status=self._view().status,
+            status=operator_view.status(self._s, paused=paused or bool(delegated)),
             turns=self._s.turns,
             model=self._s.spec.model if self._s.spec else None,
-            pending=[*(self._m.book(turn).requests() if turn else []), *self._m.delegated()],
+            pending=[*(book.requests() if book else []), *delegated],
             last_turn=self._m.last_result(),
             rejections=self._s.rejections_total,
-            carried_bytes=json_size(carried) if carried is not None else None,
+            carried_bytes=self._carried_size(),
             recent_answers=self._s.answers[-10:],
         )
         return fit(result, OUT.query)
+
+    def _carried_size(self) -> int | None:
+        """What continue-as-new would carry now, in bytes; None if it could not.
+
+        Working it out serializes the whole conversation (up to 1.6 MiB, and a fit over that:
+        tens of milliseconds), so it is worked out once per state a query can see. The state
+        changes only in an activation, and each activation that can change it comes with a
+        workflow task of its own, so history's length (with the counts that grow within a task)
+        tells one state from the next. Kept for this query alone: nothing the workflow decides
+        reads it, so replay, which runs no queries, is the same with or without it.
+        """
+        info = workflow.info()
+        key = (
+            info.get_current_history_length(),
+            len(self._s.messages),
+            self._s.turns,
+            len(self._s.answers),
+            self._s.rejections_total,
+            self._s.events_total,
+        )
+        if self._carried is None or self._carried[0] != key:
+            carried = self._state_for_next_run()
+            self._carried = (key, json_size(carried) if carried is not None else None)
+        return self._carried[1]
 
     @workflow.query
     def history(self, input: HistoryInput | None = None) -> HistoryResult:

@@ -15,6 +15,9 @@ What it costs, and its bounds:
   (see ``activities/streaming.py``).
 - Each follower holds one of Temporal's ten in-flight updates while it waits (the library's
   long poll), and each delivery is an update: about two history events per follower per batch.
+  :data:`MAX_FOLLOWERS` wait at once, each for the stream's end at most (a poll past it is
+  refused), so a place held by a poll sent directly is free again at the next event; the
+  product's followers read by query meanwhile (``client/stream.py``).
 - Items are at most :data:`MAX_ITEM_BYTES`: longer text is split over several ``text`` events;
   a tool input or output larger than that shows as a stated placeholder (``Chat.pending()`` and
   ``Chat.history()`` have them whole).
@@ -284,6 +287,17 @@ class ConversationStream:
                 "this run's history is long: following resumes once it continues as new (at "
                 "the turn's next pause or end)",
                 type=STREAM_DRAINING,
+            )
+        if payload.from_offset > self.next_offset:
+            # No follower of ours asks past the end (each asks from the offset it reached), and
+            # such a poll would hold its place for the whole run, no event ever reaching it:
+            # four of them, sent directly by a namespace holder, left the product's followers
+            # no place at all.
+            raise ApplicationError(
+                f"this conversation's stream has not reached offset {payload.from_offset} "
+                f"(the next is {self.next_offset})",
+                type="OffsetNotReached",
+                non_retryable=True,
             )
         if self.polls >= MAX_FOLLOWERS:
             raise ApplicationError(
