@@ -90,8 +90,10 @@ RELIST_AFTER_FAILURE = 10.0
 without trying again: a server that hangs must not add its timeouts to every model call."""
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-"""The most one JSON response from an HTTP server may take (read into memory whole by the SDK);
-its SSE events are held to the SDK's 1 MiB each (``max_sse_event_size``)."""
+"""The most one response body from an HTTP server may take, whatever its content type (the SDK
+reads a JSON one into memory whole, and reads an SSE stream to its end): past it the body is
+cut off unread. Bodies are asked for, and only taken, uncompressed, so the bytes counted are
+the bytes held (a compressed body could hold a thousand times its size)."""
 
 PING_AFTER = 2.0
 """Seconds a session may sit unused before a call checks it first (a ``tools/list``): a server
@@ -176,22 +178,46 @@ class MCPServerHTTP:
         return streamable_http_client(self.url, http_client=client)
 
 
-class ResponseTooLarge(Exception):
-    """An MCP server's JSON response passed :data:`MAX_RESPONSE_BYTES`."""
+TOO_LARGE = "MCP response too large: "
+ENCODED = "MCP response refused: "
+"""How a refused body's error starts (past the cap, or compressed), so the session can tell it
+from others: the SDK reports it as a JSON-RPC error of the call (a JSON body) or as its SSE
+stream failing, with this text in the message."""
+
+
+class ResponseRefused(httpx2.SSEError, httpx2.StreamError):
+    """An MCP server's response body passed :data:`MAX_RESPONSE_BYTES`, or came compressed.
+
+    Both of the SDK's kinds of read failure, so that it ends only this request, whichever way
+    the body was read: as a failed JSON body (``StreamError``) or a failed SSE stream
+    (``SSEError``), never the whole session."""
+
+    def __init__(self, reason: str, *, too_large: bool) -> None:
+        super().__init__((TOO_LARGE if too_large else ENCODED) + reason)
 
 
 class _CappedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, *, encoding: str) -> None:
         self._inner = inner
         self._limit = limit
+        self._encoding = encoding
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._encoding:
+            # Decoding happens past this stream, in httpx: a body encoded anyway (it was asked
+            # for "identity") is refused before a byte of it is read.
+            raise ResponseRefused(
+                f"the server sent its response compressed ({self._encoding[:40]}); this "
+                "client takes only uncompressed ones",
+                too_large=False,
+            )
         read = 0
         async for chunk in self._inner:
             read += len(chunk)
             if read > self._limit:
-                raise ResponseTooLarge(
-                    f"the server's response passed {self._limit // (1024 * 1024)} MiB"
+                raise ResponseRefused(
+                    f"the server's response passed {self._limit // (1024 * 1024)} MiB",
+                    too_large=True,
                 )
             yield chunk
 
@@ -200,21 +226,26 @@ class _CappedBody(httpx2.AsyncByteStream):
 
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
-    """Reads at most ``limit`` bytes of a JSON response: the SDK reads one whole into memory,
-    and a hostile server could send gigabytes. (An SSE stream is read event by event, each
-    held to the SDK's ``max_sse_event_size``.)"""
+    """Reads at most ``limit`` bytes of any response body, whatever its content type says
+    (``Application/JSON`` is JSON to the SDK too) and however it is framed (a length, chunked,
+    an SSE stream): the SDK reads a JSON body into memory whole, and a hostile server could
+    send gigabytes, or an SSE stream that never ends. Each request asks for an uncompressed
+    body; one that comes compressed anyway is refused (its size is not what it would hold)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, *, limit: int) -> None:
         self._inner = inner
         self._limit = limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
-        kind = response.headers.get("content-type", "")
-        if kind.startswith("application/json") and isinstance(
-            response.stream, httpx2.AsyncByteStream
-        ):
-            response.stream = _CappedBody(response.stream, self._limit)
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        stream = response.stream
+        # Always async here (an AsyncClient's transport); anything else is not read by it.
+        if isinstance(stream, httpx2.AsyncByteStream):
+            response.stream = _CappedBody(
+                stream, self._limit, encoding="" if encoding in ("", "identity") else encoding
+            )
         return response
 
     async def aclose(self) -> None:
@@ -468,6 +499,16 @@ def _schema_problem(schema: object) -> str | None:
 # Sessions: one per server per worker.
 
 
+class MCPResponseRefused(Exception):
+    """The server answered the call with a body this worker would not hold (past
+    :data:`MAX_RESPONSE_BYTES`, or compressed): cut off unread. The call reached the server,
+    which may have acted on it."""
+
+    def __init__(self, message: str, *, too_large: bool) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
 class MCPUnavailable(Exception):
     """The server could not be reached (the call did not get to it), or the connection was
     lost during the call (``sent``: it may have taken effect)."""
@@ -671,6 +712,8 @@ class MCPSessions:
         Raises:
             MCPUnavailable: the server could not be reached (the call was not sent), or the
                 connection was lost with the call under way (``sent``).
+            MCPResponseRefused: the server's answer was cut off unread (too large, or
+                compressed); the session stays open.
             MCPError: the server refused the call (a JSON-RPC error).
         """
         try:
@@ -692,6 +735,13 @@ class MCPSessions:
                 if session.retired and not session.busy:
                     await session.close()
         except MCPError as e:
+            for mark, too_large in ((TOO_LARGE, True), (ENCODED, False)):
+                at = e.message.find(mark)
+                if at >= 0:
+                    # Only this request's body was cut (see ResponseRefused): the session lives.
+                    raise MCPResponseRefused(
+                        cut_stored(e.message[at + len(mark) :], 300), too_large=too_large
+                    ) from None
             if e.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(name, session)
                 raise MCPUnavailable(

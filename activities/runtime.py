@@ -32,6 +32,7 @@ from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.activities.history import ConversationCache
 from temporal_agent_interrupts.activities.mcp import (
     MCPError,
+    MCPResponseRefused,
     MCPSessions,
     MCPToolset,
     MCPUnavailable,
@@ -410,6 +411,21 @@ class AgentActivities:
                     input.args,
                     idempotency_key=input.idempotency_key,
                 )
+        except MCPResponseRefused as e:
+            # The server got the call and answered: the tool may have run, so the model hears
+            # it as an error in the output's place and the turn goes on, as for any output
+            # too large to keep (_ran); nothing of the body reaches the conversation.
+            log.warning(
+                "%s: response cut off unread (%s); sent the model an error instead", where, e
+            )
+            return ToolResult(
+                kind="output",
+                output={
+                    "error": "output too large" if e.too_large else "output not accepted",
+                    "detail": f"{where} answered with a response that was cut off unread: {e}; "
+                    "the call may have taken effect",
+                },
+            )
         except MCPUnavailable as e:
             note = (
                 "; it may have taken effect: check before trying again"
