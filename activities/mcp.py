@@ -615,6 +615,10 @@ class MCPSessions:
     def hosts(self, server: str) -> bool:
         return server in self._servers
 
+    def has_listing(self, server: str) -> bool:
+        """Whether this worker has listed the server (now, or before it could not be)."""
+        return server in self._listed
+
     async def _session(self, name: str, *, fresh: bool = False) -> _Session:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
@@ -824,16 +828,25 @@ def merged_spec(
     listed: Sequence[tuple[str, list[ToolSpec]]],
     *,
     prefixes: Sequence[tuple[str, str]] = (),
+    owners: Mapping[str, str] | None = None,
 ) -> tuple[AgentSpec, list[tuple[str, str]]]:
     """The agent's own definition with its servers' listed tools added, and what was left out
-    (server, why): a name the agent (or an earlier server) already has, a name in another
-    server's ``prefix`` (server, prefix pairs: a prefix is that server's, or one server could
-    take another's names, and its arguments, while that one is down), or a tool past the
-    definition's budget (``DOOR.spec``). The digest is the merged definition's."""
+    (server, why): a name the agent already has, a name in another server's ``prefix``
+    (server, prefix pairs: a prefix is that server's, or one server could take another's
+    names, and its arguments, while that one is down), a name another server lists too, or a
+    tool past the definition's budget (``DOOR.spec``). The digest is the merged definition's.
+
+    A name two servers list (neither has a prefix) is one server's only, by this rule: the
+    server the conversation's recorded definition has it from (``owners``: name to server),
+    while that server still lists it; otherwise the first of them in the agent's tools. The
+    other's tool of that name is left out, said so. (Which server a name means must not turn
+    on which worker lists: a call of it goes where the definition says, with arguments the
+    model meant for the tool it had seen.)"""
     tools = list(spec.tools)
-    taken = {t.name for t in tools}
+    own = {t.name for t in tools}
     size = json_size(spec)
     problems: list[tuple[str, str]] = []
+    offered: list[tuple[str, ToolSpec]] = []
     for server, specs in listed:
         for t in specs:
             squatted = next(
@@ -853,24 +866,46 @@ def merged_spec(
                     )
                 )
                 continue
-            if t.name in taken:
+            if t.name in own:
                 problems.append(
                     (server, f"tool {t.name!r} left out: the agent has a tool of that name")
                 )
                 continue
-            grows = json_size(t) + 1
-            if size + grows > DOOR.spec:
-                problems.append(
-                    (
-                        server,
-                        f"tool {t.name!r} left out: the agent's definition would pass its "
-                        f"{DOOR.spec // KiB} KiB budget",
-                    )
+            offered.append((server, t))
+    # Who lists each name, in the agent's order; and whose it is.
+    listers: dict[str, list[str]] = {}
+    for server, t in offered:
+        listers.setdefault(t.name, []).append(server)
+    for server, t in offered:
+        servers = listers[t.name]
+        kept = (owners or {}).get(t.name)
+        owner = kept if kept in servers else servers[0]
+        if owner != server:
+            why = (
+                "this conversation has it from there"
+                if owner == kept
+                else "comes before this one in the agent's tools"
+            )
+            problems.append(
+                (
+                    server,
+                    f"tool {t.name!r} left out: MCP server {owner!r} lists a tool of that name "
+                    f"too, and {why}; give one of them a prefix (mcp_tools(prefix=...))",
                 )
-                continue
-            taken.add(t.name)
-            tools.append(t)
-            size += grows
+            )
+            continue
+        grows = json_size(t) + 1
+        if size + grows > DOOR.spec:
+            problems.append(
+                (
+                    server,
+                    f"tool {t.name!r} left out: the agent's definition would pass its "
+                    f"{DOOR.spec // KiB} KiB budget",
+                )
+            )
+            continue
+        tools.append(t)
+        size += grows
     merged = spec.model_copy(update={"tools": tools})
     merged.digest = spec_digest(merged)
     return merged, problems
