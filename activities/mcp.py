@@ -90,8 +90,10 @@ RELIST_AFTER_FAILURE = 10.0
 without trying again: a server that hangs must not add its timeouts to every model call."""
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-"""The most one JSON response from an HTTP server may take (read into memory whole by the SDK);
-its SSE events are held to the SDK's 1 MiB each (``max_sse_event_size``)."""
+"""The most one response body from an HTTP server may take, whatever its content type (the SDK
+reads a JSON one into memory whole, and reads an SSE stream to its end): past it the body is
+cut off unread. Bodies are asked for, and only taken, uncompressed, so the bytes counted are
+the bytes held (a compressed body could hold a thousand times its size)."""
 
 PING_AFTER = 2.0
 """Seconds a session may sit unused before a call checks it first (a ``tools/list``): a server
@@ -176,22 +178,46 @@ class MCPServerHTTP:
         return streamable_http_client(self.url, http_client=client)
 
 
-class ResponseTooLarge(Exception):
-    """An MCP server's JSON response passed :data:`MAX_RESPONSE_BYTES`."""
+TOO_LARGE = "MCP response too large: "
+ENCODED = "MCP response refused: "
+"""How a refused body's error starts (past the cap, or compressed), so the session can tell it
+from others: the SDK reports it as a JSON-RPC error of the call (a JSON body) or as its SSE
+stream failing, with this text in the message."""
+
+
+class ResponseRefused(httpx2.SSEError, httpx2.StreamError):
+    """An MCP server's response body passed :data:`MAX_RESPONSE_BYTES`, or came compressed.
+
+    Both of the SDK's kinds of read failure, so that it ends only this request, whichever way
+    the body was read: as a failed JSON body (``StreamError``) or a failed SSE stream
+    (``SSEError``), never the whole session."""
+
+    def __init__(self, reason: str, *, too_large: bool) -> None:
+        super().__init__((TOO_LARGE if too_large else ENCODED) + reason)
 
 
 class _CappedBody(httpx2.AsyncByteStream):
-    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int, *, encoding: str) -> None:
         self._inner = inner
         self._limit = limit
+        self._encoding = encoding
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._encoding:
+            # Decoding happens past this stream, in httpx: a body encoded anyway (it was asked
+            # for "identity") is refused before a byte of it is read.
+            raise ResponseRefused(
+                f"the server sent its response compressed ({self._encoding[:40]}); this "
+                "client takes only uncompressed ones",
+                too_large=False,
+            )
         read = 0
         async for chunk in self._inner:
             read += len(chunk)
             if read > self._limit:
-                raise ResponseTooLarge(
-                    f"the server's response passed {self._limit // (1024 * 1024)} MiB"
+                raise ResponseRefused(
+                    f"the server's response passed {self._limit // (1024 * 1024)} MiB",
+                    too_large=True,
                 )
             yield chunk
 
@@ -200,21 +226,26 @@ class _CappedBody(httpx2.AsyncByteStream):
 
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
-    """Reads at most ``limit`` bytes of a JSON response: the SDK reads one whole into memory,
-    and a hostile server could send gigabytes. (An SSE stream is read event by event, each
-    held to the SDK's ``max_sse_event_size``.)"""
+    """Reads at most ``limit`` bytes of any response body, whatever its content type says
+    (``Application/JSON`` is JSON to the SDK too) and however it is framed (a length, chunked,
+    an SSE stream): the SDK reads a JSON body into memory whole, and a hostile server could
+    send gigabytes, or an SSE stream that never ends. Each request asks for an uncompressed
+    body; one that comes compressed anyway is refused (its size is not what it would hold)."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, *, limit: int) -> None:
         self._inner = inner
         self._limit = limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
-        kind = response.headers.get("content-type", "")
-        if kind.startswith("application/json") and isinstance(
-            response.stream, httpx2.AsyncByteStream
-        ):
-            response.stream = _CappedBody(response.stream, self._limit)
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        stream = response.stream
+        # Always async here (an AsyncClient's transport); anything else is not read by it.
+        if isinstance(stream, httpx2.AsyncByteStream):
+            response.stream = _CappedBody(
+                stream, self._limit, encoding="" if encoding in ("", "identity") else encoding
+            )
         return response
 
     async def aclose(self) -> None:
@@ -468,6 +499,16 @@ def _schema_problem(schema: object) -> str | None:
 # Sessions: one per server per worker.
 
 
+class MCPResponseRefused(Exception):
+    """The server answered the call with a body this worker would not hold (past
+    :data:`MAX_RESPONSE_BYTES`, or compressed): cut off unread. The call reached the server,
+    which may have acted on it."""
+
+    def __init__(self, message: str, *, too_large: bool) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
 class MCPUnavailable(Exception):
     """The server could not be reached (the call did not get to it), or the connection was
     lost during the call (``sent``: it may have taken effect)."""
@@ -574,6 +615,10 @@ class MCPSessions:
     def hosts(self, server: str) -> bool:
         return server in self._servers
 
+    def has_listing(self, server: str) -> bool:
+        """Whether this worker has listed the server (now, or before it could not be)."""
+        return server in self._listed
+
     async def _session(self, name: str, *, fresh: bool = False) -> _Session:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
@@ -671,6 +716,8 @@ class MCPSessions:
         Raises:
             MCPUnavailable: the server could not be reached (the call was not sent), or the
                 connection was lost with the call under way (``sent``).
+            MCPResponseRefused: the server's answer was cut off unread (too large, or
+                compressed); the session stays open.
             MCPError: the server refused the call (a JSON-RPC error).
         """
         try:
@@ -692,6 +739,13 @@ class MCPSessions:
                 if session.retired and not session.busy:
                     await session.close()
         except MCPError as e:
+            for mark, too_large in ((TOO_LARGE, True), (ENCODED, False)):
+                at = e.message.find(mark)
+                if at >= 0:
+                    # Only this request's body was cut (see ResponseRefused): the session lives.
+                    raise MCPResponseRefused(
+                        cut_stored(e.message[at + len(mark) :], 300), too_large=too_large
+                    ) from None
             if e.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(name, session)
                 raise MCPUnavailable(
@@ -774,16 +828,25 @@ def merged_spec(
     listed: Sequence[tuple[str, list[ToolSpec]]],
     *,
     prefixes: Sequence[tuple[str, str]] = (),
+    owners: Mapping[str, str] | None = None,
 ) -> tuple[AgentSpec, list[tuple[str, str]]]:
     """The agent's own definition with its servers' listed tools added, and what was left out
-    (server, why): a name the agent (or an earlier server) already has, a name in another
-    server's ``prefix`` (server, prefix pairs: a prefix is that server's, or one server could
-    take another's names, and its arguments, while that one is down), or a tool past the
-    definition's budget (``DOOR.spec``). The digest is the merged definition's."""
+    (server, why): a name the agent already has, a name in another server's ``prefix``
+    (server, prefix pairs: a prefix is that server's, or one server could take another's
+    names, and its arguments, while that one is down), a name another server lists too, or a
+    tool past the definition's budget (``DOOR.spec``). The digest is the merged definition's.
+
+    A name two servers list (neither has a prefix) is one server's only, by this rule: the
+    server the conversation's recorded definition has it from (``owners``: name to server),
+    while that server still lists it; otherwise the first of them in the agent's tools. The
+    other's tool of that name is left out, said so. (Which server a name means must not turn
+    on which worker lists: a call of it goes where the definition says, with arguments the
+    model meant for the tool it had seen.)"""
     tools = list(spec.tools)
-    taken = {t.name for t in tools}
+    own = {t.name for t in tools}
     size = json_size(spec)
     problems: list[tuple[str, str]] = []
+    offered: list[tuple[str, ToolSpec]] = []
     for server, specs in listed:
         for t in specs:
             squatted = next(
@@ -803,24 +866,46 @@ def merged_spec(
                     )
                 )
                 continue
-            if t.name in taken:
+            if t.name in own:
                 problems.append(
                     (server, f"tool {t.name!r} left out: the agent has a tool of that name")
                 )
                 continue
-            grows = json_size(t) + 1
-            if size + grows > DOOR.spec:
-                problems.append(
-                    (
-                        server,
-                        f"tool {t.name!r} left out: the agent's definition would pass its "
-                        f"{DOOR.spec // KiB} KiB budget",
-                    )
+            offered.append((server, t))
+    # Who lists each name, in the agent's order; and whose it is.
+    listers: dict[str, list[str]] = {}
+    for server, t in offered:
+        listers.setdefault(t.name, []).append(server)
+    for server, t in offered:
+        servers = listers[t.name]
+        kept = (owners or {}).get(t.name)
+        owner = kept if kept in servers else servers[0]
+        if owner != server:
+            why = (
+                "this conversation has it from there"
+                if owner == kept
+                else "comes before this one in the agent's tools"
+            )
+            problems.append(
+                (
+                    server,
+                    f"tool {t.name!r} left out: MCP server {owner!r} lists a tool of that name "
+                    f"too, and {why}; give one of them a prefix (mcp_tools(prefix=...))",
                 )
-                continue
-            taken.add(t.name)
-            tools.append(t)
-            size += grows
+            )
+            continue
+        grows = json_size(t) + 1
+        if size + grows > DOOR.spec:
+            problems.append(
+                (
+                    server,
+                    f"tool {t.name!r} left out: the agent's definition would pass its "
+                    f"{DOOR.spec // KiB} KiB budget",
+                )
+            )
+            continue
+        tools.append(t)
+        size += grows
     merged = spec.model_copy(update={"tools": tools})
     merged.digest = spec_digest(merged)
     return merged, problems

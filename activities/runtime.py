@@ -32,6 +32,7 @@ from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.activities.history import ConversationCache
 from temporal_agent_interrupts.activities.mcp import (
     MCPError,
+    MCPResponseRefused,
     MCPSessions,
     MCPToolset,
     MCPUnavailable,
@@ -172,9 +173,16 @@ class AgentActivities:
         """This worker's sessions with its agents' MCP servers."""
         return self._mcp
 
-    async def spec_for(self, agent: Agent) -> AgentSpec:
+    async def spec_for(self, agent: Agent, *, chat_id: str | None = None) -> AgentSpec:
         """The agent's definition now: its own, with what its MCP servers list at this moment
-        (each server's last listing that worked, while it cannot be reached)."""
+        (each server's last listing that worked, while it cannot be reached).
+
+        ``chat_id``: the conversation whose definition this is, when it has recorded one. Where
+        two of the agent's servers may offer one name (they list it both, or one of them has
+        never been listed on this worker, so what it offers is unknown here), the recorded
+        definition is asked for (the ``mcp_listing`` query): a name stays with the server the
+        conversation has it from (``merged_spec``), and a server this worker has never listed
+        offers what the conversation recorded of it, as its last listing here would."""
         spec = agent.spec()
         toolsets = self._toolsets.get(agent.name) or []
         if not toolsets:
@@ -187,8 +195,24 @@ class AgentActivities:
             specs, problems = toolset.specs(tools)
             self._mcp.left_out(server, problems)
             listed.append((server, specs))
+        owners: dict[str, str] = {}
+        if chat_id is not None and _may_share_names(toolsets, listed, self._mcp):
+            recorded = await _recorded_mcp_tools(chat_id)
+            owners = {t.name: t.mcp.server for t in recorded if t.mcp}
+            for i, (toolset, (server, specs)) in enumerate(zip(toolsets, listed, strict=True)):
+                if not specs and not self._mcp.has_listing(server):
+                    listed[i] = (
+                        server,
+                        [
+                            t
+                            for t in recorded
+                            if t.mcp
+                            and t.mcp.server == server
+                            and t.name == toolset.prefix + t.mcp.tool
+                        ],
+                    )
         merged, problems = merged_spec(
-            spec, listed, prefixes=[(t.server.name, t.prefix) for t in toolsets]
+            spec, listed, prefixes=[(t.server.name, t.prefix) for t in toolsets], owners=owners
         )
         for server, problem in problems:
             self._mcp.left_out(server, [problem])
@@ -237,7 +261,10 @@ class AgentActivities:
         agent = self._agent(input.agent)
         # Listing MCP servers waits on them: heartbeat meanwhile, as for the model.
         async with heartbeating(5.0):
-            spec = await self.spec_for(agent)
+            # A conversation with a recorded definition keeps its names' servers (spec_for).
+            spec = await self.spec_for(
+                agent, chat_id=input.chat_id if input.spec_digest is not None else None
+            )
         conv = await self._conversations.resolve(input)
         try:
             async with heartbeating(5.0):
@@ -452,6 +479,16 @@ class AgentActivities:
             refused = f"{input.tool[:100]!r} is not this worker's name for that tool"
         else:
             listed = {t.name: t for t in await self._mcp.list_tools(input.server)}
+            if not self._mcp.has_listing(input.server):
+                # Never listed here, and it cannot be now: a server that is down, not a call
+                # refused (a worker that listed it before would find it down at the call).
+                raise ApplicationError(
+                    f"MCP server {input.server[:100]!r} is unavailable: this worker cannot "
+                    "list it; the call did not reach it",
+                    Status.UNAVAILABLE,
+                    type=ErrorKind.TOOL_ERROR,
+                    non_retryable=True,
+                )
             tool = listed.get(input.server_tool)
             if tool is None:
                 refused = "the server does not list that tool to this worker"
@@ -489,6 +526,21 @@ class AgentActivities:
                     input.args,
                     idempotency_key=input.idempotency_key,
                 )
+        except MCPResponseRefused as e:
+            # The server got the call and answered: the tool may have run, so the model hears
+            # it as an error in the output's place and the turn goes on, as for any output
+            # too large to keep (_ran); nothing of the body reaches the conversation.
+            log.warning(
+                "%s: response cut off unread (%s); sent the model an error instead", where, e
+            )
+            return ToolResult(
+                kind="output",
+                output={
+                    "error": "output too large" if e.too_large else "output not accepted",
+                    "detail": f"{where} answered with a response that was cut off unread: {e}; "
+                    "the call may have taken effect",
+                },
+            )
         except MCPUnavailable as e:
             note = (
                 "; it may have taken effect: check before trying again"
@@ -535,6 +587,35 @@ def _ran(output: Any, *, tool: str) -> ToolResult:
             kind="output", output={"error": error, "detail": f"{text}; it was dropped"}
         )
     return ToolResult(kind="output", output=output)
+
+
+def _may_share_names(
+    toolsets: Sequence[MCPToolset],
+    listed: Sequence[tuple[str, list[ToolSpec]]],
+    sessions: MCPSessions,
+) -> bool:
+    """Whether two of an agent's servers without a prefix may offer one name here: they list
+    it both, or one of them has never been listed on this worker (what it offers is unknown).
+    (A prefixed server's names are its own: merged_spec leaves out another's inside them.)"""
+    bare = [(t, specs) for t, (_, specs) in zip(toolsets, listed, strict=True) if not t.prefix]
+    if len(bare) < 2:
+        return False
+    if any(not sessions.has_listing(t.server.name) for t, _ in bare):
+        return True
+    names = [s.name for _, specs in bare for s in specs]
+    return len(names) != len(set(names))
+
+
+async def _recorded_mcp_tools(chat_id: str) -> list[ToolSpec]:
+    """The MCP tools of the definition chat ``chat_id`` recorded (the activity's own
+    conversation: ``for_a_conversation`` checked it)."""
+    # Imported here: the activity needs the workflow class only for this typed query.
+    from temporal_agent_interrupts.workflows import AgentWorkflow
+
+    # This run's: the definition that scheduled this call, not a later run's.
+    run_id = activity.info().workflow_run_id
+    handle = activity.client().get_workflow_handle(chat_id, run_id=run_id)
+    return (await handle.query(AgentWorkflow.mcp_listing)).tools
 
 
 def for_a_conversation(chat_id: str, *, what: str) -> None:

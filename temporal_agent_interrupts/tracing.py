@@ -68,6 +68,7 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
                 "history",
                 "messages",
                 "rejections",
+                "mcp_listing",
                 # temporalio.contrib.workflow_streams registers these two.
                 "__temporal_workflow_stream_poll",
                 "__temporal_workflow_stream_offset",

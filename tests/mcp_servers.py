@@ -9,6 +9,10 @@ many seconds after it is counted (a call a test kills its worker under).
 
 Variant ``2`` is the same server after a change of its tool list: ``archive_record`` is new,
 and ``delete_record`` has another description and an optional ``reason``.
+
+``python -m tests.mcp_servers flood STATE_DIR PORT`` is the HTTP server turned hostile: a call
+of ``huge`` is answered with the body ``STATE_DIR/flood.json`` describes (:func:`flood_app`),
+and the bytes it got out before the client hung up are appended to ``STATE_DIR/sent.log``.
 """
 
 from __future__ import annotations
@@ -123,6 +127,84 @@ def http_app(state: Path, variant: int) -> Any:
     return guarded
 
 
+def flood_app(state: Path) -> Any:
+    """The HTTP server, answering each call of ``huge`` with a body as large and as odd as
+    ``STATE_DIR/flood.json`` says: ``mib`` MiB of it, with ``content_type``, compressed when
+    ``gzip`` (sent whatever the client accepts), with a ``Content-Length`` when ``length`` (else
+    chunked), as SSE comment lines when ``sse``. Everything else reaches the real server."""
+    import gzip
+
+    inner = http_app(state, 1)
+    chunk = 64 * 1024
+
+    def bodies(spec: dict[str, Any]) -> tuple[list[tuple[bytes, bytes]], Any, int]:
+        total = int(spec["mib"]) * 1024 * 1024
+        headers = [(b"content-type", spec["content_type"].encode())]
+        if spec.get("gzip"):
+            raw = gzip.compress(b"x" * total, compresslevel=9)  # 100 MiB: about 100 KiB
+            headers.append((b"content-encoding", b"gzip"))
+            parts = [raw[i : i + chunk] for i in range(0, len(raw), chunk)]
+            return headers, iter(parts), len(raw)
+        line = b": " + b"x" * 1021 + b"\n" if spec.get("sse") else b"x" * 1024
+        block = line * (chunk // len(line))
+        return headers, (block for _ in range(total // len(block))), total
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await inner(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        params = request.get("params") if isinstance(request, dict) else None
+        called = isinstance(request, dict) and request.get("method") == "tools/call"
+        if not called or not isinstance(params, dict) or params.get("name") != "huge":
+            replayed = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await inner(scope, replay, send)
+            return
+        spec = json.loads((state / "flood.json").read_text())
+        headers, parts, size = bodies(spec)
+        if spec.get("length"):
+            headers.append((b"content-length", str(size).encode()))
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
+        sent = 0
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for part in parts:
+            if gone.is_set():
+                break
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+            sent += len(part)
+        if not gone.is_set():
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        watcher.cancel()
+        with (state / "sent.log").open("a") as f:
+            f.write(f"{sent}\n")
+
+    return app
+
+
 def main(argv: list[str]) -> None:
     kind, state = argv[0], Path(argv[1])
     if kind == "stdio":
@@ -130,8 +212,11 @@ def main(argv: list[str]) -> None:
         return
     import uvicorn
 
-    port, variant = int(argv[2]), int(argv[3]) if len(argv) > 3 else 1
-    uvicorn.run(http_app(state, variant), host="127.0.0.1", port=port, log_level="warning")
+    if kind == "flood":
+        app = flood_app(state)
+    else:
+        app = http_app(state, int(argv[3]) if len(argv) > 3 else 1)
+    uvicorn.run(app, host="127.0.0.1", port=int(argv[2]), log_level="warning")
 
 
 if __name__ == "__main__":

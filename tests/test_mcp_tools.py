@@ -43,8 +43,8 @@ from temporal_agent_interrupts import (
 )
 from temporal_agent_interrupts.activities.mcp import (
     MAX_TOOLS_PER_SERVER,
+    MCPResponseRefused,
     MCPSessions,
-    MCPUnavailable,
     merged_spec,
 )
 from temporal_agent_interrupts.codec import data_converter, generate_key
@@ -558,9 +558,10 @@ async def test_a_standalone_mcp_activity_never_reaches_the_server(client, offlin
 async def test_a_response_too_large_to_hold_is_cut_off_and_the_session_recovers(http_server):
     sessions = MCPSessions([http_server.server()])
     try:
-        with pytest.raises(MCPUnavailable) as cut:
+        with pytest.raises(MCPResponseRefused) as cut:
             await sessions.call("records", "huge", {"kib": 12 * 1024})  # 12 MiB of JSON
-        assert cut.value.sent  # it ran there: the model must not take it as not having
+        # It ran there: the activity tells the model so (an error in the output's place).
+        assert cut.value.too_large
         done = await sessions.call("records", "lookup", {"key": "a"})
         assert done.structured_content == {"key": "a", "value": "value of a"}
     finally:

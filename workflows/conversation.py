@@ -89,6 +89,7 @@ from temporal_agent_interrupts.workflows.types import (
     HistoryInput,
     HistoryResult,
     JsonObject,
+    MCPListingResult,
     MessagesInput,
     MessagesResult,
     PendingResult,
@@ -956,6 +957,14 @@ class AgentWorkflow:
         start = max(0, min(input.start, end))
         stop = page(messages, start=start, end=end, budget=OUT.query - 1024)
         return MessagesResult(messages=messages[start:stop], next=stop if stop < end else None)
+
+    @workflow.query
+    def mcp_listing(self) -> MCPListingResult:
+        """The MCP servers' tools in the recorded definition; the model activity asks when two
+        of the agent's servers may offer one name (activities.mcp, ``merged_spec``). Within
+        the definition's own budget (64 KiB), so within a query result."""
+        spec = self._s.spec
+        return MCPListingResult(tools=[t for t in spec.tools if t.mcp] if spec else [])
 
     @workflow.query
     def rejections(self) -> RejectionsResult:

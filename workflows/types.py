@@ -768,6 +768,14 @@ class RejectionsResult(_Wire):
     total: int = 0
 
 
+class MCPListingResult(_Wire):
+    """The MCP servers' tools in the definition the conversation recorded (the
+    ``mcp_listing`` query): which server each name is the conversation's from, and the listing
+    a worker that has never listed a server takes for it (``activities.mcp``)."""
+
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
 class PendingResult(_Wire):
     interrupts: list[InterruptRequest] = Field(default_factory=list)
 
