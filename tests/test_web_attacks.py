@@ -188,6 +188,97 @@ async def test_dev_mode_refuses_a_request_a_forwarding_proxy_brings(run_worker, 
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
+async def forwarding_proxy(
+    upstream: str, *, version: bytes = b"HTTP/1.0", add: dict[str, str] | None = None
+) -> tuple[asyncio.Server, str]:
+    """A reverse proxy on loopback, as nginx's default ``proxy_pass`` forwards: the request
+    line in ``version`` (nginx speaks HTTP/1.0 to an upstream unless told otherwise), ``Host``
+    set to the upstream's address, ``Connection: close``, the client's other headers passed
+    on, ``add`` added (a proxy that says it is one), and no ``X-Forwarded-For``. Every one of
+    its clients reaches the app from 127.0.0.1."""
+    target = upstream.removeprefix("http://")
+    up_host, up_port = target.rsplit(":", 1)
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            line, *fields = head[:-4].split(b"\r\n")
+            method, path, _ = line.split(b" ", 2)
+            kept = [
+                f
+                for f in fields
+                if f.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")
+            ]
+            length = next(
+                (int(f.split(b":", 1)[1]) for f in kept if f.lower().startswith(b"content-length")),
+                0,
+            )
+            body = await reader.readexactly(length) if length else b""
+            extra = [f"{k}: {v}".encode() for k, v in (add or {}).items()]
+            sent = b"\r\n".join(
+                [
+                    b" ".join([method, path, version]),
+                    f"Host: {target}".encode(),
+                    b"Connection: close",
+                    *kept,
+                    *extra,
+                ]
+            )
+            up_reader, up_writer = await asyncio.open_connection(up_host, int(up_port))
+            up_writer.write(sent + b"\r\n\r\n" + body)
+            await up_writer.drain()
+            writer.write(await up_reader.read())
+            await writer.drain()
+            up_writer.close()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_dev_mode_behind_a_same_host_proxy_that_forwards_no_address_serves_no_one(
+    run_worker, model, client
+):
+    """Finding 14: nginx's default ``proxy_pass`` on the same machine adds no
+    ``X-Forwarded-For`` and sends the upstream's own Host: every client it serves reached a
+    ``dev_loopback`` app as loopback and answered as whoever ``X-Agent-Identity`` named. A real
+    proxy hop, in each shape a proxy leaves (HTTP/1.0; HTTP/1.1 with a header saying it is
+    one), is refused; the app's own loopback clients are still served."""
+    agent = three_kinds(approvers=["ops@example.com"])
+    model.reply(PAUSE)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        app = agents_app(agents, dev_loopback=True)
+        approve_g1 = {"action": "approve", "input_digest": digest["g1"]}
+        eve = {"X-Agent-Identity": "ops@example.com"}
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            # Straight to the app, from this machine: served.
+            direct = await http.get(f"{base}/api/whoami", headers=eve)
+            assert direct.json()["identity"] == "ops@example.com"
+            shapes: list[tuple[bytes, dict[str, str]]] = [
+                (b"HTTP/1.0", {}),  # nginx's default
+                (b"HTTP/1.1", {"Via": "1.1 proxy"}),
+                (b"HTTP/1.1", {"X-Real-IP": "203.0.113.7"}),
+                (b"HTTP/1.1", {"Forwarded": "for=203.0.113.7"}),
+                (b"HTTP/1.1", {"X-Forwarded-Proto": "https"}),
+            ]
+            for version, add in shapes:
+                server, proxied = await forwarding_proxy(base, version=version, add=add)
+                try:
+                    r = await http.get(f"{proxied}/api/whoami", headers=eve)
+                    assert r.status_code == 403 and r.json()["code"] == "not_loopback", (add, r)
+                    r = await http.get(f"{proxied}/api/inbox", headers=eve)
+                    assert r.status_code == 403, (version, add)
+                    r = await answer(http, proxied, chat.id, "g1", approve_g1, headers=eve)
+                    assert r.status_code == 403 and r.json()["code"] == "not_loopback", add
+                finally:
+                    server.close()
+                    await server.wait_closed()
+        await intact(client, chat, ["g1", "r1", "a1"])
+
+
 async def test_bearer_mode_with_an_agent_that_verifies_nobody_refuses_every_answer(
     run_worker, model, client
 ):
