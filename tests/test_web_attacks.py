@@ -279,6 +279,88 @@ async def test_dev_mode_behind_a_same_host_proxy_that_forwards_no_address_serves
         await intact(client, chat, ["g1", "r1", "a1"])
 
 
+async def test_authorize_scopes_the_inbox_and_the_approvals_api_by_chat_and_agent(
+    run_worker, model, client
+):
+    """Finding 8: a user the application's rule refused a chat's ``/pending`` still read its
+    calls' inputs in ``/api/inbox``; the approvals API asked the rule with no agent; and a
+    caller allowed to answer but not to read got the turn's text (and the next calls'
+    inputs) back. Now the inbox lists only what the caller may read, every approvals-API
+    ``Access`` names the chat's agent, and an answer tells such a caller only how the turn
+    ended."""
+    agent = three_kinds()
+    secret = "the vault code is 4711"
+    model.reply(PAUSE, text(secret))
+    asked: list[Access] = []
+
+    def rule(request: Any, access: Access) -> bool:
+        asked.append(access)
+        user = request.headers.get("x-user")
+        return not (user == "bob" and access.action == "read")
+
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        app = agents_app(agents, identity=lambda r: r.headers.get("x-user"), authorize=rule)
+        alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+
+            async def inbox(who: dict[str, str]) -> list[str]:
+                r = await http.get(f"{base}/api/inbox", params={"agent": agent.name}, headers=who)
+                assert r.status_code == 200, r.text
+                return [c["chat_id"] for c in r.json()["chats"]]
+
+            # Alice may read it: listed (once visibility has it). Bob may not: not listed,
+            # as his /pending is refused.
+            await eventually(lambda: inbox(alice), lambda ids: chat.id in ids, timeout=30)
+            r = await http.get(f"{base}/api/chats/{chat.id}/pending", headers=bob)
+            assert r.status_code == 403
+            assert chat.id not in await inbox(bob)
+
+            # Every approvals-API question names the chat's agent.
+            asked.clear()
+            assert (await http.get(f"{base}/api/chats/{chat.id}/pending", headers=alice)).is_success
+            assert (await http.get(f"{base}/api/chats/{chat.id}/audit", headers=alice)).is_success
+            r = await answer(
+                http,
+                base,
+                chat.id,
+                "g1",
+                {"action": "approve", "input_digest": digest["g1"]},
+                headers=bob,
+            )
+            assert r.status_code == 200, r.text
+            assert asked and all(a.agent == agent.name for a in asked), asked
+
+            # Bob may answer, not read: the turn's next calls, their inputs and its text are
+            # withheld; how it ended is not.
+            body = r.json()
+            assert body["result_withheld"] is True
+            assert body["result"]["finish_reason"] == "interrupted"
+            assert body["result"]["interrupts"] == [] and body["result"]["interrupts_omitted"] == 2
+            assert "order ink" not in r.text and '"api"' not in r.text
+            r = await answer(
+                http,
+                base,
+                chat.id,
+                "r1",
+                {"action": "approve", "input_digest": digest["r1"]},
+                headers=bob,
+            )
+            assert r.status_code == 200 and r.json()["result_withheld"] is True
+            done = {
+                "action": "respond",
+                "input_digest": digest["a1"],
+                "output": {"approved": True, "note": "ok"},
+            }
+            r = await answer(http, base, chat.id, "a1", done, headers=bob)
+            assert r.status_code == 200, r.text
+            assert r.json()["result"]["finish_reason"] == "stop"
+            assert secret not in r.text and r.json()["result"]["text"] == ""
+        # The turn itself went on as answered: the text is the chat's, for those who may read.
+        last = await chat.last_turn()
+        assert last is not None and last.text == secret
+
+
 async def test_bearer_mode_with_an_agent_that_verifies_nobody_refuses_every_answer(
     run_worker, model, client
 ):
