@@ -40,7 +40,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from temporal_agent_interrupts.client.audit import AuditReport, audit_trail
+from temporal_agent_interrupts.client.audit import AuditReport, ClosedRuns, audit_trail
 from temporal_agent_interrupts.client.inbox import (
     PAGE_SIZE,
     InboxPage,
@@ -170,6 +170,8 @@ class AgentClient:
     def __init__(self, temporal: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self._temporal = temporal
         self.task_queue = task_queue
+        # Closed runs' histories never change: each audit reads only a chat's open run again.
+        self._closed_runs = ClosedRuns()
 
     @classmethod
     async def connect(
@@ -371,6 +373,7 @@ class AgentClient:
                 chat_id,
                 task_queue=self.task_queue,
                 latest_run=desc.run_id,
+                closed_runs=self._closed_runs,
             )
         except RPCError as e:
             raise rpc_error(e, chat_id) from e

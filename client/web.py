@@ -48,7 +48,7 @@ from typing import Any, Literal
 from ag_ui.core import MessagesSnapshotEvent, RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -260,6 +260,10 @@ async def read_body(request: Request, *, limit: int) -> bytes:
         raise Problem(
             408, "too_slow", f"the body did not arrive within {BODY_DEADLINE:g} s"
         ) from None
+    except ClientDisconnect:
+        # The client went away before its body was in: nothing failed here, and nobody is
+        # left to read a response (it was logged as an internal error).
+        raise Problem(400, "disconnected", "the client went away before its body arrived") from None
     return b"".join(chunks)
 
 

@@ -24,11 +24,13 @@ import httpx2
 import pytest
 
 from temporal_agent_interrupts import Agent, ToolApproval
+from temporal_agent_interrupts.client import audit as audit_module
 from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import AgentClient, Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import Access, agents_app
 from temporal_agent_interrupts.errors import ChatNotFound
+from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows.types import input_digest
@@ -1399,3 +1401,93 @@ def test_both_http_servers_refuse_a_cors_origin_that_is_no_sites(bad):
         agents_app(AgentClient.__new__(AgentClient), identity="bearer", cors_origins=[bad])
     with pytest.raises(ValueError, match="not one site's origin"):
         CodecServer(PayloadKeys.parse(generate_key("k")), cors_origins=[bad])
+
+
+# ----------------------------------------------------------------------------------------------
+# What one request costs (finding 15 of issue 44).
+
+
+async def test_audit_reads_a_closed_runs_history_once_and_after_that_only_the_open_run(
+    small_histories, model, monkeypatch
+):
+    """``/api/chats/{id}/audit`` read every run's whole history on every request (1.1 s for
+    a chat with 94 MB of it). Closed runs' histories never change: each is read once per
+    client, and every later audit reads only the chat's open run. The trail is the same."""
+    client = small_histories.client
+    tq = f"audit-cache-{uuid.uuid4()}"
+    asker = Agent(f"audit-cache-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    reads: list[str] = []
+    real_read_run = audit_module.read_run
+
+    async def counted(temporal: Any, chat_id: str, run_id: str) -> Any:
+        reads.append(run_id)
+        return await real_read_run(temporal, chat_id, run_id)
+
+    monkeypatch.setattr(audit_module, "read_run", counted)
+    async with build_worker(client, agents=[asker], task_queue=tq, gemini=model.client()):
+        agents = AgentClient(client, task_queue=tq)
+        chat = await agents.chat(asker.name)
+        runs: list[str] = []
+        answered = 0
+        while len(runs) < 3 and answered < 20:
+            n = answered
+            model.reply(calls(("approve", {"question": f"q{n}"}, f"a{n}")), text(f"done {n}"))
+            (asked,) = (await chat.send(f"turn {n}")).interrupts
+            done = await chat.resume(answers=[asked.respond({"approved": True})], identity="ann")
+            assert done.text == f"done {n}"
+            answered += 1
+            runs = [wf.run_id async for wf in client.list_workflows(f'WorkflowId="{chat.id}"')]
+        assert len(runs) >= 3, runs
+        async with (
+            served(agents_app(agents, identity=lambda _: "ann")) as base,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            first = await http.get(f"{base}/api/chats/{chat.id}/audit")
+            assert first.status_code == 200, first.text
+            read_first = list(reads)
+            reads.clear()
+            again = await http.get(f"{base}/api/chats/{chat.id}/audit")
+            assert again.status_code == 200
+    assert set(runs) <= set(read_first)
+    # The second audit read only the open run: the closed ones came from what was kept.
+    open_run = (await chat.handle.describe()).run_id
+    assert reads == [open_run], (reads, runs)
+    assert again.json() == first.json()
+    assert len(first.json()["records"]) == answered
+
+
+async def test_a_client_that_goes_away_mid_body_is_not_an_internal_error(
+    run_worker, model, client, caplog
+):
+    """A client that sent part of a body and closed the connection was logged as the app's
+    internal error (a traceback at ERROR): it is the client's doing, and nobody is left to
+    answer."""
+    agent = three_kinds()
+    model.reply(PAUSE)
+    done = asyncio.Event()
+    async with run_worker(agents=[agent]) as agents:
+        chat, _ = await paused(agents, agent)
+        app = agents_app(agents, identity=lambda _: "ann")
+
+        async def watched(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await app(scope, receive, send)
+            finally:
+                if scope["type"] == "http" and scope["path"].endswith("/interrupts/g1"):
+                    done.set()
+
+        caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.client.web")
+        async with served(watched) as base:  # type: ignore[arg-type]  # an ASGI app, as uvicorn takes it
+            _, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
+            writer.write(
+                f"POST /api/chats/{chat.id}/interrupts/g1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                '{"action": "appr'.encode()
+            )
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.wait_for(done.wait(), 30)
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [], [r.getMessage() for r in errors]
+        await intact(client, chat, ["g1", "r1", "a1"])
