@@ -308,7 +308,9 @@ class AgentClient:
         visibility's order (newest started first), and ``next_cursor`` for the next page.
 
         Raises:
-            As :meth:`pending`.
+            ValueError: ``agent`` or a task queue holds a quote or a backslash, ``limit`` is
+                out of range, or ``cursor`` is not one the inbox handed out.
+            temporalio.service.RPCError: the visibility query failed.
         """
         return await paused_page(
             self._temporal,
