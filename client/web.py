@@ -58,7 +58,7 @@ from temporalio.service import RPCStatusCode
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
-from temporal_agent_interrupts.client.inbox import MAX_PAGE_SIZE, check_agent_name
+from temporal_agent_interrupts.client.inbox import MAX_PAGE_SIZE, PAGE_SIZE, check_agent_name
 from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow, next_offset
 from temporal_agent_interrupts.errors import (
     AgentError,
@@ -120,7 +120,7 @@ MAX_BODY = 2 * MiB
 """The default limit on a request body. An AG-UI client sends the whole conversation with
 every run, so this is more than one answer needs (an answer's own limit, 1 MiB, still holds)."""
 
-INBOX_PAGE = 50
+INBOX_PAGE = PAGE_SIZE
 """Chats one ``GET /api/inbox`` lists unless ``limit`` says otherwise (``next_cursor`` goes on)."""
 
 STREAMS_PER_CHAT = 2
