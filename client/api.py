@@ -14,7 +14,7 @@ import traceback
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
@@ -40,8 +40,15 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from temporal_agent_interrupts.client.audit import AuditReport, audit_trail
-from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt, paused_chats
+from temporal_agent_interrupts.client.audit import AuditReport, ClosedRuns, audit_trail
+from temporal_agent_interrupts.client.inbox import (
+    PAGE_SIZE,
+    InboxPage,
+    PausedChat,
+    PausedInterrupt,
+    paused_chats,
+    paused_page,
+)
 from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow
 from temporal_agent_interrupts.codec import PayloadKeys, data_converter
 from temporal_agent_interrupts.connection import (
@@ -163,6 +170,8 @@ class AgentClient:
     def __init__(self, temporal: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self._temporal = temporal
         self.task_queue = task_queue
+        # Closed runs' histories never change: each audit reads only a chat's open run again.
+        self._closed_runs = ClosedRuns()
 
     @classmethod
     async def connect(
@@ -232,13 +241,26 @@ class AgentClient:
         return Chat(self, agent=agent, chat_id=chat_id or f"chat-{uuid.uuid4()}")
 
     async def pending(
-        self, *, agent: str | None = None, approver: str | None = None
+        self,
+        *,
+        agent: str | None = None,
+        approver: str | None = None,
+        task_queues: Sequence[str] | Literal["any"] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> list[PausedChat]:
-        """Every chat in the namespace paused on a human, the longest waiting first.
+        """Every chat paused on a human, the longest waiting first.
 
         Read from Temporal's visibility store alone (search attributes and the memo each
         conversation keeps), so it needs no worker. Visibility is eventually consistent: a
         chat that paused or was answered a moment ago may not show so yet.
+
+        Whoever holds the namespace's credentials can start workflows that say they are
+        paused, with memos of megabytes: by default only this client's task queue is listed
+        (whoever starts a chat there has it run by this deployment's workers, which rewrite
+        its memo), a memo larger than the product writes is not read (the chat is listed
+        ``unreadable``; see ``client.inbox.MAX_PENDING_MEMO``), and memos are parsed off the
+        event loop.
 
         Args:
             agent: Only this agent's chats.
@@ -247,12 +269,64 @@ class AgentClient:
                 left out. A ``group:NAME`` approver is matched only by that same
                 ``group:NAME``: groups come from identity tokens, which the inbox does not
                 have.
+            task_queues: The task queues listed (None: this client's own; ``"any"``: every
+                queue, each chat with its ``task_queue``, for an operator who reads them as
+                such).
+            limit: At most this many chats, one page (see :meth:`pending_page`, which also
+                says where the next starts); None reads every page.
+            cursor: Where the page starts (a ``next_cursor`` :meth:`pending_page` gave).
 
         Raises:
-            ValueError: ``agent`` holds a quote or a backslash.
+            ValueError: ``agent`` or a task queue holds a quote or a backslash, ``limit`` is
+                out of range, or ``cursor`` is not one the inbox handed out.
             temporalio.service.RPCError: the visibility query failed.
         """
-        return await paused_chats(self._temporal, agent=agent, approver=approver)
+        if limit is not None or cursor is not None:
+            page = await self.pending_page(
+                agent=agent,
+                approver=approver,
+                task_queues=task_queues,
+                limit=limit or PAGE_SIZE,
+                cursor=cursor,
+            )
+            return page.chats
+        return await paused_chats(
+            self._temporal, agent=agent, approver=approver, task_queues=self._queues(task_queues)
+        )
+
+    async def pending_page(
+        self,
+        *,
+        agent: str | None = None,
+        approver: str | None = None,
+        task_queues: Sequence[str] | Literal["any"] | None = None,
+        limit: int = PAGE_SIZE,
+        cursor: str | None = None,
+    ) -> InboxPage:
+        """One page of :meth:`pending`: at most ``limit`` chats (1 to
+        ``client.inbox.MAX_PAGE_SIZE``), the longest waiting first within the page, pages in
+        visibility's order (newest started first), and ``next_cursor`` for the next page.
+
+        Raises:
+            ValueError: ``agent`` or a task queue holds a quote or a backslash, ``limit`` is
+                out of range, or ``cursor`` is not one the inbox handed out.
+            temporalio.service.RPCError: the visibility query failed.
+        """
+        return await paused_page(
+            self._temporal,
+            agent=agent,
+            approver=approver,
+            task_queues=self._queues(task_queues),
+            limit=limit,
+            cursor=cursor,
+        )
+
+    def _queues(self, task_queues: Sequence[str] | Literal["any"] | None) -> Sequence[str] | None:
+        if task_queues is None:
+            return [self.task_queue]
+        if task_queues == "any":
+            return None
+        return task_queues
 
     async def audit(self, chat_id: str) -> list[AnswerRecord]:
         """Every answer the conversation ``chat_id`` applied, once each, oldest first, with
@@ -301,6 +375,7 @@ class AgentClient:
                 chat_id,
                 task_queue=self.task_queue,
                 latest_run=desc.run_id,
+                closed_runs=self._closed_runs,
             )
         except RPCError as e:
             raise rpc_error(e, chat_id) from e

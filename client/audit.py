@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -168,10 +169,66 @@ class RunTrail:
     # Temporal records each start its commands made.
     children: list[tuple[str, str]] = field(default_factory=list)
 
+    # Its history holds a close event (completed, failed, continued as new...): it never
+    # changes again.
+    closed: bool = False
+
     @property
     def fresh(self) -> bool:
         """Started, not continued from another run."""
         return not self.previous
+
+    @property
+    def size(self) -> int:
+        """About what it takes in memory, for :class:`ClosedRuns`."""
+        return 1024 + sum(p.ByteSize() for p in self.batches) + 200 * len(self.children)
+
+
+_CLOSE_EVENTS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    }
+)
+
+CLOSED_RUNS_BYTES = 64 * 1024 * 1024
+"""What :class:`ClosedRuns` keeps at most (the answer batches of the runs it holds, about)."""
+
+
+class ClosedRuns:
+    """What closed runs' histories hold for the trail, kept across audits: a closed run's
+    history never changes, and reading them all again on every ``/audit`` (a chat's runs
+    took 1.1 s for 94 MB of history) let one chat make every audit of it that slow. Only the
+    open run, at most one per chat id, is read each time. Least recently used first out past
+    ``max_bytes``. One per :class:`client.AgentClient`; not shared across namespaces, since
+    the key holds the namespace."""
+
+    def __init__(self, *, max_bytes: int = CLOSED_RUNS_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._runs: OrderedDict[tuple[str, str, str], RunTrail] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, str, str]) -> RunTrail | None:
+        run = self._runs.get(key)
+        if run is not None:
+            self._runs.move_to_end(key)
+        return run
+
+    def put(self, key: tuple[str, str, str], run: RunTrail) -> None:
+        if not run.closed or run.size > self.max_bytes or key in self._runs:
+            return
+        self._runs[key] = run
+        self._bytes += run.size
+        while self._bytes > self.max_bytes:
+            _, dropped = self._runs.popitem(last=False)
+            self._bytes -= dropped.size
+
+    def __len__(self) -> int:
+        return len(self._runs)
 
 
 async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | None:
@@ -200,6 +257,8 @@ async def read_run(temporal: Client, chat_id: str, run_id: str) -> RunTrail | No
                 fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
                 if MEMO_KEY in fields:
                     run.batches.append(fields[MEMO_KEY])
+            elif kind in _CLOSE_EVENTS:
+                run.closed = True
             elif kind == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
                 child = event.child_workflow_execution_started_event_attributes
                 run.children.append(
@@ -397,6 +456,7 @@ async def audit_trail(
     *,
     task_queue: str,
     latest_run: str,
+    closed_runs: ClosedRuns | None = None,
 ) -> AuditReport:
     """Every answer the conversation ``chat_id`` applied, once each, oldest first, and the
     runs under its id that are not the conversation's (see the module docstring).
@@ -404,6 +464,8 @@ async def audit_trail(
     Args:
         task_queue: The task queue this deployment's workers poll: only runs there are trusted.
         latest_run: The run id of its newest run (visibility may not list it yet).
+        closed_runs: Closed runs read before, kept for the next audit (None: every run's
+            history is read).
 
     Raises:
         temporalio.service.RPCError: reading a history or the visibility listing failed.
@@ -419,6 +481,7 @@ async def audit_trail(
         depth=0,
         retained_since=await _retained_since(temporal),
         limit=asyncio.Semaphore(_PARALLEL_READS),
+        closed_runs=closed_runs if closed_runs is not None else ClosedRuns(max_bytes=0),
     )
 
 
@@ -432,6 +495,7 @@ async def _trail(
     depth: int,
     retained_since: datetime | None,
     limit: asyncio.Semaphore,
+    closed_runs: ClosedRuns,
 ) -> AuditReport:
     """:func:`audit_trail`, for a conversation ``depth`` callers deep.
 
@@ -445,8 +509,15 @@ async def _trail(
     gone: set[str] = set()
 
     async def read(run_id: str) -> RunTrail | None:
+        key = (temporal.namespace, chat_id, run_id)
+        kept = closed_runs.get(key)
+        if kept is not None:
+            return kept
         async with limit:
-            return await read_run(temporal, chat_id, run_id)
+            run = await read_run(temporal, chat_id, run_id)
+        if run is not None:
+            closed_runs.put(key, run)
+        return run
 
     # Visibility lists every run (resets too) but may lag; the chain of continue-as-new links
     # from the newest run finds the ones it has not indexed yet.
@@ -520,6 +591,7 @@ async def _trail(
                     depth=depth + 1,
                     retained_since=retained_since,
                     limit=limit,
+                    closed_runs=closed_runs,
                 )
                 for child_id, child_run in children
             )
@@ -538,8 +610,10 @@ async def _trail(
 
 
 __all__ = [
+    "CLOSED_RUNS_BYTES",
     "MEMO_KEY",
     "AuditReport",
+    "ClosedRuns",
     "RunTrail",
     "UntrustedRun",
     "audit_trail",

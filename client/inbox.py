@@ -20,12 +20,16 @@ The models here are also ``agentctl pending --json``'s schema: evolve them by ad
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ValidationError
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowExecution
+from temporalio.converter import PayloadConverter
 
 from temporal_agent_interrupts.codec import ENV_VAR, PayloadKeyMissing
 from temporal_agent_interrupts.workflows.config import (
@@ -34,6 +38,7 @@ from temporal_agent_interrupts.workflows.config import (
     PENDING_INTERRUPTS,
     WORKFLOW_TYPE,
 )
+from temporal_agent_interrupts.workflows.limits import DOOR, KiB
 from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
@@ -45,6 +50,26 @@ from temporal_agent_interrupts.workflows.types import (
 from temporal_agent_interrupts.workflows.types import input_digest as digest_of
 
 log = logging.getLogger(__name__)
+
+MAX_PENDING_MEMO = DOOR.calls_per_message * 5 * KiB
+"""The largest memo ``pending`` payload the inbox reads: 640 KiB. This product writes at most
+128 entries (``DOOR.calls_per_message``: a turn's own calls and its sub-agents' together) of at
+most 4 KiB each (``OUT.memo_input`` of input, ``MEMO_LIST_BYTES`` each of approvers and votes,
+name, ref, digest, times: tests/test_web_glue.py adds it up), 512 KiB; the rest is slack for a
+sub-agent's path. A larger one was written by something else: listed from its search
+attributes, ``unreadable``, and never parsed."""
+
+PAGE_SIZE = 20
+"""Chats one page of the inbox holds unless asked otherwise. The server sends each listed
+workflow's memo whole, whatever this bound says: 50 fakes of 1.5 MB on the listed queue took
+10.8 s and stalled the event loop 0.8 s (parsing the response) on a busy 2-core machine, so a
+page is kept small. Real entries are a few KiB each."""
+
+MAX_PAGE_SIZE = 100
+"""The most one page may be asked to hold."""
+
+MAX_CURSOR = 4096
+"""The longest cursor taken back (Temporal's page tokens are a few hundred bytes)."""
 
 PAUSED_QUERY = (
     f'WorkflowType="{WORKFLOW_TYPE}" AND AgentStatus="interrupted" AND ExecutionStatus="Running"'
@@ -194,12 +219,27 @@ def check_agent_name(agent: str) -> None:
         raise ValueError("agent names cannot contain quotes or backslashes")
 
 
-def paused_query(agent: str | None = None) -> str:
-    """The visibility query for paused chats, of ``agent`` only when given."""
-    if agent is None:
-        return PAUSED_QUERY
-    check_agent_name(agent)
-    return f'{PAUSED_QUERY} AND AgentName="{agent}"'
+def paused_query(agent: str | None = None, *, task_queues: Sequence[str] | None = None) -> str:
+    """The visibility query for paused chats, of ``agent`` only when given, on ``task_queues``
+    only when given (None: every queue).
+
+    Raises:
+        ValueError: ``agent`` or a task queue holds a quote or a backslash, or
+            ``task_queues`` is empty.
+    """
+    query = PAUSED_QUERY
+    if agent is not None:
+        check_agent_name(agent)
+        query += f' AND AgentName="{agent}"'
+    if task_queues is not None:
+        queues = list(dict.fromkeys(task_queues))
+        if not queues:
+            raise ValueError("task_queues names no task queue")
+        for queue in queues:
+            if '"' in queue or "\\" in queue:
+                raise ValueError("task queue names cannot contain quotes or backslashes")
+        query += " AND (" + " OR ".join(f'TaskQueue="{q}"' for q in queues) + ")"
+    return query
 
 
 def memo_interrupts(items: object) -> list[PausedInterrupt]:
@@ -309,49 +349,184 @@ def memo_problem(error: Exception) -> str:
     return f"its memo could not be read ({type(error).__name__})"
 
 
-async def paused_chats(
-    temporal: Client, *, agent: str | None = None, approver: str | None = None
-) -> list[PausedChat]:
-    """Every paused chat in ``temporal``'s namespace, oldest waiting first (see
-    :meth:`client.AgentClient.pending`).
+class InboxPage(BaseModel):
+    """One page of the inbox: its chats, oldest waiting first, and where the next page starts."""
+
+    chats: list[PausedChat] = []
+    next_cursor: str | None = None
+    """Pass it back as ``cursor`` for the next page; None: this was the last."""
+
+
+def encode_cursor(token: bytes | None) -> str | None:
+    """Temporal's page token as the inbox hands it out (URL-safe text)."""
+    return base64.urlsafe_b64encode(token).decode() if token else None
+
+
+def decode_cursor(cursor: str | None) -> bytes | None:
+    """A cursor given back, as Temporal's page token (the server checks what it says).
 
     Raises:
-        ValueError: ``agent`` cannot be put in a visibility query.
-        temporalio.service.RPCError: the visibility query failed.
+        ValueError: it is not one this inbox could have handed out.
     """
-    found: list[PausedChat] = []
+    if not cursor:
+        return None
+    if len(cursor) > MAX_CURSOR:
+        raise ValueError(f"the cursor is over {MAX_CURSOR} characters")
+    try:
+        token = base64.b64decode(cursor.encode("ascii"), altchars=b"-_", validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise ValueError("the cursor is not one the inbox handed out") from None
+    if not token:
+        raise ValueError("the cursor is not one the inbox handed out")
+    return token
+
+
+def _too_large(wf: WorkflowExecution, size: int) -> PausedChat:
+    return unreadable_chat(
+        wf,
+        f"its memo's pending calls take {size} bytes, more than this product writes "
+        f"({MAX_PENDING_MEMO}): not read",
+    )
+
+
+async def _listed_page(temporal: Client, listed: Sequence[WorkflowExecution]) -> list[PausedChat]:
+    """The chats of one page of the listing, their memos read off the event loop.
+
+    Only the memo's ``pending`` is read, and only when it is no larger than this product
+    writes (:data:`MAX_PENDING_MEMO`): whoever holds the namespace's credentials can start a
+    workflow that says it is paused with a memo of megabytes, and parsing 60 of those (90 MB)
+    on the event loop held it for seconds and the process at a gigabyte. The codec (a payload
+    key's decryption) runs on the loop, bounded by that size; parsing and validating run in a
+    thread.
+    """
     now = datetime.now(UTC)
-    async for wf in temporal.list_workflows(paused_query(agent)):
+    chats: list[PausedChat | None] = []
+    memos: list[tuple[int, WorkflowExecution, Payload | None]] = []
+    codec = temporal.data_converter.payload_codec
+    for wf in listed:
         if wf.execution_time is not None and wf.execution_time > now:
             # A delayed start (start_delay): no worker has run it, so what its memo and search
             # attributes say is only what its starter wrote. It waits on no one yet.
             continue
-        # Only "pending" is decoded: the memo also holds the latest batch of audit records.
+        # Only "pending" is read: the memo also holds the latest batch of audit records.
+        payload = wf.raw_info.memo.fields.get("pending")
+        if payload is not None and payload.ByteSize() > MAX_PENDING_MEMO:
+            chats.append(_too_large(wf, payload.ByteSize()))
+            continue
+        if payload is not None and codec is not None:
+            try:
+                (payload,) = await codec.decode([payload])
+            except Exception as e:  # noqa: BLE001  # any memo at all: one chat never hides another
+                chats.append(_unreadable(wf, e))
+                continue
+        memos.append((len(chats), wf, payload))
+        chats.append(None)
+    converter = temporal.data_converter.payload_converter
+    read = await asyncio.to_thread(_read_memos, converter, [(wf, p) for _, wf, p in memos])
+    for (at, _, _), chat in zip(memos, read, strict=True):
+        chats[at] = chat
+    return [c for c in chats if c is not None]
+
+
+def _read_memos(
+    converter: PayloadConverter, memos: Sequence[tuple[WorkflowExecution, Payload | None]]
+) -> list[PausedChat]:
+    """Each workflow's ``pending`` memo payload parsed and checked (in a thread: see
+    :func:`_listed_page`)."""
+    found: list[PausedChat] = []
+    for wf, payload in memos:
         try:
-            pending = await wf.memo_value("pending", None)
+            pending = None if payload is None else converter.from_payloads([payload])[0]
             found.append(paused_chat(wf, pending))
-        except PayloadKeyMissing as e:
-            # One conversation written with a key this process lacks (another team's, or one
-            # rotated out) must not hide the rest: it is listed from its search attributes.
-            found.append(unreadable_chat(wf, e))
         except Exception as e:  # noqa: BLE001  # any memo at all: one chat never hides another
-            found.append(unreadable_chat(wf, memo_problem(e)))
+            found.append(_unreadable(wf, e))
+    return found
+
+
+def _unreadable(wf: WorkflowExecution, error: Exception) -> PausedChat:
+    if isinstance(error, PayloadKeyMissing):
+        # One conversation written with a key this process lacks (another team's, or one
+        # rotated out) must not hide the rest: it is listed from its search attributes.
+        return unreadable_chat(wf, error)
+    return unreadable_chat(wf, memo_problem(error))
+
+
+async def paused_page(
+    temporal: Client,
+    *,
+    agent: str | None = None,
+    approver: str | None = None,
+    task_queues: Sequence[str] | None = None,
+    limit: int = PAGE_SIZE,
+    cursor: str | None = None,
+) -> InboxPage:
+    """One page of the paused chats in ``temporal``'s namespace (see
+    :meth:`client.AgentClient.pending_page`): at most ``limit`` chats, in visibility's order
+    (newest started first), each page oldest waiting first.
+
+    Raises:
+        ValueError: ``agent`` or a task queue cannot be put in a visibility query, ``limit``
+            is out of range, or ``cursor`` is not one this inbox handed out.
+        temporalio.service.RPCError: the visibility query failed.
+    """
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit is from 1 to {MAX_PAGE_SIZE}")
+    listing = temporal.list_workflows(
+        paused_query(agent, task_queues=task_queues),
+        page_size=limit,
+        next_page_token=decode_cursor(cursor),
+    )
+    await listing.fetch_next_page()
+    found = await _listed_page(temporal, listing.current_page or [])
     if approver is not None:
         found = for_approver(found, approver)
-    return oldest_first(found)
+    return InboxPage(chats=oldest_first(found), next_cursor=encode_cursor(listing.next_page_token))
+
+
+async def paused_chats(
+    temporal: Client,
+    *,
+    agent: str | None = None,
+    approver: str | None = None,
+    task_queues: Sequence[str] | None = None,
+) -> list[PausedChat]:
+    """Every paused chat in ``temporal``'s namespace, oldest waiting first (see
+    :meth:`client.AgentClient.pending`), read a page at a time.
+
+    Raises:
+        ValueError: ``agent`` or a task queue cannot be put in a visibility query.
+        temporalio.service.RPCError: the visibility query failed.
+    """
+    found: list[PausedChat] = []
+    cursor: str | None = None
+    while True:
+        page = await paused_page(
+            temporal, agent=agent, approver=approver, task_queues=task_queues, cursor=cursor
+        )
+        found += page.chats
+        cursor = page.next_cursor
+        if cursor is None:
+            return oldest_first(found)
 
 
 __all__ = [
+    "MAX_PAGE_SIZE",
+    "MAX_PENDING_MEMO",
+    "PAGE_SIZE",
     "PAUSED_QUERY",
+    "InboxPage",
     "PausedChat",
     "PausedInterrupt",
     "check_agent_name",
+    "decode_cursor",
+    "encode_cursor",
     "for_approver",
     "memo_interrupts",
     "memo_problem",
     "oldest_first",
     "paused_chat",
     "paused_chats",
+    "paused_page",
     "paused_query",
     "read_entries",
     "unreadable_chat",

@@ -7,7 +7,8 @@ checks, every read comes from Temporal.
 
 Routes:
     ``POST /agui/{agent}``                     AG-UI 1.0 runs (see ``client/agui.py``)
-    ``GET  /api/inbox``                        chats paused on a human (``?agent=&approver=``)
+    ``GET  /api/inbox``                        chats paused on a human, a page at a time
+                                               (``?agent=&approver=&limit=&cursor=``)
     ``GET  /api/chats/{chat_id}/pending``      one chat's pending calls
     ``GET  /api/chats/{chat_id}/audit``        its audit trail
     ``POST /api/chats/{chat_id}/interrupts/{ref}``   answer one call
@@ -51,15 +52,16 @@ from typing import Any, Literal
 from ag_ui.core import MessagesSnapshotEvent, RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import RPCError
+from temporalio.service import RPCStatusCode
 
 from temporal_agent_interrupts.client import agui
 from temporal_agent_interrupts.client.api import WORKER_TIMEOUT, AgentClient, Chat
-from temporal_agent_interrupts.client.inbox import check_agent_name
+from temporal_agent_interrupts.client.inbox import MAX_PAGE_SIZE, PAGE_SIZE, check_agent_name
 from temporal_agent_interrupts.client.login import Login, LoginExchange, check_per_answer
 from temporal_agent_interrupts.client.stream import EventsGone, TurnStream, follow, next_offset
 from temporal_agent_interrupts.errors import (
@@ -73,6 +75,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
 )
 from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
+from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
@@ -121,6 +124,9 @@ DEV_IDENTITY = "dev@localhost"
 MAX_BODY = 2 * MiB
 """The default limit on a request body. An AG-UI client sends the whole conversation with
 every run, so this is more than one answer needs (an answer's own limit, 1 MiB, still holds)."""
+
+INBOX_PAGE = PAGE_SIZE
+"""Chats one ``GET /api/inbox`` lists unless ``limit`` says otherwise (``next_cursor`` goes on)."""
 
 STREAMS_PER_CHAT = 2
 """Streams one requester may have open on one chat through this app at once. Each follows the
@@ -270,6 +276,10 @@ async def read_body(request: Request, *, limit: int) -> bytes:
         raise Problem(
             408, "too_slow", f"the body did not arrive within {BODY_DEADLINE:g} s"
         ) from None
+    except ClientDisconnect:
+        # The client went away before its body was in: nothing failed here, and nobody is
+        # left to read a response (it was logged as an internal error).
+        raise Problem(400, "disconnected", "the client went away before its body arrived") from None
     return b"".join(chunks)
 
 
@@ -318,6 +328,33 @@ def _loopback_client(scope: Scope) -> bool:
         return False
 
 
+PROXY_HEADERS = ("forwarded", "x-real-ip", "via", "client-ip", "true-client-ip")
+"""Headers a proxy adds (with every ``x-forwarded-*``): in dev mode a request with any of them
+came through one, and a proxy on the same machine makes every client look like loopback."""
+
+
+def _not_direct_loopback(scope: Scope, headers: list[tuple[str, str]]) -> str | None:
+    """Why a request is not one a program on this machine sent straight to the app (None: it
+    is), for ``dev_loopback``, which takes anyone's word for who they are.
+
+    A reverse proxy on the same host connects from loopback: nginx's default ``proxy_pass``
+    adds no ``X-Forwarded-For`` and sends ``Host`` as the upstream's own address, so neither
+    the peer address nor the Host tells its clients from local ones. What it does leave:
+    nginx speaks HTTP/1.0 to an upstream unless told otherwise, and most proxies add one of
+    :data:`PROXY_HEADERS` or an ``X-Forwarded-*``. A request with either is refused. A proxy
+    that adds nothing and speaks HTTP/1.1 cannot be told apart: ``docs/security.md`` says so.
+    """
+    names = {k for k, _ in headers}
+    found = sorted(n for n in names if n in PROXY_HEADERS or n.startswith("x-forwarded-"))
+    if found:
+        return f"it came through a proxy ({', '.join(found)[:200]})"
+    if scope.get("http_version") == "1.0":
+        return "it is HTTP/1.0, which a proxy (nginx's default) speaks, not a browser"
+    if not _loopback_client(scope):
+        return "it did not come from this machine"
+    return None
+
+
 class _Guard:
     """Answers only requests whose ``Host`` names this app; CORS for the origins given only;
     in ``dev_loopback`` mode, loopback clients only."""
@@ -346,11 +383,17 @@ class _Guard:
                 Problem(421, "wrong_host", "this app does not answer to that Host")
             )(scope, receive, send)
             return
-        if self.loopback_only and not _loopback_client(scope):
-            await problem_response(
-                Problem(403, "not_loopback", "this app serves loopback clients only (dev mode)")
-            )(scope, receive, send)
-            return
+        if self.loopback_only:
+            refused = _not_direct_loopback(scope, headers)
+            if refused is not None:
+                await problem_response(
+                    Problem(
+                        403,
+                        "not_loopback",
+                        f"this app serves loopback clients only, directly (dev mode): {refused}",
+                    )
+                )(scope, receive, send)
+                return
         origins = [v for k, v in headers if k == "origin"]
         cors = self._cors(origins)
         if scope["method"] == "OPTIONS":
@@ -596,6 +639,12 @@ class _App:
             return "token:" + hashlib.sha256(who.token.encode()).hexdigest()
         return "address:" + (request.client.host if request.client else "")
 
+    @property
+    def trusted_queues(self) -> list[str]:
+        """The task queues whose chats this app lists: its client's, and those it sends
+        identity tokens to."""
+        return sorted({self.client.task_queue, *(self.token_queues or ())})
+
     @contextlib.contextmanager
     def stream_slot(self, chat_id: str, requester: str) -> Any:
         key = (chat_id, requester)
@@ -635,16 +684,53 @@ class _App:
                 check_agent_name(agent)
             except ValueError as e:
                 raise Problem(400, "malformed", str(e)) from None
+        limit_given = request.query_params.get("limit") or str(INBOX_PAGE)
+        if not limit_given.isdigit() or not 1 <= int(limit_given[:6]) <= MAX_PAGE_SIZE:
+            raise Problem(400, "malformed", f"limit is a number from 1 to {MAX_PAGE_SIZE}")
+        cursor = request.query_params.get("cursor") or None
         await self.allow(request, Access(action="inbox", agent=agent))
         try:
-            chats = await self.client.pending(agent=agent, approver=approver)
+            page = await self.client.pending_page(
+                agent=agent,
+                approver=approver,
+                # The queues this deployment's workers poll: a chat started anywhere else was
+                # written by its starter, memo and all.
+                task_queues=self.trusted_queues,
+                limit=int(limit_given),
+                cursor=cursor,
+            )
+        except ValueError as e:  # a cursor this app never handed out
+            raise Problem(400, "malformed", str(e)) from None
         except RPCError as e:  # the visibility query itself (a namespace, credentials)
             raise rpc_error(e, "") from e
-        return JSONResponse({"chats": [c.model_dump(mode="json") for c in chats]})
+        # A chat is listed only to a caller who may read it: its entries hold the calls'
+        # inputs, as its /pending does.
+        shown = [
+            c
+            for c in page.chats
+            if await self.permits(request, Access(action="read", chat_id=c.chat_id, agent=c.agent))
+        ]
+        return JSONResponse(
+            {"chats": [c.model_dump(mode="json") for c in shown], "next_cursor": page.next_cursor}
+        )
+
+    async def agent_of(self, chat_id: str) -> str | None:
+        """The agent a chat belongs to, for :class:`Access` (its ``AgentName`` search
+        attribute, from the server: no worker is asked). None when there is no such chat: the
+        rule is asked anyway, and the request then finds no chat (a 404 told before the rule
+        would tell whoever may not read it which chats exist)."""
+        try:
+            described = await self.chat(chat_id).handle.describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise rpc_error(e, chat_id) from e
+        return described.typed_search_attributes.get(AGENT_NAME)
 
     async def pending(self, request: Request) -> Response:
         chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
-        await self.allow(request, Access(action="read", chat_id=chat_id))
+        agent = await self.agent_of(chat_id)
+        await self.allow(request, Access(action="read", chat_id=chat_id, agent=agent))
         interrupts = await self.chat(chat_id).pending(worker_timeout=self.worker_timeout)
         return JSONResponse(
             {"chat_id": chat_id, "interrupts": [i.model_dump(mode="json") for i in interrupts]}
@@ -652,7 +738,8 @@ class _App:
 
     async def audit(self, request: Request) -> Response:
         chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
-        await self.allow(request, Access(action="read", chat_id=chat_id))
+        agent = await self.agent_of(chat_id)
+        await self.allow(request, Access(action="read", chat_id=chat_id, agent=agent))
         report = await self.client.audit_report(chat_id)
         return JSONResponse({"chat_id": chat_id, **report.model_dump(mode="json")})
 
@@ -665,7 +752,15 @@ class _App:
         except ValidationError as e:
             raise _validation_problem(e, what="the answer") from None
         who = await self.who(request)
-        await self.allow(request, Access(action="answer", chat_id=chat_id, identity=who.identity))
+        agent = await self.agent_of(chat_id)
+        await self.allow(
+            request, Access(action="answer", chat_id=chat_id, agent=agent, identity=who.identity)
+        )
+        # What the turn did next (its text, the calls it paused on and their inputs) is the
+        # chat's to read: a caller who may answer but not read learns only how it ended.
+        readable = await self.permits(
+            request, Access(action="read", chat_id=chat_id, agent=agent, identity=who.identity)
+        )
         chat = self.chat(chat_id)
         if who.carries_token:
             await self.may_receive_token(chat)
@@ -697,6 +792,22 @@ class _App:
                 run_id=run_id,
             ),
         )
+        if not readable:
+            withheld = result.model_copy(
+                update={
+                    "text": "",
+                    "interrupts": [],
+                    "error": None,
+                    "interrupts_omitted": result.interrupts_omitted + len(result.interrupts),
+                }
+            )
+            return JSONResponse(
+                {
+                    "chat_id": chat_id,
+                    "result": withheld.model_dump(mode="json"),
+                    "result_withheld": True,
+                }
+            )
         return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
 
     # -- AG-UI ---------------------------------------------------------------------------------

@@ -9,15 +9,20 @@ test, and what it lists is polled for.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx2
+import pytest
 from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from temporal_agent_interrupts import AgentClient, FinishReason, interrupt
+from temporal_agent_interrupts.client import inbox as inbox_module
 from temporal_agent_interrupts.client.inbox import (
     PausedChat,
     PausedInterrupt,
@@ -26,6 +31,7 @@ from temporal_agent_interrupts.client.inbox import (
     oldest_first,
     read_entries,
 )
+from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.worker.standin import calls
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
@@ -38,6 +44,7 @@ from temporal_agent_interrupts.workflows.config import (
 from tests import agents as t
 from tests.helpers import eventually
 from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
+from tests.web import served
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -125,7 +132,7 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
         assert "wireApproval" in decision and f"{ALICE} (asserted)" in decision
     # No worker from here on.
     ids = [a1.id, a2.id, b1.id]
-    inbox = AgentClient(client)
+    inbox = AgentClient(client, task_queue=tq)  # the queue its workers poll, whose chats it lists
 
     def settled(chats: list[PausedChat]) -> bool:
         mine = only(chats, ids)
@@ -265,24 +272,31 @@ def raw(data: bytes, encoding: bytes = b"json/plain") -> Payload:
 
 
 async def start_paused_looking(
-    client: Client, *, agent: str, pending: Payload | None, workflow: str = "AgentWorkflow"
+    client: Client,
+    *,
+    agent: str,
+    pending: Payload | None,
+    workflow: str = "AgentWorkflow",
+    task_queue: str | None = None,
+    since: datetime = datetime(2030, 1, 1, tzinfo=UTC),
 ) -> str:
-    """A workflow whose search attributes say it is a chat paused on ``approve``, on a task
-    queue nobody polls, with ``pending`` as its memo's pending calls: what anyone with the
-    namespace's credentials can start."""
+    """A workflow whose search attributes say it is a chat paused on ``approve``, on
+    ``task_queue`` (default: one nobody polls), with ``pending`` as its memo's pending calls:
+    what anyone with the namespace's credentials can start. (On a queue this deployment's
+    workers poll, with none running, its memo stays as written until a worker takes it.)"""
     chat_id = f"{agent}-poison-{uuid.uuid4().hex[:8]}"
     await client.start_workflow(
         workflow,
         {"agent": agent},
         id=chat_id,
-        task_queue=f"nobody-polls-{uuid.uuid4()}",
+        task_queue=task_queue or f"nobody-polls-{uuid.uuid4()}",
         memo={"pending": pending} if pending is not None else None,
         search_attributes=TypedSearchAttributes(
             [
                 SearchAttributePair(AGENT_NAME, agent),
                 SearchAttributePair(AGENT_STATUS, "interrupted"),
                 SearchAttributePair(PENDING_INTERRUPTS, ["approve"]),
-                SearchAttributePair(INTERRUPTED_SINCE, datetime(2030, 1, 1, tzinfo=UTC)),
+                SearchAttributePair(INTERRUPTED_SINCE, since),
             ]
         ),
     )
@@ -302,17 +316,25 @@ async def test_case6_a_memo_that_does_not_read_marks_its_chat_and_never_hides_th
     deep = b"[" * 100_000 + b"]" * 100_000
     poisoned = {
         "encoding": await start_paused_looking(
-            client, agent=agent.name, pending=raw(b"zz", b"binary/weird")
+            client, agent=agent.name, task_queue=tq, pending=raw(b"zz", b"binary/weird")
         ),
-        "json": await start_paused_looking(client, agent=agent.name, pending=raw(b"{not json")),
-        "deep": await start_paused_looking(client, agent=agent.name, pending=raw(deep)),
+        "json": await start_paused_looking(
+            client, agent=agent.name, task_queue=tq, pending=raw(b"{not json")
+        ),
+        "deep": await start_paused_looking(
+            client, agent=agent.name, task_queue=tq, pending=raw(deep)
+        ),
         "shape": await start_paused_looking(
-            client, agent=agent.name, pending=raw(json.dumps({"name": "approve"}).encode())
+            client,
+            agent=agent.name,
+            task_queue=tq,
+            pending=raw(json.dumps({"name": "approve"}).encode()),
         ),
         # Entries that parse are listed; the others are counted.
         "entries": await start_paused_looking(
             client,
             agent=agent.name,
+            task_queue=tq,
             pending=raw(json.dumps([good, {"ref": "no name"}, "junk", [[[]]]]).encode()),
         ),
     }
@@ -345,7 +367,7 @@ async def test_case6_a_memo_that_does_not_read_marks_its_chat_and_never_hides_th
         # Listed from its search attributes: the agent, since when, and the tool names.
         assert chat.agent == agent.name and chat.waiting_since == datetime(2030, 1, 1, tzinfo=UTC)
         assert [(i.name, i.ref) for i in chat.interrupts] == [("approve", "?")], kind
-        assert chat.task_queue is not None and chat.task_queue.startswith("nobody-polls-")
+        assert chat.task_queue == tq
     partly = by_id[poisoned["entries"]]
     assert partly.unreadable is None and partly.unreadable_entries == 3
     assert [i.ref for i in partly.interrupts] == ["g1"]
@@ -367,10 +389,122 @@ async def test_case6_a_memo_that_does_not_read_marks_its_chat_and_never_hides_th
     for kind, reason in reasons.items():
         assert f"  {poisoned[kind]}: unreadable: {reason}" in table.out.splitlines(), kind
     assert f"  {poisoned['entries']}: 3 entries could not be read" in table.out.splitlines()
-    elsewhere = [line for line in table.out.splitlines() if "not this client's" in line]
-    assert sorted(line.split(":")[0].strip() for line in elsewhere) == sorted(poisoned.values())
+    assert "not this client's" not in table.out  # its own queue's only, by default
     # The reasons never quote what the memo held.
     for quoted in ("binary/weird", "not json", "[[[", "junk", "no name"):
         assert quoted not in table.out and quoted not in run.out
     for chat_id in [real.id, *poisoned.values(), other]:
+        await client.get_workflow_handle(chat_id).terminate("test over")
+
+
+# ----------------------------------------------------------------------------------------------
+# A flood of fakes (finding 4 of issue 44)
+
+
+async def test_fakes_cannot_blind_the_inbox_oversized_memos_are_not_read_and_pages_are_bounded(
+    client, monkeypatch
+):
+    """Whoever holds the namespace's credentials started paused-looking workflows with memos
+    of ~1.5 MB: every listing read (and parsed, on the event loop) all of them, and their
+    faked ``InterruptedSince`` sorted them first. Now: only the client's own task queue is
+    listed by default; a ``pending`` memo larger than the product writes is listed
+    ``unreadable`` from its search attributes, never parsed; a page holds at most ``limit``
+    chats and its cursor leads through the rest once each; memos are parsed in a thread.
+    The queue has no worker, so the fakes' memos stay as their starter wrote them."""
+    agent = f"inbox-flood-{uuid.uuid4().hex[:8]}"
+    tq = f"inbox-{uuid.uuid4()}"
+    entry = {"name": "approve", "ref": "x", "input": {"blob": "y" * 900}}
+    huge = json.dumps([{**entry, "ref": f"x{n}"} for n in range(800)]).encode()
+    assert len(huge) > 700 * 1024  # past the most the product writes (MAX_PENDING_MEMO)
+    small = json.dumps([entry]).encode()
+    long_ago = datetime(2001, 1, 1, tzinfo=UTC)
+    oversized = [
+        await start_paused_looking(
+            client, agent=agent, task_queue=tq, pending=raw(huge), since=long_ago
+        )
+        for _ in range(2)
+    ]
+    plain = [
+        await start_paused_looking(client, agent=agent, task_queue=tq, pending=raw(small))
+        for _ in range(3)
+    ]
+    # On a queue no worker of this deployment polls, waiting "longest" of all.
+    elsewhere = await start_paused_looking(
+        client, agent=agent, pending=raw(small), since=datetime(1999, 1, 1, tzinfo=UTC)
+    )
+    ids = [*oversized, *plain]
+    inbox = AgentClient(client, task_queue=tq)
+    parsed_on: set[int] = set()
+    real_paused_chat = inbox_module.paused_chat
+
+    def recorded(wf: Any, pending: object) -> PausedChat:
+        parsed_on.add(threading.get_ident())
+        return real_paused_chat(wf, pending)
+
+    monkeypatch.setattr(inbox_module, "paused_chat", recorded)
+
+    def listed(chats: list[PausedChat]) -> bool:
+        return {c.chat_id for c in chats} >= set(ids)
+
+    everything = await eventually(
+        lambda: inbox.pending(agent=agent), listed, timeout=VISIBILITY_TIMEOUT
+    )
+    by_id = {c.chat_id: c for c in everything}
+    # The untrusted queue's chat is not listed, however long it says it has waited.
+    assert elsewhere not in by_id
+    assert set(by_id) == set(ids)
+    for chat_id in oversized:
+        chat = by_id[chat_id]
+        assert chat.unreadable is not None and "more than this product writes" in chat.unreadable
+        assert [(i.name, i.ref) for i in chat.interrupts] == [("approve", "?")]
+    for chat_id in plain:
+        assert by_id[chat_id].unreadable is None
+        assert [i.ref for i in by_id[chat_id].interrupts] == ["x"]
+    # Parsed off the event loop: never on this (the loop's) thread.
+    assert parsed_on and threading.get_ident() not in parsed_on
+    # Asked for, every queue is listed, each chat with its queue.
+    anywhere = await eventually(
+        lambda: inbox.pending(agent=agent, task_queues="any"),
+        lambda chats: elsewhere in {c.chat_id for c in chats},
+        timeout=VISIBILITY_TIMEOUT,
+    )
+    assert {c.chat_id: c.task_queue for c in anywhere}[elsewhere] != tq
+
+    # Pages of at most two, through the cursor: every chat once.
+    walked: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page = await inbox.pending_page(agent=agent, limit=2, cursor=cursor)
+        assert len(page.chats) <= 2
+        walked += [c.chat_id for c in page.chats]
+        pages += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert sorted(walked) == sorted(ids) and pages >= 3
+    assert [c.chat_id for c in await inbox.pending(agent=agent, limit=2)] == walked[:2]
+    for limit in (0, inbox_module.MAX_PAGE_SIZE + 1):
+        with pytest.raises(ValueError, match="limit is from 1"):
+            await inbox.pending_page(agent=agent, limit=limit)
+    with pytest.raises(ValueError, match="cursor"):
+        await inbox.pending_page(agent=agent, cursor="%%%")
+
+    # Over HTTP: the same page, the same report, and no other queue's chat.
+    async with (
+        served(agents_app(inbox, dev_loopback=True)) as base,
+        httpx2.AsyncClient(timeout=60) as http,
+    ):
+        r = await http.get(f"{base}/api/inbox", params={"agent": agent, "limit": "2"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["chats"]) <= 2 and body["next_cursor"]
+        r = await http.get(f"{base}/api/inbox", params={"agent": agent})
+        shown = {c["chat_id"]: c for c in r.json()["chats"]}
+        assert set(shown) == set(ids) and r.json()["next_cursor"] is None
+        assert all("more than this product" in shown[c]["unreadable"] for c in oversized)
+        for bad in ({"limit": "0"}, {"limit": "x"}, {"cursor": "%%%"}):
+            r = await http.get(f"{base}/api/inbox", params={"agent": agent, **bad})
+            assert r.status_code == 400, (bad, r.text)
+    for chat_id in [*ids, elsewhere]:
         await client.get_workflow_handle(chat_id).terminate("test over")

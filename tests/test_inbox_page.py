@@ -415,3 +415,48 @@ async def test_mounted_in_an_application_an_approver_the_call_does_not_name_is_r
             await expect(row).to_have_count(1)
             assert not errors, errors
     assert t.RUNS["release"] == 0
+
+
+async def test_an_input_too_large_for_the_listing_is_approved_only_once_it_is_shown_whole(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    """Finding 12 of issue 44: an input over the listing's 1 KiB is listed as a placeholder,
+    and Approve ran it on one click, unseen (a hidden 950,000 wire). Now Approve is off until
+    the approver has the whole input shown (fetched from the chat's pending calls, and only
+    when its digest is the one listed); then it approves what was shown, once."""
+    agent = release_agent()
+    hidden = {"service": "wire 950,000 to mallory", "version": "padding " * 300}
+    model.reply(calls(("release", hidden, "release-big")), text("Released."))
+    async with (
+        run_worker(agents=[agent]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-big")
+        (call,) = (await chat.send("Release it.")).interrupts
+        assert call.input == hidden
+        page = await first_page(context)
+        errors = page_errors(page)
+        await page.goto(inbox_url(origin, agent))
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+        # Listed as a placeholder: not the input, and Approve is not offered for it.
+        await expect(row.locator("td.input p.cut")).to_have_count(1)
+        await expect(row.locator("td.input pre")).not_to_contain_text("mallory")
+        approve = row.get_by_role("button", name=f"Approve release in {chat.id}")
+        await expect(approve).to_be_disabled()
+        await expect(row.get_by_role("button", name=f"Deny release in {chat.id}")).to_be_enabled()
+        # Shown whole, it may be approved: the approval is of what is on the screen.
+        await row.get_by_role(
+            "button", name=f"Show the whole input of release in {chat.id}"
+        ).click()
+        await expect(row.locator("td.input pre")).to_have_text(
+            json.dumps(hidden, indent=2, ensure_ascii=False)
+        )
+        await expect(approve).to_be_enabled()
+        assert t.RUNS["release"] == 0
+        answered = await click_and_answer(page, approve)
+        assert answered.status == 200, await answered.text()
+        await expect(page.locator("#results li")).to_contain_text("finished stop")
+        assert not errors, errors
+    assert t.RUNS["release"] == 1

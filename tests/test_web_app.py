@@ -473,7 +473,8 @@ async def test_the_applications_authorize_rule_is_asked_before_anything_is_done(
             assert r.status_code == 200 and r.json()["result"]["text"] == "ok"
     assert t.RUNS["release"] == 1
     assert {a.action for a in asked} == {"send", "read", "answer", "inbox"}
-    assert Access(action="answer", chat_id=thread, identity="ann") in asked
+    # The approvals API names the chat's agent too (read from the server), as AG-UI does.
+    assert Access(action="answer", chat_id=thread, agent=agent.name, identity="ann") in asked
 
 
 def test_dev_mode_serves_loopback_only():

@@ -24,11 +24,13 @@ import httpx2
 import pytest
 
 from temporal_agent_interrupts import Agent, ToolApproval
+from temporal_agent_interrupts.client import audit as audit_module
 from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import AgentClient, Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import Access, agents_app
 from temporal_agent_interrupts.errors import ChatNotFound
+from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows.types import input_digest
@@ -186,6 +188,179 @@ async def test_dev_mode_refuses_a_request_a_forwarding_proxy_brings(run_worker, 
             r = await answer(http, base, chat.id, "g1", approve_g1, headers=long)
             assert r.status_code == 403
         await intact(client, chat, ["g1", "r1", "a1"])
+
+
+async def forwarding_proxy(
+    upstream: str, *, version: bytes = b"HTTP/1.0", add: dict[str, str] | None = None
+) -> tuple[asyncio.Server, str]:
+    """A reverse proxy on loopback, as nginx's default ``proxy_pass`` forwards: the request
+    line in ``version`` (nginx speaks HTTP/1.0 to an upstream unless told otherwise), ``Host``
+    set to the upstream's address, ``Connection: close``, the client's other headers passed
+    on, ``add`` added (a proxy that says it is one), and no ``X-Forwarded-For``. Every one of
+    its clients reaches the app from 127.0.0.1."""
+    target = upstream.removeprefix("http://")
+    up_host, up_port = target.rsplit(":", 1)
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            line, *fields = head[:-4].split(b"\r\n")
+            method, path, _ = line.split(b" ", 2)
+            kept = [
+                f
+                for f in fields
+                if f.split(b":", 1)[0].strip().lower() not in (b"host", b"connection")
+            ]
+            length = next(
+                (int(f.split(b":", 1)[1]) for f in kept if f.lower().startswith(b"content-length")),
+                0,
+            )
+            body = await reader.readexactly(length) if length else b""
+            extra = [f"{k}: {v}".encode() for k, v in (add or {}).items()]
+            sent = b"\r\n".join(
+                [
+                    b" ".join([method, path, version]),
+                    f"Host: {target}".encode(),
+                    b"Connection: close",
+                    *kept,
+                    *extra,
+                ]
+            )
+            up_reader, up_writer = await asyncio.open_connection(up_host, int(up_port))
+            up_writer.write(sent + b"\r\n\r\n" + body)
+            await up_writer.drain()
+            writer.write(await up_reader.read())
+            await writer.drain()
+            up_writer.close()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_dev_mode_behind_a_same_host_proxy_that_forwards_no_address_serves_no_one(
+    run_worker, model, client
+):
+    """Finding 14: nginx's default ``proxy_pass`` on the same machine adds no
+    ``X-Forwarded-For`` and sends the upstream's own Host: every client it serves reached a
+    ``dev_loopback`` app as loopback and answered as whoever ``X-Agent-Identity`` named. A real
+    proxy hop, in each shape a proxy leaves (HTTP/1.0; HTTP/1.1 with a header saying it is
+    one), is refused; the app's own loopback clients are still served."""
+    agent = three_kinds(approvers=["ops@example.com"])
+    model.reply(PAUSE)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        app = agents_app(agents, dev_loopback=True)
+        approve_g1 = {"action": "approve", "input_digest": digest["g1"]}
+        eve = {"X-Agent-Identity": "ops@example.com"}
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            # Straight to the app, from this machine: served.
+            direct = await http.get(f"{base}/api/whoami", headers=eve)
+            assert direct.json()["identity"] == "ops@example.com"
+            shapes: list[tuple[bytes, dict[str, str]]] = [
+                (b"HTTP/1.0", {}),  # nginx's default
+                (b"HTTP/1.1", {"Via": "1.1 proxy"}),
+                (b"HTTP/1.1", {"X-Real-IP": "203.0.113.7"}),
+                (b"HTTP/1.1", {"Forwarded": "for=203.0.113.7"}),
+                (b"HTTP/1.1", {"X-Forwarded-Proto": "https"}),
+            ]
+            for version, add in shapes:
+                server, proxied = await forwarding_proxy(base, version=version, add=add)
+                try:
+                    r = await http.get(f"{proxied}/api/whoami", headers=eve)
+                    assert r.status_code == 403 and r.json()["code"] == "not_loopback", (add, r)
+                    r = await http.get(f"{proxied}/api/inbox", headers=eve)
+                    assert r.status_code == 403, (version, add)
+                    r = await answer(http, proxied, chat.id, "g1", approve_g1, headers=eve)
+                    assert r.status_code == 403 and r.json()["code"] == "not_loopback", add
+                finally:
+                    server.close()
+                    await server.wait_closed()
+        await intact(client, chat, ["g1", "r1", "a1"])
+
+
+async def test_authorize_scopes_the_inbox_and_the_approvals_api_by_chat_and_agent(
+    run_worker, model, client
+):
+    """Finding 8: a user the application's rule refused a chat's ``/pending`` still read its
+    calls' inputs in ``/api/inbox``; the approvals API asked the rule with no agent; and a
+    caller allowed to answer but not to read got the turn's text (and the next calls'
+    inputs) back. Now the inbox lists only what the caller may read, every approvals-API
+    ``Access`` names the chat's agent, and an answer tells such a caller only how the turn
+    ended."""
+    agent = three_kinds()
+    secret = "the vault code is 4711"
+    model.reply(PAUSE, text(secret))
+    asked: list[Access] = []
+
+    def rule(request: Any, access: Access) -> bool:
+        asked.append(access)
+        user = request.headers.get("x-user")
+        return not (user == "bob" and access.action == "read")
+
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        app = agents_app(agents, identity=lambda r: r.headers.get("x-user"), authorize=rule)
+        alice, bob = {"X-User": "alice"}, {"X-User": "bob"}
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+
+            async def inbox(who: dict[str, str]) -> list[str]:
+                r = await http.get(f"{base}/api/inbox", params={"agent": agent.name}, headers=who)
+                assert r.status_code == 200, r.text
+                return [c["chat_id"] for c in r.json()["chats"]]
+
+            # Alice may read it: listed (once visibility has it). Bob may not: not listed,
+            # as his /pending is refused.
+            await eventually(lambda: inbox(alice), lambda ids: chat.id in ids, timeout=30)
+            r = await http.get(f"{base}/api/chats/{chat.id}/pending", headers=bob)
+            assert r.status_code == 403
+            assert chat.id not in await inbox(bob)
+
+            # Every approvals-API question names the chat's agent.
+            asked.clear()
+            assert (await http.get(f"{base}/api/chats/{chat.id}/pending", headers=alice)).is_success
+            assert (await http.get(f"{base}/api/chats/{chat.id}/audit", headers=alice)).is_success
+            r = await answer(
+                http,
+                base,
+                chat.id,
+                "g1",
+                {"action": "approve", "input_digest": digest["g1"]},
+                headers=bob,
+            )
+            assert r.status_code == 200, r.text
+            assert asked and all(a.agent == agent.name for a in asked), asked
+
+            # Bob may answer, not read: the turn's next calls, their inputs and its text are
+            # withheld; how it ended is not.
+            body = r.json()
+            assert body["result_withheld"] is True
+            assert body["result"]["finish_reason"] == "interrupted"
+            assert body["result"]["interrupts"] == [] and body["result"]["interrupts_omitted"] == 2
+            assert "order ink" not in r.text and '"api"' not in r.text
+            r = await answer(
+                http,
+                base,
+                chat.id,
+                "r1",
+                {"action": "approve", "input_digest": digest["r1"]},
+                headers=bob,
+            )
+            assert r.status_code == 200 and r.json()["result_withheld"] is True
+            done = {
+                "action": "respond",
+                "input_digest": digest["a1"],
+                "output": {"approved": True, "note": "ok"},
+            }
+            r = await answer(http, base, chat.id, "a1", done, headers=bob)
+            assert r.status_code == 200, r.text
+            assert r.json()["result"]["finish_reason"] == "stop"
+            assert secret not in r.text and r.json()["result"]["text"] == ""
+        # The turn itself went on as answered: the text is the chat's, for those who may read.
+        last = await chat.last_turn()
+        assert last is not None and last.text == secret
 
 
 async def test_bearer_mode_with_an_agent_that_verifies_nobody_refuses_every_answer(
@@ -1222,3 +1397,93 @@ def test_both_http_servers_refuse_a_cors_origin_that_is_no_sites(bad):
         agents_app(AgentClient.__new__(AgentClient), identity="bearer", cors_origins=[bad])
     with pytest.raises(ValueError, match="not one site's origin"):
         CodecServer(PayloadKeys.parse(generate_key("k")), cors_origins=[bad])
+
+
+# ----------------------------------------------------------------------------------------------
+# What one request costs (finding 15 of issue 44).
+
+
+async def test_audit_reads_a_closed_runs_history_once_and_after_that_only_the_open_run(
+    small_histories, model, monkeypatch
+):
+    """``/api/chats/{id}/audit`` read every run's whole history on every request (1.1 s for
+    a chat with 94 MB of it). Closed runs' histories never change: each is read once per
+    client, and every later audit reads only the chat's open run. The trail is the same."""
+    client = small_histories.client
+    tq = f"audit-cache-{uuid.uuid4()}"
+    asker = Agent(f"audit-cache-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    reads: list[str] = []
+    real_read_run = audit_module.read_run
+
+    async def counted(temporal: Any, chat_id: str, run_id: str) -> Any:
+        reads.append(run_id)
+        return await real_read_run(temporal, chat_id, run_id)
+
+    monkeypatch.setattr(audit_module, "read_run", counted)
+    async with build_worker(client, agents=[asker], task_queue=tq, gemini=model.client()):
+        agents = AgentClient(client, task_queue=tq)
+        chat = await agents.chat(asker.name)
+        runs: list[str] = []
+        answered = 0
+        while len(runs) < 3 and answered < 20:
+            n = answered
+            model.reply(calls(("approve", {"question": f"q{n}"}, f"a{n}")), text(f"done {n}"))
+            (asked,) = (await chat.send(f"turn {n}")).interrupts
+            done = await chat.resume(answers=[asked.respond({"approved": True})], identity="ann")
+            assert done.text == f"done {n}"
+            answered += 1
+            runs = [wf.run_id async for wf in client.list_workflows(f'WorkflowId="{chat.id}"')]
+        assert len(runs) >= 3, runs
+        async with (
+            served(agents_app(agents, identity=lambda _: "ann")) as base,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            first = await http.get(f"{base}/api/chats/{chat.id}/audit")
+            assert first.status_code == 200, first.text
+            read_first = list(reads)
+            reads.clear()
+            again = await http.get(f"{base}/api/chats/{chat.id}/audit")
+            assert again.status_code == 200
+    assert set(runs) <= set(read_first)
+    # The second audit read only the open run: the closed ones came from what was kept.
+    open_run = (await chat.handle.describe()).run_id
+    assert reads == [open_run], (reads, runs)
+    assert again.json() == first.json()
+    assert len(first.json()["records"]) == answered
+
+
+async def test_a_client_that_goes_away_mid_body_is_not_an_internal_error(
+    run_worker, model, client, caplog
+):
+    """A client that sent part of a body and closed the connection was logged as the app's
+    internal error (a traceback at ERROR): it is the client's doing, and nobody is left to
+    answer."""
+    agent = three_kinds()
+    model.reply(PAUSE)
+    done = asyncio.Event()
+    async with run_worker(agents=[agent]) as agents:
+        chat, _ = await paused(agents, agent)
+        app = agents_app(agents, identity=lambda _: "ann")
+
+        async def watched(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await app(scope, receive, send)
+            finally:
+                if scope["type"] == "http" and scope["path"].endswith("/interrupts/g1"):
+                    done.set()
+
+        caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.client.web")
+        async with served(watched) as base:  # type: ignore[arg-type]  # an ASGI app, as uvicorn takes it
+            _, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
+            writer.write(
+                f"POST /api/chats/{chat.id}/interrupts/g1 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                '{"action": "appr'.encode()
+            )
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.wait_for(done.wait(), 30)
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [], [r.getMessage() for r in errors]
+        await intact(client, chat, ["g1", "r1", "a1"])

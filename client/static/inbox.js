@@ -224,8 +224,62 @@
 
   function setButtons(row, enabled, note) {
     for (const button of row.tr.querySelectorAll("button")) button.disabled = !enabled;
+    // Approve stays off until the whole input is shown (see showWhole).
+    if (row.approve) row.approve.disabled = !enabled || !row.approvable;
     row.note.textContent = note;
     if (!enabled) row.denyForm.hidden = true;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // An input too large for the inbox's listing: shown whole before it can be approved.
+
+  /** Fetch the call's whole input from the chat's pending calls, show it in the row, and
+   * offer Approve only when it is the input the listing's digest names: an approval binds
+   * the whole input, so it is never given on the strength of a placeholder. */
+  async function showWhole(row) {
+    const { chatId, entry } = row;
+    row.show.disabled = true;
+    row.note.textContent = "Fetching the whole input…";
+    let found = null;
+    try {
+      const response = await fetch(api(`chats/${encodeURIComponent(chatId)}/pending`), {
+        headers: { Accept: "application/json" },
+      });
+      if (!response.ok) {
+        const problem = await problemOf(response);
+        row.note.textContent = `Could not fetch the whole input: ${problem.detail}`;
+        row.show.disabled = false;
+        return;
+      }
+      const listing = await response.json();
+      const calls = Array.isArray(listing.interrupts) ? listing.interrupts : [];
+      const path = JSON.stringify(Array.isArray(entry.path) ? entry.path.map(str) : []);
+      const same = (call) =>
+        call &&
+        str(call.ref) === str(entry.ref) &&
+        JSON.stringify(Array.isArray(call.path) ? call.path.map(str) : []) === path;
+      found = calls.find(same) ?? null;
+    } catch (error) {
+      row.note.textContent = `Could not fetch the whole input: ${str(error && error.message)}`;
+      row.show.disabled = false;
+      return;
+    }
+    if (
+      found === null ||
+      !entry.input_digest ||
+      str(found.input_digest) !== str(entry.input_digest) ||
+      found.input_cut
+    ) {
+      row.note.textContent =
+        "The call's input is not the one listed (answered or changed since): wait for the list.";
+      return;
+    }
+    row.whole = found.input ?? {};
+    row.approvable = true;
+    row.show.hidden = true;
+    const cell = row.tr.querySelector("td.input");
+    if (cell) cell.replaceWith(inputCell(row.chat, entry, row.whole));
+    if (!row.busy) setButtons(row, true, "");
   }
 
   function actionsCell(row) {
@@ -266,9 +320,23 @@
     });
     row.denyForm = form;
     row.note = note;
+    row.approve = approve;
     // The answer must name the digest of the input shown, which only the app computes.
     const answerable = entry.ref !== "?" && Boolean(entry.input_digest);
+    // A placeholder is not the input: Approve waits until the whole one is shown. (Deny
+    // runs nothing, and needs no more than the listing shows.)
+    row.approvable = answerable && (!entry.input_cut || row.whole !== undefined);
     const cell = el("td", { class: "actions" }, approve, " ", deny, form, note);
+    if (answerable && !row.approvable) {
+      const show = button("Show the whole input", {
+        class: "show-whole",
+        "aria-label": `Show the whole input of ${label}`,
+      });
+      show.addEventListener("click", () => showWhole(row));
+      row.show = show;
+      cell.prepend(show, " ");
+      approve.disabled = true;
+    }
     if (!answerable) {
       approve.disabled = deny.disabled = true;
       note.textContent =
@@ -288,7 +356,30 @@
   const keyOf = (chatId, entry) =>
     JSON.stringify([chatId, str(entry.ref), str(entry.input_digest), str(entry.since)]);
 
-  function dataCells(chat, entry) {
+  function inputCell(chat, entry, whole) {
+    const cell = el("td", { class: "input" }, json(whole ?? entry.input ?? {}));
+    if (whole !== undefined) {
+      cell.append(el("p", { class: "whole" }, "The whole input, as the chat holds it."));
+    } else if (entry.input_cut) {
+      cell.append(
+        el(
+          "p",
+          { class: "cut" },
+          "Not the whole input (too large for the inbox): show it whole to approve it."
+        )
+      );
+    }
+    const metadata = entry.metadata;
+    if (metadata && typeof metadata === "object" && Object.keys(metadata).length) {
+      cell.append(el("div", { class: "label" }, "metadata"), json(metadata));
+    }
+    if (chat.unreadable) {
+      cell.append(el("p", { class: "unreadable" }, `Unreadable: ${str(chat.unreadable)}`));
+    }
+    return cell;
+  }
+
+  function dataCells(chat, entry, whole) {
     const chatCell = el(
       "td",
       { class: "chat" },
@@ -317,23 +408,6 @@
         ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source))
         : null
     );
-    const inputCell = el("td", { class: "input" }, json(entry.input ?? {}));
-    if (entry.input_cut) {
-      inputCell.append(
-        el(
-          "p",
-          { class: "cut" },
-          "Not the whole input (too large for the inbox): your answer is bound to the whole one."
-        )
-      );
-    }
-    const metadata = entry.metadata;
-    if (metadata && typeof metadata === "object" && Object.keys(metadata).length) {
-      inputCell.append(el("div", { class: "label" }, "metadata"), json(metadata));
-    }
-    if (chat.unreadable) {
-      inputCell.append(el("p", { class: "unreadable" }, `Unreadable: ${str(chat.unreadable)}`));
-    }
     const approvers = Array.isArray(entry.approvers) ? entry.approvers.map(str) : [];
     const approversCell = el(
       "td",
@@ -354,7 +428,7 @@
     return [
       chatCell,
       toolCell,
-      inputCell,
+      inputCell(chat, entry, whole),
       approversCell,
       votesCell,
       el("td", { class: "deadline" }, timeEl(entry.deadline)),
@@ -381,7 +455,7 @@
         listed.add(key);
         let row = rows.get(key);
         if (row === undefined) {
-          row = { key, chatId, entry, busy: false, serial: serial++ };
+          row = { key, chatId, chat, entry, busy: false, serial: serial++ };
           row.tr = el("tr", { "data-chat": chatId, "data-ref": str(entry.ref) });
           row.tr.append(...dataCells(chat, entry), actionsCell(row));
           rows.set(key, row);
@@ -391,8 +465,9 @@
           // Same call, same input: refresh what may change (votes, deadline, how long ago), cell
           // by cell, so that the answer cell (its focus, a reason being typed) stays as it is.
           row.entry = entry;
+          row.chat = chat;
           row.shown = shownAs(chat, entry);
-          const cells = dataCells(chat, entry);
+          const cells = dataCells(chat, entry, row.whole);
           cells.forEach((cell, i) => row.tr.replaceChild(cell, row.tr.children[i]));
         }
         wanted.push(row.tr);
@@ -448,6 +523,11 @@
       if (response.ok) {
         const listing = await response.json();
         render(Array.isArray(listing.chats) ? listing.chats : []);
+        if (listing.next_cursor) {
+          // One page of the inbox: the rest is for a narrower listing (?agent=, ?approver=).
+          statusLine.textContent +=
+            " More paused chats than one page holds: narrow the list with ?agent= or ?approver=.";
+        }
       } else {
         const problem = await problemOf(response);
         statusLine.textContent = `Could not refresh the list: ${problem.detail}`;
