@@ -667,12 +667,25 @@ class TurnMachine:
     ) -> None:
         """Take an activity's ``ApplicationError`` only with a worker's seal for this very
         activity. Failures of the server's own kinds (a timeout, a cancellation the workflow
-        asked for) are the server's word, and are taken as they are.
+        asked for) are the server's word, and are taken as they are; but a cancellation while
+        nothing is being cancelled was sent by id as a failure, and is refused.
 
         Raises:
             _Unsealed: an application failure without a seal that verifies; recorded.
         """
         cause = err.cause
+        if isinstance(cause, CancelledError):
+            task = asyncio.current_task()
+            if self.cancel is not None or (task is not None and task.cancelling()):
+                return  # the cancellation this turn (or the workflow) asked for
+            # The server lets no worker report a cancellation nobody asked for
+            # (RespondActivityTaskCanceled* is refused): this one came by id as a failure.
+            self._refuse_result(
+                activity=activity,
+                what=what,
+                why="it is a cancellation this conversation did not ask for",
+                failure=True,
+            )
         if not isinstance(cause, ApplicationError):
             return
         details, seal = split_details(cause.details)
