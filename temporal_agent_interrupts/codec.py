@@ -46,7 +46,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
+from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
@@ -430,6 +430,21 @@ class EncryptedPayloadConverter(EncodingPayloadConverter, WithSerializationConte
         return type(self)(self._codec.with_context(context), self._on_missing_key, context)
 
 
+UNREADABLE_DETAIL = "(a failure detail that does not convert)"
+"""What :class:`ReadingFailureConverter` reads a failure detail it cannot convert as."""
+
+
+def awaits_a_key(error: BaseException) -> bool:
+    """Whether ``error`` (or a cause of it) is a :class:`PayloadKeyMissing` for a key this
+    process does not hold (not ``corrupt``): a process that holds the key can read it."""
+    found: BaseException | None = error
+    while found is not None:
+        if isinstance(found, PayloadKeyMissing):
+            return not found.corrupt
+        found = found.__cause__
+    return False
+
+
 class AgentPayloadConverter(PydanticPayloadConverter):
     """The pydantic payload converter, plus :class:`EncryptedPayloadConverter` for
     ``binary/encrypted`` (last: it never writes, so values never reach it).
@@ -480,7 +495,51 @@ def _readable(exception: BaseException) -> str | None:
     return None
 
 
-class AgentFailureConverter(DefaultFailureConverter):
+class _LenientDetails(PayloadConverter):
+    """A payload converter that reads a failure's details one by one, an unconvertible one as
+    :data:`UNREADABLE_DETAIL` (but one encrypted with a key this process lacks, which raises)."""
+
+    def __init__(self, inner: PayloadConverter) -> None:
+        self.inner = inner
+
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
+        return self.inner.to_payloads(values)
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        return self.inner.from_payloads(payloads, type_hints)
+
+    def from_payloads_wrapper(self, payloads: Payloads | None) -> list[Any]:
+        if not payloads or not payloads.payloads:
+            return []
+        details: list[Any] = []
+        for payload in payloads.payloads:
+            try:
+                details.extend(self.inner.from_payloads([payload]))
+            except Exception as e:
+                if awaits_a_key(e):
+                    raise
+                details.append(UNREADABLE_DETAIL)
+        return details
+
+
+class ReadingFailureConverter(DefaultFailureConverter):
+    """The SDK's failure converter, but a failure detail that does not convert reads as
+    :data:`UNREADABLE_DETAIL`. The SDK reads details eagerly, in a workflow's activation; a
+    failure completed by id (``RespondActivityTaskFailedById``) carries anyone's bytes, and one
+    it could not convert would fail the workflow task on every replay (a stuck chat). No seal
+    verifies the placeholder (``workflows.seal``): the workflow refuses the failure. A detail
+    encrypted with a key this process lacks still raises: a worker that holds the key reads it.
+    """
+
+    def from_failure(self, failure: Failure, payload_converter: PayloadConverter) -> BaseException:
+        if not isinstance(payload_converter, _LenientDetails):
+            payload_converter = _LenientDetails(payload_converter)
+        return super().from_failure(failure, payload_converter)
+
+
+class AgentFailureConverter(ReadingFailureConverter):
     """With keys: a failure's message and stack trace travel encrypted (a tool's error can quote
     its input), but for two fixed texts that name no payload's content: the SDK's "Failed
     decoding arguments" and :class:`PayloadKeyMissing`'s message (key ids, the variable, the
@@ -532,8 +591,8 @@ def data_converter(
         # input: with keys they travel in the failure's encoded attributes (a payload, so
         # encrypted), and history shows "Encoded failure" in their place, but for the fixed
         # texts that say a payload could not be decrypted (AgentFailureConverter).
-        converter = dataclasses.replace(converter, failure_converter_class=AgentFailureConverter)
-    return converter
+        return dataclasses.replace(converter, failure_converter_class=AgentFailureConverter)
+    return dataclasses.replace(converter, failure_converter_class=ReadingFailureConverter)
 
 
 def codec_of(converter: DataConverter) -> EncryptionCodec | None:

@@ -47,7 +47,6 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_
 from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
-    DefaultFailureConverter,
     DefaultPayloadConverter,
     WorkflowSerializationContext,
 )
@@ -71,6 +70,7 @@ from temporal_agent_interrupts.codec import (
     PayloadKeyMissing,
     PayloadKeys,
     PayloadKeysError,
+    ReadingFailureConverter,
     codec_of,
     data_converter,
     generate_key,
@@ -80,6 +80,7 @@ from temporal_agent_interrupts.errors import AgentError
 from temporal_agent_interrupts.worker import agent_converter, build_worker
 from temporal_agent_interrupts.worker.codec_server import CodecServer
 from temporal_agent_interrupts.worker.devserver import dev_server_command
+from temporal_agent_interrupts.worker.result_keys import parse_result_keys
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted, offline
 from temporal_agent_interrupts.workflows import Agent, config, turn
@@ -93,6 +94,7 @@ from temporal_agent_interrupts.workflows.config import (
 from temporal_agent_interrupts.workflows.types import ErrorKind, InterruptRequest
 from tests import agents as t
 from tests.helpers import (
+    RESULT_KEYS,
     assert_no_workflow_task_failed,
     eventually,
     server_address,
@@ -439,7 +441,7 @@ def test_the_data_converter_is_pydantic_with_the_codec_and_reads_the_env_only_wh
     assert converter.failure_converter_class is AgentFailureConverter
     codec = codec_of(converter)
     assert codec is not None and codec.keys.ids == ("k1",)
-    assert data_converter(NO_KEYS).failure_converter_class is DefaultFailureConverter
+    assert data_converter(NO_KEYS).failure_converter_class is ReadingFailureConverter
     explicit = codec_of(data_converter(NO_KEYS))
     assert explicit is not None and not explicit.keys  # installed, without keys
     assert codec_of(data_converter(K2)).keys.ids == ("k2",)  # type: ignore[union-attr]  # ours
@@ -1251,7 +1253,9 @@ async def test_an_activity_result_the_workflow_cannot_read_fails_its_task_and_st
             Worker(
                 with_keys(env.client, f"{K1},{K2}"),  # reads k2, writes k1
                 task_queue=queue,
-                activities=AgentActivities([agent], gemini=gemini).activities(),
+                activities=AgentActivities(
+                    [agent], gemini=gemini, result_keys=parse_result_keys(RESULT_KEYS)
+                ).activities(),
             ),
         ):
             chat = await AgentClient(with_keys(env.client, K2), task_queue=queue).chat(agent.name)
@@ -1290,7 +1294,9 @@ async def test_a_call_a_worker_could_not_decrypt_runs_later_and_is_never_a_tool_
             keyless = Worker(
                 env.client,  # the session's client: the codec, no keys
                 task_queue=queue,
-                activities=AgentActivities([agent], gemini=gemini).activities(),
+                activities=AgentActivities(
+                    [agent], gemini=gemini, result_keys=parse_result_keys(RESULT_KEYS)
+                ).activities(),
             )
             async with keyless:
                 answering = asyncio.create_task(chat.resume(answers=[gate.approve()]))
@@ -1303,7 +1309,9 @@ async def test_a_call_a_worker_could_not_decrypt_runs_later_and_is_never_a_tool_
             with_key = Worker(
                 keyed,
                 task_queue=queue,
-                activities=AgentActivities([agent], gemini=gemini).activities(),
+                activities=AgentActivities(
+                    [agent], gemini=gemini, result_keys=parse_result_keys(RESULT_KEYS)
+                ).activities(),
             )
             async with with_key:
                 res = await asyncio.wait_for(answering, 60)
@@ -1373,7 +1381,9 @@ async def test_a_call_no_worker_can_decrypt_fails_after_the_give_up_time(env, mo
             Worker(
                 env.client,  # the session's client: the codec, no keys
                 task_queue=queue,
-                activities=AgentActivities([agent], gemini=gemini).activities(),
+                activities=AgentActivities(
+                    [agent], gemini=gemini, result_keys=parse_result_keys(RESULT_KEYS)
+                ).activities(),
             ),
         ):
             res = await asyncio.wait_for(chat.resume(answers=[gate.approve()]), 60)

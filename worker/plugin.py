@@ -35,7 +35,7 @@ from typing import Any
 import google.genai as genai
 from temporalio.client import ClientConfig
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.converter import DataConverter, DefaultPayloadConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import ReplayerConfig, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -47,6 +47,7 @@ from temporal_agent_interrupts.codec import (
     AgentPayloadConverter,
     EncryptionCodec,
     PayloadKeys,
+    ReadingFailureConverter,
     codec_of,
     data_converter,
     load_keys,
@@ -261,7 +262,14 @@ def agent_converter(
             f"and payload keys are given ({ENV_VAR} or payload_keys=): every payload would be "
             "encrypted twice; keep one"
         )
-    return dataclasses.replace(existing, payload_converter_class=AgentPayloadConverter)
+    # The SDK's failure converter becomes ours too: it reads a forged failure's unconvertible
+    # details as a placeholder rather than fail the workflow task (codec.ReadingFailureConverter).
+    failures = existing.failure_converter_class
+    if failures is DefaultFailureConverter:
+        failures = ReadingFailureConverter
+    return dataclasses.replace(
+        existing, payload_converter_class=AgentPayloadConverter, failure_converter_class=failures
+    )
 
 
 def _runner(existing: WorkflowRunner | None) -> WorkflowRunner:

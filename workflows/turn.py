@@ -25,10 +25,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -595,13 +595,17 @@ class TurnMachine:
         delay = config.UNDECRYPTABLE_RETRY_FIRST
         since = None
         what = options.get("summary") or activity
+        # The result is read here, not by the SDK: a completion by id carries anyone's bytes,
+        # and one the SDK could not convert would fail the workflow task on every replay (a
+        # stuck chat). One that does not read as the result type is refused as unsealed.
+        result_type: type[Any] = options.pop("result_type")
         while True:
             # Our own id, so the seal binds the result to this activity (workflows.seal).
             self._activities += 1
             activity_id = sealed_activity_id(activity, self._activities)
             try:
-                result = await workflow.execute_activity(
-                    activity, arg, activity_id=activity_id, **options
+                raw: RawValue = await workflow.execute_activity(
+                    activity, arg, activity_id=activity_id, result_type=RawValue, **options
                 )
             except ActivityError as e:
                 key_id = _undecryptable(e)
@@ -623,8 +627,30 @@ class TurnMachine:
                 await workflow.sleep(delay, summary="waiting for a worker with the payload key")
                 delay = min(delay * 2, config.UNDECRYPTABLE_RETRY_MAX)
                 continue
+            result = self._read_result(raw, result_type, activity=activity, what=what)
             self._check_result(result, activity=activity, activity_id=activity_id, what=what)
             return result
+
+    def _read_result(
+        self, raw: RawValue, result_type: type[Any], *, activity: str, what: str
+    ) -> Any:
+        """The activity's result as ``result_type``, with its canonical bytes readable.
+
+        Raises:
+            _Unsealed: it does not convert (anyone's bytes, completed by id); recorded.
+        """
+        try:
+            result = workflow.payload_converter().from_payload(raw.payload, result_type)
+            result_body(result)  # a lone surrogate converts, and then cannot be written
+        except Exception as e:
+            if _awaits_a_key(e):
+                # Encrypted with a key this worker lacks: the task fails until a worker that
+                # holds it reads the result (as the SDK's own conversion would), rather than
+                # refuse what a worker with the key would take (a replay deciding otherwise).
+                raise
+            why = f"it does not read as a {result_type.__name__} ({type(e).__name__})"
+            self._refuse_result(activity=activity, what=what, why=why)
+        return result
 
     def _binding(self, activity: str, activity_id: str) -> Binding:
         return Binding(
@@ -653,12 +679,25 @@ class TurnMachine:
     ) -> None:
         """Take an activity's ``ApplicationError`` only with a worker's seal for this very
         activity. Failures of the server's own kinds (a timeout, a cancellation the workflow
-        asked for) are the server's word, and are taken as they are.
+        asked for) are the server's word, and are taken as they are; but a cancellation while
+        nothing is being cancelled was sent by id as a failure, and is refused.
 
         Raises:
             _Unsealed: an application failure without a seal that verifies; recorded.
         """
         cause = err.cause
+        if isinstance(cause, CancelledError):
+            task = asyncio.current_task()
+            if self.cancel is not None or (task is not None and task.cancelling()):
+                return  # the cancellation this turn (or the workflow) asked for
+            # The server lets no worker report a cancellation nobody asked for
+            # (RespondActivityTaskCanceled* is refused): this one came by id as a failure.
+            self._refuse_result(
+                activity=activity,
+                what=what,
+                why="it is a cancellation this conversation did not ask for",
+                failure=True,
+            )
         if not isinstance(cause, ApplicationError):
             return
         details, seal = split_details(cause.details)
@@ -676,7 +715,9 @@ class TurnMachine:
         if why is not None:
             self._refuse_result(activity=activity, what=what, why=why, failure=True)
 
-    def _refuse_result(self, *, activity: str, what: str, why: str, failure: bool = False) -> None:
+    def _refuse_result(
+        self, *, activity: str, what: str, why: str, failure: bool = False
+    ) -> NoReturn:
         kind = "failure" if failure else "result"
         record = audit.rejection(
             at=workflow.now(),
@@ -1587,6 +1628,19 @@ def _undecryptable(err: ActivityError) -> str | None:
             return repr(found[1]) if found else "unknown"
         inner = inner.__cause__
     return None
+
+
+def _awaits_a_key(error: BaseException) -> bool:
+    """Whether ``error`` (or a cause of it) is the codec's ``PayloadKeyMissing`` for a key id
+    this process does not hold (not ``corrupt``: a key it holds under that id that does not open
+    the payload, which no worker with this key set would open either). ``codec.awaits_a_key``,
+    by the class's name: the workflow's sandbox imports the codec module anew."""
+    found: BaseException | None = error
+    while found is not None:
+        if type(found).__name__ == ErrorKind.PAYLOAD_KEY_MISSING:
+            return not getattr(found, "corrupt", False)
+        found = found.__cause__
+    return False
 
 
 def _classified(err: ActivityError) -> bool:

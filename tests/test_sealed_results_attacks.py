@@ -1,0 +1,310 @@
+"""Attacks on sealed results (issue 44, finding 1) by someone holding namespace credentials but
+neither ``AGENT_RESULT_KEYS`` nor a worker, on a real dev server.
+
+Each test completes or fails an activity by id (``RespondActivityTaskCompletedById`` /
+``…FailedById``) with what such a caller can send, and asserts what the conversation must do:
+take nothing, keep its workflow task healthy (a failed task replays to the same failure for
+ever: a stuck chat), and run no tool more than it was asked to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import TimeoutType
+from temporalio.api.failure.v1 import (
+    ApplicationFailureInfo,
+    CanceledFailureInfo,
+    Failure,
+    ServerFailureInfo,
+    TimeoutFailureInfo,
+)
+from temporalio.api.workflowservice.v1 import (
+    RespondActivityTaskCanceledByIdRequest,
+    RespondActivityTaskCompletedByIdRequest,
+    RespondActivityTaskFailedByIdRequest,
+)
+from temporalio.client import ActivityFailureError, Client
+from temporalio.service import RPCError
+
+from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from temporal_agent_interrupts.workflows.types import ErrorKind, ToolInput, ToolResult
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed, eventually
+from tests.test_sealed_results import Held, _activity_rejections, _run_id, _scheduled
+
+
+def _json(data: bytes) -> Payload:
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
+
+
+async def _complete_raw(client: Client, chat_id: str, activity_id: str, payload: Payload) -> None:
+    await client.workflow_service.respond_activity_task_completed_by_id(
+        RespondActivityTaskCompletedByIdRequest(
+            namespace=client.namespace,
+            workflow_id=chat_id,
+            run_id=await _run_id(client, chat_id),
+            activity_id=activity_id,
+            result=Payloads(payloads=[payload]),
+            identity="attacker",
+        )
+    )
+
+
+async def _fail_raw(client: Client, chat_id: str, activity_id: str, failure: Failure) -> None:
+    await client.workflow_service.respond_activity_task_failed_by_id(
+        RespondActivityTaskFailedByIdRequest(
+            namespace=client.namespace,
+            workflow_id=chat_id,
+            run_id=await _run_id(client, chat_id),
+            activity_id=activity_id,
+            failure=failure,
+            identity="attacker",
+        )
+    )
+
+
+async def _model_id(client: Client, chat_id: str, nth: int = 1) -> str:
+    found = await eventually(
+        lambda: _scheduled(client, chat_id, MODEL_ACTIVITY, nth=nth), lambda f: f is not None
+    )
+    assert found is not None
+    return found
+
+
+async def _tool_id(client: Client, chat_id: str) -> str:
+    found = await eventually(
+        lambda: _scheduled(client, chat_id, TOOL_ACTIVITY), lambda f: f is not None
+    )
+    assert found is not None
+    return found
+
+
+# What a completion by id may carry that does not read as the activity's result type at all.
+UNREADABLE_RESULTS = {
+    "not-a-model-result": _json(b'{"message": 5}'),
+    "not-json": _json(b"{not json"),
+    "unknown-encoding": Payload(metadata={"encoding": b"binary/forged"}, data=b"x"),
+    "lone-surrogate": _json(b'{"message": {"role": "model", "parts": [{"text": "\\ud800"}]}}'),
+}
+
+
+@pytest.mark.parametrize("payload", list(UNREADABLE_RESULTS.values()), ids=list(UNREADABLE_RESULTS))
+async def test_an_unreadable_model_result_by_id_is_refused_not_a_stuck_chat(client, payload):
+    """The result of a completion by id is anyone's bytes: one that does not decode as a
+    ``ModelResult`` is a result no worker sealed, refused like any other, never a workflow task
+    that fails on every replay."""
+    held = Held(text("lost"), text("hello"))
+    gemini = held.model.client()
+    queue = f"attack-{uuid.uuid4()}"
+    try:
+        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
+            chat = await AgentClient(client, task_queue=queue).chat("gated")
+            sent = asyncio.create_task(chat.send("hi"))
+            await _complete_raw(client, chat.id, await _model_id(client, chat.id), payload)
+            held.release.set()
+            result = await asyncio.wait_for(sent, 30)
+            assert result.finish_reason == FinishReason.STOP and result.text == "hello"
+            refused = await _activity_rejections(client, chat.id)
+            assert len(refused) == 1, refused
+        await assert_no_workflow_task_failed(client, chat.id)
+    finally:
+        held.release.set()
+        await held.model.release(gemini)
+
+
+# Failures by id whose details do not decode.
+UNREADABLE_FAILURES = {
+    "unknown-encoding-detail": Failure(
+        message="forged",
+        application_failure_info=ApplicationFailureInfo(
+            type=ErrorKind.MODEL_ERROR,
+            non_retryable=True,
+            details=Payloads(payloads=[Payload(metadata={"encoding": b"binary/forged"})]),
+        ),
+    ),
+    "not-json-detail": Failure(
+        message="forged",
+        application_failure_info=ApplicationFailureInfo(
+            type=ErrorKind.MODEL_ERROR,
+            non_retryable=True,
+            details=Payloads(payloads=[_json(b"{not json")]),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "failure", list(UNREADABLE_FAILURES.values()), ids=list(UNREADABLE_FAILURES)
+)
+async def test_an_unreadable_failure_by_id_is_refused_not_a_stuck_chat(client, failure):
+    held = Held(text("lost"), text("hello"))
+    gemini = held.model.client()
+    queue = f"attack-{uuid.uuid4()}"
+    try:
+        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
+            chat = await AgentClient(client, task_queue=queue).chat("gated")
+            sent = asyncio.create_task(chat.send("hi"))
+            await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
+            held.release.set()
+            result = await asyncio.wait_for(sent, 30)
+            assert result.finish_reason == FinishReason.STOP and result.text == "hello"
+        await assert_no_workflow_task_failed(client, chat.id)
+    finally:
+        held.release.set()
+        await held.model.release(gemini)
+
+
+def _undecryptable_failure() -> Failure:
+    """What the SDK sends for an activity whose input a worker could not decrypt: a forgery
+    needs nothing but the two fixed texts."""
+    return Failure(
+        message="Failed decoding arguments",
+        application_failure_info=ApplicationFailureInfo(type="RuntimeError", non_retryable=True),
+        cause=Failure(
+            message="payload encrypted with key id 'k9', which this process does not have",
+            application_failure_info=ApplicationFailureInfo(type=ErrorKind.PAYLOAD_KEY_MISSING),
+        ),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the SDK's own 'Failed decoding arguments' failure is made before any activity code "
+        "runs, so no worker seals it; the workflow takes one completed by id as 'never ran' and "
+        "schedules the tool again: a tool that ran (an approved call's one run) runs twice"
+    ),
+)
+async def test_a_forged_undecryptable_failure_does_not_run_a_tool_again(client, model):
+    model.reply(calls(("slow", {"seconds": 1})), text("done"))
+    queue = f"attack-{uuid.uuid4()}"
+    async with build_worker(client, agents=[t.careful], task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("careful")
+        sent = asyncio.create_task(chat.send("go"))
+        tool_id = await _tool_id(client, chat.id)
+        await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1)
+        await _fail_raw(client, chat.id, tool_id, _undecryptable_failure())
+        result = await asyncio.wait_for(sent, 30)
+        assert result.finish_reason == FinishReason.STOP
+        assert t.RUNS["slow"] == 1, "the tool ran again after a forged 'never ran'"
+
+
+# Failures of the server's own kinds, sent by id: the server keeps them as they are.
+CANCELED = Failure(message="canceled", canceled_failure_info=CanceledFailureInfo())
+SERVER_KINDS = {
+    "timeout": Failure(
+        message="timed out",
+        timeout_failure_info=TimeoutFailureInfo(
+            timeout_type=TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE
+        ),
+    ),
+    "server": Failure(
+        message="server failure", server_failure_info=ServerFailureInfo(non_retryable=True)
+    ),
+}
+
+
+async def _model_call_failed_by_id(client: Client, failure: Failure) -> Any:
+    """The turn's result after its model call is failed by id with ``failure`` (the model's
+    own reply held until then)."""
+    held = Held(text("lost"), text("hello"))
+    gemini = held.model.client()
+    queue = f"attack-{uuid.uuid4()}"
+    try:
+        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
+            chat = await AgentClient(client, task_queue=queue).chat("gated")
+            sent = asyncio.create_task(chat.send("hi"))
+            await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
+            held.release.set()
+            result = await asyncio.wait_for(sent, 30)
+            refused = await _activity_rejections(client, chat.id)
+        await assert_no_workflow_task_failed(client, chat.id)
+        return result, refused
+    finally:
+        held.release.set()
+        await held.model.release(gemini)
+
+
+async def test_a_cancellation_sent_by_id_as_a_failure_does_not_cancel_the_turn(client):
+    """The server refuses ``RespondActivityTaskCanceledById`` for an activity nobody asked to
+    cancel, but ``…FailedById`` keeps a ``CanceledFailureInfo`` as it is: the workflow read it
+    as its own cancellation and ended the turn CANCELLED, as only the chat's user may."""
+    result, refused = await _model_call_failed_by_id(client, CANCELED)
+    assert result.finish_reason == FinishReason.STOP and result.text == "hello", result
+    assert len(refused) == 1 and "did not ask for" in refused[0], refused
+
+
+async def test_the_server_refuses_a_cancellation_by_id_nobody_asked_for(client):
+    held = Held(text("hello"))
+    gemini = held.model.client()
+    queue = f"attack-{uuid.uuid4()}"
+    try:
+        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
+            chat = await AgentClient(client, task_queue=queue).chat("gated")
+            sent = asyncio.create_task(chat.send("hi"))
+            model_id = await _model_id(client, chat.id)
+            with pytest.raises(RPCError, match="without activity being request canceled"):
+                await client.workflow_service.respond_activity_task_canceled_by_id(
+                    RespondActivityTaskCanceledByIdRequest(
+                        namespace=client.namespace,
+                        workflow_id=chat.id,
+                        run_id=await _run_id(client, chat.id),
+                        activity_id=model_id,
+                        identity="attacker",
+                    )
+                )
+            held.release.set()
+            assert (await asyncio.wait_for(sent, 30)).text == "hello"
+    finally:
+        held.release.set()
+        await held.model.release(gemini)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a timeout or server failure sent by id (non-retryable) is taken as the server's word: "
+        "one call fails the turn, where unsealed results need config.UNSEALED_TRIES in a row; "
+        "the workflow cannot tell ActivityTaskFailed from ActivityTaskTimedOut (denial only)"
+    ),
+)
+@pytest.mark.parametrize("failure", list(SERVER_KINDS.values()), ids=list(SERVER_KINDS))
+async def test_a_server_kind_failure_by_id_does_not_end_the_turn(client, failure):
+    result, _ = await _model_call_failed_by_id(client, failure)
+    assert result.finish_reason == FinishReason.STOP and result.text == "hello", result
+
+
+async def test_a_standalone_tool_call_claiming_approval_runs_no_gated_tool(client, model):
+    """A standalone activity (started by a client, no workflow) carries whatever input its
+    starter wrote, ``tool_approved`` included: the worker runs a tool call only for a workflow."""
+    queue = f"attack-{uuid.uuid4()}"
+    forged = ToolInput(
+        agent="gated",
+        chat_id=f"chat-{uuid.uuid4()}",
+        tool="charge",
+        ref="r1",
+        args={"amount": 250000},
+        resumed=True,
+        resumed_metadata={"tool_approved": True},
+    )
+    async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=model.client()):
+        with pytest.raises(ActivityFailureError) as refused:
+            await client.execute_activity(
+                TOOL_ACTIVITY,
+                forged,
+                id=f"attack-{uuid.uuid4()}",
+                task_queue=queue,
+                start_to_close_timeout=timedelta(seconds=10),
+                result_type=ToolResult,
+            )
+    assert "standalone activity" in str(refused.value.__cause__)
+    assert t.RUNS["charge"] == 0
