@@ -694,8 +694,9 @@ class _App:
                 agent=agent,
                 approver=approver,
                 # The queues this deployment's workers poll: a chat started anywhere else was
-                # written by its starter, memo and all.
-                task_queues=self.trusted_queues,
+                # written by its starter, memo and all. In dev_loopback mode (`make run`, one
+                # machine) every queue: a newcomer's agent runs on a queue of its own there.
+                task_queues="any" if self.dev else self.trusted_queues,
                 limit=int(limit_given),
                 cursor=cursor,
             )

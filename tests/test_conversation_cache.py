@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 from temporal_agent_interrupts.activities import history
 from temporal_agent_interrupts.activities.history import Conversation, ConversationCache
 from temporal_agent_interrupts.activities.runtime import AgentActivities
+from temporal_agent_interrupts.worker.result_keys import resolve_result_keys
 from temporal_agent_interrupts.workflows.history import EMPTY, step
 from temporal_agent_interrupts.workflows.types import (
     ErrorKind,
@@ -23,6 +24,8 @@ from temporal_agent_interrupts.workflows.types import (
     ModelInput,
     Part,
 )
+
+KEYS = resolve_result_keys()  # the suite's (tests/conftest.py)
 
 
 def user(text: str) -> Message:
@@ -269,7 +272,12 @@ async def test_cache_on_asks_only_once_per_chat(monkeypatch):
 
 def test_agent_activities_passes_conversation_cache_through():
     gemini = genai.Client(api_key="unused")
-    assert AgentActivities([], gemini=gemini).conversations.max_chats == 1000
-    assert AgentActivities([], gemini=gemini, conversation_cache=0).conversations.max_chats == 0
+    assert AgentActivities([], gemini=gemini, result_keys=KEYS).conversations.max_chats == 1000
+    assert (
+        AgentActivities(
+            [], gemini=gemini, result_keys=KEYS, conversation_cache=0
+        ).conversations.max_chats
+        == 0
+    )
     with pytest.raises(ValueError, match="max_chats"):
-        AgentActivities([], gemini=gemini, conversation_cache=-1)
+        AgentActivities([], gemini=gemini, result_keys=KEYS, conversation_cache=-1)

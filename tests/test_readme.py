@@ -106,7 +106,7 @@ async def test_the_readmes_first_agent_pauses_and_a_script_resumes_it(env, tmp_p
             "AGENT_TASK_QUEUE=refunds", f"AGENT_TASK_QUEUE={queue}"
         )
         await eventually(
-            lambda: AgentClient(env.client).pending(agent="refundAgent"),
+            lambda: AgentClient(env.client, task_queue=queue).pending(agent="refundAgent"),
             lambda chats: any(c.chat_id == chat_id for c in chats),
             timeout=VISIBILITY_TIMEOUT,
         )

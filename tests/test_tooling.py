@@ -242,6 +242,7 @@ def test_nothing_imports_the_design_cards_folders_by_their_bare_names():
 
 def test_a_declared_tool_that_is_not_a_runtime_tool_is_refused_when_the_worker_is_built():
     from temporal_agent_interrupts.activities.runtime import AgentActivities
+    from temporal_agent_interrupts.worker.result_keys import UNSIGNED
     from temporal_agent_interrupts.workflows import Agent
     from temporal_agent_interrupts.workflows.types import ToolSpec
 
@@ -253,4 +254,4 @@ def test_a_declared_tool_that_is_not_a_runtime_tool_is_refused_when_the_worker_i
 
     agent = Agent("ducks", model="gemini-test", tools=[Duck()])
     with pytest.raises(TypeError, match="not a tool: build tools with"):
-        AgentActivities([agent], gemini=None)  # type: ignore[arg-type]  # never reached: refused first
+        AgentActivities([agent], gemini=None, result_keys=UNSIGNED)  # type: ignore[arg-type]  # never reached: refused first

@@ -492,7 +492,11 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         # a development key file; any other deployment sets AGENT_RESULT_KEYS (or
         # AGENT_UNSIGNED_RESULTS=1, said loudly).
         result_keys = (
-            dev_result_keys() if config.get("target_host") is None else resolve_result_keys()
+            None  # registering search attributes runs no worker
+            if args.setup_search_attributes
+            else dev_result_keys()
+            if config.get("target_host") is None
+            else resolve_result_keys()
         )
     except (ConnectionConfigError, ResultKeysMissing) as e:
         log.error("%s", e)
