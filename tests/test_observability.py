@@ -335,7 +335,9 @@ async def test_exceptions_reach_spans_by_their_type_alone(spans, client, model):
         assert attempt.status.description == "ApplicationError"
         (event,) = [e for e in attempt.events if e.name == "exception"]
         assert set(event.attributes or {}) <= {"exception.type", "exception.escaped"}
-        assert (event.attributes or {})["exception.type"] == "RuntimeError"
+        assert (event.attributes or {})[
+            "exception.type"
+        ] == "temporalio.exceptions.ApplicationError"
     # The refused resume: its validator's error is recorded on a workflow span (the contrib
     # names it CompleteWorkflow, though the workflow goes on), which says which error alone.
     refused = [

@@ -460,10 +460,12 @@ async def test_a_samples_shaped_project_hosts_an_agent_from_the_wheel_beside_its
     for name, text in PROJECT.items():
         (project / name).write_text(textwrap.dedent(text).lstrip())
     # Nothing of ours in the processes' environment: no PYTHONPATH (which would bring the clone
-    # back), no model key (the offline stand-in model answers), no payload keys, no profile.
+    # back), no model key (the offline stand-in model answers), no payload keys, no profile;
+    # only the result key every deployment's workers hold (the worker refuses to start without).
     base = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL") if k in os.environ}
     environ = {
         **base,
+        "AGENT_RESULT_KEYS": os.environ["AGENT_RESULT_KEYS"],
         "HOME": str(tmp_path),
         "TEMPORAL_ADDRESS": server_address(env.client),
         "TEMPORAL_NAMESPACE": "default",
