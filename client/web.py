@@ -472,8 +472,10 @@ class _App:
         worker_timeout: timedelta | None,
         authorize: Authorize | None,
         token_queues: Sequence[str] | None,
+        inbox_queues: Sequence[str] | Literal["any"] | None = None,
     ) -> None:
         self.client = client
+        self.inbox_queues = inbox_queues
         self.authorize = authorize
         self.token_queues = None if token_queues is None else frozenset(token_queues)
         self.identity = identity
@@ -694,9 +696,8 @@ class _App:
                 agent=agent,
                 approver=approver,
                 # The queues this deployment's workers poll: a chat started anywhere else was
-                # written by its starter, memo and all. In dev_loopback mode (`make run`, one
-                # machine) every queue: a newcomer's agent runs on a queue of its own there.
-                task_queues="any" if self.dev else self.trusted_queues,
+                # written by its starter, memo and all (unless the app was told otherwise).
+                task_queues=self.inbox_queues or self.trusted_queues,
                 limit=int(limit_given),
                 cursor=cursor,
             )
@@ -1236,6 +1237,7 @@ def agents_app(
     worker_timeout: timedelta | None = WORKER_TIMEOUT,
     authorize: Authorize | None = None,
     token_queues: Sequence[str] | None = None,
+    inbox_queues: Sequence[str] | Literal["any"] | None = None,
 ) -> Starlette:
     """The web front ends' application, for ``client``'s namespace and task queue.
 
@@ -1268,6 +1270,10 @@ def agents_app(
             assertion, or the bearer token); None: the client's own task queue. An
             answer with a token to a chat on any other queue is refused (403) before anything
             is sent to it, since whoever polls that queue would receive the token.
+        inbox_queues: The task queues whose paused chats ``/api/inbox`` lists; ``"any"``: every
+            queue (`make run`, on one machine, where a newcomer's agent has a queue of its
+            own). None: the client's own and ``token_queues``, the queues this deployment's
+            workers poll: a chat on any other was written by whoever started it, memo and all.
 
     Raises:
         TypeError: ``identity`` is none of its forms.
@@ -1297,6 +1303,7 @@ def agents_app(
         worker_timeout=worker_timeout,
         authorize=authorize,
         token_queues=token_queues,
+        inbox_queues=inbox_queues,
     )
 
     def guarded(

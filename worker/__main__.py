@@ -656,6 +656,8 @@ def _start_web(args: argparse.Namespace, client: Client) -> asyncio.Task[None]:
         AgentClient(client, task_queue=args.task_queue),
         identity="bearer" if args.web_identity == "bearer" else None,
         dev_loopback=args.web_identity == "dev",
+        # One machine (`make run`): its inbox lists a newcomer's agent on its own queue too.
+        inbox_queues="any" if args.web_identity == "dev" else None,
     )
     ready = asyncio.Event()
 
