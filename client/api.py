@@ -1082,7 +1082,7 @@ def run_script(main: Coroutine[Any, Any, object]) -> NoReturn:
     """
     code: int
     try:
-        result = asyncio.run(main)
+        result = run_to_exit(main)
         code = result if isinstance(result, int) and not isinstance(result, bool) else 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -1094,6 +1094,30 @@ def run_script(main: Coroutine[Any, Any, object]) -> NoReturn:
         traceback.print_exc()
         code = 1
     exit_now(code)
+
+
+def run_to_exit(main: Coroutine[Any, Any, _R]) -> _R:
+    """``asyncio.run(main)`` for a process that ends with :func:`exit_now`: the loop stays open.
+
+    The SDK's native threads still hand RPC results back to the loop after ``main`` returned
+    (a query given up at its deadline, a poll cut short). On a closed loop each hand-back raises
+    in that thread, which prints a traceback to stderr while the process is ending, after a
+    command's one-line answer. An open loop that no longer runs takes them silently, and
+    ``os._exit`` frees it with the process.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        # As asyncio.run does: what main left running is cancelled and let finish its cleanup.
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
 
 
 def exit_now(code: int = 0) -> NoReturn:
@@ -1132,4 +1156,5 @@ __all__ = [
     "exit_now",
     "respond",
     "run_script",
+    "run_to_exit",
 ]

@@ -29,7 +29,6 @@ This module holds the commands and the exit codes; what they print (rich views a
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import socket
 import sys
@@ -65,6 +64,7 @@ from temporal_agent_interrupts.client.api import (
     connect_config,
     deny,
     exit_now,
+    run_to_exit,
 )
 from temporal_agent_interrupts.client.audit import AuditReport
 from temporal_agent_interrupts.client.chat_loop import ChatClosed, ChatSession
@@ -272,7 +272,7 @@ def _run(ctx: typer.Context, command: Callable[[AgentClient], Coroutine[Any, Any
             raise _Fail(ExitCode.UNREACHABLE, f"Temporal error: {e.message}") from None
 
     try:
-        asyncio.run(main())
+        run_to_exit(main())  # the process ends in exit_now (see main)
     except _Fail as f:
         _error_line(f.message)
         raise typer.Exit(int(f.code)) from None

@@ -713,7 +713,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         agents = load_agents(args.agents)
     except AgentSpecError as e:
         _usage_error(str(e))
-    code = asyncio.run(run(args, agents))
+    from temporal_agent_interrupts.client.api import (
+        run_to_exit,  # the client stack loads only when run
+    )
+
+    code = run_to_exit(run(args, agents))
     flush_tracing()  # the spans still batched: os._exit skips the hook that would send them
     sys.stdout.flush()
     sys.stderr.flush()
