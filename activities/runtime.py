@@ -18,6 +18,7 @@ import google.genai as genai
 from google.genai import errors as genai_errors
 from pydantic import ValidationError
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.activities.gemini import (
@@ -159,14 +160,14 @@ class AgentActivities:
         ]
 
     @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
-    async def sub_agent_pending(self, input: SubAgentPendingInput) -> SubAgentPendingResult:
+    async def sub_agent_pending(self, input: RawValue) -> SubAgentPendingResult:
         """A child conversation's pending interrupts (``activities.subagents``), sealed."""
-        return await self._sealer.run(sub_agent_pending(input))
+        return await self._sealer.take(input, SubAgentPendingInput, sub_agent_pending)
 
     @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
-    async def sub_agent_resume(self, input: SubAgentResumeInput) -> SubAgentResumeResult:
+    async def sub_agent_resume(self, input: RawValue) -> SubAgentResumeResult:
         """An answer passed on to a child conversation (``activities.subagents``), sealed."""
-        return await self._sealer.run(sub_agent_resume(input))
+        return await self._sealer.take(input, SubAgentResumeInput, sub_agent_resume)
 
     @property
     def mcp(self) -> MCPSessions:
@@ -238,9 +239,9 @@ class AgentActivities:
         return agent
 
     @activity.defn(name=MODEL_ACTIVITY)
-    async def model_call(self, input: ModelInput) -> ModelResult:
+    async def model_call(self, input: RawValue) -> ModelResult:
         """One Gemini call with the conversation so far; automatic function calling is off."""
-        return await self._sealer.run(self._model_call_spanned(input))
+        return await self._sealer.take(input, ModelInput, self._model_call_spanned)
 
     async def _model_call_spanned(self, input: ModelInput) -> ModelResult:
         for_a_conversation(input.chat_id, what="model call")
@@ -302,9 +303,9 @@ class AgentActivities:
         )
 
     @activity.defn(name=TOOL_ACTIVITY)
-    async def tool_call(self, input: ToolInput) -> ToolResult:
+    async def tool_call(self, input: RawValue) -> ToolResult:
         """Run one tool call. An ``Interrupt`` comes back as data; a ``ToolError`` fails it."""
-        return await self._sealer.run(self._tool_call_checked(input))
+        return await self._sealer.take(input, ToolInput, self._tool_call_checked)
 
     async def _tool_call_checked(self, input: ToolInput) -> ToolResult:
         # Whether it may run (an approval, a gate) is the conversation's decision, made in the
@@ -425,14 +426,14 @@ class AgentActivities:
         return _ran(output, tool=tool.name)
 
     @activity.defn(name=MCP_ACTIVITY)
-    async def mcp_call(self, input: MCPCallInput) -> ToolResult:
+    async def mcp_call(self, input: RawValue) -> ToolResult:
         """Call one tool of an MCP server, through this worker's session with it.
 
         The server and the tool's name there come from the definition recorded in history
         (what was listed when the model asked for the call). Whether it may run is the
         workflow's decision, as for any tool.
         """
-        return await self._sealer.run(self._mcp_call_checked(input))
+        return await self._sealer.take(input, MCPCallInput, self._mcp_call_checked)
 
     async def _mcp_call_checked(self, input: MCPCallInput) -> ToolResult:
         for_a_conversation(input.chat_id, what=f"MCP tool call {input.tool[:100]!r}")

@@ -4,13 +4,15 @@ from outside."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
+from temporal_agent_interrupts.codec import DECODING_FAILED
 from temporal_agent_interrupts.workflows.seal import (
     Binding,
     ResultKeys,
@@ -20,6 +22,7 @@ from temporal_agent_interrupts.workflows.seal import (
 )
 
 R = TypeVar("R", bound=BaseModel)
+In = TypeVar("In", bound=BaseModel)
 
 
 def binding() -> Binding:
@@ -83,3 +86,26 @@ class Sealer:
                 raise
             raise sealed from sealed.__cause__
         return self.result(result)
+
+    async def take(
+        self, raw: RawValue, input_type: type[In], call: Callable[[In], Awaitable[R]]
+    ) -> R:
+        """Read the activity's input as ``input_type``, then await ``call`` with it, sealing what
+        either returns or raises.
+
+        The activities take their input raw so that this reading happens here, not in the SDK:
+        an input the worker cannot read (it lacks the payload key the conversation is written
+        with) fails as the SDK fails it, "Failed decoding arguments" from the codec's
+        ``PayloadKeyMissing``, but sealed. The workflow schedules such a call again, as one
+        that never ran; without the seal, anyone who may fail an activity by id could say so of
+        a tool that has run, and have it run again.
+        """
+
+        async def read_and_call() -> R:
+            try:
+                value = activity.payload_converter().from_payload(raw.payload, input_type)
+            except Exception as e:
+                raise ApplicationError(DECODING_FAILED) from e  # the SDK's own shape
+            return await call(value)
+
+        return await self.run(read_and_call())

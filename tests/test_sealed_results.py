@@ -28,11 +28,13 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from temporal_agent_interrupts import AgentClient, FinishReason, ResumeRejected, approve
 from temporal_agent_interrupts.activities.runtime import AgentActivities
+from temporal_agent_interrupts.codec import NO_KEYS, data_converter
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import (
     ENV_VAR,
@@ -271,9 +273,18 @@ async def test_a_forged_tool_output_reaches_the_model_as_may_have_taken_effect(c
     await assert_no_workflow_task_failed(client, chat.id)
 
 
+CONVERTER = data_converter(NO_KEYS).payload_converter
+
+
+def _raw(value: ToolInput) -> RawValue:
+    """An activity's input as the worker's SDK hands it over (the activities read it)."""
+    return RawValue(CONVERTER.to_payload(value))
+
+
 def _tool_env(chat_id: str) -> ActivityEnvironment:
     """An activity environment whose info says what the server says of a conversation's call."""
     env = ActivityEnvironment()
+    env.payload_converter = CONVERTER
     env.info = dataclasses.replace(
         env.info,
         workflow_id=chat_id,
@@ -292,7 +303,7 @@ async def test_the_tool_activity_enforces_the_worker_s_own_gate_and_seals_its_re
     call = ToolInput(agent="gated", chat_id=chat_id, tool="charge", ref="r1", args={"amount": 5})
     env = _tool_env(chat_id)
     with pytest.raises(ApplicationError) as refused:
-        await env.run(runtime.tool_call, call)
+        await env.run(runtime.tool_call, _raw(call))
     assert "gate holds it" in refused.value.message
     details, seal = split_details(refused.value.details)
     assert seal is not None and seal.kid == "k1"
@@ -302,11 +313,11 @@ async def test_the_tool_activity_enforces_the_worker_s_own_gate_and_seals_its_re
     approved = call.model_copy(
         update={"resumed": True, "resumed_metadata": {"tool_approved": True}}
     )
-    result = await env.run(runtime.tool_call, approved)
+    result = await env.run(runtime.tool_call, _raw(approved))
     assert t.RUNS["charge"] == 1 and result.seal is not None and result.seal.kid == "k1"
     # An ungated tool runs unasked.
     looked = await env.run(
-        runtime.tool_call, call.model_copy(update={"tool": "lookup", "args": {"key": "k"}})
+        runtime.tool_call, _raw(call.model_copy(update={"tool": "lookup", "args": {"key": "k"}}))
     )
     assert looked.kind == "output" and t.RUNS["lookup"] == 1
 

@@ -176,14 +176,6 @@ def _undecryptable_failure() -> Failure:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the SDK's own 'Failed decoding arguments' failure is made before any activity code "
-        "runs, so no worker seals it; the workflow takes one completed by id as 'never ran' and "
-        "schedules the tool again: a tool that ran (an approved call's one run) runs twice"
-    ),
-)
 async def test_a_forged_undecryptable_failure_does_not_run_a_tool_again(client, model):
     model.reply(calls(("slow", {"seconds": 1})), text("done"))
     queue = f"attack-{uuid.uuid4()}"

@@ -583,7 +583,9 @@ class TurnMachine:
         decrypt its input (they lack the payload key this conversation is written with).
 
         Such an attempt never reached the model or the tool: the worker failed it while
-        decoding, so it is no failure of theirs. (Only the last attempt is known to be that: a
+        decoding, so it is no failure of theirs. It is taken as that only with the worker's
+        seal (``activities.sealing.Sealer.take``): anyone may fail an activity by id with the
+        same text, of a tool that has run. (Only the last attempt is known to be that: a
         tool allowed several attempts may have run in earlier ones on a worker with the key,
         and runs again here, as any retry would.) An approved tool keeps its one run, and the
         paused turn goes on once a worker with the key takes the call (``agent-worker``
@@ -608,9 +610,10 @@ class TurnMachine:
                     activity, arg, activity_id=activity_id, result_type=RawValue, **options
                 )
             except ActivityError as e:
+                # Sealed first: "never ran" from anyone but a worker would run a tool again.
+                self._check_failure(e, activity=activity, activity_id=activity_id, what=what)
                 key_id = _undecryptable(e)
                 if key_id is None:
-                    self._check_failure(e, activity=activity, activity_id=activity_id, what=what)
                     raise
                 now = workflow.now()
                 since = since or now
