@@ -192,15 +192,28 @@ async def test_a_forged_undecryptable_failure_does_not_run_a_tool_again(client, 
 
 # Failures of the server's own kinds, sent by id: the server keeps them as they are.
 CANCELED = Failure(message="canceled", canceled_failure_info=CanceledFailureInfo())
-SERVER_KINDS = {
-    "timeout": Failure(
-        message="timed out",
-        timeout_failure_info=TimeoutFailureInfo(
-            timeout_type=TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE
-        ),
+
+
+def _timeout(kind: TimeoutType.ValueType) -> Failure:
+    return Failure(message="timed out", timeout_failure_info=TimeoutFailureInfo(timeout_type=kind))
+
+
+# Each with why the workflow refuses it (the model call has start-to-close and heartbeat
+# limits, no schedule-to-close one); None where the server retries the call itself (a timeout
+# of an attempt: the retry policy applies, whatever the failure says), so the workflow never
+# sees it.
+SERVER_KINDS: dict[str, tuple[Failure, str | None]] = {
+    "schedule-to-close": (
+        _timeout(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE),
+        "has no schedule-to-close timeout",
     ),
-    "server": Failure(
-        message="server failure", server_failure_info=ServerFailureInfo(non_retryable=True)
+    "start-to-close": (_timeout(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE), None),
+    "heartbeat": (_timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT), None),
+    "server": (
+        Failure(
+            message="server failure", server_failure_info=ServerFailureInfo(non_retryable=True)
+        ),
+        "a server failure is never",
     ),
 }
 
@@ -261,18 +274,18 @@ async def test_the_server_refuses_a_cancellation_by_id_nobody_asked_for(client):
         await held.model.release(gemini)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a timeout or server failure sent by id (non-retryable) is taken as the server's word: "
-        "one call fails the turn, where unsealed results need config.UNSEALED_TRIES in a row; "
-        "the workflow cannot tell ActivityTaskFailed from ActivityTaskTimedOut (denial only)"
-    ),
-)
-@pytest.mark.parametrize("failure", list(SERVER_KINDS.values()), ids=list(SERVER_KINDS))
-async def test_a_server_kind_failure_by_id_does_not_end_the_turn(client, failure):
-    result, _ = await _model_call_failed_by_id(client, failure)
+@pytest.mark.parametrize(("failure", "why"), list(SERVER_KINDS.values()), ids=list(SERVER_KINDS))
+async def test_a_server_kind_failure_by_id_does_not_end_the_turn(client, failure, why):
+    """No worker seals a timeout or a server failure, and one sent by id (non-retryable) read
+    as the server's word ended the turn in one call. One the server could not have made (a
+    kind of timeout the call has no limit for, or before its limit) is refused: the model is
+    asked again."""
+    result, refused = await _model_call_failed_by_id(client, failure)
     assert result.finish_reason == FinishReason.STOP and result.text == "hello", result
+    if why is None:
+        assert refused == [], refused
+    else:
+        assert len(refused) == 1 and why in refused[0], refused
 
 
 async def test_a_standalone_tool_call_claiming_approval_runs_no_gated_tool(client, model):

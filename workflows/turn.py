@@ -34,6 +34,8 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
+    ServerError,
+    TimeoutType,
     WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
@@ -605,6 +607,7 @@ class TurnMachine:
             # Our own id, so the seal binds the result to this activity (workflows.seal).
             self._activities += 1
             activity_id = sealed_activity_id(activity, self._activities)
+            scheduled = workflow.now()
             try:
                 raw: RawValue = await workflow.execute_activity(
                     activity, arg, activity_id=activity_id, result_type=RawValue, **options
@@ -612,6 +615,9 @@ class TurnMachine:
             except ActivityError as e:
                 # Sealed first: "never ran" from anyone but a worker would run a tool again.
                 self._check_failure(e, activity=activity, activity_id=activity_id, what=what)
+                self._check_server_kind(
+                    e, activity=activity, since=scheduled, options=options, what=what
+                )
                 key_id = _undecryptable(e)
                 if key_id is None:
                     raise
@@ -717,6 +723,46 @@ class TurnMachine:
             why = keys.verify(seal, self._binding(activity, activity_id), body)
         if why is not None:
             self._refuse_result(activity=activity, what=what, why=why, failure=True)
+
+    def _check_server_kind(
+        self,
+        err: ActivityError,
+        *,
+        activity: str,
+        since: datetime,
+        options: dict[str, Any],
+        what: str,
+    ) -> None:
+        """Take a failure of the server's own kind only where the server could have made it.
+
+        No worker seals a timeout or a server failure, and one failed by id reads the same as
+        the server's. But a timeout of a kind this call has no limit for, or sooner than that
+        limit since the call was scheduled, is not the server's; nor is a server failure, which
+        the server never makes of an activity's ending. Refused as unsealed: a model call is
+        asked again, a tool call reaches the model as "may have taken effect". A timeout sent
+        by id once the limit has passed says what the server would have said by then.
+
+        Raises:
+            _Unsealed: a server-kind failure the server could not have made; recorded.
+        """
+        cause = err.cause
+        if isinstance(cause, ServerError):
+            why = "a server failure is never how the server ends an activity"
+        elif isinstance(cause, TemporalTimeoutError):
+            limit: timedelta | None = options.get(_TIMEOUT_OPTION.get(cause.type, ""))
+            waited = workflow.now() - since
+            if limit is None:
+                why = f"the call has no {_timeout_name(cause.type)} timeout"
+            elif waited < limit:
+                why = (
+                    f"its {_timeout_name(cause.type)} timeout is {limit}, and only {waited} had "
+                    "passed"
+                )
+            else:
+                return
+        else:
+            return
+        self._refuse_result(activity=activity, what=what, why=why, failure=True)
 
     def _refuse_result(
         self, *, activity: str, what: str, why: str, failure: bool = False
@@ -1603,6 +1649,19 @@ def idempotency_key(chat_id: str, ref: str, run: int) -> str:
 
 def _over_budget(what: str) -> str:
     return f"{what} did not fit in what this turn can still hold ({human_size(HELD.turn)} in all)"
+
+
+_TIMEOUT_OPTION: dict[TimeoutType | None, str] = {
+    TimeoutType.START_TO_CLOSE: "start_to_close_timeout",
+    TimeoutType.SCHEDULE_TO_START: "schedule_to_start_timeout",
+    TimeoutType.SCHEDULE_TO_CLOSE: "schedule_to_close_timeout",
+    TimeoutType.HEARTBEAT: "heartbeat_timeout",
+}
+"""The ``execute_activity`` option that sets the limit a timeout of each kind says passed."""
+
+
+def _timeout_name(kind: TimeoutType | None) -> str:
+    return kind.name.lower().replace("_", "-") if kind is not None else "unknown"
 
 
 DECODING_FAILED = "Failed decoding arguments"
