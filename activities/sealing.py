@@ -12,7 +12,6 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
-from temporal_agent_interrupts.codec import DECODING_FAILED
 from temporal_agent_interrupts.workflows.seal import (
     Binding,
     ResultKeys,
@@ -20,6 +19,7 @@ from temporal_agent_interrupts.workflows.seal import (
     result_body,
     seal_detail,
 )
+from temporal_agent_interrupts.workflows.turn import DECODING_FAILED
 
 R = TypeVar("R", bound=BaseModel)
 In = TypeVar("In", bound=BaseModel)

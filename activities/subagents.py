@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio import activity
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,7 +33,10 @@ from temporal_agent_interrupts.workflows.config import (
 )
 from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import (
+    ConversationResult,
     PendingResult,
+    SubAgentEnd,
+    SubAgentEndStatus,
     SubAgentPendingInput,
     SubAgentPendingResult,
     SubAgentRef,
@@ -179,6 +182,8 @@ async def sub_agent_pending(input: SubAgentPendingInput) -> SubAgentPendingResul
     bytes rather than the whole list."""
     async with heartbeating(SUB_AGENT_HEARTBEAT_EVERY):
         found = await _pending(input)
+    if isinstance(found, SubAgentEnd):
+        return SubAgentPendingResult(ended=found)
     digest = pending_digest(found)
     if input.known is not None and digest == input.known:
         return SubAgentPendingResult(digest=digest, unchanged=True)
@@ -190,21 +195,40 @@ def pending_digest(found: PendingResult) -> str:
     return hashlib.sha256(found.model_dump_json().encode()).hexdigest()[:32]
 
 
-async def _pending(input: SubAgentPendingInput) -> PendingResult:
+_ENDED: dict[WorkflowExecutionStatus, SubAgentEndStatus] = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
+
+
+async def _pending(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
+    """What the child waits on; or, once its chain has closed, how it ended."""
     from temporal_agent_interrupts.workflows.conversation import AgentWorkflow
 
     handle = _child(input)
     # A query names a run, never a chain (it ignores first_execution_run_id): find the chain's
     # current run and ask that one, so a workflow someone else started under the id after the
     # child closed is never read as the child.
-    desc = await handle.describe()
+    try:
+        desc = await handle.describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return SubAgentEnd(status="gone")  # deleted (retention, or by hand)
+        raise
     if desc.raw_description.workflow_execution_info.first_run_id != input.run_id:
-        raise ApplicationError(
-            f"{input.chat_id!r} is no longer the chain this conversation started",
-            type="NotTheChild",
-            non_retryable=True,
-        )
-    run = activity.client().get_workflow_handle(input.chat_id, run_id=desc.run_id)
+        # The chain this call started has closed (a later workflow holds the id) or is gone.
+        return SubAgentEnd(status="gone")
+    run = activity.client().get_workflow_handle(
+        input.chat_id, run_id=desc.run_id, result_type=ConversationResult
+    )
+    ended = _ENDED.get(desc.status) if desc.status is not None else None
+    if ended == "completed":
+        return SubAgentEnd(status="completed", result=await run.result(follow_runs=False))
+    if ended is not None:
+        return SubAgentEnd(status=ended)
     return await run.query(AgentWorkflow.pending)
 
 

@@ -26,17 +26,22 @@ SUGGEST_AFTER_EVENTS = 40
 cross the line, idle or paused."""
 
 
-async def history(client: Client, workflow_id: str) -> WorkflowHistory:
-    return await client.get_workflow_handle(workflow_id).fetch_history()
+async def history(
+    client: Client, workflow_id: str, *, run_id: str | None = None
+) -> WorkflowHistory:
+    return await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
 
 
 def events_of(hist: WorkflowHistory, kind: EventType.ValueType) -> list[Any]:
     return [e for e in hist.events if e.event_type == kind]
 
 
-async def assert_no_workflow_task_failed(client: Client, workflow_id: str) -> WorkflowHistory:
-    """The workflow never failed a task: bad input was handled, not crashed on."""
-    hist = await history(client, workflow_id)
+async def assert_no_workflow_task_failed(
+    client: Client, workflow_id: str, *, run_id: str | None = None
+) -> WorkflowHistory:
+    """The workflow (its latest run, or ``run_id``) never failed a task: bad input was handled,
+    not crashed on."""
+    hist = await history(client, workflow_id, run_id=run_id)
     failed = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
     assert not failed, f"workflow task failed: {failed[0].workflow_task_failed_event_attributes}"
     return hist

@@ -102,6 +102,10 @@ SUB_AGENT_ANSWER_RETRY = RetryPolicy(
 # The sub-agent pending read heartbeats too (every SUB_AGENT_HEARTBEAT_EVERY seconds), so one
 # lost with its worker is retried in seconds rather than at its start-to-close.
 SUB_AGENT_HEARTBEAT = timedelta(seconds=10)
+# A caller that continued as new while a sub-agent call waited learns the child's end from the
+# child's last report, and reads it this often in case that report crossed the continue-as-new
+# (a timer: one action an interval on Temporal Cloud, only in such a run).
+SUB_AGENT_RECHECK = timedelta(minutes=30)
 SUB_AGENT_HEARTBEAT_EVERY = 2.0
 
 UNSEALED_TRIES = 8

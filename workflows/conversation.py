@@ -261,12 +261,29 @@ class AgentWorkflow:
             self._publish()
             self._stream.detach()
             await workflow.wait_condition(workflow.all_handlers_finished)
+            await self._report_end()
             raise
         # Followers read the rest of a closed conversation's stream by query.
         self._stream.detach()
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._publish()
+        await self._report_end()
         return self._result()
+
+    async def _report_end(self) -> None:
+        """A sub-agent's conversation tells its caller it is closing: a caller that continued
+        as new while it waited has no handle on it, and reads its end from it on this report.
+        Awaited, so the report leaves before the run closes."""
+        parent = workflow.info().parent
+        if parent is None or not self._s.one_turn:
+            return
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        try:
+            await handle.signal(
+                config.SUB_AGENT_SIGNAL, SubAgentReport(chat_id=workflow.info().workflow_id)
+            )
+        except Exception as e:  # noqa: BLE001  # the caller may have gone: only a hint
+            workflow.logger.info("could not tell the caller: %s", type(e).__name__)
 
     def _result(self) -> ConversationResult:
         return fit(

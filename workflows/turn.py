@@ -19,6 +19,7 @@ fails because of one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -94,6 +95,8 @@ from temporal_agent_interrupts.workflows.types import (
     ResumeInput,
     SentMessage,
     Status,
+    SubAgentEnd,
+    SubAgentLink,
     SubAgentPendingInput,
     SubAgentPendingResult,
     SubAgentRef,
@@ -101,6 +104,7 @@ from temporal_agent_interrupts.workflows.types import (
     SubAgentResumeResult,
     ToolInput,
     ToolResult,
+    ToolSpec,
     TurnEvent,
     TurnResult,
     TurnState,
@@ -163,6 +167,10 @@ class TurnMachine:
         self._notifying: set[asyncio.Task[None]] = set()
         # Set when this run's state proved too large to carry over; cleared when a turn ends.
         self.can_blocked = False
+        # Tool calls (not sub-agents) under way; and whether a sub-agent call was left to the
+        # next run (the turn then continues as new; see _wait_sub_agent).
+        self._tools_running = 0
+        self.detached = False
         # The text published on the stream during the model call under way, by attempt (the
         # workflow publishes whatever of the reply did not get there).
         self.streamed: dict[int, str] = {}
@@ -355,6 +363,12 @@ class TurnMachine:
                     )
                     turn.phase = "tools"
                 newly_paused = await self._run_ready(turn)
+                if self.detached:
+                    # Sub-agent calls wait on their children from the next run.
+                    self.detached = False
+                    if newly_paused:
+                        self._stop(self.paused_result(turn))
+                    return "continue_as_new"
                 book = self.book(turn)
                 error = book.first_error()
                 if error is not None:
@@ -544,6 +558,10 @@ class TurnMachine:
             if call.status != "ready":
                 continue
             tool = spec.tool(call.name) if spec else None
+            if call.child is not None:
+                # A sub-agent call an earlier run started: it waits on its child again.
+                runnable.append(call)
+                continue
             if tool is None:
                 available = ", ".join(t.name for t in spec.tools) if spec else ""
                 name = call.name
@@ -569,7 +587,9 @@ class TurnMachine:
             # The sub-agent calls of this batch share what is left of the turn's budget of
             # sub-agents (see _tree_share).
             self._agent_batch = sum(
-                1 for c in runnable if (t := spec.tool(c.name) if spec else None) and t.agent
+                1
+                for c in runnable
+                if c.child is None and (t := spec.tool(c.name) if spec else None) and t.agent
             )
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
@@ -820,8 +840,11 @@ class TurnMachine:
     async def _run_tool(self, turn: TurnState, call: CallState) -> None:
         spec = self.s.spec
         tool = spec.tool(call.name) if spec else None
-        retry, single = self._tool_retry(call)
         book = self.book(turn)
+        if call.child is not None and tool is not None and tool.agent is not None:
+            # Started by an earlier run, which continued as new while it waited.
+            await self._wait_sub_agent(call, tool.agent, None)
+            return
         run = book.start_run(call)
         chat_id = workflow.info().workflow_id
         arg = ToolInput(
@@ -838,6 +861,17 @@ class TurnMachine:
         if tool is not None and tool.agent is not None:
             await self._run_sub_agent(call, tool.agent, run=run)
             return
+        self._tools_running += 1
+        try:
+            await self._run_tool_activity(turn, call, tool, arg)
+        finally:
+            self._tools_running -= 1
+
+    async def _run_tool_activity(
+        self, turn: TurnState, call: CallState, tool: ToolSpec | None, arg: ToolInput
+    ) -> None:
+        retry, single = self._tool_retry(call)
+        book = self.book(turn)
         activity = config.TOOL_ACTIVITY
         if tool is not None and tool.mcp is not None:
             # An MCP server's tool: where it goes is data in the definition, as listed.
@@ -968,8 +1002,6 @@ class TurnMachine:
             return
         turn.sub_agents += 1
         child_id = sub_agent_id(workflow.info().workflow_id, call.ref, run)
-        watch: asyncio.Task[None] | None = None
-        evicted = False
         try:
             handle = await workflow.start_child_workflow(
                 config.WORKFLOW_TYPE,
@@ -982,11 +1014,10 @@ class TurnMachine:
                 id=child_id,
                 result_type=ConversationResult,
                 static_summary=f"sub-agent {agent} for {call.name}",
+                # Not ended with this run: a caller waiting on it may continue as new (see
+                # _wait_sub_agent), and cancels it itself when its turn is cancelled.
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
             )
-            child = SubAgentChild(ref=call.ref, run_id=handle.first_execution_run_id or "")
-            self.children[child_id] = child
-            watch = asyncio.create_task(self._watch_child(child_id, child))
-            result = await handle
         except WorkflowAlreadyStartedError:
             # Someone else's workflow runs under the id (started first, by anyone who may
             # start workflows): it is not this call's child, and the conversation lives on.
@@ -1003,38 +1034,88 @@ class TurnMachine:
                 uncertain=False,
             )
             return
+        call.child = SubAgentLink(chat_id=child_id, run_id=handle.first_execution_run_id or "")
+        await self._wait_sub_agent(call, ref, handle)
+
+    async def _wait_sub_agent(
+        self,
+        call: CallState,
+        ref: SubAgentRef,
+        handle: workflow.ChildWorkflowHandle[Any, ConversationResult] | None,
+    ) -> None:
+        """Wait for the child conversation ``call.child`` names, and complete the call with
+        its outcome; or leave the call as it is for the next run (``self.detached``) when this
+        run should continue as new and nothing but sub-agents is under way.
+
+        ``handle``: the child this run started; None in a run that continued as new while the
+        call waited (the child is no child of this run's): then its outcome is read from it
+        (``sub_agent_pending``) when it reports, and every ``config.SUB_AGENT_RECHECK`` in case
+        a report crossed the continue-as-new. Cancelling the turn cancels the child either way.
+        """
+        turn = self.s.turn
+        assert turn is not None and call.child is not None
+        book = self.book(turn)
+        agent = ref.agent
+        link = call.child
+        child_id = link.chat_id
+        attached = handle is None
+        child = SubAgentChild(
+            ref=call.ref,
+            run_id=link.run_id,
+            link=link,
+            # Re-attached: read at once, the whole list (its digest says whether it changed
+            # since the last run read it).
+            hinted=attached,
+            quiet_digest=link.digest if attached else None,
+        )
+        self.children[child_id] = child
+        watch = asyncio.create_task(self._watch_child(child_id, child))
+        detached = evicted = False
+
+        def over() -> bool:
+            return handle.done() if handle is not None else child.ended is not None
+
+        try:
+            while True:
+                try:
+                    await workflow.wait_condition(
+                        lambda: over() or self._may_detach(),
+                        timeout=config.SUB_AGENT_RECHECK if attached else None,
+                        timeout_summary="sub-agent recheck" if attached else None,
+                    )
+                except TimeoutError:
+                    child.hinted = True  # a report may have crossed the continue-as-new
+                    continue
+                except asyncio.CancelledError:
+                    await self._cancel_child(child_id, handle)
+                    raise
+                break
+            if not over():
+                detached = self.detached = True
+                return
+            if handle is not None:
+                result = handle.result()
+            else:
+                assert child.ended is not None
+                if child.ended.result is None:
+                    self._child_failed(call, agent, child_id, how=child.ended.status)
+                    return
+                result = child.ended.result
         except ChildWorkflowError as e:
-            task_now = asyncio.current_task()
-            if isinstance(e.cause, CancelledError) and (
-                self.cancel is not None or (task_now is not None and task_now.cancelling())
-            ):
-                # This turn (or the workflow) is being cancelled, and the child with it.
-                raise asyncio.CancelledError() from None
             # The child failed, was terminated, or was cancelled on its own (an operator, a
             # script): the call fails classified, and this conversation lives on.
             cancelled = isinstance(e.cause, CancelledError)
-            book.fail(
-                call,
-                ErrorInfo(
-                    status=Status.CANCELLED if cancelled else Status.INTERNAL,
-                    message=(
-                        f"sub-agent {agent!r} ({child_id}) "
-                        + ("was cancelled" if cancelled else "failed")
-                    ),
-                    kind=ErrorKind.TOOL_ERROR,
-                ),
-                uncertain=True,
-            )
+            self._child_failed(call, agent, child_id, how="cancelled" if cancelled else "failed")
             return
         except GeneratorExit:
             evicted = True  # the run leaves this worker's cache: no workflow calls now
             raise
         finally:
-            if watch is not None:
-                watch.cancel()
-            gone = self.children.pop(child_id, None)
-            if gone is not None and gone.requests and self.s.turn is not None and not evicted:
-                self._publish()  # its interrupts are off the operator view
+            watch.cancel()
+            if not detached:
+                gone = self.children.pop(child_id, None)
+                if gone is not None and gone.requests and self.s.turn is not None and not evicted:
+                    self._publish()  # its interrupts are off the operator view
         last = result.last_turn
         if last is not None and last.finish_reason == FinishReason.STOP:
             output: JsonObject = {"text": last.text, "chat_id": child_id}
@@ -1063,6 +1144,43 @@ class TurnMachine:
             ),
             uncertain=False,
         )
+
+    def _child_failed(self, call: CallState, agent: str, child_id: str, *, how: str) -> None:
+        """Fail a sub-agent call whose child did not complete (failed, terminated, cancelled
+        on its own, timed out or gone): classified, and this conversation lives on."""
+        turn = self.s.turn
+        assert turn is not None
+        cancelled = how == "cancelled"
+        said = {"failed": "failed", "cancelled": "was cancelled", "gone": "is gone"}
+        self.book(turn).fail(
+            call,
+            ErrorInfo(
+                status=Status.CANCELLED if cancelled else Status.INTERNAL,
+                message=f"sub-agent {agent!r} ({child_id}) {said.get(how, how.replace('_', ' '))}",
+                kind=ErrorKind.TOOL_ERROR,
+            ),
+            uncertain=True,
+        )
+
+    async def _cancel_child(
+        self, child_id: str, handle: workflow.ChildWorkflowHandle[Any, Any] | None
+    ) -> None:
+        """The turn is being cancelled: so is the child, and the turn waits for it to stop
+        (a child this run started), or asks it to (one a previous run started)."""
+        if handle is not None:
+            handle.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ChildWorkflowError):
+                await handle
+            return
+        try:
+            await workflow.get_external_workflow_handle(child_id).cancel()
+        except Exception as e:  # noqa: BLE001  # closed already, or gone: nothing to cancel
+            workflow.logger.info("could not cancel sub-agent %s: %s", child_id, type(e).__name__)
+
+    def _may_detach(self) -> bool:
+        """Whether the sub-agent calls under way may be left for the next run: the run should
+        continue as new, and no tool call, handler or cancellation is under way."""
+        return self._tools_running == 0 and self.cancel is None and self._can_now()
 
     def _tree_share(self, turn: TurnState, *, batch: int) -> int | None:
         """Debit one sub-agent from the turn's budget (config.MAX_SUB_AGENTS_PER_TREE, or the
@@ -1119,11 +1237,20 @@ class TurnMachine:
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
                 workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
                 continue
+            if found.ended is not None:
+                # Closed: a call whose run started the child hears it from the child's result;
+                # a re-attached one from this.
+                child.ended = found.ended
+                return
             if found.unchanged:
                 # What it waits on is what was read last: the report changed nothing (or was
                 # not the child's), and the result took a few bytes of history.
                 continue
             child.digest = found.digest
+            if child.link is not None:
+                child.link.digest = found.digest  # carried, should this run continue as new
+            quiet = child.quiet_digest is not None and found.digest == child.quiet_digest
+            child.quiet_digest = None
             requests = [
                 r.model_copy(
                     update={
@@ -1140,7 +1267,7 @@ class TurnMachine:
             turn = self.s.turn
             if turn is None:
                 return
-            if requests:
+            if requests and not quiet:
                 self._stop(self.paused_result(turn))
             else:
                 self._publish()
@@ -1488,8 +1615,15 @@ class SubAgentChild:
 
     ref: str
     run_id: str
+    # The call's record of it (carried by continue-as-new): its digest is kept current there.
+    link: SubAgentLink | None = None
     # The child said what it waits on changed, and it has not been read since.
     hinted: bool = False
+    # Re-attached after continue-as-new: the digest the last run read. A first read that finds
+    # it is no change (that run reported the pause already), only this run's view of it.
+    quiet_digest: str | None = None
+    # How the child closed, once a read found it closed.
+    ended: SubAgentEnd | None = None
     # What it waits on, as last read, each with its path from this conversation; and the
     # digest of that read (SubAgentPendingInput.known), so a read that finds it unchanged
     # answers in a few bytes.

@@ -823,6 +823,20 @@ class CallState(_Wire):
     # Deadline policies carried out: reminders sent, and whether the deadline was extended.
     reminded: int = 0
     escalated: bool = False
+    # A sub-agent call (``agent_tool``) whose child conversation has started: which one, so a
+    # run that continues as new while the call waits on it re-attaches instead of starting
+    # another. Left off the wire when unset.
+    child: SubAgentLink | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentLink(_Wire):
+    """The child conversation a sub-agent call started: its chat id, the first run id of the
+    chain (so a workflow someone starts later under the id is never taken for it), and the
+    digest of what it waited on when last read (``SubAgentPendingInput.known``)."""
+
+    chat_id: str
+    run_id: str
+    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnState(_Wire):
@@ -959,6 +973,9 @@ class SubAgentPendingResult(_Wire):
     digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # The list's digest is SubAgentPendingInput.known: ``interrupts`` is left empty.
     unchanged: bool = Field(default=False, exclude_if=lambda v: not v)
+    # The child has closed: how, and its result if it completed. A caller that continued as
+    # new while it waited learns the call's outcome from this (it has no handle on the child).
+    ended: SubAgentEnd | None = Field(default=None, exclude_if=lambda v: v is None)
     # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
     seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
@@ -989,6 +1006,19 @@ class ConversationResult(_Wire):
     chat_id: str
     turns: int
     last_turn: TurnResult | None = None
+
+
+SubAgentEndStatus = Literal["completed", "failed", "cancelled", "terminated", "timed_out", "gone"]
+"""How a sub-agent's chain closed; ``gone``: it is no longer there to read (deleted, or another
+workflow now holds its id)."""
+
+
+class SubAgentEnd(_Wire):
+    """How a sub-agent's conversation closed (``SubAgentPendingResult.ended``)."""
+
+    status: SubAgentEndStatus
+    # Its result, when it completed.
+    result: ConversationResult | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""A caller waiting on its sub-agent continues as new (issue 44, finding 9).
+
+A caller's turn waits on its sub-agent's child workflow for as long as the child waits on a
+person. Its run could not continue as new meanwhile (the child would have been ended with it),
+so signals kept landing in one run: forged ``sub_agent`` reports reached the history guard,
+which cancelled the turn and the sub-agent with it, and past the server's per-run signal limit
+every later signal to the caller was refused, answers included. The child is now left running
+across the caller's continue-as-new, and the new run waits on it again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts.client.api import Chat
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
+from temporal_agent_interrupts.workflows.limits import RUN
+from tests.agents import SUB_RUNS as RUNS
+from tests.agents import supervisor
+from tests.helpers import assert_no_workflow_task_failed, events_of, eventually, history
+
+
+def delegate(to: str, amount: float) -> str:
+    task = f"call pay {json.dumps({'to': to, 'amount': amount})}"
+    return f"call payments {json.dumps({'input': task})}"
+
+
+async def _runs(client: Client, chat_id: str) -> list[str]:
+    """The run ids of a conversation's chain, oldest first."""
+    query = f'WorkflowId = "{chat_id}"'
+    found = [w async for w in client.list_workflows(query)]
+    return [w.run_id for w in sorted(found, key=lambda w: w.start_time)]
+
+
+async def _flood_until_continued(client: Client, chat: Chat, child_id: str) -> list[str]:
+    """Send forged reports naming the real child until the caller has continued as new."""
+    handle = client.get_workflow_handle(chat.id)
+    first = (await handle.describe()).run_id
+    for _ in range(RUN.can_signals + 2):
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": child_id})
+
+    async def current() -> str:
+        return (await client.get_workflow_handle(chat.id).describe()).run_id
+
+    await eventually(current, lambda run: run != first, timeout=30)
+    return await _runs(client, chat.id)
+
+
+async def _no_task_failed_but_racing_signals(client: Client, chat_id: str) -> None:
+    """Every run of the chain failed no workflow task, but where the server refused a
+    continue-as-new because signals arrived meanwhile (``UNHANDLED_COMMAND``): Temporal's own
+    answer to that race, retried at once with the new signals."""
+    for run in await _runs(client, chat_id):
+        hist = await history(client, chat_id, run_id=run)
+        failed = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+        causes = {e.workflow_task_failed_event_attributes.cause for e in failed}
+        assert causes <= {WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND}, (
+            failed[0]
+        )
+
+
+async def _paused(client: Client, chat: Chat, amount: float, to: str):
+    paused = await chat.send(delegate(to, amount))
+    assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+    (i,) = paused.interrupts
+    assert i.chat_id is not None
+    return i
+
+
+async def test_a_caller_waiting_on_its_sub_agent_continues_as_new_and_still_gets_its_answer(
+    client,
+):
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        i = await _paused(client, parent, 7, "cas_ann")
+        child_id = i.chat_id
+        runs = await _flood_until_continued(client, parent, child_id)
+        assert len(runs) >= 2, runs
+        # The child was not ended with the run that started it, and still waits.
+        child = await client.get_workflow_handle(child_id).describe()
+        assert child.status == WorkflowExecutionStatus.RUNNING
+        # The new run shows the child's interrupt, as the first did, and takes its answer.
+        shown = await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
+        assert shown[0].chat_id == child_id and shown[0].path == i.path
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert "paid" in done.text
+        assert RUNS["cas_ann"] == 1
+        child = await client.get_workflow_handle(child_id).describe()
+        assert child.status == WorkflowExecutionStatus.COMPLETED
+        # Every forged report was a hint the workflow read the child for; none is a rejection
+        # and none ended the turn.
+        assert await parent.pending() == []
+    await _no_task_failed_but_racing_signals(client, parent.id)
+    await assert_no_workflow_task_failed(client, child_id)
+
+
+async def test_cancelling_a_continued_callers_turn_cancels_its_sub_agent(client):
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        i = await _paused(client, parent, 3, "cas_bo")
+        await _flood_until_continued(client, parent, i.chat_id)
+        await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
+        cancelled = await parent.cancel(reason="changed my mind", identity="alice")
+        assert cancelled.finish_reason == FinishReason.CANCELLED, cancelled
+        desc = await eventually(
+            lambda: client.get_workflow_handle(i.chat_id).describe(),
+            lambda d: d.status != WorkflowExecutionStatus.RUNNING,
+            timeout=20,
+        )
+        assert desc.status == WorkflowExecutionStatus.CANCELED
+        assert RUNS["cas_bo"] == 0
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await _no_task_failed_but_racing_signals(client, parent.id)
+
+
+async def test_a_sub_agent_terminated_while_its_caller_was_continued_fails_the_call(client):
+    """A terminated child sends no last report: the continued caller learns it at the next
+    read of the child (the next report anyone sends, or its periodic recheck)."""
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        i = await _paused(client, parent, 4, "cas_cy")
+        await _flood_until_continued(client, parent, i.chat_id)
+        await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
+        await client.get_workflow_handle(i.chat_id).terminate("an operator")
+        await client.get_workflow_handle(parent.id).signal(SUB_AGENT_SIGNAL, {"chat_id": i.chat_id})
+        done = await eventually(
+            parent.last_turn,
+            lambda t: t is not None and t.finish_reason != FinishReason.INTERRUPTED,
+            timeout=30,
+        )
+        # As when the run that started it sees it end: the call fails classified, the caller
+        # lives on.
+        assert done.finish_reason == FinishReason.FAILED, done
+        assert done.error is not None and done.error.kind == "ToolError"
+        assert f"({i.chat_id}) terminated" in done.error.message
+        assert RUNS["cas_cy"] == 0
+        again = await parent.send("hello")
+        assert again.finish_reason == FinishReason.STOP
+    await _no_task_failed_but_racing_signals(client, parent.id)
