@@ -21,6 +21,7 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
 from temporal_agent_interrupts.workflows.limits import RUN
+from temporal_agent_interrupts.workflows.types import InterruptRequest
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor
 from tests.helpers import assert_no_workflow_task_failed, events_of, eventually, history
@@ -65,12 +66,13 @@ async def _no_task_failed_but_racing_signals(client: Client, chat_id: str) -> No
         )
 
 
-async def _paused(client: Client, chat: Chat, amount: float, to: str):
+async def _paused(chat: Chat, amount: float, to: str) -> tuple[InterruptRequest, str]:
+    """The caller's turn paused on its sub-agent's one interrupt, and the sub-agent's chat id."""
     paused = await chat.send(delegate(to, amount))
     assert paused.finish_reason == FinishReason.INTERRUPTED, paused
     (i,) = paused.interrupts
     assert i.chat_id is not None
-    return i
+    return i, i.chat_id
 
 
 async def test_a_caller_waiting_on_its_sub_agent_continues_as_new_and_still_gets_its_answer(
@@ -78,8 +80,7 @@ async def test_a_caller_waiting_on_its_sub_agent_continues_as_new_and_still_gets
 ):
     async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
         parent = await agents.chat("supervisor")
-        i = await _paused(client, parent, 7, "cas_ann")
-        child_id = i.chat_id
+        i, child_id = await _paused(parent, 7, "cas_ann")
         runs = await _flood_until_continued(client, parent, child_id)
         assert len(runs) >= 2, runs
         # The child was not ended with the run that started it, and still waits.
@@ -104,13 +105,13 @@ async def test_a_caller_waiting_on_its_sub_agent_continues_as_new_and_still_gets
 async def test_cancelling_a_continued_callers_turn_cancels_its_sub_agent(client):
     async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
         parent = await agents.chat("supervisor")
-        i = await _paused(client, parent, 3, "cas_bo")
-        await _flood_until_continued(client, parent, i.chat_id)
+        i, child_id = await _paused(parent, 3, "cas_bo")
+        await _flood_until_continued(client, parent, child_id)
         await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
         cancelled = await parent.cancel(reason="changed my mind", identity="alice")
         assert cancelled.finish_reason == FinishReason.CANCELLED, cancelled
         desc = await eventually(
-            lambda: client.get_workflow_handle(i.chat_id).describe(),
+            lambda: client.get_workflow_handle(child_id).describe(),
             lambda d: d.status != WorkflowExecutionStatus.RUNNING,
             timeout=20,
         )
@@ -126,21 +127,22 @@ async def test_a_sub_agent_terminated_while_its_caller_was_continued_fails_the_c
     read of the child (the next report anyone sends, or its periodic recheck)."""
     async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
         parent = await agents.chat("supervisor")
-        i = await _paused(client, parent, 4, "cas_cy")
-        await _flood_until_continued(client, parent, i.chat_id)
+        i, child_id = await _paused(parent, 4, "cas_cy")
+        await _flood_until_continued(client, parent, child_id)
         await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
-        await client.get_workflow_handle(i.chat_id).terminate("an operator")
-        await client.get_workflow_handle(parent.id).signal(SUB_AGENT_SIGNAL, {"chat_id": i.chat_id})
+        await client.get_workflow_handle(child_id).terminate("an operator")
+        await client.get_workflow_handle(parent.id).signal(SUB_AGENT_SIGNAL, {"chat_id": child_id})
         done = await eventually(
             parent.last_turn,
             lambda t: t is not None and t.finish_reason != FinishReason.INTERRUPTED,
             timeout=30,
         )
+        assert done is not None
         # As when the run that started it sees it end: the call fails classified, the caller
         # lives on.
         assert done.finish_reason == FinishReason.FAILED, done
         assert done.error is not None and done.error.kind == "ToolError"
-        assert f"({i.chat_id}) terminated" in done.error.message
+        assert f"({child_id}) terminated" in done.error.message
         assert RUNS["cas_cy"] == 0
         again = await parent.send("hello")
         assert again.finish_reason == FinishReason.STOP
