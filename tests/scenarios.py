@@ -333,3 +333,26 @@ async def sub_agent_conversation(agents: AgentClient, *, chat_id: str) -> str:
     assert done.finish_reason == FinishReason.STOP, done
     assert ask.chat_id is not None
     return ask.chat_id
+
+
+async def sub_agent_continued_conversation(agents: AgentClient, *, chat_id: str) -> list[str]:
+    """A supervisor waiting on its payments sub-agent's gate continues as new under sub-agent
+    reports (one at a time, each once read), then is answered: its new run re-attaches to the
+    child and learns the child's end from it (recorded as ``subagent_continued_first`` and
+    ``subagent_continued_last``). The caller's run ids, oldest first."""
+    from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
+    from temporal_agent_interrupts.workflows.limits import RUN
+
+    chat = await agents.chat(t.supervisor.name, chat_id=chat_id)
+    task = 'call pay {"to": "rosa", "amount": 8}'
+    paused = await chat.send(f"call payments {json.dumps({'input': task})}")
+    assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+    (ask,) = paused.interrupts
+    handle = agents.temporal.get_workflow_handle(chat_id)
+    for _ in range(RUN.can_signals):
+        await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": ask.chat_id})
+    await eventually(lambda: _chain(agents.temporal, chat_id), lambda runs: len(runs) > 1)
+    await eventually(chat.pending, lambda p: [x.ref for x in p] == [ask.ref])
+    done = await chat.resume(answers=[approve(ask)], identity="alice")
+    assert done.finish_reason == FinishReason.STOP, done
+    return await _chain(agents.temporal, chat_id)

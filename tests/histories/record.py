@@ -11,7 +11,9 @@ cancels), ``banking`` (the README's example on the offline model), ``streamed`` 
 one paused and answered), ``mcp`` (an MCP server's tools: one runs, one approved, one denied),
 ``subagent`` and ``subagent_child`` (a supervisor and its payments sub-agent, the child's gate
 answered through the supervisor), and ``continued_first`` and ``continued_last``: the first and the
-newest run of a conversation that continued as new, idle and then paused.
+newest run of a conversation that continued as new, idle and then paused; and
+``subagent_continued_first`` and ``subagent_continued_last``: the first and the newest run of a
+supervisor that continued as new while it waited on its sub-agent.
 
 The replay tests run them against the current workflow code in the strict sandbox, so a change
 that would break conversations in flight fails CI. Before the first release there is one
@@ -48,6 +50,7 @@ from tests.scenarios import (
     rich_conversation,
     spine_conversation,
     streamed_conversation,
+    sub_agent_continued_conversation,
     sub_agent_conversation,
 )
 
@@ -68,9 +71,12 @@ ALL = (
     "subagent_child",
     "continued_first",
     "continued_last",
+    "subagent_continued_first",
+    "subagent_continued_last",
 )
 CONTINUED = {"continued_first", "continued_last"}
 SUB = {"subagent", "subagent_child"}
+SUB_CONTINUED = {"subagent_continued_first", "subagent_continued_last"}
 
 
 async def main(names: set[str]) -> None:
@@ -114,12 +120,33 @@ async def main(names: set[str]) -> None:
                     child = await sub_agent_conversation(
                         AgentClient(env.client, task_queue="record-sub"), chat_id="subagent"
                     )
-        for name in sorted(names - CONTINUED - SUB):
+            continued: list[str] = []
+            if names & SUB_CONTINUED:
+                async with build_worker(
+                    env.client,
+                    agents=[t.supervisor],
+                    task_queue="record-sub-continued",
+                    gemini=offline.client(),
+                ):
+                    continued = await sub_agent_continued_conversation(
+                        AgentClient(env.client, task_queue="record-sub-continued"),
+                        chat_id="subagent_continued",
+                    )
+        for name in sorted(names - CONTINUED - SUB - SUB_CONTINUED):
             await write(name, await dump_history(env.client, name))
         if child is not None:
             for name, chat in (("subagent", "subagent"), ("subagent_child", child)):
                 if name in names:
                     await write(name, await dump_history(env.client, chat))
+        if continued:
+            # The run that left the call to the next, and the newest: the one that took it up.
+            for name, run_id in (
+                ("subagent_continued_first", continued[0]),
+                ("subagent_continued_last", continued[-1]),
+            ):
+                if name in names:
+                    text = await dump_history(env.client, "subagent_continued", run_id=run_id)
+                    await write(name, text)
     if names & CONTINUED:
         await record_continued(names & CONTINUED)
 
