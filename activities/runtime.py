@@ -167,7 +167,10 @@ class AgentActivities:
     @activity.defn(name=SUB_AGENT_RESUME_ACTIVITY)
     async def sub_agent_resume(self, input: RawValue) -> SubAgentResumeResult:
         """An answer passed on to a child conversation (``activities.subagents``), sealed."""
-        return await self._sealer.take(input, SubAgentResumeInput, sub_agent_resume)
+        keys = self._sealer.keys  # its heartbeat is sealed too (subagents._update_id)
+        return await self._sealer.take(
+            input, SubAgentResumeInput, lambda inp: sub_agent_resume(inp, keys=keys)
+        )
 
     @property
     def mcp(self) -> MCPSessions:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.activities.heartbeat import heartbeating
+from temporal_agent_interrupts.activities.sealing import binding
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
@@ -32,9 +33,11 @@ from temporal_agent_interrupts.workflows.config import (
     WORKFLOW_TYPE,
 )
 from temporal_agent_interrupts.workflows.payloads import refusal_code
+from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.types import (
     ConversationResult,
     PendingResult,
+    Seal,
     SubAgentEnd,
     SubAgentEndStatus,
     SubAgentPendingInput,
@@ -232,7 +235,7 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
     return await run.query(AgentWorkflow.pending)
 
 
-async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
+async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> SubAgentResumeResult:
     """Give a child conversation an answer through its ``resume`` update, which checks it by
     the child's own rules (approvers, quorum, trust, what is pending there).
 
@@ -249,14 +252,17 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
 
     handle = _child(input)
     raw = RawValue(activity.payload_converter().to_payload(input.resume))
-    update_id = _update_id()
+    update_id = _update_id(keys)
+    seal = keys.seal(binding(), _heartbeat_body(update_id))
     try:
         # The first attempt's id in every attempt: a retry after a lost worker is answered
         # with the first attempt's outcome (Temporal keeps an update's outcome by its id, even
         # once the child has closed), and the answer is never given twice. The id is in the
         # first heartbeat, sent at once, so a retry finds it.
         async with heartbeating(
-            SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4, details=(update_id,), at_once=True
+            SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4,
+            details=(update_id, seal.model_dump() if seal else None),
+            at_once=True,
         ):
             result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
@@ -278,21 +284,41 @@ async def sub_agent_resume(input: SubAgentResumeInput) -> SubAgentResumeResult:
     return SubAgentResumeResult(result=result)
 
 
-def _update_id() -> str:
+def _update_id(keys: ResultKeys) -> str:
     """The child update's id: the first attempt's (kept in its heartbeat), or a new one.
 
     Random, not derived from the caller's run: a workflow's ids are predictable (its random
     numbers are seeded from its run id), and whoever may answer the child could send an update
     of their own under the id first, which Temporal would then give as this answer's outcome.
-    A worker lost after giving the answer but before its first heartbeat reached the server
-    leaves a retry a new id: the child then refuses the answer as given already (its own
-    exactly-once), and the caller shows where the child stands.
+    For the same reason the id is taken from the heartbeat only with this worker's seal for
+    this very activity: whoever may heartbeat an activity by id
+    (``RecordActivityTaskHeartbeatById``) could otherwise write the id of an update of their
+    own there, and have the retry report that update's outcome as this answer's. A worker lost
+    after giving the answer but before its first heartbeat reached the server leaves a retry a
+    new id: the child then refuses the answer as given already (its own exactly-once), and the
+    caller shows where the child stands.
     """
     details = activity.info().heartbeat_details
     if (
-        details
+        len(details) >= 2
         and isinstance(details[0], str)
         and details[0].startswith(SUB_AGENT_ANSWER_UPDATE_PREFIX)
+        and len(details[0]) <= _UPDATE_ID_MAX
     ):
-        return details[0]
+        try:
+            seal = Seal.model_validate(details[1]) if details[1] is not None else None
+        except ValidationError:
+            seal = None
+        if keys.verify(seal, binding(), _heartbeat_body(details[0])) is None:
+            return details[0]
     return f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"
+
+
+_UPDATE_ID_MAX = len(SUB_AGENT_ANSWER_UPDATE_PREFIX) + 36
+"""An update id of ours: the prefix and a uuid."""
+
+
+def _heartbeat_body(update_id: str) -> bytes:
+    """What the heartbeat's seal covers: the update id, in a domain of its own (no result's
+    canonical JSON starts so)."""
+    return b"sub_agent_resume heartbeat\0" + update_id.encode()

@@ -10,6 +10,7 @@ ever: a stuck chat), and run no tool more than it was asked to.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -31,11 +32,20 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import ActivityFailureError, Client
 from temporalio.service import RPCError
+from temporalio.testing import ActivityEnvironment
 
 from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.activities.sealing import binding
+from temporal_agent_interrupts.activities.subagents import _heartbeat_body, _update_id
 from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.result_keys import generate_result_key, parse_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
-from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
+from temporal_agent_interrupts.workflows.config import (
+    MODEL_ACTIVITY,
+    SUB_AGENT_ANSWER_UPDATE_PREFIX,
+    SUB_AGENT_RESUME_ACTIVITY,
+    TOOL_ACTIVITY,
+)
 from temporal_agent_interrupts.workflows.types import ErrorKind, ToolInput, ToolResult
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -313,3 +323,40 @@ async def test_a_standalone_tool_call_claiming_approval_runs_no_gated_tool(clien
             )
     assert "standalone activity" in str(refused.value.__cause__)
     assert t.RUNS["charge"] == 0
+
+
+def _resume_env(details: list[Any]) -> ActivityEnvironment:
+    """The answer-forwarding activity's retry, with ``details`` as its last heartbeat."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info,
+        workflow_id="chat-1",
+        activity_id="sub_agent_resume.4.0123456789ab",
+        activity_type=SUB_AGENT_RESUME_ACTIVITY,
+        heartbeat_details=details,
+    )
+    return env
+
+
+def test_a_heartbeat_sent_by_id_does_not_choose_the_update_id_of_a_passed_on_answer():
+    """A retry of ``sub_agent_resume`` asks the child for its first attempt's update by the id
+    that attempt heartbeated, and takes that update's outcome as the answer's. Whoever may
+    heartbeat an activity by id (``RecordActivityTaskHeartbeatById``) wrote the id of an update
+    of their own there, and the caller recorded that update's outcome as the approver's answer.
+    Only an id under this worker's seal for this very activity is taken."""
+    keys = parse_result_keys(generate_result_key("k1"))
+    attackers = f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"
+    for forged in ([attackers], [attackers, None], [attackers, {"kid": "k1", "mac": "00"}]):
+        assert _resume_env(forged).run(_update_id, keys) != attackers, forged
+    # A seal this worker made for this call's heartbeat...
+    seal = _resume_env([]).run(lambda: keys.seal(binding(), _heartbeat_body(attackers)))
+    assert seal is not None
+    sealed = [attackers, seal.model_dump()]
+    # ...copied onto another call's heartbeat (both are in history) chooses nothing there.
+    elsewhere = _resume_env(sealed)
+    elsewhere.info = dataclasses.replace(
+        elsewhere.info, activity_id="sub_agent_resume.5.ba9876543210"
+    )
+    assert elsewhere.run(_update_id, keys) != attackers
+    # The worker's own, for this call: its retry asks for the same update.
+    assert _resume_env(sealed).run(_update_id, keys) == attackers
