@@ -354,11 +354,7 @@ class AgentActivities:
         """
         if input.tool in self._notifiers[agent.name]:
             return  # a reminder's or an escalation's notice, which the model is never offered
-        held = any(
-            isinstance(m, ToolApproval) and input.tool not in m.allow for m in agent.middleware
-        )
-        approved = input.resumed and input.resumed_metadata.get(TOOL_APPROVED) is True
-        if not held or approved:
+        if not _held_unapproved(agent, input):
             return
         log.warning(
             "refused tool call %r for chat %s: this worker's gate holds it and it carries no "
@@ -497,12 +493,8 @@ class AgentActivities:
             if tool is None:
                 refused = "the server does not list that tool to this worker"
             else:
-                held = toolset.decide(tool.name, tool.annotations).gated or any(
-                    isinstance(m, ToolApproval) and input.tool not in m.allow
-                    for m in agent.middleware
-                )
-                approved = input.resumed and input.resumed_metadata.get(TOOL_APPROVED) is True
-                if held and not approved:
+                gated = toolset.decide(tool.name, tool.annotations).gated
+                if _held_unapproved(agent, input, gated=gated):
                     refused = "this worker's gate holds it, and the call carries no approval"
         if refused is not None:
             log.warning(
@@ -800,3 +792,14 @@ def _as_tool(declared: object, *, agent: str) -> Tool[Any]:
             "activities.tool or activities.interrupt"
         )
     return declared
+
+
+def _held_unapproved(agent: Agent, input: ToolInput, *, gated: bool = False) -> bool:
+    """Whether this worker's own gates hold the call (its agent's ``ToolApproval``, or
+    ``gated``: an MCP server's own decision) and it is not an approved run (``tool_approved``
+    in a restart's metadata)."""
+    held = gated or any(
+        isinstance(m, ToolApproval) and input.tool not in m.allow for m in agent.middleware
+    )
+    approved = input.resumed and input.resumed_metadata.get(TOOL_APPROVED) is True
+    return held and not approved
