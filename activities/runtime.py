@@ -274,7 +274,9 @@ class AgentActivities:
             async with heartbeating(5.0):
                 if input.stream and input.turn is not None and input.stream_key:
                     # The text goes on the conversation's stream as it arrives.
-                    async with TextPublisher(turn=input.turn, key=input.stream_key) as publisher:
+                    async with TextPublisher(
+                        turn=input.turn, key=input.stream_key, signals=input.stream_signals
+                    ) as publisher:
                         chunks = await stream_model(
                             self._gemini, spec, conv.messages, conv.rest, on_chunk=publisher.feed
                         )

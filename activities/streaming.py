@@ -28,6 +28,7 @@ from temporal_agent_interrupts.workflows.events import split_text
 from temporal_agent_interrupts.workflows.stream import (
     MAX_ITEM_BYTES,
     MAX_TEXT_BATCHES,
+    MAX_TEXT_SIGNALS,
     PUBLISH_SIGNAL,
     TEXT_BATCH_SECONDS,
     TEXT_BATCHES_PER_STEP,
@@ -58,11 +59,26 @@ class TextPublisher:
         key: The call's publisher id (``ModelInput.stream_key``): the workflow takes text only
             from publishes that carry it, as ``"<key>:<attempt>"`` so each attempt of a retried
             call counts its batches afresh.
+        signals: The most publish signals to send (``ModelInput.stream_signals``; None: as
+            many as one reply takes). Fewer spread their batches over a longer reply (the
+            interval doubles sooner); what comes after the last reaches the stream when the
+            call completes.
     """
 
-    def __init__(self, *, turn: int, key: str, interval: float = TEXT_BATCH_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        turn: int,
+        key: str,
+        interval: float = TEXT_BATCH_SECONDS,
+        signals: int | None = None,
+    ) -> None:
         self._turn = turn
         self._interval = interval
+        self._signals = MAX_TEXT_SIGNALS if signals is None else max(0, signals)
+        self._max_batches = min(MAX_TEXT_BATCHES, self._signals)
+        # Four steps of doubling intervals at most, as many batches a step as that allows.
+        self._per_step = max(1, min(TEXT_BATCHES_PER_STEP, self._max_batches // 4))
         info = activity.info()
         self._publisher_id = f"{key}:{info.attempt}"
         # The signal is sent here, not through the library's WorkflowStreamClient: its
@@ -97,9 +113,9 @@ class TextPublisher:
         if not text:
             return
         self._buffer.append(text)
-        if self._batches >= MAX_TEXT_BATCHES or self._timer is not None:
+        if self._batches >= self._max_batches or self._timer is not None:
             return  # the rest comes with the next batch, or at the end
-        interval = self._interval * 2 ** (self._batches // TEXT_BATCHES_PER_STEP)
+        interval = self._interval * 2 ** (self._batches // self._per_step)
         wait = self._last + interval - time.monotonic()
         if wait <= 0:
             self._publish()
@@ -123,6 +139,11 @@ class TextPublisher:
 
     async def _send(self) -> None:
         while self._queue and not self._failed:
+            if self._sequence >= self._signals:
+                # The call's share of the run's signals is spent: the workflow publishes the
+                # rest of the reply when the call completes.
+                self._failed = True
+                return
             batch, self._queue = self._queue[:3], self._queue[3:]
             self._sequence += 1
             publish = PublishInput(

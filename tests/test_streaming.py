@@ -12,15 +12,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from examples.banking import banking_agent
 from temporal_agent_interrupts import EventsGone, FinishReason, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import streaming
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text
+from temporal_agent_interrupts.workflows.limits import RUN
+from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
 from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
+from tests.scenarios import _chain
 
 
 async def drain(stream) -> None:
@@ -358,4 +362,44 @@ async def test_a_namespace_holders_direct_polls_do_not_take_the_products_followe
         async with asyncio.timeout(60):
             seen = await following
         assert "".join(ev.text or "" for ev in seen if ev.kind == "text") == "three"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_runs_streamed_replies_share_its_signals_and_the_text_still_arrives_whole(
+    run_worker, model, client
+):
+    """Each publish is a signal, and a run takes 20 (``history.maximumSignalsPerExecution`` on
+    the embedded default and in the documented deployments): a turn of three streamed model
+    calls, each publishing a batch every quarter second, sent 27 and the server refused every
+    signal of that run past the 20th (the stream stalled, and an answer sent by script then
+    would have been refused too). The run's streams now share ``RUN.stream_signals``; the rest
+    of each reply reaches the stream when its call completes."""
+    words = [" ".join(f"w{c}x{k}" for k in range(9)) for c in range(3)]
+    model.reply(
+        Reply.streamed(calls(("lookup", {"key": "a"}), say=words[0]), pieces=9, interval=0.26),
+        Reply.streamed(calls(("lookup", {"key": "b"}), say=words[1]), pieces=9, interval=0.26),
+        Reply.streamed(text(words[2]), pieces=9, interval=0.26),
+    )
+    async with run_worker() as agents:
+        chat = await agents.chat("assistant")
+        turn = chat.send_stream("go")
+        seen = [ev async for ev in turn]
+        result = await turn.result()
+        # The turn's run, and any it continued as new into after the turn.
+        events = [
+            e
+            for run in await _chain(client, chat.id)
+            for e in (await client.get_workflow_handle(chat.id, run_id=run).fetch_history()).events
+        ]
+    assert result.finish_reason == FinishReason.STOP and result.text == words[2]
+    streamed = "".join(ev.text or "" for ev in seen if ev.kind == "text")
+    for said in words:
+        assert said in streamed, (said, streamed)
+    publishes = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == PUBLISH_SIGNAL
+    ]
+    assert 3 <= len(publishes) <= RUN.stream_signals, len(publishes)
     await assert_no_workflow_task_failed(client, chat.id)

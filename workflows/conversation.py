@@ -129,6 +129,7 @@ class AgentWorkflow:
             publish=self._publish,
             can_now=self._can_now,
             publish_event=self._stream.publish,
+            signals_taken=lambda: self._signals,
         )
         # This conversation's own update handlers in progress (the stream's followers, which
         # wait as long as they like, are counted apart: see _can_now).

@@ -215,6 +215,14 @@ class RunBounds:
     (its own stream's publishes and sub-agents' reports among them), so that a deployment's
     per-run signal limit (``worker.devserver.SIGNALS_PER_RUN``, 20 on the embedded default)
     is never reached by a conversation's own use: a run past it refuses every signal."""
+    stream_signals: int = 14
+    """Publish signals a run's streaming model calls may send in all. The deployments this
+    product ships and documents take 20 signals a run (``history.maximumSignalsPerExecution``);
+    a signal past them is refused, whoever sends it. Streaming a long reply takes up to
+    ``workflows.stream.MAX_TEXT_SIGNALS``: unbounded, one reply would spend the run's
+    allowance, and every later signal of that run (an answer sent by script, a sub-agent's
+    report) would be refused. So the streams of a run share this many, and the rest of their
+    text arrives with each reply; at least 6 are left for everything else."""
     turn_waiters: int = 2
     """``await_turn`` updates (``Chat.last_turn()``) waiting at once. With the stream's
     followers (``workflows.stream.MAX_FOLLOWERS``, 4) and one close, the updates that wait take

@@ -49,6 +49,7 @@ from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
     OUT,
+    RUN,
     KiB,
     RefusalCode,
     Refused,
@@ -137,6 +138,8 @@ class TurnMachine:
             (each write is a command in history, so the points may not move).
         can_now: Whether the run should continue as new now (a paused turn waits there).
         publish_event: Puts a turn event on the conversation's stream; returns its offset.
+        signals_taken: How many signals this run has taken (a streaming call's share of the
+            run's publish signals is what is left of ``RUN.stream_signals``).
     """
 
     def __init__(
@@ -146,11 +149,13 @@ class TurnMachine:
         publish: Callable[[], None],
         can_now: Callable[[], bool],
         publish_event: Callable[[TurnEvent], int] | None = None,
+        signals_taken: Callable[[], int] = lambda: 0,
     ) -> None:
         self.s = state
         self._publish_event = publish_event
         self._publish = publish
         self._can_now = can_now
+        self._signals_taken = signals_taken
         # Refs in the order they were made (the newest are carried by continue-as-new).
         self.ref_order: list[str] = list(state.refs)
         self.refs: set[str] = set(state.refs)
@@ -449,6 +454,9 @@ class TurnMachine:
                     stream=turn.stream,
                     turn=turn.turn if turn.stream else None,
                     stream_key=self.stream_key,
+                    stream_signals=(
+                        max(0, RUN.stream_signals - self._signals_taken()) if turn.stream else None
+                    ),
                 ),
                 summary=f"model {spec.model}" if spec else f"model for {self.s.agent}",
             )

@@ -1050,6 +1050,10 @@ class ModelInput(_Wire):
     # from publishes that carry it (workflows.stream), so a signal from outside cannot pass for
     # the model.
     stream_key: str | None = None
+    # When streaming: how many publish signals the call may send. A run takes a bounded number
+    # of signals (workflows.limits.RUN.stream_signals says why); the text past them reaches the
+    # stream when the call completes. None: the most one reply sends.
+    stream_signals: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class MessagesInput(_Wire):
