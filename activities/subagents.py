@@ -18,7 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistoryEventFilterType,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -217,12 +223,15 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
     # child closed is never read as the child.
     try:
         desc = await handle.describe()
+        if desc.raw_description.workflow_execution_info.first_run_id != input.run_id:
+            # Another chain holds the id now (started once the child's closed): the child's
+            # chain is followed from its first run instead.
+            desc = await _last_run_of_chain(input.chat_id, input.run_id)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return SubAgentEnd(status="gone")  # deleted (retention, or by hand)
         raise
-    if desc.raw_description.workflow_execution_info.first_run_id != input.run_id:
-        # The chain this call started has closed (a later workflow holds the id) or is gone.
+    if desc is None:
         return SubAgentEnd(status="gone")
     run = activity.client().get_workflow_handle(
         input.chat_id, run_id=desc.run_id, result_type=ConversationResult
@@ -233,6 +242,38 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
     if ended is not None:
         return SubAgentEnd(status=ended)
     return await run.query(AgentWorkflow.pending)
+
+
+async def _last_run_of_chain(
+    chat_id: str, first_run_id: str
+) -> WorkflowExecutionDescription | None:
+    """The description of the newest run of the chain that began with ``first_run_id``, run by
+    run through its continue-as-new links (each run's close event names the next); None past
+    :data:`_CHAIN_HOPS` runs. Only asked once another chain holds the id, so the child's has
+    closed: it has as many runs as it continued as new."""
+    client = activity.client()
+    run_id = first_run_id
+    for _ in range(_CHAIN_HOPS):
+        handle = client.get_workflow_handle(chat_id, run_id=run_id)
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            return desc
+        following = ""
+        closing = handle.fetch_history_events(
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+        )
+        async for event in closing:
+            continued = event.workflow_execution_continued_as_new_event_attributes
+            following = continued.new_execution_run_id
+        if not following:
+            return None
+        run_id = following
+    return None
+
+
+_CHAIN_HOPS = 256
+"""Runs of a sub-agent's chain followed at most (a one-turn conversation continues as new only
+when a flood of signals reaches it while it waits: every ten)."""
 
 
 async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> SubAgentResumeResult:

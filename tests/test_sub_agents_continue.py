@@ -10,18 +10,28 @@ across the caller's continue-as-new, and the new run waits on it again.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 
+import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts.activities import subagents
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
 from temporal_agent_interrupts.workflows.limits import RUN
-from temporal_agent_interrupts.workflows.types import InterruptRequest
+from temporal_agent_interrupts.workflows.types import (
+    InterruptRequest,
+    PendingResult,
+    SubAgentEnd,
+    SubAgentPendingInput,
+)
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor
 from tests.helpers import assert_no_workflow_task_failed, events_of, eventually, history
@@ -147,3 +157,68 @@ async def test_a_sub_agent_terminated_while_its_caller_was_continued_fails_the_c
         again = await parent.send("hello")
         assert again.finish_reason == FinishReason.STOP
     await _no_task_failed_but_racing_signals(client, parent.id)
+
+
+async def _squat_when_closed(client: Client, child_id: str, stop: asyncio.Event) -> bool:
+    """Start a workflow of someone else's under ``child_id`` the moment the child closes."""
+    while not stop.is_set():
+        try:
+            await client.start_workflow(
+                "not-a-conversation", id=child_id, task_queue=f"nobody-{uuid.uuid4()}"
+            )
+            return True
+        except WorkflowAlreadyStartedError:
+            await asyncio.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("child_continued", [False, True], ids=["child-one-run", "child-continued"])
+async def test_a_workflow_started_under_a_closed_childs_id_does_not_hide_its_result(
+    client, monkeypatch: pytest.MonkeyPatch, child_continued: bool
+):
+    """Once a sub-agent closes, anyone may start a workflow under its id. A continued caller
+    read the id's newest chain, found someone else's, and recorded the call as the child gone
+    (uncertain) though the child had completed and paid. It follows the chain it started from
+    its first run now, through the child's own continue-as-new."""
+    read = subagents._pending
+
+    async def slow_read(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
+        # The caller's read comes after the squatter's start (a busy worker): a race an
+        # attacker polling the id wins often, made certain here.
+        await asyncio.sleep(1)
+        return await read(input)
+
+    monkeypatch.setattr(subagents, "_pending", slow_read)
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        payee = f"cas_sq_{child_continued}"
+        i, child_id = await _paused(parent, 5, payee)
+        await _flood_until_continued(client, parent, child_id)
+        await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
+        child_chat = await agents.chat("payments", chat_id=child_id)
+        if child_continued:
+            wrong = {"respond": [{"name": "pay", "ref": "nope", "output": {}}]}
+            child = client.get_workflow_handle(child_id)
+            first = (await child.describe()).run_id
+            for n in range(RUN.can_signals):
+                await child.signal("resume", wrong)
+                await eventually(child_chat.status, lambda s, n=n: s.rejections > n)
+            await eventually(
+                lambda: client.get_workflow_handle(child_id).describe(),
+                lambda d: d.run_id != first,
+            )
+        stop = asyncio.Event()
+        squat = asyncio.create_task(_squat_when_closed(client, child_id, stop))
+        # Answered on the sub-agent's own chat: it completes, having paid.
+        await child_chat.resume(answers=[approve(i)], identity="alice")
+        assert RUNS[payee] == 1
+        done = await eventually(
+            parent.last_turn,
+            lambda t: t is not None and t.finish_reason != FinishReason.INTERRUPTED,
+            timeout=30,
+        )
+        stop.set()
+        assert await squat
+        await client.get_workflow_handle(child_id).terminate("the squatter's, cleaned up")
+    assert done is not None and done.finish_reason == FinishReason.STOP, done
+    assert "paid" in done.text
