@@ -134,6 +134,8 @@ class AgentWorkflow:
         # This conversation's own update handlers in progress (the stream's followers, which
         # wait as long as they like, are counted apart: see _can_now).
         self._busy = 0
+        # Answers by signal on their way to a sub-agent (see _forward_signal).
+        self._forwarding = 0
         # Signals this run has taken (each counts against the server's per-run limit).
         self._signals = 0
         # Updates that wait without doing anything (await_turn), and a close under way: each
@@ -302,7 +304,7 @@ class AgentWorkflow:
     def _can_now(self) -> bool:
         # Not while a handler of ours is at work; the stream's followers are released when the
         # run continues as new.
-        if self._m.can_blocked or self._busy or self._m.notifying:
+        if self._m.can_blocked or self._busy or self._m.notifying or self._forwarding:
             return False
         if self._signals >= RUN.can_signals:
             # A fresh run has the server's whole per-run signal allowance again.
@@ -720,6 +722,8 @@ class AgentWorkflow:
                     payload=[payload],
                 )
                 return
+            finally:
+                self._forwarding -= 1
             if outcome.refused is not None:
                 self._reject(
                     handler="resume",
@@ -727,6 +731,9 @@ class AgentWorkflow:
                     payload=[payload],
                 )
 
+        # Counted now, in the handler: the run must not continue as new before the answer has
+        # reached the sub-agent (it would be dropped, unrecorded), even in this very task.
+        self._forwarding += 1
         self._keep(asyncio.create_task(forward()))
 
     def _send_signal(self, payload: RawValue) -> None:
