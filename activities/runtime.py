@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from temporal_agent_interrupts.activities.endings import activity_ending
 from temporal_agent_interrupts.activities.gemini import (
     classify_api_error,
     config_for,
@@ -59,6 +60,7 @@ from temporal_agent_interrupts.activities.tools import (
 )
 from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
+    ACTIVITY_ENDING_ACTIVITY,
     MCP_ACTIVITY,
     MODEL_ACTIVITY,
     SUB_AGENT_PENDING_ACTIVITY,
@@ -79,6 +81,8 @@ from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
 from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
+    ActivityEndingInput,
+    ActivityEndingResult,
     AgentSpec,
     ErrorKind,
     MCPCallInput,
@@ -157,7 +161,14 @@ class AgentActivities:
             self.mcp_call,
             self.sub_agent_pending,
             self.sub_agent_resume,
+            self.activity_ending,
         ]
+
+    @activity.defn(name=ACTIVITY_ENDING_ACTIVITY)
+    async def activity_ending(self, input: RawValue) -> ActivityEndingResult:
+        """How one of the conversation's own activities ended, by its history (``endings``),
+        sealed."""
+        return await self._sealer.take(input, ActivityEndingInput, activity_ending)
 
     @activity.defn(name=SUB_AGENT_PENDING_ACTIVITY)
     async def sub_agent_pending(self, input: RawValue) -> SubAgentPendingResult:

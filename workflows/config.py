@@ -20,6 +20,10 @@ SUB_AGENT_PENDING_ACTIVITY = "sub_agent_pending"
 SUB_AGENT_RESUME_ACTIVITY = "sub_agent_resume"
 """Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the
 workflow can neither query another workflow nor wait on its update, an activity can."""
+ACTIVITY_ENDING_ACTIVITY = "activity_ending"
+"""How one of the run's activities ended, as its history says (a timeout the server made, or a
+failure sent by id shaped as one): the workflow sees the two alike, its history does not."""
+ACTIVITY_ENDING_START_TO_CLOSE = timedelta(seconds=60)
 SUB_AGENT_SIGNAL = "sub_agent"
 SUB_AGENT_ANSWER_UPDATE_PREFIX = "answer-"
 """The id of every ``resume`` update a caller passes on to its sub-agent starts so: the

@@ -76,6 +76,8 @@ from temporal_agent_interrupts.workflows.seal import (
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
+    ActivityEndingInput,
+    ActivityEndingResult,
     CallState,
     CancelInput,
     ConversationInput,
@@ -631,6 +633,9 @@ class TurnMachine:
         # and one the SDK could not convert would fail the workflow task on every replay (a
         # stuck chat). One that does not read as the result type is refused as unsealed.
         result_type: type[Any] = options.pop("result_type")
+        # Whether a timeout is checked against history (activity_ending); not for that check's
+        # own activity, whose timeouts are refused instead (no check of a check).
+        verify: bool = options.pop("verify_timeouts", True)
         while True:
             # Our own id, so the seal binds the result to this activity (workflows.seal).
             self._activities += 1
@@ -643,8 +648,13 @@ class TurnMachine:
             except ActivityError as e:
                 # Sealed first: "never ran" from anyone but a worker would run a tool again.
                 self._check_failure(e, activity=activity, activity_id=activity_id, what=what)
-                self._check_server_kind(
-                    e, activity=activity, since=scheduled, options=options, what=what
+                await self._check_server_kind(
+                    e,
+                    activity=activity,
+                    activity_id=activity_id if verify else None,
+                    since=scheduled,
+                    options=options,
+                    what=what,
                 )
                 key_id = _undecryptable(e)
                 if key_id is None:
@@ -752,26 +762,30 @@ class TurnMachine:
         if why is not None:
             self._refuse_result(activity=activity, what=what, why=why, failure=True)
 
-    def _check_server_kind(
+    async def _check_server_kind(
         self,
         err: ActivityError,
         *,
         activity: str,
+        activity_id: str | None,
         since: datetime,
         options: dict[str, Any],
         what: str,
     ) -> None:
-        """Take a failure of the server's own kind only where the server could have made it.
+        """Take a failure of the server's own kind only where the server made it (``None``
+        for ``activity_id``: no timeout is taken).
 
         No worker seals a timeout or a server failure, and one failed by id reads the same as
-        the server's. But a timeout of a kind this call has no limit for, or sooner than that
+        the server's here. A timeout of a kind this call has no limit for, or sooner than that
         limit since the call was scheduled, is not the server's; nor is a server failure, which
-        the server never makes of an activity's ending. Refused as unsealed: a model call is
-        asked again, a tool call reaches the model as "may have taken effect". A timeout sent
-        by id once the limit has passed says what the server would have said by then.
+        the server never makes of an activity's ending. Any other timeout is taken once the
+        run's history says the server made it (``ActivityTaskTimedOut``, read by the sealed
+        ``activity_ending``): a failure sent by id is ``ActivityTaskFailed`` there, whatever
+        it says. Refused as unsealed: a model call is asked again, a tool call reaches the
+        model as "may have taken effect".
 
         Raises:
-            _Unsealed: a server-kind failure the server could not have made; recorded.
+            _Unsealed: a server-kind failure the server did not make; recorded.
         """
         cause = err.cause
         if isinstance(cause, ServerError):
@@ -787,10 +801,34 @@ class TurnMachine:
                     "passed"
                 )
             else:
-                return
+                if activity_id is None:
+                    why = "a timeout of the check of how an activity ended is not checked"
+                else:
+                    ending = await self._ending(activity_id, what=what)
+                    if ending == "timed_out":
+                        return
+                    why = f"the run's history says the call ended {ending}, not timed out"
         else:
             return
         self._refuse_result(activity=activity, what=what, why=why, failure=True)
+
+    async def _ending(self, activity_id: str, *, what: str) -> str:
+        """How the run's history says the activity ``activity_id`` ended (``activity_ending``);
+        ``unknown`` when no worker's sealed answer came (the refusal is recorded)."""
+        try:
+            found: ActivityEndingResult = await self._execute(
+                config.ACTIVITY_ENDING_ACTIVITY,
+                ActivityEndingInput(activity_id=activity_id),
+                result_type=ActivityEndingResult,
+                start_to_close_timeout=config.ACTIVITY_ENDING_START_TO_CLOSE,
+                heartbeat_timeout=config.SUB_AGENT_HEARTBEAT,
+                retry_policy=config.SUB_AGENT_RETRY,
+                summary=f"how {what} ended",
+                verify_timeouts=False,
+            )
+        except (_Unsealed, ActivityError):
+            return "unknown"
+        return found.ending
 
     def _refuse_result(
         self, *, activity: str, what: str, why: str, failure: bool = False

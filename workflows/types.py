@@ -989,6 +989,24 @@ class SubAgentResumeInput(_Wire):
     resume: JsonObject
 
 
+ActivityEnding = Literal["timed_out", "failed", "completed", "cancelled", "unknown"]
+
+
+class ActivityEndingInput(_Wire):
+    """The ``activity_ending`` activity: how the run's activity of this id ended."""
+
+    activity_id: str
+
+
+class ActivityEndingResult(_Wire):
+    """How it ended, by the event its history holds: ``timed_out`` only for the server's own
+    ``ActivityTaskTimedOut``."""
+
+    ending: ActivityEnding
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class SubAgentResumeResult(_Wire):
     # The child's turn as it stopped after the answer.
     result: TurnResult | None = None
