@@ -64,6 +64,7 @@ from temporal_agent_interrupts.workflows.types import (
 )
 from tests import agents as t
 from tests.helpers import (
+    NO_WAIT_BETWEEN_RUNS,
     assert_no_workflow_task_failed,
     cli_signal,
     events_of,
@@ -75,20 +76,17 @@ from tests.test_durability import replayer
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
-UNTHROTTLED = 'history.workflowIdReuseMinimalInterval="0s"'
-"""Temporal starts a run's first workflow task no sooner than 1 s after the run before it began
-(this setting in Server 1.32; ``history.continueAsNewMinInterval`` no longer changes it), against
-a continue-as-new spin. A conversation continues as new every 10 signals at a pause, so each
-flood of case 7 (512 or 600 refused signals, in batches of 16) spent about 30 s in that wait
-alone, the worker idle. What they prove (what is refused, what is spent, that the approver's
-answer is taken, what a run carries) does not depend on when a run's first task starts."""
-
 
 @pytest.fixture(scope="module")
 async def unthrottled() -> AsyncIterator[WorkflowEnvironment]:
-    """A dev server as the session's (``env``), but with no minimum interval between a
-    conversation's runs: see :data:`UNTHROTTLED`."""
-    async with dev_server(extra_args=["--dynamic-config-value", UNTHROTTLED]) as environment:
+    """A dev server as the session's (``env``), but with no wait before a run's first task
+    (:data:`~tests.helpers.NO_WAIT_BETWEEN_RUNS`). A conversation continues as new every 10
+    signals at a pause, so each flood of case 7 (512 or 600 refused signals, in batches of 16)
+    spent about 30 s in that wait alone, the worker idle. What case 7 proves (what is refused,
+    what is spent, that the approver's answer is taken, what a run carries) does not depend on
+    when a run's first task starts."""
+    unthrottled = ["--dynamic-config-value", NO_WAIT_BETWEEN_RUNS]
+    async with dev_server(extra_args=unthrottled) as environment:
         yield environment
 
 
