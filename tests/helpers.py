@@ -25,6 +25,15 @@ SUGGEST_AFTER_EVENTS = 40
 """Where the ``small_histories`` dev server (conftest) suggests continue-as-new: a few turns
 cross the line, idle or paused."""
 
+NO_WAIT_BETWEEN_RUNS = 'history.workflowIdReuseMinimalInterval="0s"'
+"""Dynamic config for a dev server that starts a new run's first workflow task at once.
+
+Temporal holds it until 1 s after the run before it began (against a continue-as-new spin; in
+Server 1.32 this setting governs it, ``history.continueAsNewMinInterval`` no longer changes
+it). Only for tests whose property does not depend on when a run's first task starts: where an
+answer arriving in that second, with the first task, is the point (``test_continue_as_new``),
+keep the default."""
+
 
 async def history(
     client: Client, workflow_id: str, *, run_id: str | None = None

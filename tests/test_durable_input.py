@@ -47,6 +47,7 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG
 from temporal_agent_interrupts.worker.devserver import temporal_cli as temporal_cli_path
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.worker.testing import dev_server
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -60,6 +61,8 @@ from temporal_agent_interrupts.workflows.types import InterruptRequest, ResumeIn
 from tests import agents as t
 from tests.conftest import ScriptedModel
 from tests.helpers import (
+    NO_WAIT_BETWEEN_RUNS,
+    SUGGEST_AFTER_EVENTS,
     assert_no_workflow_task_failed,
     current_details,
     events_of,
@@ -654,7 +657,28 @@ def many_calls() -> dict[str, Any]:
     return calls(*[("nosuch", {}) for _ in range(CALLS_PER_STEP)])
 
 
-async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(small_histories, model):
+@pytest.fixture(scope="module")
+async def small_histories_no_wait() -> AsyncIterator[WorkflowEnvironment]:
+    """conftest's ``small_histories``, but starting each new run's first task at once
+    (:data:`~tests.helpers.NO_WAIT_BETWEEN_RUNS`). The 40,960-call conversation below continues
+    as new 20 times or more, and each send waits for the one before it: the server's second
+    between runs was idle time (27 s -> 22 s alone), on the machine the test has to itself. That
+    the conversation still continues as new, what it carries and what the model is told do not
+    depend on when a run's first task starts."""
+    extra = [
+        *(
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}",
+        ),
+        *("--dynamic-config-value", NO_WAIT_BETWEEN_RUNS),
+    ]
+    async with dev_server(extra_args=extra) as environment:
+        yield environment
+
+
+async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(
+    small_histories_no_wait, model
+):
     # A full garbage collection inside one of this conversation's activations (the worker is
     # in process) takes it past the SDK's 2 s deadlock limit: one over the whole suite's
     # objects, which share this process, did in a serial run; one over what this test makes
@@ -667,7 +691,7 @@ async def test_tens_of_thousands_of_tool_calls_still_continue_as_new(small_histo
     gc.freeze()
     gc.disable()
     try:
-        await _tens_of_thousands(small_histories, model)
+        await _tens_of_thousands(small_histories_no_wait, model)
     finally:
         gc.enable()
         gc.collect()

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,13 +30,14 @@ from temporalio.client import (
 from temporalio.common import RawValue, RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, ResumeRejected, approve
 from temporal_agent_interrupts.client.inbox import PAUSED_QUERY, PausedInterrupt
 from temporal_agent_interrupts.client.stream import TurnStream, next_offset
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
-from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
@@ -62,6 +64,7 @@ from temporal_agent_interrupts.workflows.types import (
 )
 from tests import agents as t
 from tests.helpers import (
+    NO_WAIT_BETWEEN_RUNS,
     assert_no_workflow_task_failed,
     cli_signal,
     events_of,
@@ -72,6 +75,19 @@ from tests.helpers import (
 from tests.test_durability import replayer
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+async def unthrottled() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server as the session's (``env``), but with no wait before a run's first task
+    (:data:`~tests.helpers.NO_WAIT_BETWEEN_RUNS`). A conversation continues as new every 10
+    signals at a pause, so each flood of case 7 (512 or 600 refused signals, in batches of 16)
+    spent about 30 s in that wait alone, the worker idle. What case 7 proves (what is refused,
+    what is spent, that the approver's answer is taken, what a run carries) does not depend on
+    when a run's first task starts."""
+    unthrottled = ["--dynamic-config-value", NO_WAIT_BETWEEN_RUNS]
+    async with dev_server(extra_args=unthrottled) as environment:
+        yield environment
 
 
 def forged_state(agent: Agent, *, ref: str = "forged-1") -> ConversationState:
@@ -533,11 +549,12 @@ signers = Agent(
 )
 
 
-async def test_case7_others_refused_tokens_never_lock_the_approver_out(run_worker, model, client):
+async def test_case7_others_refused_tokens_never_lock_the_approver_out(unthrottled, model):
     """512 refused resume signals, each with a valid 23-hour token of someone who may answer
     nothing here: none is spent, and the approver's real answer is taken."""
     model.reply(calls(("charge", {"amount": 5}, "c1")), text("charged"))
-    async with run_worker(agents=[signers]) as agents:
+    client = unthrottled.client
+    async with hosted(client, agents=[signers], model=model) as agents:
         chat = await agents.chat("signers")
         (gated,) = (await chat.send("charge 5")).interrupts
         answer = gated.approve().model_dump(mode="json", exclude_none=True)
@@ -569,11 +586,12 @@ open_gate = Agent(
 )
 
 
-async def test_case7_one_account_cannot_fill_the_spent_book_for_everyone(run_worker, model, client):
+async def test_case7_one_account_cannot_fill_the_spent_book_for_everyone(unthrottled, model):
     """Where anyone may answer, each refused token is spent; one account's many fold into one
     entry of its own, so the book stays small and another's answer is taken."""
     model.reply(calls(("charge", {"amount": 5}, "c1")), text("charged"))
-    async with run_worker(agents=[open_gate]) as agents:
+    client = unthrottled.client
+    async with hosted(client, agents=[open_gate], model=model) as agents:
         chat = await agents.chat("openGate")
         (gated,) = (await chat.send("charge 5")).interrupts
         # Refused (no such ref), from someone whose token could answer the gated call.
@@ -1075,13 +1093,14 @@ cfo_gate_lookup_free = Agent(
 
 
 async def test_case7_many_accounts_refused_tokens_never_lock_the_only_approver_out(
-    run_worker, model, client
+    unthrottled, model
 ):
     """512 accounts at the issuer (self-service sign-ups), one refused 23-hour token each: they
     could answer only what anyone may answer, so their tokens go to a pool of their own, and
     the approver's answer is taken."""
     model.reply(calls(("charge", {"amount": 5}, "c1")), text("charged"))
-    async with run_worker(agents=[cfo_gate_lookup_free]) as agents:
+    client = unthrottled.client
+    async with hosted(client, agents=[cfo_gate_lookup_free], model=model) as agents:
         chat = await agents.chat("cfoGate")
         (gated,) = (await chat.send("charge 5")).interrupts
         wrong = {"name": "charge", "ref": "nope", "resumed_metadata": {"tool_approved": True}}
