@@ -1,0 +1,84 @@
+"""Session review attacks on the sealed input reads, the server-kind failure checks and the
+sub-agent continue-as-new (git diff ea43a67..9ac6ea6)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts.activities import subagents
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.types import (
+    PendingResult,
+    SubAgentEnd,
+    SubAgentPendingInput,
+)
+from tests.agents import SUB_RUNS as RUNS
+from tests.agents import supervisor
+from tests.helpers import eventually
+from tests.test_sub_agents_continue import _flood_until_continued, _paused
+
+
+async def _squat_when_closed(client: Client, child_id: str, stop: asyncio.Event) -> bool:
+    """Start a workflow of the attacker's under ``child_id`` the moment the child closes."""
+    while not stop.is_set():
+        try:
+            await client.start_workflow(
+                "attacker-anything", id=child_id, task_queue="attacker-queue-nobody-polls"
+            )
+            return True
+        except WorkflowAlreadyStartedError:
+            continue
+    return False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "sub_agent_pending describes the id's latest chain: a workflow started under the "
+        "child's id once it closed hides the child's completed result, and the continued "
+        "caller records the call as 'gone' (uncertain) instead of its outcome"
+    ),
+)
+async def test_a_workflow_started_under_a_closed_childs_id_does_not_hide_its_result(
+    client, monkeypatch: pytest.MonkeyPatch
+):
+    # The caller's read of its child is slower than the attacker's start (a busy worker, a
+    # backlog on the queue): deterministic here, a race an attacker polling the id often wins.
+    read = subagents._pending
+
+    async def slow_read(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
+        await asyncio.sleep(1)
+        return await read(input)
+
+    monkeypatch.setattr(subagents, "_pending", slow_read)
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        i, child_id = await _paused(parent, 5, "cas_sq")
+        await _flood_until_continued(client, parent, child_id)
+        await eventually(parent.pending, lambda p: [x.ref for x in p] == [i.ref])
+        stop = asyncio.Event()
+        squat = asyncio.create_task(_squat_when_closed(client, child_id, stop))
+        # Answered on the child's own chat: the child completes (it ran the payment).
+        child_chat = await agents.chat("payments", chat_id=child_id)
+        await child_chat.resume(answers=[approve(i)], identity="alice")
+        assert RUNS["cas_sq"] == 1
+        done = await eventually(
+            parent.last_turn,
+            lambda t: t is not None and t.finish_reason != FinishReason.INTERRUPTED,
+            timeout=30,
+        )
+        stop.set()
+        squatted = await squat
+        with contextlib.suppress(Exception):
+            await client.get_workflow_handle(child_id).terminate("cleanup")
+        assert squatted
+        assert done is not None
+        # The child completed and paid: the caller's record says so.
+        assert done.finish_reason == FinishReason.STOP, done
