@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -14,6 +15,8 @@ from temporal_agent_interrupts import FinishReason, approve
 from temporal_agent_interrupts.activities import subagents
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
+from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
     SubAgentEnd,
@@ -21,7 +24,7 @@ from temporal_agent_interrupts.workflows.types import (
 )
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor
-from tests.helpers import eventually
+from tests.helpers import events_of, eventually, history
 from tests.test_sub_agents_continue import _flood_until_continued, _paused
 
 
@@ -82,3 +85,43 @@ async def test_a_workflow_started_under_a_closed_childs_id_does_not_hide_its_res
         assert done is not None
         # The child completed and paid: the caller's record says so.
         assert done.finish_reason == FinishReason.STOP, done
+
+
+async def _signals_in_run(client: Client, chat_id: str, run_id: str) -> int:
+    hist = await history(client, chat_id, run_id=run_id)
+    return len(events_of(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a resume signal forwarded to a sub-agent runs in a side task _can_now does not wait "
+        "for: the caller detaches and continues as new in the same workflow task that "
+        "schedules sub_agent_resume, and the answer is dropped with no rejection recorded"
+    ),
+)
+async def test_an_answer_by_signal_for_a_sub_agent_survives_the_callers_continue_as_new(client):
+    """Someone who may signal fills the caller's run to one signal short of its cap; the
+    person's answer by signal is the last one, and the caller continues as new at once,
+    while the answer is on its way to the sub-agent."""
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(offline_rules)) as agents:
+        parent = await agents.chat("supervisor")
+        i, child_id = await _paused(parent, 6, "cas_sig")
+        handle = client.get_workflow_handle(parent.id)
+        first = (await handle.describe()).run_id
+        already = await _signals_in_run(client, parent.id, first)
+        for _ in range(RUN.can_signals - 1 - already):
+            await handle.signal(SUB_AGENT_SIGNAL, {"chat_id": child_id})
+        await eventually(
+            lambda: _signals_in_run(client, parent.id, first),
+            lambda n: n == RUN.can_signals - 1,
+        )
+        await asyncio.sleep(1)  # the reports read
+        assert (await handle.describe()).run_id == first
+        body = {"restart": [approve(i).model_dump(mode="json")], "identity": "alice"}
+        await handle.signal("resume", body)
+        # Polled by query (an update would hold the run from continuing as new).
+        await eventually(parent.status, lambda s: s.status == "idle", timeout=20)
+        assert RUNS["cas_sig"] == 1
+        done = await parent.last_turn()
+        assert done is not None and done.finish_reason == FinishReason.STOP, done
