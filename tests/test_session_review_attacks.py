@@ -5,26 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts import Agent, AgentClient, FinishReason, ToolApproval, approve
 from temporal_agent_interrupts.activities import subagents
+from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
-from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
+from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL, TOOL_HEARTBEAT
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.types import (
     PendingResult,
     SubAgentEnd,
     SubAgentPendingInput,
 )
+from tests import agents as t
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor
 from tests.helpers import events_of, eventually, history
+from tests.test_sealed_results_attacks import _fail_raw, _timeout, _tool_id
 from tests.test_sub_agents_continue import _flood_until_continued, _paused
 
 
@@ -125,3 +130,40 @@ async def test_an_answer_by_signal_for_a_sub_agent_survives_the_callers_continue
         assert RUNS["cas_sig"] == 1
         done = await parent.last_turn()
         assert done is not None and done.finish_reason == FinishReason.STOP, done
+
+
+slow_gated = Agent(
+    "slow-gated", model="gemini-test", tools=[t.slow], middleware=[ToolApproval(allow=[])]
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "_check_server_kind measures a heartbeat timeout against the time since scheduling: "
+        "past 30 s, anyone may fail a heartbeating approved tool by id with a heartbeat "
+        "timeout, and its real output is replaced by 'timed out, may have taken effect'"
+    ),
+)
+async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_result(client, model):
+    """A heartbeat timeout says the worker stopped heartbeating for the heartbeat limit, not
+    that the limit has passed since the call was scheduled: the approved tool heartbeats all
+    along (its worker is alive), and the server would never time it out so."""
+    model.reply(calls(("slow", {"key": "k1", "seconds": TOOL_HEARTBEAT.total_seconds() + 6})))
+    model.reply(text("done"))
+    queue = f"attack-{uuid.uuid4()}"
+    async with build_worker(client, agents=[slow_gated], task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("slow-gated")
+        paused = await chat.send("go")
+        assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+        (i,) = paused.interrupts
+        resumed = asyncio.create_task(chat.resume(answers=[approve(i)], identity="alice"))
+        tool_id = await _tool_id(client, chat.id)
+        await asyncio.sleep(TOOL_HEARTBEAT.total_seconds() + 1)
+        assert t.RUNS["slow_finished"] == 0  # still running, heartbeating
+        await _fail_raw(client, chat.id, tool_id, _timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT))
+        result = await asyncio.wait_for(resumed, 30)
+        assert result.finish_reason == FinishReason.STOP, result
+        history_ = await chat.history()
+        # The model hears the tool's real output, not "timed out, may have taken effect".
+        assert "timed out" not in history_.model_dump_json()
