@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from typing import Any, cast
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
 from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -29,7 +31,12 @@ from tests import agents as t
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor
 from tests.helpers import events_of, eventually, history
-from tests.test_sealed_results_attacks import _fail_raw, _timeout, _tool_id
+from tests.test_sealed_results_attacks import (
+    _fail_raw,
+    _model_call_failed_by_id,
+    _timeout,
+    _tool_id,
+)
 from tests.test_sub_agents_continue import _flood_until_continued, _paused
 
 
@@ -167,3 +174,40 @@ async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_resu
         history_ = await chat.history()
         # The model hears the tool's real output, not "timed out, may have taken effect".
         assert "timed out" not in history_.model_dump_json()
+
+
+# Failures by id whose enum fields hold values the SDK has no member for: it converts them in
+# the workflow's activation (TimeoutType(99), ApplicationErrorCategory(99)), and raised.
+UNKNOWN_ENUMS: dict[str, Failure] = {
+    "timeout-type": Failure(
+        message="timed out", timeout_failure_info=TimeoutFailureInfo(timeout_type=cast(Any, 99))
+    ),
+    "timeout-type-in-cause": Failure(
+        message="forged",
+        application_failure_info=ApplicationFailureInfo(type="X", non_retryable=True),
+        cause=Failure(
+            message="timed out",
+            timeout_failure_info=TimeoutFailureInfo(timeout_type=cast(Any, 99)),
+        ),
+    ),
+    "application-category": Failure(
+        message="forged",
+        application_failure_info=ApplicationFailureInfo(
+            type="X", non_retryable=True, category=cast(Any, 99)
+        ),
+    ),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the SDK converts a failure's TimeoutType / ApplicationErrorCategory eagerly in the "
+        "activation: an unknown value sent by id raises ValueError there, a workflow task "
+        "failing on every replay (a stuck chat)"
+    ),
+)
+@pytest.mark.parametrize("failure", list(UNKNOWN_ENUMS.values()), ids=list(UNKNOWN_ENUMS))
+async def test_a_failure_by_id_with_an_unknown_enum_value_fails_no_workflow_task(client, failure):
+    result, _ = await _model_call_failed_by_id(client, failure)
+    assert result.finish_reason == FinishReason.STOP and result.text == "hello", result
