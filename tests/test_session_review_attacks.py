@@ -177,7 +177,8 @@ async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_resu
 
 
 # Failures by id whose enum fields hold values the SDK has no member for: it converts them in
-# the workflow's activation (TimeoutType(99), ApplicationErrorCategory(99)), and raised.
+# the workflow's activation (TimeoutType(99), ApplicationErrorCategory(99)), and raised there
+# on every replay until codec._known_enums read them as unspecified (refused, unsealed).
 UNKNOWN_ENUMS: dict[str, Failure] = {
     "timeout-type": Failure(
         message="timed out", timeout_failure_info=TimeoutFailureInfo(timeout_type=cast(Any, 99))
@@ -199,14 +200,6 @@ UNKNOWN_ENUMS: dict[str, Failure] = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the SDK converts a failure's TimeoutType / ApplicationErrorCategory eagerly in the "
-        "activation: an unknown value sent by id raises ValueError there, a workflow task "
-        "failing on every replay (a stuck chat)"
-    ),
-)
 @pytest.mark.parametrize("failure", list(UNKNOWN_ENUMS.values()), ids=list(UNKNOWN_ENUMS))
 async def test_a_failure_by_id_with_an_unknown_enum_value_fails_no_workflow_task(client, failure):
     result, _ = await _model_call_failed_by_id(client, failure)
