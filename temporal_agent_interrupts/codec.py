@@ -60,7 +60,7 @@ from temporalio.converter import (
     WithSerializationContext,
     WorkflowSerializationContext,
 )
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationErrorCategory, FailureError, TimeoutType
 
 from temporal_agent_interrupts.errors import ConnectionConfigError
 
@@ -536,7 +536,28 @@ class ReadingFailureConverter(DefaultFailureConverter):
     def from_failure(self, failure: Failure, payload_converter: PayloadConverter) -> BaseException:
         if not isinstance(payload_converter, _LenientDetails):
             payload_converter = _LenientDetails(payload_converter)
-        return super().from_failure(failure, payload_converter)
+        return super().from_failure(_known_enums(failure), payload_converter)
+
+
+_TIMEOUT_TYPES = frozenset({0, *(int(t) for t in TimeoutType)})
+_CATEGORIES = frozenset({0, *(int(c) for c in ApplicationErrorCategory)})
+
+
+def _known_enums(failure: Failure) -> Failure:
+    """``failure`` with an enum value the SDK has no member for read as unspecified. The SDK
+    converts them eagerly (``TimeoutType(n)``), in a workflow's activation: one sent by id with
+    any other number raised there on every replay. (Its causes pass through here in turn.)"""
+    timeout = failure.timeout_failure_info.timeout_type
+    category = failure.application_failure_info.category
+    if timeout in _TIMEOUT_TYPES and category in _CATEGORIES:
+        return failure
+    known = Failure()
+    known.CopyFrom(failure)
+    if failure.HasField("timeout_failure_info") and timeout not in _TIMEOUT_TYPES:
+        known.timeout_failure_info.timeout_type = 0  # type: ignore[assignment]
+    if failure.HasField("application_failure_info") and category not in _CATEGORIES:
+        known.application_failure_info.category = 0  # type: ignore[assignment]
+    return known
 
 
 class AgentFailureConverter(ReadingFailureConverter):
