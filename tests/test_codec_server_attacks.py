@@ -8,6 +8,7 @@ The raw client and the helpers are ``tests/test_codec_server.py``'s.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -19,7 +20,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,13 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from temporal_agent_interrupts.codec import EncryptionCodec
-from temporal_agent_interrupts.worker.codec_server import CodecServer, Limits, _ByteBudget
+from temporal_agent_interrupts.worker.codec_server import (
+    MAX_PAYLOADS,
+    SEND_CHUNK_BYTES,
+    CodecServer,
+    Limits,
+    _ByteBudget,
+)
 from tests.test_codec_server import (
     KEYS,
     MIB,
@@ -118,6 +125,36 @@ async def whole_answer(raw: Raw, timeout: float = 60) -> tuple[int, bytes, float
             body += chunk
     raw.received = bytes(body[length:])
     return int(top.split()[1]), bytes(body[:length]), first
+
+
+class Sends:
+    """Every send the server makes, recorded on its own loop (its ``sock_sendall`` wrapped,
+    adding no yield of its own): per client (by its port), each send's bytes, and whether the
+    server's loop ran other work (a callback queued just after that connection's previous send)
+    before it."""
+
+    def __init__(self, server: CodecServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        loop = server._loop
+        assert loop is not None, "not serving"
+        self.sizes: dict[int, list[int]] = collections.defaultdict(list)
+        self.after_a_turn: dict[int, list[bool]] = collections.defaultdict(list)
+        turned: dict[int, bool] = {}
+        send = loop.sock_sendall
+
+        async def sock_sendall(sock: socket.socket, data: bytes) -> None:
+            port = sock.getpeername()[1]
+            self.sizes[port].append(len(data))
+            self.after_a_turn[port].append(turned.get(port, True))
+            turned[port] = False
+            loop.call_soon(turned.__setitem__, port, True)
+            return await send(sock, data)
+
+        monkeypatch.setattr(loop, "sock_sendall", sock_sendall)
+
+    def to(self, raw: Raw) -> tuple[list[int], list[bool]]:
+        """The sends to ``raw``."""
+        port = raw.sock.getsockname()[1]
+        return self.sizes[port], self.after_a_turn[port]
 
 
 def empty_payloads(size: int) -> bytes:
@@ -594,30 +631,68 @@ async def test_an_encode_of_many_empty_payloads_is_not_answered_forty_times_its_
     )
 
 
-async def test_a_body_of_empty_payloads_costs_no_more_than_its_size_in_one_payload():
+async def test_a_body_of_empty_payloads_costs_no_more_than_its_size_in_one_payload(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """A 16 MiB decode of one payload takes about 0.1 s (the module docstring). 16 MiB of empty
     payloads (5.6 million) is parsed and rendered payload by payload in a thread (about 40 s;
     80 s to encode), then sent as four pieces a payload, each its own send: about 6 minutes
     (measured at 1 MiB: 24 s). No deadline bounds it (REQUEST_SECONDS ends at the body's last
-    byte). Here 128 KiB, answered within a second or refused."""
+    byte).
+
+    Asserted as counts of the work, not its time: 128 KiB of them (43,690, over MAX_PAYLOADS)
+    is refused (400) with not one payload transformed; at the limit (an encode of 4,096, the
+    longest answer a byte asked buys), each is transformed once and the answer goes out in
+    chunks of SEND_CHUNK_BYTES, one send each after its head, not four sends a payload. The
+    defect fails both counts: 43,690 transforms, and some 16,000 sends. What such a body costs
+    in time against one payload of the same size is ``bench/codec_flood.py``'s ratio."""
     async with serving(limits=fast()) as server:
-        raw = await Raw.connect(server)
-        await raw.send(request(server, empty_payloads(128 * 1024)))
-        began = time.monotonic()
-        status, _, _ = await whole_answer(raw)
-        took = time.monotonic() - began
-        raw.close()
-    assert took < 1.0, f"{status} after {took:.1f} s for 128 KiB of empty payloads"
+        transformed: collections.Counter[str] = collections.Counter()
+
+        def counting(name: str, transform: Callable[[Payload], Payload]) -> None:
+            def counted(payload: Payload) -> Payload:
+                transformed[name] += 1  # one request at a time: one thread counts
+                return transform(payload)
+
+            monkeypatch.setattr(server._codec, name, counted)
+
+        counting("decrypt", server._codec.decrypt)
+        counting("encrypt", server._codec.encrypt)
+        sends = Sends(server, monkeypatch)
+        over = await Raw.connect(server)
+        await over.send(request(server, empty_payloads(128 * 1024)))
+        status_over, said, _ = await whole_answer(over)
+        over.close()
+        refused = dict(transformed)
+        at_limit = await Raw.connect(server)
+        await at_limit.send(request(server, empty_payloads(3 * MAX_PAYLOADS), path="/encode"))
+        status_at, answer, _ = await whole_answer(at_limit)
+        sent, _ = sends.to(at_limit)
+        at_limit.close()
+    assert (status_over, refused) == (400, {}), (status_over, said, refused)
+    assert status_at == 200 and transformed == {"encrypt": MAX_PAYLOADS}, (status_at, transformed)
+    assert len(sent) <= 2 + len(answer) // SEND_CHUNK_BYTES, (
+        f"a {len(answer)} byte answer took {len(sent)} sends"
+    )
 
 
-async def test_an_answer_being_sent_does_not_stall_the_servers_loop():
+async def test_an_answer_being_sent_does_not_stall_the_servers_loop(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """``loop.sock_sendall`` returns without yielding whenever the kernel takes the whole
     piece, so ``_send`` sends an answer's pieces (four a payload) back to back without letting
     the loop run: while the answer of a body of empty payloads goes out, no other client is
     accepted, read or answered, and no deadline fires. Measured: one 1 MiB request held an
     honest decode for 22 s; 16 MiB would hold the loop for minutes, and under ``make run``
-    the worker's GIL with it. Here 128 KiB; an honest decode sent once the answer has begun."""
+    the worker's GIL with it. Here the longest answer a request may ask (an encode of
+    MAX_PAYLOADS empty payloads, about 530 KiB); an honest decode sent once it has begun.
+
+    Asserted by counting turns of the server's loop, not by timing the honest decode (which
+    would race the flood's few chunks): the answer goes out in more than one chunk, and before
+    each chunk after the first, the loop ran other work (``Sends``); the honest decode is
+    answered. The defect sends thousands of pieces with no turn between them."""
     async with serving(limits=fast()) as server:
+        sends = Sends(server, monkeypatch)
         flood = await Raw.connect(server)
         # As many payloads as a request may carry, encoded: the longest answer per byte asked.
         body = empty_payloads(3 * server._limits.max_payloads)
@@ -629,14 +704,17 @@ async def test_an_answer_being_sent_does_not_stall_the_servers_loop():
                 if flood.sock.recv(1, socket.MSG_PEEK):
                     break
         honest = await Raw.connect(server)
-        began = time.monotonic()
         await honest.send(request(server, sealed(plain(b'"honest"'))))
-        answer = await honest.response(timeout=60)
-        took = time.monotonic() - began
+        answer = await honest.response(timeout=60)  # a hang guard
         honest.close()
-        await answering
+        status, _, _ = await answering
+        sizes, after_a_turn = sends.to(flood)
         flood.close()
-    assert answer.status == 200 and took < 0.5, f"the honest decode took {took:.1f} s"
+    assert status == 200 and answer.status == 200, (status, answer)
+    # The head, then the body's chunks: the first follows the head at once.
+    assert len(sizes) >= 3, f"the answer went out in {len(sizes) - 1} send(s): no chunks to check"
+    stalled = after_a_turn[2:].count(False)
+    assert not stalled, f"{stalled} of {len(sizes) - 2} sends followed the one before with no turn"
 
 
 @pytest.mark.parametrize(
