@@ -1122,3 +1122,26 @@ def test_the_process_exits_promptly_once_the_server_has_stopped():
         if exited is None
         else f"the process exited with {exited}"
     )
+
+
+async def test_the_codec_flood_benchmark_still_runs():
+    """``bench/codec_flood.py`` holds the time half of the empty-payload and loop-stall tests
+    above, as ratios: it still runs, and answers as the tests say (a smoke test of its results,
+    never of its timings)."""
+    from bench.codec_flood import measure
+
+    out = await measure(1)
+    assert out["statuses"] == {
+        "one_payload_12KiB": 200,
+        "one_payload_128KiB": 200,
+        "empty_at_limit_decode_12KiB": 200,
+        "empty_at_limit_encode_12KiB": 200,
+        "empty_over_limit_128KiB": 400,
+        "honest_alone": 200,
+    }
+    assert set(out["ratios"]) == {
+        "empty_at_limit_decode_to_one_payload",
+        "empty_at_limit_encode_to_one_payload",
+        "empty_over_limit_to_one_payload",
+        "honest_during_flood_to_alone",
+    }
