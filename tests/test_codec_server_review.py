@@ -15,7 +15,6 @@ import json
 import logging
 import re
 import threading
-import time
 
 import pytest
 from google.protobuf import json_format
@@ -386,23 +385,30 @@ async def test_a_client_that_pauses_but_reads_its_answer_in_time_gets_all_of_it_
 
 
 async def test_an_answer_not_taken_in_time_is_cut_off_and_the_slot_freed_for_the_next():
+    """One slot, held by a client that never reads its 4 MiB decode's answer: only the
+    response deadline (0.5 s here) can free it. Asserted: the next client, waiting in the
+    kernel's backlog, is answered; the slow one is reset (the cut-off's abortive close, not an
+    orderly one) holding less than its answer. No time is measured: a server that never cuts
+    off, or not at the deadline configured (the default is 30 s), never answers the next
+    within the hang guard (20 s, ``one_answer``), and an orderly close fails ``reset``."""
     async with serving(limits=fast(response_seconds=0.5, max_connections=1)) as server:
         slow = await Raw.connect(server, receive_buffer=4096)
+        answer_size = len(base64.b64encode(b"z" * 4 * MIB))  # its answer's data alone
         await slow.send(request(server, sealed(plain(b"z" * 4 * MIB))))
         await eventually(lambda: server.load.connections == 1, what="the slow client served")
-        began = time.monotonic()
         answer = await one_answer(server, request(server, sealed(plain(b'"next"'))))
-        took = time.monotonic() - began
         reset = False
+        got = 0
         try:
-            async with asyncio.timeout(5):
-                while await slow.loop.sock_recv(slow.sock, 65536):
-                    pass
+            async with asyncio.timeout(20):  # a hang guard
+                while chunk := await slow.loop.sock_recv(slow.sock, 65536):
+                    got += len(chunk)
         except ConnectionResetError:
             reset = True
         slow.close()
-    assert answer.status == 200 and took < 3, (answer, took)
+    assert answer.status == 200, answer
     assert reset, "the client cut off got an orderly close, not a reset"
+    assert got < answer_size, f"the slow client got {got} bytes: its whole answer"
 
 
 @pytest.mark.parametrize("close", ["after-the-answer", "after-idle"])
@@ -524,10 +530,9 @@ def test_the_pool_shut_down_cancels_what_waits_and_lets_what_runs_finish():
     release.set()
     assert first.result(timeout=5) == "done"
     assert all(f.cancelled() for f in queued)
-    deadline = time.monotonic() + 5
-    while any(t.name.startswith("review-pool") for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "a pool thread outlived its shutdown"
-        time.sleep(0.01)
+    for thread in [t for t in threading.enumerate() if t.name.startswith("review-pool")]:
+        thread.join(timeout=20)  # a hang guard
+        assert not thread.is_alive(), "a pool thread outlived its shutdown"
 
 
 def test_a_job_submitted_to_a_pool_shut_down_is_refused_not_left_pending():
