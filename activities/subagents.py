@@ -21,12 +21,13 @@ from temporalio import activity
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.activities.heartbeat import heartbeating
@@ -241,7 +242,17 @@ async def _pending(input: SubAgentPendingInput) -> PendingResult | SubAgentEnd:
         return SubAgentEnd(status="completed", result=await run.result(follow_runs=False))
     if ended is not None:
         return SubAgentEnd(status=ended)
-    return await run.query(AgentWorkflow.pending)
+    found = await run.query(AgentWorkflow.pending)
+    if not found.interrupts and (await run.query(AgentWorkflow.status)).status == "closed":
+        # Closing: its last report leaves before its run closes, and a caller that continued
+        # as new hears of its end from no one else (but a recheck, much later). It closes
+        # as soon as that report is out: wait for it here.
+        try:
+            return SubAgentEnd(status="completed", result=await run.result(follow_runs=False))
+        except WorkflowFailureError as e:
+            cancelled = isinstance(e.cause, CancelledError)
+            return SubAgentEnd(status="cancelled" if cancelled else "failed")
+    return found
 
 
 async def _last_run_of_chain(
