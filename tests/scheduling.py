@@ -44,6 +44,7 @@ SLOWEST_FIRST = (
     "test_web_attacks.py",
     "test_sub_agents_kill.py",
     "test_agentctl_waits.py",
+    "test_session_review_attacks.py",
     "test_operator.py",
     "test_worker_cli.py",
     "test_data_protection.py",
@@ -57,6 +58,7 @@ SLOWEST_FIRST = (
     "test_soak_findings.py",
     "test_worker_process.py",
     "test_mcp_tools.py",
+    "test_sub_agents_continue.py",
 )
 """Units that take 15 s or more (under the load of two workers), slowest first."""
 
