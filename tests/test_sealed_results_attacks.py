@@ -113,22 +113,16 @@ async def test_an_unreadable_model_result_by_id_is_refused_not_a_stuck_chat(clie
     ``ModelResult`` is a result no worker sealed, refused like any other, never a workflow task
     that fails on every replay."""
     held = Held(text("lost"), text("hello"))
-    gemini = held.model.client()
-    queue = f"attack-{uuid.uuid4()}"
-    try:
-        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
-            chat = await AgentClient(client, task_queue=queue).chat("gated")
-            sent = asyncio.create_task(chat.send("hi"))
-            await _complete_raw(client, chat.id, await _model_id(client, chat.id), payload)
-            held.release.set()
-            result = await asyncio.wait_for(sent, 30)
-            assert result.finish_reason == FinishReason.STOP and result.text == "hello"
-            refused = await _activity_rejections(client, chat.id)
-            assert len(refused) == 1, refused
-        await assert_no_workflow_task_failed(client, chat.id)
-    finally:
+    async with held.hosting(client, t.gated) as agents:
+        chat = await agents.chat("gated")
+        sent = asyncio.create_task(chat.send("hi"))
+        await _complete_raw(client, chat.id, await _model_id(client, chat.id), payload)
         held.release.set()
-        await held.model.release(gemini)
+        result = await asyncio.wait_for(sent, 30)
+        assert result.finish_reason == FinishReason.STOP and result.text == "hello"
+        refused = await _activity_rejections(client, chat.id)
+        assert len(refused) == 1, refused
+    await assert_no_workflow_task_failed(client, chat.id)
 
 
 # Failures by id whose details do not decode.
@@ -157,20 +151,14 @@ UNREADABLE_FAILURES = {
 )
 async def test_an_unreadable_failure_by_id_is_refused_not_a_stuck_chat(client, failure):
     held = Held(text("lost"), text("hello"))
-    gemini = held.model.client()
-    queue = f"attack-{uuid.uuid4()}"
-    try:
-        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
-            chat = await AgentClient(client, task_queue=queue).chat("gated")
-            sent = asyncio.create_task(chat.send("hi"))
-            await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
-            held.release.set()
-            result = await asyncio.wait_for(sent, 30)
-            assert result.finish_reason == FinishReason.STOP and result.text == "hello"
-        await assert_no_workflow_task_failed(client, chat.id)
-    finally:
+    async with held.hosting(client, t.gated) as agents:
+        chat = await agents.chat("gated")
+        sent = asyncio.create_task(chat.send("hi"))
+        await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
-        await held.model.release(gemini)
+        result = await asyncio.wait_for(sent, 30)
+        assert result.finish_reason == FinishReason.STOP and result.text == "hello"
+    await assert_no_workflow_task_failed(client, chat.id)
 
 
 def _undecryptable_failure() -> Failure:
@@ -232,21 +220,15 @@ async def _model_call_failed_by_id(client: Client, failure: Failure) -> Any:
     """The turn's result after its model call is failed by id with ``failure`` (the model's
     own reply held until then)."""
     held = Held(text("lost"), text("hello"))
-    gemini = held.model.client()
-    queue = f"attack-{uuid.uuid4()}"
-    try:
-        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
-            chat = await AgentClient(client, task_queue=queue).chat("gated")
-            sent = asyncio.create_task(chat.send("hi"))
-            await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
-            held.release.set()
-            result = await asyncio.wait_for(sent, 30)
-            refused = await _activity_rejections(client, chat.id)
-        await assert_no_workflow_task_failed(client, chat.id)
-        return result, refused
-    finally:
+    async with held.hosting(client, t.gated) as agents:
+        chat = await agents.chat("gated")
+        sent = asyncio.create_task(chat.send("hi"))
+        await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
-        await held.model.release(gemini)
+        result = await asyncio.wait_for(sent, 30)
+        refused = await _activity_rejections(client, chat.id)
+    await assert_no_workflow_task_failed(client, chat.id)
+    return result, refused
 
 
 async def test_a_cancellation_sent_by_id_as_a_failure_does_not_cancel_the_turn(client):
@@ -260,28 +242,22 @@ async def test_a_cancellation_sent_by_id_as_a_failure_does_not_cancel_the_turn(c
 
 async def test_the_server_refuses_a_cancellation_by_id_nobody_asked_for(client):
     held = Held(text("hello"))
-    gemini = held.model.client()
-    queue = f"attack-{uuid.uuid4()}"
-    try:
-        async with build_worker(client, agents=[t.gated], task_queue=queue, gemini=gemini):
-            chat = await AgentClient(client, task_queue=queue).chat("gated")
-            sent = asyncio.create_task(chat.send("hi"))
-            model_id = await _model_id(client, chat.id)
-            with pytest.raises(RPCError, match="without activity being request canceled"):
-                await client.workflow_service.respond_activity_task_canceled_by_id(
-                    RespondActivityTaskCanceledByIdRequest(
-                        namespace=client.namespace,
-                        workflow_id=chat.id,
-                        run_id=await _run_id(client, chat.id),
-                        activity_id=model_id,
-                        identity="attacker",
-                    )
+    async with held.hosting(client, t.gated) as agents:
+        chat = await agents.chat("gated")
+        sent = asyncio.create_task(chat.send("hi"))
+        model_id = await _model_id(client, chat.id)
+        with pytest.raises(RPCError, match="without activity being request canceled"):
+            await client.workflow_service.respond_activity_task_canceled_by_id(
+                RespondActivityTaskCanceledByIdRequest(
+                    namespace=client.namespace,
+                    workflow_id=chat.id,
+                    run_id=await _run_id(client, chat.id),
+                    activity_id=model_id,
+                    identity="attacker",
                 )
-            held.release.set()
-            assert (await asyncio.wait_for(sent, 30)).text == "hello"
-    finally:
+            )
         held.release.set()
-        await held.model.release(gemini)
+        assert (await asyncio.wait_for(sent, 30)).text == "hello"
 
 
 @pytest.mark.parametrize(("failure", "why"), list(SERVER_KINDS.values()), ids=list(SERVER_KINDS))
