@@ -277,6 +277,11 @@ class AgentWorkflow:
         """A sub-agent's conversation tells its caller it is closing: a caller that continued
         as new while it waited has no handle on it, and reads its end from it on this report.
         Awaited, so the report leaves before the run closes."""
+        await self._tell_caller()
+
+    async def _tell_caller(self) -> None:
+        """Signal the caller (as Temporal names it: the parent workflow, never one a start
+        input names) a ``sub_agent`` report, a hint; nothing for a conversation of its own."""
         parent = workflow.info().parent
         if parent is None or not self._s.one_turn:
             return
@@ -1001,21 +1006,9 @@ class AgentWorkflow:
     # the state (workflows.operator_view) and written only where they changed.
 
     def _report_to_caller(self) -> None:
-        """A sub-agent's conversation tells its caller (as Temporal names it: the parent
-        workflow, never one a start input names) that what it waits on changed."""
-        parent = workflow.info().parent
-        if parent is None or not self._s.one_turn:
-            return
-        handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        report = SubAgentReport(chat_id=workflow.info().workflow_id)
-
-        async def send() -> None:
-            try:
-                await handle.signal(config.SUB_AGENT_SIGNAL, report)
-            except Exception as e:  # noqa: BLE001  # the caller may have gone: only a hint
-                workflow.logger.info("could not tell the caller: %s", type(e).__name__)
-
-        self._keep(asyncio.create_task(send()))
+        """A sub-agent's conversation tells its caller that what it waits on changed."""
+        if workflow.info().parent is not None and self._s.one_turn:
+            self._keep(asyncio.create_task(self._tell_caller()))
 
     def _keep(self, task: asyncio.Task[None]) -> None:
         # The loop holds tasks weakly: a reference keeps one alive until it is done.
