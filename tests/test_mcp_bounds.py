@@ -4,9 +4,7 @@ each other's tool names, on a worker that has not listed one of them either (13)
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator
@@ -22,7 +20,7 @@ from temporal_agent_interrupts.activities.mcp import MAX_RESPONSE_BYTES, MCPSess
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from tests.helpers import assert_no_workflow_task_failed, eventually, free_port
-from tests.test_mcp_tools import ROOT, SERVE, HttpServer, agent_with, names
+from tests.test_mcp_tools import SERVE, HttpServer, agent_with, names
 from tests.test_mcp_tools import listed as listed_tool
 
 MiB = 1024 * 1024
@@ -33,20 +31,8 @@ class FloodServer(HttpServer):
     """The records server over HTTP, answering each call of ``huge`` with the body
     ``flood.json`` describes (``tests/mcp_servers.py``, ``flood_app``)."""
 
-    async def start(self, variant: int = 1) -> None:
-        self.proc = subprocess.Popen(  # noqa: ASYNC220  # returns at once, as HttpServer's
-            [*SERVE[:-1], "flood", str(self.state), str(self.port)], cwd=ROOT
-        )
-
-        async def up() -> bool:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                return False
-            writer.close()
-            return True
-
-        await eventually(up, bool, timeout=30, interval=0.1)
+    def argv(self, variant: int) -> list[str]:
+        return [*SERVE[:-1], "flood", str(self.state), str(self.port)]
 
     def flood(self, **body: Any) -> None:
         (self.state / "flood.json").write_text(json.dumps(body))

@@ -89,12 +89,13 @@ class HttpServer:
     def server(self, *, name: str = "records", token: str = TOKEN) -> MCPServerHTTP:
         return MCPServerHTTP(name, self.url, headers={"Authorization": f"Bearer {token}"})
 
+    def argv(self, variant: int) -> list[str]:
+        """The server's command line: the records server, in ``variant``."""
+        return [*SERVE, str(self.state), str(self.port), str(variant)]
+
     async def start(self, variant: int = 1) -> None:
         # Popen returns at once (it does not wait for the server): nothing blocks the loop.
-        self.proc = subprocess.Popen(  # noqa: ASYNC220
-            [*SERVE, str(self.state), str(self.port), str(variant)],
-            cwd=ROOT,
-        )
+        self.proc = subprocess.Popen(self.argv(variant), cwd=ROOT)  # noqa: ASYNC220
 
         async def up() -> bool:
             try:
