@@ -9,23 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
+from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.client import Client
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from temporal_agent_interrupts import FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.activities.endings import activity_ending
-from temporal_agent_interrupts.worker.standin import Reply, text
-from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.config import ACTIVITY_ENDING_ACTIVITY, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
 from temporal_agent_interrupts.workflows.types import ActivityEndingInput
+from tests import agents as t
 from tests.helpers import eventually
 from tests.scenarios import _chain
+from tests.test_sealed_results import Held
 from tests.test_sealed_results_attacks import _fail_raw, _model_id
 
 
@@ -110,3 +118,135 @@ async def test_a_retried_streaming_call_stays_within_the_runs_share(run_worker, 
 async def _drain(turn) -> None:
     async for _ in turn:
         pass
+
+
+async def _scheduled_any(client: Client, chat_id: str, activity: str) -> bool:
+    try:
+        events = [e async for e in client.get_workflow_handle(chat_id).fetch_history_events()]
+    except RPCError:  # not started yet
+        return False
+    return any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+        for e in events
+    )
+
+
+async def test_a_cancel_while_a_timeout_is_checked_cancels_the_turn(run_worker, model, client):
+    """An approved tool times out (the server's own timeout, 1 s); while ``activity_ending``
+    waits for a worker (one activity slot here, held by the timed-out tool until it returns),
+    the user cancels the turn. The check's activity is cancelled and answers nothing, the
+    tool's timeout is refused, and the turn still ends cancelled, the model not asked again."""
+    model.reply(calls(("slow_charge", {"amount": 40})), text("asked again after the cancel"))
+    async with run_worker(max_concurrent_activities=1) as agents:
+        chat = await agents.chat("approvals")
+        (gate,) = (await chat.send("charge 40")).interrupts
+        resumed = asyncio.create_task(chat.resume(restart=[gate.restart({"tool_approved": True})]))
+        await eventually(
+            lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
+            bool,
+            timeout=10,
+            interval=0.02,
+        )
+        done = await asyncio.wait_for(chat.cancel("stop"), 30)
+        await asyncio.wait_for(resumed, 30)
+        cancelled = await _cancel_requested(client, chat.id, ACTIVITY_ENDING_ACTIVITY)
+    assert cancelled  # the cancel did land while the check was under way
+    assert done.finish_reason == FinishReason.CANCELLED, done
+    assert len(model.requests) == 1, len(model.requests)
+
+
+async def _cancel_requested(client: Client, chat_id: str, activity: str) -> bool:
+    events = [e async for e in client.get_workflow_handle(chat_id).fetch_history_events()]
+    ids = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    }
+    return any(
+        e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+        and e.activity_task_cancel_requested_event_attributes.scheduled_event_id in ids
+        for e in events
+    )
+
+
+async def test_a_workflow_cancel_while_a_timeout_is_checked_asks_the_model_nothing_more(
+    run_worker, model, client
+):
+    """As above, but the workflow itself is cancelled (``self.cancel`` is None: only the task
+    is cancelling). ``_ending`` still reads the cancelled check as "unknown", but the tool
+    calls run under ``asyncio.gather``, whose own cancellation reaches the turn whatever its
+    children do: the model is not asked again (the model-call path has no such gather; see
+    ``test_a_cancel_while_a_model_timeout_is_checked_cancels_the_turn``)."""
+    model.reply(calls(("slow_charge", {"amount": 40})), text("asked again after the cancel"))
+    async with run_worker(max_concurrent_activities=1) as agents:
+        chat = await agents.chat("approvals")
+        (gate,) = (await chat.send("charge 40")).interrupts
+        resumed = asyncio.create_task(chat.resume(restart=[gate.restart({"tool_approved": True})]))
+        await eventually(
+            lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
+            bool,
+            timeout=10,
+            interval=0.02,
+        )
+        handle = client.get_workflow_handle(chat.id)
+        await handle.cancel()
+        with pytest.raises(Exception):  # noqa: B017, PT011  # the run ends cancelled
+            await asyncio.wait_for(handle.result(), 30)
+        resumed.cancel()
+        cancelled = await _cancel_requested(client, chat.id, ACTIVITY_ENDING_ACTIVITY)
+    assert cancelled  # the cancel did land while the check was under way
+    assert len(model.requests) == 1, len(model.requests)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "TurnMachine._ending catches the ActivityError of its own activity_ending cancelled by "
+        "the user's cancel and answers 'unknown': the model call's timeout is refused as "
+        "unsealed and _ask_model asks the model again, so the user's cancel is lost (the turn "
+        "ends as the new reply says; a reply with calls would run its ungated tools)"
+    ),
+)
+async def test_a_cancel_while_a_model_timeout_is_checked_cancels_the_turn(client, monkeypatch):
+    """A model call's heartbeat timeout (forged by id past its limit, on its last attempt; a
+    server's own is the same here) makes the workflow ask ``activity_ending``; the user
+    cancels the turn while that check waits for a worker. The check's cancelled activity was
+    read as "no sealed answer", the timeout refused, and the model asked again: the turn ended
+    with the new reply, STOP, and the cancel was answered with that."""
+    monkeypatch.setattr(config, "MODEL_HEARTBEAT", timedelta(seconds=1))
+    monkeypatch.setattr(config, "MODEL_RETRY", RetryPolicy(maximum_attempts=1))
+    held = Held(text("lost"), text("asked again after the cancel"))
+    gemini = held.model.client()
+    queue = f"ending-{uuid.uuid4()}"
+    try:
+        async with build_worker(
+            client,
+            agents=[t.gated],
+            task_queue=queue,
+            gemini=gemini,
+            max_concurrent_activities=1,  # the held model call keeps the only slot
+        ):
+            chat = await AgentClient(client, task_queue=queue).chat("gated")
+            sent = asyncio.create_task(chat.send("hi"))
+            # The held call heartbeats less often than a second: the server times it out.
+            await eventually(
+                lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
+                bool,
+                timeout=10,
+                interval=0.02,
+            )
+            cancelling = asyncio.create_task(chat.cancel("stop"))
+            await eventually(
+                lambda: _cancel_requested(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
+                bool,
+                timeout=10,
+            )
+            held.release.set()
+            done = await asyncio.wait_for(cancelling, 30)
+            await asyncio.wait_for(sent, 30)
+    finally:
+        held.release.set()
+        await held.model.release(gemini)
+    assert done.finish_reason == FinishReason.CANCELLED, done
