@@ -13,7 +13,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts import Agent, AgentClient, FinishReason, ToolApproval, approve
 from temporal_agent_interrupts.activities.endings import activity_ending
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
@@ -33,8 +33,14 @@ from temporal_agent_interrupts.workflows.types import ActivityEndingInput
 from tests import agents as t
 from tests.helpers import eventually
 from tests.scenarios import _chain
-from tests.test_sealed_results import Held
-from tests.test_sealed_results_attacks import _fail_raw, _model_id
+from tests.test_sealed_results import Held, _activity_rejections, _scheduled
+from tests.test_sealed_results_attacks import (
+    _complete_raw,
+    _fail_raw,
+    _json,
+    _model_id,
+    _timeout,
+)
 
 
 def _env(**info: object) -> ActivityEnvironment:
@@ -48,8 +54,9 @@ def _env(**info: object) -> ActivityEnvironment:
     [
         {"workflow_type": "SomeOtherWorkflow"},
         {"workflow_type": WORKFLOW_TYPE, "workflow_id": ""},
+        {"workflow_type": None, "workflow_id": None, "workflow_run_id": None},
     ],
-    ids=["another-workflow-type", "no-workflow-id"],
+    ids=["another-workflow-type", "no-workflow-id", "standalone"],
 )
 async def test_activity_ending_is_refused_outside_a_conversation(info: dict[str, object]):
     """Started by a workflow of another type (or with no workflow to read), ``activity_ending``
@@ -250,3 +257,58 @@ async def test_a_cancel_while_a_model_timeout_is_checked_cancels_the_turn(client
         held.release.set()
         await held.model.release(gemini)
     assert done.finish_reason == FinishReason.CANCELLED, done
+
+
+slow_gated = Agent(
+    "slow-gated-ending",
+    model="gemini-test",
+    tools=[t.slow],
+    middleware=[ToolApproval(allow=[])],
+)
+
+
+async def test_a_forged_timed_out_answer_of_the_check_does_not_take_a_forged_timeout(
+    client, model, monkeypatch
+):
+    """The attacker forges a heartbeat timeout of an approved tool past its limit, then
+    completes the ``activity_ending`` the workflow asks by id with ``{"ending": "timed_out"}``
+    before a worker reads the history. The check's answer has no seal: it is refused, the
+    ending is "unknown", and the forged timeout is refused too (two refusals on record); the
+    tool ran once and the model hears that it may have taken effect."""
+    monkeypatch.setattr(config, "TOOL_HEARTBEAT", timedelta(seconds=7))  # it beats every 5 s
+    model.reply(calls(("slow", {"key": "k1", "seconds": 12})))
+    model.reply(text("done"))
+    queue = f"ending-{uuid.uuid4()}"
+    async with build_worker(
+        client,
+        agents=[slow_gated],
+        task_queue=queue,
+        gemini=model.client(),
+        max_concurrent_activities=1,  # the forged-out tool keeps the slot a while
+    ):
+        chat = await AgentClient(client, task_queue=queue).chat(slow_gated.name)
+        (gate,) = (await chat.send("go")).interrupts
+        resumed = asyncio.create_task(chat.resume(answers=[approve(gate)], identity="alice"))
+        tool_id = await _scheduled_id(client, chat.id, "tool_call")
+        await asyncio.sleep(7.5)
+        await _fail_raw(client, chat.id, tool_id, _timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT))
+        check_id = await _scheduled_id(client, chat.id, ACTIVITY_ENDING_ACTIVITY)
+        await _complete_raw(client, chat.id, check_id, _json(b'{"ending": "timed_out"}'))
+        result = await asyncio.wait_for(resumed, 30)
+        refused = await _activity_rejections(client, chat.id)
+        told = model.requests[-1].function_responses()
+    assert result.finish_reason == FinishReason.STOP, result
+    assert len(refused) == 2, refused
+    assert "a result no worker sealed" in refused[0], refused  # the check's forged answer
+    assert "ended unknown, not timed out" in refused[1], refused
+    ((response,),) = [told]
+    assert response["response"]["note"].startswith("it may have taken effect"), response
+    assert t.RUNS["slow"] == 1
+
+
+async def _scheduled_id(client: Client, chat_id: str, activity: str) -> str:
+    found = await eventually(
+        lambda: _scheduled(client, chat_id, activity), lambda f: f is not None, interval=0.02
+    )
+    assert found is not None
+    return found
