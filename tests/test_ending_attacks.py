@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatByIdRequest
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
@@ -24,13 +28,20 @@ from temporalio.testing import ActivityEnvironment
 from temporal_agent_interrupts import Agent, AgentClient, FinishReason, ToolApproval, approve
 from temporal_agent_interrupts.activities.endings import activity_ending
 from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import config
-from temporal_agent_interrupts.workflows.config import ACTIVITY_ENDING_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import (
+    ACTIVITY_ENDING_ACTIVITY,
+    SUB_AGENT_RESUME_ACTIVITY,
+    WORKFLOW_TYPE,
+)
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
 from temporal_agent_interrupts.workflows.types import ActivityEndingInput
 from tests import agents as t
+from tests.agents import supervisor
 from tests.helpers import eventually
 from tests.scenarios import _chain
 from tests.test_sealed_results import Held, _activity_rejections, _scheduled
@@ -41,6 +52,7 @@ from tests.test_sealed_results_attacks import (
     _model_id,
     _timeout,
 )
+from tests.test_sub_agents_continue import _paused
 
 
 def _env(**info: object) -> ActivityEnvironment:
@@ -312,3 +324,61 @@ async def _scheduled_id(client: Client, chat_id: str, activity: str) -> str:
     )
     assert found is not None
     return found
+
+
+class _HoldAfterArmed:
+    """The offline model, whose first call after ``armed`` is set waits until ``release``."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.release = threading.Event()
+        self._held = False
+
+    def __call__(self, request: Any) -> Any:
+        if self.armed.is_set() and not self._held:
+            self._held = True
+            self.release.wait(20)
+        return offline_rules(request)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "whoever may heartbeat and fail an activity by id overwrites sub_agent_resume's sealed "
+        "heartbeat and fails the attempt: the retry gives the answer under a new update id, "
+        "the sub-agent refuses it as answered already, and the caller refuses the approver's "
+        "answer (RESUME_REJECTED) that the sub-agent took and acted on"
+    ),
+)
+async def test_a_heartbeat_overwritten_by_id_does_not_turn_a_taken_answer_into_a_refusal(
+    client,
+):
+    """The sealed heartbeat keeps an attacker from choosing the update id (tested elsewhere),
+    but not from erasing it: a heartbeat by id with anything else, then a retryable failure by
+    id, and the retry is the "worker lost before its first heartbeat" case, forced."""
+    hold = _HoldAfterArmed()
+    async with hosted(client, agents=[supervisor], model=ScriptedModel(hold)) as agents:
+        parent = await agents.chat("supervisor")
+        i, _child_id = await _paused(parent, 6, "hb_erase")
+        hold.armed.set()
+        resumed = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
+        try:
+            resume_id = await _scheduled_id(client, parent.id, SUB_AGENT_RESUME_ACTIVITY)
+            await asyncio.sleep(1.0)  # its first heartbeat (at once) is on the server
+            run_id = (await client.get_workflow_handle(parent.id).describe()).run_id or ""
+            await client.workflow_service.record_activity_task_heartbeat_by_id(
+                RecordActivityTaskHeartbeatByIdRequest(
+                    namespace=client.namespace,
+                    workflow_id=parent.id,
+                    run_id=run_id,
+                    activity_id=resume_id,
+                    details=Payloads(payloads=[_json(b'"erased"')]),
+                    identity="attacker",
+                )
+            )
+            await _fail_raw(client, parent.id, resume_id, _RETRYABLE)
+            await asyncio.sleep(2.5)  # the retry (1 s backoff) asks the sub-agent
+        finally:
+            hold.release.set()
+        done = await asyncio.wait_for(resumed, 30)
+    assert done.finish_reason == FinishReason.STOP, done
