@@ -9,9 +9,9 @@ batches, and the rest when the reply is complete.
 Each publish is one signal, one history event (and a delivery to each follower): a reply adds at
 most :data:`~workflows.stream.MAX_TEXT_SIGNALS`, however many chunks it comes in and however
 long it runs (``bench/`` measures it). A reader sees the first words at once and the rest of a
-long reply in steps of a second or two. A model call
-that is retried after publishing publishes its retry's text as well; the turn's result holds the
-text of the reply that counted.
+long reply in steps of a second or two. Only a call's first attempt publishes (each would spend
+the call's share of the run's signals anew): the text of a retried call's reply reaches the
+stream when it completes, and the turn's result holds the text of the reply that counted.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class TextPublisher:
     Args:
         turn: The turn the text is for.
         key: The call's publisher id (``ModelInput.stream_key``): the workflow takes text only
-            from publishes that carry it, as ``"<key>:<attempt>"`` so each attempt of a retried
-            call counts its batches afresh.
+            from publishes that carry it, as ``"<key>:<attempt>"`` (only the first attempt
+            publishes).
         signals: The most publish signals to send (``ModelInput.stream_signals``; None: as
             many as one reply takes). Fewer spread their batches over a longer reply (the
             interval doubles sooner); what comes after the last reaches the stream when the
@@ -75,7 +75,10 @@ class TextPublisher:
     ) -> None:
         self._turn = turn
         self._interval = interval
-        self._signals = MAX_TEXT_SIGNALS if signals is None else max(0, signals)
+        # A retried attempt publishes nothing: every attempt would spend the call's share
+        # anew; the workflow publishes the reply that counted when the call completes.
+        first = activity.info().attempt <= 1
+        self._signals = (MAX_TEXT_SIGNALS if signals is None else max(0, signals)) if first else 0
         self._max_batches = min(MAX_TEXT_BATCHES, self._signals)
         # Fewer batches double their interval sooner (a quarter of them a step, at most 8), so
         # they reach further into a long reply: 14 reach about 19 s, 32 about 30 s.

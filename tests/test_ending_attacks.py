@@ -98,14 +98,6 @@ _RETRYABLE = Failure(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a streaming model call's share (ModelInput.stream_signals) is per attempt: every retry "
-        "of the call (MODEL_RETRY, 5 attempts) and every re-ask after an unsealed result sends "
-        "up to the whole share again, so one call can spend more than RUN.stream_signals"
-    ),
-)
 async def test_a_retried_streaming_call_stays_within_the_runs_share(run_worker, model, client):
     """A streaming model call whose attempts fail after they have streamed (a transient error
     mid-reply, or a retryable failure sent by id, which the server retries without the workflow
@@ -219,15 +211,6 @@ async def test_a_workflow_cancel_while_a_timeout_is_checked_asks_the_model_nothi
     assert len(model.requests) == 1, len(model.requests)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "TurnMachine._ending catches the ActivityError of its own activity_ending cancelled by "
-        "the user's cancel and answers 'unknown': the model call's timeout is refused as "
-        "unsealed and _ask_model asks the model again, so the user's cancel is lost (the turn "
-        "ends as the new reply says; a reply with calls would run its ungated tools)"
-    ),
-)
 async def test_a_cancel_while_a_model_timeout_is_checked_cancels_the_turn(client, monkeypatch):
     """A model call's heartbeat timeout (forged by id past its limit, on its last attempt; a
     server's own is the same here) makes the workflow ask ``activity_ending``; the user

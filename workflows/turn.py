@@ -456,9 +456,6 @@ class TurnMachine:
                     stream=turn.stream,
                     turn=turn.turn if turn.stream else None,
                     stream_key=self.stream_key,
-                    stream_signals=(
-                        max(0, RUN.stream_signals - self._signals_taken()) if turn.stream else None
-                    ),
                 ),
                 summary=f"model {spec.model}" if spec else f"model for {self.s.agent}",
             )
@@ -512,6 +509,11 @@ class TurnMachine:
         (``workflows.seal``: a reply completed by id from outside), at most
         ``config.UNSEALED_TRIES`` times in a row; then the turn fails, with nothing taken."""
         for _ in range(config.UNSEALED_TRIES):
+            if request.stream:
+                # Each ask streams anew: its share is what the run has left now, after what
+                # the asks before it published.
+                left = max(0, RUN.stream_signals - self._signals_taken())
+                request = request.model_copy(update={"stream_signals": left})
             try:
                 result: ModelResult = await self._execute(
                     config.MODEL_ACTIVITY,
@@ -826,7 +828,12 @@ class TurnMachine:
                 summary=f"how {what} ended",
                 verify_timeouts=False,
             )
-        except (_Unsealed, ActivityError):
+        except ActivityError as e:
+            if isinstance(e.cause, CancelledError):
+                # The turn (or the workflow) is being cancelled: that, not the check, decides.
+                raise asyncio.CancelledError() from None
+            return "unknown"
+        except _Unsealed:
             return "unknown"
         return found.ending
 
