@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from temporalio import activity
 from temporalio.client import (
     WorkflowExecutionDescription,
@@ -44,7 +44,6 @@ from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.types import (
     ConversationResult,
     PendingResult,
-    Seal,
     SubAgentEnd,
     SubAgentEndStatus,
     SubAgentPendingInput,
@@ -305,16 +304,15 @@ async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> S
     handle = _child(input)
     raw = RawValue(activity.payload_converter().to_payload(input.resume))
     update_id = _update_id(keys)
-    seal = keys.seal(binding(), _heartbeat_body(update_id))
     try:
-        # The first attempt's id in every attempt: a retry after a lost worker is answered
-        # with the first attempt's outcome (Temporal keeps an update's outcome by its id, even
-        # once the child has closed), and the answer is never given twice. The id is in the
-        # first heartbeat, sent at once, so a retry finds it.
+        # The same id in every attempt: a retry after a lost worker is answered with the first
+        # attempt's outcome (Temporal keeps an update's outcome by its id, even once the child
+        # has closed), and the answer is never given twice.
         async with heartbeating(
             SUB_AGENT_ANSWER_HEARTBEAT.total_seconds() / 4,
-            details=(update_id, seal.model_dump() if seal else None),
-            at_once=True,
+            # Unsealed only: there the id travels in the heartbeat, sent at once.
+            details=() if keys.seals else (update_id,),
+            at_once=not keys.seals,
         ):
             result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
@@ -337,40 +335,38 @@ async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> S
 
 
 def _update_id(keys: ResultKeys) -> str:
-    """The child update's id: the first attempt's (kept in its heartbeat), or a new one.
+    """The child update's id: the same in every attempt of this activity, and known to no one
+    without the workers' result key.
 
-    Random, not derived from the caller's run: a workflow's ids are predictable (its random
+    Not derived from the caller's run alone: a workflow's ids are predictable (its random
     numbers are seeded from its run id), and whoever may answer the child could send an update
     of their own under the id first, which Temporal would then give as this answer's outcome.
-    For the same reason the id is taken from the heartbeat only with this worker's seal for
-    this very activity: whoever may heartbeat an activity by id
-    (``RecordActivityTaskHeartbeatById``) could otherwise write the id of an update of their
-    own there, and have the retry report that update's outcome as this answer's. A worker lost
-    after giving the answer but before its first heartbeat reached the server leaves a retry a
-    new id: the child then refuses the answer as given already (its own exactly-once), and the
-    caller shows where the child stands.
+    So it is a MAC, under the result key, of this very activity (workflow id and activity id):
+    a retry works it out again, and nothing outside the workers chooses or erases it (a
+    heartbeat sent by id could do both, when the id travelled there). A key rotated between
+    two attempts gives the retry another id: the child then refuses the answer as given
+    already (its own exactly-once), and the caller shows where the child stands.
+
+    Without keys (``AGENT_UNSIGNED_RESULTS=1``) the first attempt's random id is read back
+    from the heartbeat, as anyone who may heartbeat by id could write it.
     """
+    seal = keys.seal(binding(), _UPDATE_ID_BODY)
+    if seal is not None:
+        return f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{seal.mac[:32]}"
     details = activity.info().heartbeat_details
     if (
-        len(details) >= 2
+        details
         and isinstance(details[0], str)
         and details[0].startswith(SUB_AGENT_ANSWER_UPDATE_PREFIX)
         and len(details[0]) <= _UPDATE_ID_MAX
     ):
-        try:
-            seal = Seal.model_validate(details[1]) if details[1] is not None else None
-        except ValidationError:
-            seal = None
-        if keys.verify(seal, binding(), _heartbeat_body(details[0])) is None:
-            return details[0]
+        return details[0]
     return f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"
 
 
 _UPDATE_ID_MAX = len(SUB_AGENT_ANSWER_UPDATE_PREFIX) + 36
-"""An update id of ours: the prefix and a uuid."""
+"""An update id of ours: the prefix and a uuid (or 32 characters of a MAC)."""
 
-
-def _heartbeat_body(update_id: str) -> bytes:
-    """What the heartbeat's seal covers: the update id, in a domain of its own (no result's
-    canonical JSON starts so)."""
-    return b"sub_agent_resume heartbeat\0" + update_id.encode()
+_UPDATE_ID_BODY = b"sub_agent_resume update id"
+"""What the update id's MAC covers besides the activity: a domain of its own (no result's
+canonical JSON is this)."""

@@ -45,6 +45,7 @@ SLOWEST_FIRST = (
     "test_sub_agents_kill.py",
     "test_agentctl_waits.py",
     "test_session_review_attacks.py",
+    "test_ending_attacks.py",
     "test_operator.py",
     "test_worker_cli.py",
     "test_data_protection.py",

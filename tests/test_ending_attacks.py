@@ -2,8 +2,10 @@
 a conversation's own activities ended), a streaming model call's share of the run's publish
 signals (``ModelInput.stream_signals``), and the sealed heartbeat of ``sub_agent_resume``.
 
-Each ``xfail(strict=True)`` test fails on the defect it names; the others show an attack that
-holds, on a behaviour no other test asserts."""
+Three tests failed on the defect each names (a cancel lost during the check, a retried stream
+spending the share again, a heartbeat erased by id turning a taken answer into a refusal); the
+fixes are in the commits after them. The others show an attack that holds, on a behaviour no
+other test asserts."""
 
 from __future__ import annotations
 
@@ -324,15 +326,6 @@ class _HoldAfterArmed:
         return offline_rules(request)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "whoever may heartbeat and fail an activity by id overwrites sub_agent_resume's sealed "
-        "heartbeat and fails the attempt: the retry gives the answer under a new update id, "
-        "the sub-agent refuses it as answered already, and the caller refuses the approver's "
-        "answer (RESUME_REJECTED) that the sub-agent took and acted on"
-    ),
-)
 async def test_a_heartbeat_overwritten_by_id_does_not_turn_a_taken_answer_into_a_refusal(
     client,
 ):

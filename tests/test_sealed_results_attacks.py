@@ -35,8 +35,7 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from temporal_agent_interrupts import AgentClient, FinishReason
-from temporal_agent_interrupts.activities.sealing import binding
-from temporal_agent_interrupts.activities.subagents import _heartbeat_body, _update_id
+from temporal_agent_interrupts.activities.subagents import _update_id
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import generate_result_key, parse_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
@@ -315,24 +314,24 @@ def _resume_env(details: list[Any]) -> ActivityEnvironment:
 
 
 def test_a_heartbeat_sent_by_id_does_not_choose_the_update_id_of_a_passed_on_answer():
-    """A retry of ``sub_agent_resume`` asks the child for its first attempt's update by the id
-    that attempt heartbeated, and takes that update's outcome as the answer's. Whoever may
-    heartbeat an activity by id (``RecordActivityTaskHeartbeatById``) wrote the id of an update
-    of their own there, and the caller recorded that update's outcome as the approver's answer.
-    Only an id under this worker's seal for this very activity is taken."""
+    """A retry of ``sub_agent_resume`` asks the child for its first attempt's update by id, and
+    takes that update's outcome as the answer's. The id travelled in the heartbeat, where whoever
+    may heartbeat an activity by id (``RecordActivityTaskHeartbeatById``) wrote the id of an
+    update of their own, and the caller recorded that update's outcome as the approver's answer
+    (or erased it, and the child refused the retry as answered already). The id is now the
+    worker's MAC of this very activity: what a heartbeat holds changes nothing."""
     keys = parse_result_keys(generate_result_key("k1"))
     attackers = f"{SUB_AGENT_ANSWER_UPDATE_PREFIX}{uuid.uuid4()}"
-    for forged in ([attackers], [attackers, None], [attackers, {"kid": "k1", "mac": "00"}]):
-        assert _resume_env(forged).run(_update_id, keys) != attackers, forged
-    # A seal this worker made for this call's heartbeat...
-    seal = _resume_env([]).run(lambda: keys.seal(binding(), _heartbeat_body(attackers)))
-    assert seal is not None
-    sealed = [attackers, seal.model_dump()]
-    # ...copied onto another call's heartbeat (both are in history) chooses nothing there.
-    elsewhere = _resume_env(sealed)
+    first = _resume_env([]).run(_update_id, keys)
+    assert first.startswith(SUB_AGENT_ANSWER_UPDATE_PREFIX) and first != attackers
+    # Every attempt of this call, whatever its heartbeat says, asks for the same update.
+    for forged in ([], [attackers], [attackers, None], [attackers, {"kid": "k1", "mac": "00"}]):
+        assert _resume_env(forged).run(_update_id, keys) == first, forged
+    # Another call, or another key, has another id: no one without the key can work it out.
+    elsewhere = _resume_env([])
     elsewhere.info = dataclasses.replace(
         elsewhere.info, activity_id="sub_agent_resume.5.ba9876543210"
     )
-    assert elsewhere.run(_update_id, keys) != attackers
-    # The worker's own, for this call: its retry asks for the same update.
-    assert _resume_env(sealed).run(_update_id, keys) == attackers
+    assert elsewhere.run(_update_id, keys) != first
+    other_key = parse_result_keys(generate_result_key("k1"))
+    assert _resume_env([]).run(_update_id, other_key) != first

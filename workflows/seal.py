@@ -65,6 +65,11 @@ class ResultKeys:
     def ids(self) -> tuple[str, ...]:
         return tuple(k for k, _ in self.keys)
 
+    @property
+    def seals(self) -> bool:
+        """Whether :meth:`seal` makes seals (not off, and a key to seal with)."""
+        return not self.off and bool(self.keys)
+
     def seal(self, binding: Binding, body: bytes) -> Seal | None:
         """The seal of ``body`` for ``binding``, with the first key (None when off)."""
         if self.off or not self.keys:
