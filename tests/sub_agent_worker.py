@@ -20,12 +20,19 @@ from datetime import timedelta
 from pathlib import Path
 
 from pydantic import BaseModel
+from temporalio import activity
 from temporalio.client import Client
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from temporal_agent_interrupts import Agent, ToolApproval, ToolContext, agent_tool, tool
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel
+from temporal_agent_interrupts.workflows.config import SUB_AGENT_RESUME_ACTIVITY
 
 LEDGER = "ledger.sqlite"
 HOLD = "hold"
@@ -33,6 +40,12 @@ HOLD = "hold"
 PAY_TIMEOUT = timedelta(seconds=4)
 """One run's own timeout, well under the tool heartbeat's 30 s: a run cut short by the kill is
 noticed (and reported, not run again) within seconds."""
+
+HOLD_ANSWER = "hold-answer"
+"""While ``DIR/hold-answer`` exists, the first attempt of a forwarding of an answer to a
+sub-agent (``sub_agent_resume``) is held once it has the sub-agent's outcome, and writes
+``DIR/answered``: the test kills the worker there, after the sub-agent took the answer."""
+ANSWERED = "answered"
 
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long a workflow task waits on this worker's sticky queue before any worker may take it:
@@ -120,12 +133,47 @@ def agents(directory: Path) -> list[Agent]:
         tools=[pay],
         middleware=[ToolApproval(approvers=["alice"])],
     )
+    # Two approvals settle one of its payments: an answer leaves it paused, still waiting.
+    treasury = Agent(
+        "treasury",
+        system="You make payments two people approve.",
+        tools=[pay],
+        middleware=[ToolApproval(approvers=["alice", "bob"], quorum=2)],
+    )
     supervisor = Agent(
         "supervisor",
         system="You delegate.",
-        tools=[agent_tool(payments, description="Make a payment through the payments agent.")],
+        tools=[
+            agent_tool(payments, description="Make a payment through the payments agent."),
+            agent_tool(treasury, description="Make a payment two people approve."),
+        ],
     )
     return [supervisor]
+
+
+class HoldAfterAnswer(Interceptor):
+    """Holds a forwarding's first attempt once the sub-agent has answered it (``HOLD_ANSWER``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _HoldAfterAnswer(next, self.directory)
+
+
+class _HoldAfterAnswer(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, directory: Path) -> None:
+        super().__init__(next)
+        self.directory = directory
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> object:
+        result = await super().execute_activity(input)
+        info = activity.info()
+        held = (self.directory / HOLD_ANSWER).exists()
+        if info.activity_type == SUB_AGENT_RESUME_ACTIVITY and info.attempt == 1 and held:
+            (self.directory / ANSWERED).write_text(repr(result))
+            await asyncio.Event().wait()  # held until the test kills this process
+        return result
 
 
 async def main(address: str, namespace: str, queue: str, directory: str) -> None:
@@ -137,6 +185,7 @@ async def main(address: str, namespace: str, queue: str, directory: str) -> None
         task_queue=queue,
         gemini=model.client(),
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        interceptors=[HoldAfterAnswer(Path(directory))],
     ):
         print("ready", flush=True)
         await asyncio.Event().wait()
