@@ -4,7 +4,7 @@ A timeout the server makes and a failure shaped as one, sent by id
 (``RespondActivityTaskFailedById`` with a ``TimeoutFailureInfo``), reach the workflow alike; its
 history does not hold them alike: the first is ``ActivityTaskTimedOut``, the second
 ``ActivityTaskFailed``. No worker seals a timeout, so the workflow asks this (sealed) activity
-before it takes one (``workflows.turn``, ``_check_server_kind``).
+before it takes one (``workflows.executing``, ``ActivityRunner._check_server_kind``).
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ class AgentActivities:
                 "task queue of their own (AGENT_TASK_QUEUE)",
                 Status.NOT_FOUND,
                 # As data, so the workflow and the caller never read names out of the message
-                # (workflows.turn reads it; client.errors.unknown_agent suggests one).
+                # (workflows.executing reads it; client.errors.unknown_agent suggests one).
                 {"hosted": sorted(self._agents)},
                 type=ErrorKind.UNKNOWN_AGENT,
                 non_retryable=True,

@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
+from temporal_agent_interrupts.workflows.executing import DECODING_FAILED
 from temporal_agent_interrupts.workflows.seal import (
     Binding,
     ResultKeys,
@@ -19,7 +20,6 @@ from temporal_agent_interrupts.workflows.seal import (
     result_body,
     seal_detail,
 )
-from temporal_agent_interrupts.workflows.turn import DECODING_FAILED
 
 R = TypeVar("R", bound=BaseModel)
 In = TypeVar("In", bound=BaseModel)

@@ -1,8 +1,8 @@
 """``agent_tool``: another agent, offered to the model as a tool.
 
 A call of it is a conversation with that agent, run as a child workflow of the caller's (see
-``workflows.turn.TurnMachine._run_sub_agent``): its own history, search attributes and audit
-trail, its id the caller's chat id and the call's ref (``workflows.turn.sub_agent_id``). The
+``workflows.subagents.SubAgentCalls.run``): its own history, search attributes and audit
+trail, its id the caller's chat id and the call's ref (``workflows.ids.sub_agent_id``). The
 model's ``input`` is its first message; its final text is the call's output. Its interrupts
 wait in the child, by the child's rules; the worker hosting the caller hosts the sub-agent too
 (:func:`with_sub_agents`).

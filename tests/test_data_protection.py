@@ -83,7 +83,7 @@ from temporal_agent_interrupts.worker.devserver import dev_server_command
 from temporal_agent_interrupts.worker.result_keys import parse_result_keys
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted, offline
-from temporal_agent_interrupts.workflows import Agent, config, turn
+from temporal_agent_interrupts.workflows import Agent, config, executing
 from temporal_agent_interrupts.workflows import payloads as workflow_payloads
 from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
@@ -374,7 +374,7 @@ async def test_with_keys_failures_are_encrypted_but_for_the_texts_that_say_a_pay
 def test_the_workflow_knows_an_encrypted_payload_by_the_codecs_own_names():
     assert workflow_payloads.ENCRYPTED == ENCODING
     assert workflow_payloads.KEY_ID_METADATA == KEY_ID_METADATA
-    assert turn.DECODING_FAILED == DECODING_FAILED
+    assert executing.DECODING_FAILED == DECODING_FAILED
 
 
 def activity_error(cause: BaseException) -> ActivityError:
@@ -399,24 +399,24 @@ def test_only_the_sdks_own_decoding_failure_counts_as_an_input_not_decrypted():
     )
     sdk = ApplicationError(DECODING_FAILED)
     sdk.__cause__ = missing
-    assert turn._undecryptable(activity_error(sdk)) == "'k1'"
-    given_up = turn._activity_error(activity_error(sdk), what="tool 'lookup'")
+    assert executing.undecryptable(activity_error(sdk)) == "'k1'"
+    given_up = executing.activity_error(activity_error(sdk), what="tool 'lookup'")
     assert given_up.message == (
         "tool 'lookup' did not run: its input could not be decrypted (key id 'k1') by the "
         "workers that took it"
     )
-    assert turn._classified(activity_error(sdk))  # it did not run: no "may have taken effect"
+    assert executing.classified(activity_error(sdk))  # it did not run: no "may have taken effect"
     # Encrypted by a worker with an older failure converter: still that shape, id unknown.
     hidden = ApplicationError(DECODING_FAILED)
     hidden.__cause__ = ApplicationError("Encoded failure", type=ErrorKind.PAYLOAD_KEY_MISSING)
-    assert turn._undecryptable(activity_error(hidden)) == "unknown"
+    assert executing.undecryptable(activity_error(hidden)) == "unknown"
     # A tool's error of that type, raised or wrapped, or the SDK's text without it: not.
     wrapped = ApplicationError("could not read the other chat")
     wrapped.__cause__ = missing
     other = ApplicationError(DECODING_FAILED)
     other.__cause__ = ValueError("bad JSON")
     for cause in (missing, wrapped, other, ApplicationError(DECODING_FAILED)):
-        assert turn._undecryptable(activity_error(cause)) is None, cause
+        assert executing.undecryptable(activity_error(cause)) is None, cause
 
 
 async def test_rotation_in_the_codec_new_key_first_old_still_decrypts():

@@ -17,7 +17,6 @@ from temporal_agent_interrupts.workflows.events import answer
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, Who
 from temporal_agent_interrupts.workflows.limits import json_size
 from temporal_agent_interrupts.workflows.tokens import live
-from temporal_agent_interrupts.workflows.turn import MIN_NOTICE_BYTES, NOTICES_BUDGET, notice_within
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CallState,
@@ -27,6 +26,11 @@ from temporal_agent_interrupts.workflows.types import (
     ResumeInput,
     TurnEvent,
     Vote,
+)
+from temporal_agent_interrupts.workflows.waits import (
+    MIN_NOTICE_BYTES,
+    NOTICES_BUDGET,
+    notice_within,
 )
 from tests.agents import Answer, Ask
 

@@ -33,7 +33,7 @@ from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_SIGNAL,
     WORKFLOW_TYPE,
 )
-from temporal_agent_interrupts.workflows.turn import OUTPUT_REQUEST
+from temporal_agent_interrupts.workflows.subagents import OUTPUT_REQUEST
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import SubPayment as Payment
 from tests.agents import payments, supervisor

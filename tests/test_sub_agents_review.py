@@ -31,7 +31,7 @@ from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_SIGNAL,
 )
-from temporal_agent_interrupts.workflows.turn import structured_output
+from temporal_agent_interrupts.workflows.subagents import structured_output
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import sub_pay, supervisor
 from tests.helpers import assert_no_workflow_task_failed, eventually

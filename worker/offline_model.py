@@ -30,7 +30,7 @@ from typing import Any
 
 from temporal_agent_interrupts.worker.standin import Reply, Request, calls, text
 from temporal_agent_interrupts.workflows.details import example_value
-from temporal_agent_interrupts.workflows.turn import OUTPUT_REQUEST
+from temporal_agent_interrupts.workflows.subagents import OUTPUT_REQUEST
 from temporal_agent_interrupts.workflows.types import APPROVED, FEEDBACK
 
 BANNER = "[offline stand-in model]"

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
 
 from temporal_agent_interrupts.workflows import audit, config, operator_view
 from temporal_agent_interrupts.workflows.history import carry, page, page_back
+from temporal_agent_interrupts.workflows.ids import idempotency_key, message_digest
 from temporal_agent_interrupts.workflows.interrupts import ResumeError, pydantic_reason
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -71,13 +72,8 @@ from temporal_agent_interrupts.workflows.payloads import (
     rejected,
 )
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, ConversationStream
-from temporal_agent_interrupts.workflows.turn import (
-    SubAgentChild,
-    TurnMachine,
-    idempotency_key,
-    message_digest,
-    refused_early,
-)
+from temporal_agent_interrupts.workflows.subagents import SubAgentChild, refused_early
+from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
@@ -482,7 +478,7 @@ class AgentWorkflow:
         or its answer lets the turn go on to its end)."""
         child_id, child, body = target
         seen = self._m.stops
-        outcome = await self._m.forward(child_id, child, body)
+        outcome = await self._m.children.forward(child_id, child, body)
         if outcome.refused is not None:
             self._m.telemetry.rejected("resume", via="update")
             # The child's kind of refusal too: "not an approver" stays forbidden through here.
@@ -503,7 +499,7 @@ class AgentWorkflow:
         await workflow.wait_condition(
             lambda: (
                 self._m.stops > seen
-                or (child_id not in self._m.children and self._m.last_result_paused())
+                or (child_id not in self._m.children.running and self._m.last_result_paused())
             )
         )
         if self._m.stops > seen:
@@ -648,7 +644,7 @@ class AgentWorkflow:
                 attempt, added = self._stream.accept_publish(
                     payload, key=self._m.streaming_key(), turn=turn.turn if turn else 0
                 )
-                self._m.streamed[attempt] = self._m.streamed.get(attempt, "") + added
+                self._m.model.streamed[attempt] = self._m.model.streamed.get(attempt, "") + added
                 self._s.events_total = self._stream.next_offset
             else:
                 raise ResumeError(
@@ -671,7 +667,7 @@ class AgentWorkflow:
             report = SubAgentReport.model_validate(payload_json(payload))
         except ValidationError as e:
             raise ResumeError(f"malformed sub-agent report: {pydantic_reason(e)}") from None
-        if self._m.hint(report.chat_id):
+        if self._m.children.hint(report.chat_id):
             return
         if report.chat_id.startswith(f"{workflow.info().workflow_id}--"):
             # A child of ours that has just finished: its last report crossed its result.
@@ -696,7 +692,7 @@ class AgentWorkflow:
         if named is None:
             return None
         body, refs = named
-        found = self._m.delegated_to(refs)
+        found = self._m.children.delegated_to(refs)
         if found is None:
             return None
         why = refused_early(body, found[1].requests) if early else None
@@ -719,7 +715,7 @@ class AgentWorkflow:
 
         async def forward() -> None:
             try:
-                outcome = await self._m.forward(child_id, child, body)
+                outcome = await self._m.children.forward(child_id, child, body)
             except Exception as e:  # noqa: BLE001  # an activity failure must not fail the task
                 self._reject(
                     handler="resume",
@@ -848,7 +844,7 @@ class AgentWorkflow:
         if self._s.turn is not None:
             # A call waiting on a sub-agent that waits on someone is a pause too, not a busy
             # turn: answering is what lets it go on.
-            if self._m.paused() or self._m.delegated():
+            if self._m.paused() or self._m.children.delegated():
                 return (
                     "the conversation is paused on interrupts; answer them with resume or "
                     f"withdraw them with cancel first. Pending: {self._pending_listing()}"
@@ -861,13 +857,16 @@ class AgentWorkflow:
         the chat each waits in, where it can also be answered)."""
         turn = self._s.turn
         own = [f"{c.name} (ref {c.ref})" for c in self._m.book(turn).pending()] if turn else []
-        theirs = [f"{r.name} (ref {r.ref}, in sub-agent {r.chat_id})" for r in self._m.delegated()]
+        theirs = [
+            f"{r.name} (ref {r.ref}, in sub-agent {r.chat_id})"
+            for r in self._m.children.delegated()
+        ]
         return ", ".join([*own, *theirs])
 
     def _check_resume(self, payload: RawResume) -> ResumeInput:
         turn = self._s.turn
         named = _answered_refs(payload) if self._m.children else None
-        settled = self._m.settled_in_child(named[1]) if named is not None else None
+        settled = self._m.children.settled_in_child(named[1]) if named is not None else None
         if settled is not None:
             # (An answer naming a sub-agent's pending call went to it: see _delegated_target.)
             ref, child_id = settled
@@ -876,7 +875,7 @@ class AgentWorkflow:
                 f"(answered, or withdrawn). Pending: {self._pending_listing() or 'nothing'}",
                 code="conflict",
             )
-        if turn is not None and not self._m.paused() and self._m.delegated():
+        if turn is not None and not self._m.paused() and self._m.children.delegated():
             raise ResumeError(
                 "this conversation waits only on its sub-agents' interrupts, and this answer "
                 "names others (one resume answers the calls of one sub-agent). Pending: "
@@ -904,7 +903,7 @@ class AgentWorkflow:
     def pending(self) -> PendingResult:
         turn = self._s.turn
         own = self._m.book(turn).requests() if turn else []
-        result = PendingResult(interrupts=[*own, *self._m.delegated()])
+        result = PendingResult(interrupts=[*own, *self._m.children.delegated()])
         return fit(result, OUT.query)
 
     @workflow.query
@@ -914,7 +913,7 @@ class AgentWorkflow:
         # entries, the details panel), and the carried size once per state (see _carried_size).
         turn = self._s.turn
         book = self._m.book(turn) if turn else None
-        delegated = self._m.delegated()
+        delegated = self._m.children.delegated()
         paused = bool(book.pending()) if book else False
         result = StatusResult(
             chat_id=workflow.info().workflow_id,
@@ -1023,7 +1022,7 @@ class AgentWorkflow:
             chat_id=workflow.info().workflow_id,
             pending=book.pending() if book else [],
             requests=book.requests() if book else [],
-            delegated=self._m.delegated(),
+            delegated=self._m.children.delegated(),
         )
 
     def _publish(self) -> None:

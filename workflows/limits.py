@@ -261,6 +261,11 @@ def human_size(n: int) -> str:
     return f"{n} bytes"
 
 
+def over_turn_budget(what: str) -> str:
+    """Why ``what`` was dropped: it did not fit in what the turn could still hold."""
+    return f"{what} did not fit in what this turn can still hold ({human_size(HELD.turn)} in all)"
+
+
 def check_size(size: int, *, limit: int, what: str) -> None:
     """Refuse ``size`` bytes of ``what`` over ``limit``."""
     if size > limit:

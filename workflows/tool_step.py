@@ -1,0 +1,256 @@
+"""The turn's tool step: the calls of the model's message, paused or run.
+
+:class:`ToolStep` decides each ready call's fate: an unknown tool or bad arguments answer the
+model at once; an interrupt-only tool or a held gate pauses the call (the interrupt book
+records it); the rest run, all of one message in one batch: a tool or MCP activity under the
+run's idempotency key, or a sub-agent (``workflows.subagents``). What comes back completes,
+fails or pauses the call within the turn's budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.answers import SchemaBudget
+from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed, classified
+from temporal_agent_interrupts.workflows.ids import idempotency_key
+from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
+from temporal_agent_interrupts.workflows.limits import (
+    DOOR,
+    cut_stored,
+    json_size,
+    omitted,
+    over_turn_budget,
+)
+from temporal_agent_interrupts.workflows.subagents import SubAgentCalls
+from temporal_agent_interrupts.workflows.types import (
+    CallState,
+    ConversationState,
+    MCPCallInput,
+    ToolInput,
+    ToolResult,
+    ToolSpec,
+    TurnState,
+)
+
+
+class ToolStep:
+    """Pauses or runs the ready calls of the turn's current message.
+
+    Args:
+        state: The conversation's state.
+        book: The interrupt book of a turn (every change to a call's status is made there).
+        runner: Schedules the tool and MCP activities and takes only sealed results.
+        room: Bytes the turn can still take.
+        sub_agents: Runs the calls of ``agent_tool`` tools.
+    """
+
+    def __init__(
+        self,
+        state: ConversationState,
+        *,
+        book: Callable[[TurnState], InterruptBook],
+        runner: ActivityRunner,
+        room: Callable[[TurnState], int],
+        sub_agents: SubAgentCalls,
+    ) -> None:
+        self.s = state
+        self._book = book
+        self._runner = runner
+        self._room = room
+        self._sub_agents = sub_agents
+        # Tool calls (not sub-agents) under way: sub-agent calls are left to the next run only
+        # while there are none (see SubAgentCalls.wait).
+        self.running = 0
+
+    async def run_ready(self, turn: TurnState) -> bool:
+        """Start every call that is ready; pause the ones that need a human first.
+
+        Returns whether any call paused just now.
+        """
+        spec = self.s.spec
+        book = self._book(turn)
+        now = workflow.now()
+        runnable: list[CallState] = []
+        paused: list[CallState] = []
+        budget = SchemaBudget()  # the message's arguments share one bound: 128 calls, not 128x
+        for call in turn.calls:
+            if call.status != "ready":
+                continue
+            tool = spec.tool(call.name) if spec else None
+            if call.child is not None:
+                # A sub-agent call an earlier run started: it waits on its child again.
+                runnable.append(call)
+                continue
+            if tool is None:
+                available = ", ".join(t.name for t in spec.tools) if spec else ""
+                name = call.name
+                # Cut short: the model may make 128 such calls in one message.
+                available, name = cut_stored(available, 400), cut_stored(name, 200)
+                book.complete(call, {"error": f"unknown tool {name!r}; available: {available}"})
+            elif tool.interrupt_only:
+                schema = tool.input_schema
+                problem = None if call.resumed else schema_error(call.args, schema, budget=budget)
+                if problem:
+                    book.complete(call, {"error": f"invalid arguments: {self._cut(problem)}"})
+                else:
+                    metadata = call.resumed_metadata if call.resumed else {}
+                    book.pause(call, source="interrupt", metadata=metadata, now=now)
+                    paused.append(call)
+            elif book.gate_holds(call):
+                book.gate(call, now=now)
+                paused.append(call)
+            else:
+                call.edit_passes_gate = None  # spent: the edited call runs
+                runnable.append(call)
+        if runnable:
+            # The sub-agent calls of this batch share what is left of the turn's budget of
+            # sub-agents (see SubAgentCalls._tree_share).
+            self._sub_agents.batch = sum(
+                1
+                for c in runnable
+                if c.child is None and (t := spec.tool(c.name) if spec else None) and t.agent
+            )
+            # One batch: every call of the message is scheduled in the same workflow task.
+            await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
+        return any(c.status == "pending" for c in [*paused, *runnable])
+
+    def _cut(self, text: str) -> str:
+        """Text from the model or a tool, cut to a bounded size (it names keys the model made
+        up, and may be copied into many calls' responses)."""
+        return cut_stored(text, DOOR.note)
+
+    def _tool_retry(self, call: CallState) -> tuple[RetryPolicy, bool]:
+        """The retry policy for this run of the call, and whether it is a single attempt.
+
+        One approval, one run: a run a human approved (a restart) gets one attempt unless the
+        tool is declared idempotent or brings its own policy. A second attempt would repeat a
+        side effect the human approved once.
+        """
+        spec = self.s.spec
+        tool = spec.tool(call.name) if spec else None
+        retry = tool.retry if tool else None
+        if retry is not None:
+            policy = RetryPolicy(
+                initial_interval=timedelta(seconds=retry.initial_interval_seconds),
+                backoff_coefficient=retry.backoff_coefficient,
+                maximum_interval=(
+                    timedelta(seconds=retry.maximum_interval_seconds)
+                    if retry.maximum_interval_seconds
+                    else None
+                ),
+                maximum_attempts=retry.maximum_attempts,
+                non_retryable_error_types=retry.non_retryable_error_types,
+            )
+            return policy, retry.maximum_attempts == 1
+        if call.resumed and not (tool and tool.idempotent):
+            return RetryPolicy(maximum_attempts=1), True
+        return RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS), False
+
+    async def _run_tool(self, turn: TurnState, call: CallState) -> None:
+        spec = self.s.spec
+        tool = spec.tool(call.name) if spec else None
+        book = self._book(turn)
+        if call.child is not None and tool is not None and tool.agent is not None:
+            # Started by an earlier run, which continued as new while it waited.
+            await self._sub_agents.wait(call, tool.agent, None)
+            return
+        run = book.start_run(call)
+        chat_id = workflow.info().workflow_id
+        arg = ToolInput(
+            agent=self.s.agent,
+            chat_id=chat_id,
+            tool=call.name,
+            ref=call.ref,
+            args=call.args,
+            resumed=call.resumed,
+            resumed_metadata=call.resumed_metadata,
+            idempotency_key=idempotency_key(chat_id, call.ref, run),
+            original_args=call.original_args,
+        )
+        if tool is not None and tool.agent is not None:
+            await self._sub_agents.run(call, tool.agent, run=run)
+            return
+        self.running += 1
+        try:
+            await self._run_tool_activity(turn, call, tool, arg)
+        finally:
+            self.running -= 1
+
+    async def _run_tool_activity(
+        self, turn: TurnState, call: CallState, tool: ToolSpec | None, arg: ToolInput
+    ) -> None:
+        retry, single = self._tool_retry(call)
+        book = self._book(turn)
+        activity = config.TOOL_ACTIVITY
+        if tool is not None and tool.mcp is not None:
+            # An MCP server's tool: where it goes is data in the definition, as listed.
+            activity = config.MCP_ACTIVITY
+            arg = MCPCallInput(
+                **arg.model_dump(), server=tool.mcp.server, server_tool=tool.mcp.tool
+            )
+        try:
+            result = await self._runner.execute(
+                activity,
+                arg,
+                result_type=ToolResult,
+                start_to_close_timeout=(
+                    timedelta(seconds=tool.timeout_seconds)
+                    if tool and tool.timeout_seconds
+                    else config.TOOL_START_TO_CLOSE
+                ),
+                heartbeat_timeout=config.TOOL_HEARTBEAT,
+                retry_policy=retry,
+                summary=f"tool {call.name}",
+            )
+        except Unsealed as e:
+            # What came back is not a worker's word; the tool may still have run (the
+            # worker's own completion is refused once the activity is closed).
+            book.complete(
+                call,
+                {
+                    "error": f"tool {call.name!r}: {self._cut(e.reason)}",
+                    "note": "it may have taken effect: check before trying again",
+                },
+            )
+            return
+        except ActivityError as e:
+            timed_out = isinstance(e.cause, TemporalTimeoutError)
+            if single and call.resumed and timed_out:
+                # An approved run cut short (its timeout passed, or its worker was lost): it
+                # is not run again, and the model must not take it as not having happened.
+                book.complete(
+                    call,
+                    {
+                        "error": f"tool {call.name!r} timed out and was not retried",
+                        "note": "it may have taken effect: check before trying again",
+                    },
+                )
+                return
+            error = self._runner.error(e, what=f"tool {call.name!r}")
+            book.fail(call, error, uncertain=not classified(e))
+            return
+        if result.kind == "interrupt":
+            metadata = result.metadata or {}
+            if json_size(metadata) > self._room(turn):
+                metadata = omitted(metadata, why=over_turn_budget("this interrupt's metadata"))
+            book.pause(call, source="tool", metadata=metadata, now=workflow.now())
+        elif result.kind == "invalid_input":
+            book.complete(call, {"error": f"invalid arguments: {self._cut(result.message or '')}"})
+        else:
+            output = result.output or {}
+            if json_size(output) > self._room(turn):
+                # The tool has run: the model must hear that, in a few bytes.
+                output = {
+                    "error": "output too large for this turn",
+                    "detail": f"{over_turn_budget('the output')}; it was dropped",
+                }
+            book.complete(call, output)
