@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.update.v1 import Outcome
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
@@ -52,6 +54,7 @@ from temporal_agent_interrupts.workflows.types import (
     SubAgentResumeInput,
     SubAgentResumeResult,
     ToolSpec,
+    TurnResult,
 )
 
 
@@ -314,6 +317,11 @@ async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> S
             details=() if keys.seals else (update_id,),
             at_once=not keys.seals,
         ):
+            if activity.info().attempt > 1:
+                # A retry: the child may have taken the first attempt's update and moved on.
+                earlier = await _earlier_outcome(input, update_id)
+                if earlier is not None:
+                    return earlier
             result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
         cause = e.cause
@@ -331,6 +339,64 @@ async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> S
             # the child closes (so a retry of one that got there lands above), a new one is not.
             return SubAgentResumeResult(refused="the sub-agent's conversation has closed")
         raise
+    return SubAgentResumeResult(result=result)
+
+
+async def _earlier_outcome(
+    input: SubAgentResumeInput, update_id: str
+) -> SubAgentResumeResult | None:
+    """The outcome of the update ``update_id``, when a run of the child's chain completed it
+    (None: none did, so it is asked for by its id, which joins one still under way).
+
+    Temporal answers an update sent again under its id only from the run that took it, while
+    that run is the chain's current one: after the child continued as new (a flood of signals
+    while it waits), a retry's update would reach the new run as a second answer (refused as
+    given already, or, for a call paused again on the same ref, taken twice); after it closed
+    in a later run, as an update for a closed conversation. Its history keeps the outcome:
+    the chain's runs are read, first to last, each through its continue-as-new link (the first
+    completion under the id is the answer's: anyone who read the id there could send an
+    update of their own under it to a later run). Called within the activity's heartbeat.
+    """
+    _scheduled_by_parent(input)
+    client = activity.client()
+    run_id = input.run_id
+    for _ in range(_CHAIN_HOPS):
+        following = ""
+        events = client.get_workflow_handle(input.chat_id, run_id=run_id).fetch_history_events()
+        try:
+            async for event in events:
+                completed = event.workflow_execution_update_completed_event_attributes
+                if (
+                    event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+                    and completed.meta.update_id == update_id
+                ):
+                    return await _outcome(completed.outcome)
+                continued = event.workflow_execution_continued_as_new_event_attributes
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                    following = continued.new_execution_run_id
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None  # past retention, or deleted: asked for by its id instead
+            raise
+        if not following:
+            return None
+        run_id = following
+    return None
+
+
+async def _outcome(outcome: Outcome) -> SubAgentResumeResult:
+    """A completed update's outcome, as the first attempt would have returned it."""
+    converter = activity.client().data_converter
+    if outcome.HasField("failure"):
+        cause = await converter.decode_failure(outcome.failure)
+        if isinstance(cause, ApplicationError) and cause.non_retryable:
+            return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
+        raise ApplicationError(
+            f"the sub-agent's update failed: {cause}",
+            type="SubAgentUpdateFailed",
+            non_retryable=True,
+        )
+    (result,) = await converter.decode(outcome.success.payloads, [TurnResult])
     return SubAgentResumeResult(result=result)
 
 
