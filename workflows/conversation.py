@@ -477,7 +477,6 @@ class AgentWorkflow:
         this conversation's own would: once the turn stops again (the sub-agent pauses again,
         or its answer lets the turn go on to its end)."""
         child_id, child, body = target
-        seen = self._m.stops
         outcome = await self._m.children.forward(child_id, child, body)
         if outcome.refused is not None:
             self._m.telemetry.rejected("resume", via="update")
@@ -495,14 +494,14 @@ class AgentWorkflow:
                 return fit(self._m.paused_result(turn), OUT.update_result)
         # Answered there: the turn goes on once that call is done, unless a sibling (another
         # sub-agent, or a call of this conversation's own) still waits, which is then where
-        # the turn stands.
+        # the turn stands. A stop before the call is done is no answer to this: a sibling's
+        # change, reported while this sub-agent still showed what was just answered.
+        await workflow.wait_condition(lambda: child_id not in self._m.children.running)
+        seen = self._m.stops
         await workflow.wait_condition(
-            lambda: (
-                self._m.stops > seen
-                or (child_id not in self._m.children.running and self._m.last_result_paused())
-            )
+            lambda: self._m.stops > seen or self._s.turn is None or self._m.last_result_paused()
         )
-        if self._m.stops > seen:
+        if self._m.stops > seen or self._s.turn is None:
             assert self._s.last_turn is not None
             return fit(self._s.last_turn, OUT.update_result)
         turn = self._s.turn
@@ -570,6 +569,8 @@ class AgentWorkflow:
                 lambda: (
                     self._s.turn is None
                     or self._m.waiting_on_human()
+                    # Paused on sub-agents, each call of the message paused or ended.
+                    or self._m.pause_whole()
                     or (of is not None and self._s.turns != of)
                 )
             )

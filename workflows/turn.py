@@ -38,7 +38,7 @@ from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
-from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCalls
+from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCalls, pause_settled
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.tool_step import ToolStep
 from temporal_agent_interrupts.workflows.types import (
@@ -106,6 +106,10 @@ class TurnMachine:
         self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
         # The current turn's interrupt book (see book()).
         self._book: InterruptBook | None = None
+        # A sub-agent's pause not reported yet, while other calls of the message are under way
+        # (see _report_pause), and the task that reports it once they have paused or ended.
+        self._pause_owed = False
+        self._owed_report: asyncio.Task[None] | None = None
         # The parts, each handed what it needs of the machine.
         self.runner = ActivityRunner(state, cancelling=lambda: self.cancel is not None)
         self.children = Children(
@@ -322,8 +326,12 @@ class TurnMachine:
                 if self.sub_agents.detached:
                     # Sub-agent calls wait on their children from the next run.
                     self.sub_agents.detached = False
-                    if newly_paused:
-                        self._stop(self.paused_result(turn))
+                    if newly_paused or self._pause_owed:
+                        # Reported now, as it stands: the next run reports a child's pause
+                        # only when it changes. Partial when a sub-agent is still at work.
+                        partial = not self.pause_whole()
+                        self._pause_owed = False
+                        self._stop(self.paused_result(turn).model_copy(update={"partial": partial}))
                     return "continue_as_new"
                 book = self.book(turn)
                 error = book.first_error()
@@ -382,12 +390,39 @@ class TurnMachine:
         """Bytes the turn holds in the conversation's state: its messages and its calls."""
         return turn.held + self.book(turn).held_bytes()
 
+    def pause_whole(self) -> bool:
+        """Whether the turn's pause can be reported whole now (see ``pause_settled``)."""
+        turn = self.s.turn
+        return turn is not None and pause_settled(turn.calls, self.children.running)
+
     def _report_pause(self) -> None:
         """A sub-agent's interrupts changed while nothing of the turn's own is new: the turn
-        stops ``interrupted`` with what it waits on now."""
+        stops ``interrupted`` with what it waits on now, once that is whole (every call of the
+        message has paused or ended); until then the report is owed (``_report_when_whole``)."""
         turn = self.s.turn
-        if turn is not None:
+        if turn is None:
+            return
+        if self.pause_whole():
+            self._pause_owed = False
             self._stop(self.paused_result(turn))
+        elif not self._pause_owed:
+            self._pause_owed = True
+            self._owed_report = asyncio.create_task(self._report_when_whole(turn))
+
+    async def _report_when_whole(self, turn: TurnState) -> None:
+        """Make the owed report once the pause is whole; drop it when the turn's own step
+        takes over (no call is under way), the turn ends, or the report was made otherwise."""
+        await workflow.wait_condition(
+            lambda: (
+                not self._pause_owed
+                or self.s.turn is not turn
+                or not any(c.status == "ready" for c in turn.calls)
+                or self.pause_whole()
+            )
+        )
+        if self._pause_owed and self.s.turn is turn and self.pause_whole():
+            self._stop(self.paused_result(turn))
+        self._pause_owed = False
 
     def _may_detach(self) -> bool:
         """Whether the sub-agent calls under way may be left for the next run: the run should

@@ -584,6 +584,11 @@ class TurnResult(_Wire):
     # A send that repeated the message (its ``message_id``) of the turn it reports: it started
     # nothing, and this is how the turn the first send started stands.
     repeat: bool = False
+    # A pause reported while some sub-agent calls of the message were still at work (the
+    # conversation continued as new then); ``Chat.last_turn()`` waits until each has paused
+    # or ended, and returns the whole pause. Every other pause is reported whole: once every
+    # call of the message has paused (a sub-agent's: its child waits on someone) or ended.
+    partial: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 # --------------------------------------------------------------------------------------------
