@@ -529,6 +529,9 @@ def answer_summary(record: AnswerRecord) -> str:
         if record.original_input is not None:
             text += f" (was {_compact(record.original_input, 60)})"
         return text
+    if record.verdict_reason is not None:
+        # A caller's record of an answer its sub-agent refused: why, in the sub-agent's words.
+        return f"refused: {visible(record.verdict_reason)[:100]}"
     if record.output is not None:
         return _compact(record.output, 100)
     if record.metadata:
@@ -582,7 +585,7 @@ def _print_trail(chat_id: str, answers: list[AnswerRecord]) -> None:
             # A sub-agent's answer (agent_tool) names the conversation it was applied in.
             visible(a.ref if not a.chat_id else f"{a.ref} in {a.chat_id}"),
             a.kind,
-            a.decision or "-",
+            a.decision or a.verdict or "-",
             who(a.identity, a.identity_verified),
             a.via,
             answer_summary(a),

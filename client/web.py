@@ -771,7 +771,8 @@ class _App:
             raise Problem(409, "conflict", f"chat {chat_id[:100]!r} is closed")
         request_for = {i.ref: i for i in status.pending}.get(ref)
         if request_for is None:
-            answered = any(a.ref == ref for a in status.recent_answers)
+            # (A caller's record of an answer a sub-agent refused answered nothing.)
+            answered = any(a.ref == ref and a.verdict != "refused" for a in status.recent_answers)
             if answered:
                 raise Problem(
                     409, "conflict", f"ref {ref[:100]!r} is not pending: it was already answered"

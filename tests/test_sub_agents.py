@@ -103,9 +103,15 @@ async def test_a_sub_agent_s_interrupt_surfaces_on_the_caller_and_is_answered_th
         assert record.identity == "alice" and record.decision == "approved"
         assert record.chat_id is None  # the child's own trail
         # The caller's trail holds it too, naming the conversation it was applied in.
-        (through,) = await agents.audit(parent.id)
+        trail = await agents.audit(parent.id)
+        (through,) = [r for r in trail if r.kind != "forwarded"]
+        (passed_on,) = [r for r in trail if r.kind == "forwarded"]
         assert through.chat_id == child_id and through.ref == i.ref
         assert through.identity == "alice" and through.decision == "approved"
+        # And its own record of passing the answer on, with the child's verdict (bob's answer
+        # never left the caller: refused by the child's rules as the caller shows them).
+        assert (passed_on.kind, passed_on.ref, passed_on.chat_id) == ("forwarded", i.ref, child_id)
+        assert (passed_on.identity, passed_on.verdict) == ("alice", "applied")
         # The child's conversation answered its one call and closed.
         desc = await client.get_workflow_handle(child_id).describe()
         assert desc.status == WorkflowExecutionStatus.COMPLETED
@@ -396,9 +402,10 @@ async def test_the_callers_audit_trail_reads_only_the_child_chain_it_started(cli
         await squat.resume(answers=[approve(j)], identity="alice")
         report = await agents.audit_report(parent.id)
         # Only the run the caller started counts: the later start is named, its answer is not
-        # in the trail.
-        assert [(r.chat_id, r.identity) for r in report.records] == [(child_id, "alice")]
-        assert report.records[0].ref == i.ref
+        # in the trail (beside the child's record, the caller's own of passing the answer on).
+        applied = [r for r in report.records if r.kind != "forwarded"]
+        assert [(r.chat_id, r.identity) for r in applied] == [(child_id, "alice")]
+        assert applied[0].ref == i.ref
         (left_out,) = report.untrusted
         assert left_out.chat_id == child_id and left_out.claimed == 1
         assert RUNS["vera"] == 1 and RUNS["wendy"] == 1

@@ -299,9 +299,11 @@ async def test_the_approvals_api_answers_a_sub_agent_s_call_by_the_caller_s_chat
             result = r.json()["result"]
             assert result["finish_reason"] == "stop" and "http" in result["text"]
             assert RUNS["http"] == 1
-            # The second click: the caller's turn is over, nothing of it is pending.
+            # The second click: the caller's turn is over, and its trail says the answer it
+            # passed on was applied.
             r = await answer(http, base, parent.id, i.ref, body, headers=as_alice)
-            assert r.status_code == 404 and r.json()["code"] == "not_found", r.text
+            assert r.status_code == 409 and r.json()["code"] == "conflict", r.text
+            assert "already answered" in r.json()["detail"]
             assert RUNS["http"] == 1
     await assert_no_workflow_task_failed(client, parent.id)
 

@@ -14,6 +14,7 @@ import asyncio
 import json
 import threading
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import BaseModel
@@ -35,7 +36,13 @@ from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.errors import ChatNotFound
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
-from temporal_agent_interrupts.workflows.types import AnswerRecord, InterruptRequest
+from temporal_agent_interrupts.workflows import audit
+from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.types import (
+    AnswerRecord,
+    ConversationState,
+    InterruptRequest,
+)
 from tests.agents import payments
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.sub_agent_worker import ANSWERED, HOLD_ANSWER, Ledger
@@ -136,7 +143,7 @@ async def test_a_message_calling_two_sub_agents_returns_both_childrens_interrupt
     async with hosted(client, agents=[desk], model=offline) as agents:
         parent = await agents.chat("desk")
         paused = await parent.send(
-            delegate("carol", 1, agent="treasury") + "\n" + delegate("dave", 2)
+            delegate("kai", 1, agent="treasury") + "\n" + delegate("lou", 2)
         )
         assert paused.finish_reason == FinishReason.INTERRUPTED, paused
         # Both children's interrupts, in call order, as pending lists them: nothing arrives
@@ -155,7 +162,7 @@ async def test_a_message_calling_two_sub_agents_returns_both_childrens_interrupt
         assert [i.ref for i in left.interrupts] == [a.ref]
         done = await parent.resume(answers=[approve(a)], identity="bob")
         assert done.finish_reason == FinishReason.STOP, done
-        assert "carol" in done.text and "dave" in done.text
+        assert "kai" in done.text and "lou" in done.text
     await assert_no_workflow_task_failed(client, parent.id)
 
 
@@ -171,7 +178,7 @@ async def test_the_pause_waits_for_a_sibling_tool_and_lists_own_and_sub_agent_in
             [
                 call("askLead", {"question": "which account?"}),
                 call("checkLimits", {"account": "ops"}),
-                delegate("erin", 3),
+                delegate("mia", 3),
             ]
         )
         sending = asyncio.create_task(parent.send(text))
@@ -198,13 +205,13 @@ async def test_the_pause_waits_for_a_sibling_tool_and_lists_own_and_sub_agent_in
 async def test_a_sub_agent_that_ended_leaves_the_pause_to_the_one_that_waits(client, offline):
     async with hosted(client, agents=[desk], model=offline) as agents:
         parent = await agents.chat("desk")
-        paused = await parent.send(call("helper", {"input": "hello"}) + "\n" + delegate("finn", 4))
+        paused = await parent.send(call("helper", {"input": "hello"}) + "\n" + delegate("ned", 4))
         assert paused.finish_reason == FinishReason.INTERRUPTED, paused
         (i,) = paused.interrupts
         assert i.name == "pay" and i.chat_id is not None
         done = await parent.resume(answers=[approve(i)], identity="alice")
         assert done.finish_reason == FinishReason.STOP, done
-        assert "finn" in done.text
+        assert "ned" in done.text
     await assert_no_workflow_task_failed(client, parent.id)
 
 
@@ -217,7 +224,7 @@ async def test_the_callers_audit_trail_holds_each_forwarded_answer_with_the_chil
 ):
     async with hosted(client, agents=[desk], model=offline) as agents:
         parent = await agents.chat("desk")
-        paused = await parent.send(delegate("gus", 5, agent="treasury") + "\n" + delegate("hal", 6))
+        paused = await parent.send(delegate("oda", 5, agent="treasury") + "\n" + delegate("pia", 6))
         assert paused.finish_reason == FinishReason.INTERRUPTED
         # In call order: the treasury's (two approvers), then the payments agent's.
         a, b = await eventually(parent.pending, lambda p: len(p) == 2, timeout=30)
@@ -252,6 +259,26 @@ async def test_the_callers_audit_trail_holds_each_forwarded_answer_with_the_chil
             [(a.chat_id, "alice"), (a.chat_id, "bob"), (b.chat_id, "alice")]
         )
     await assert_no_workflow_task_failed(client, parent.id)
+
+
+def test_a_forwarded_record_is_bounded_as_any_audit_record():
+    """Whatever the answer carried (it was read leniently: the sub-agent checks it), the
+    caller's record of it keeps a few KiB: large values as their digests, text cut."""
+    state = ConversationState(agent="desk")
+    big = {"blob": "x" * 50_000}
+    body = {
+        "respond": [{"name": "n" * 5_000, "ref": "r" * 5_000, "output": big}, "not an entry"],
+        "identity": "i" * 5_000,
+        "metadata": big,
+    }
+    audit.forwarded(
+        state, at=datetime.now(UTC), chat_id="c--r", body=body, via="signal", refused="no " * 5000
+    )
+    (record,) = state.answers
+    assert state.audit_outbox == [record]
+    assert (record.kind, record.via, record.verdict) == ("forwarded", "signal", "refused")
+    assert record.output != big and record.metadata != big  # their digests
+    assert json_size(record.model_dump(mode="json")) < 4 * 1024
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 - The answer log (``ConversationState.answers``, read by ``Chat.history()``) is the fold of the
   turn's ``answer`` events: :func:`apply` turns each into an :class:`AnswerRecord`.
+- A caller's answer for a sub-agent's interrupt, passed on to the sub-agent, is a
+  ``forwarded`` record there (:func:`forwarded`), with the sub-agent's verdict.
 - The rejection log keeps what a signal sent that the conversation refused (an update's
   refusal goes back to its caller instead): :func:`rejection` builds the record, which keeps
   the payload's digest, never its bytes, and only storable text, so the log itself can never
@@ -66,6 +68,54 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
     )
     state.answers.append(record)
     state.audit_outbox.append(record)
+    state.answers_dropped += trim_answers(state.answers)
+
+
+def forwarded(
+    state: ConversationState,
+    *,
+    at: datetime,
+    chat_id: str,
+    body: JsonObject,
+    via: Literal["update", "signal"],
+    refused: str | None,
+) -> None:
+    """Record, in a caller's answer log, an answer given here for a sub-agent's interrupts and
+    passed on to it: one ``forwarded`` record per entry, with the sub-agent's verdict.
+
+    The sub-agent applied (or refused) it by its own rules, and its own trail holds what it
+    applied; this is the caller's word of what it was given and what came back. ``body`` is the
+    answer as given (read leniently: the sub-agent checked it), so every value is bounded here.
+
+    Args:
+        chat_id: The sub-agent's chat id.
+        refused: The sub-agent's refusal (None: applied).
+    """
+    identity = body.get("identity")
+    metadata = body.get("metadata")
+    for key in ("respond", "restart"):
+        entries = body.get(key)
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            output = entry.get("output") if key == "respond" else None
+            record = AnswerRecord(
+                at=at,
+                ref=cut_stored(str(entry.get("ref", "")), DOOR.ref),
+                name=cut_stored(str(entry.get("name", "")), 200),
+                kind="forwarded",
+                via=via,
+                identity=cut_stored(identity, 200) if isinstance(identity, str) else None,
+                metadata=_kept(metadata if isinstance(metadata, dict) else None, what="metadata"),
+                output=_kept(output if isinstance(output, dict) else None, what="output"),
+                chat_id=chat_id,
+                verdict="applied" if refused is None else "refused",
+                verdict_reason=(
+                    cut_stored(refused[: DOOR.reason_chars], 600) if refused is not None else None
+                ),
+            )
+            state.answers.append(record)
+            state.audit_outbox.append(record)
     state.answers_dropped += trim_answers(state.answers)
 
 

@@ -477,7 +477,7 @@ class AgentWorkflow:
         this conversation's own would: once the turn stops again (the sub-agent pauses again,
         or its answer lets the turn go on to its end)."""
         child_id, child, body = target
-        outcome = await self._m.children.forward(child_id, child, body)
+        outcome = await self._m.children.forward(child_id, child, body, via="update")
         if outcome.refused is not None:
             self._m.telemetry.rejected("resume", via="update")
             # The child's kind of refusal too: "not an approver" stays forbidden through here.
@@ -716,7 +716,7 @@ class AgentWorkflow:
 
         async def forward() -> None:
             try:
-                outcome = await self._m.children.forward(child_id, child, body)
+                outcome = await self._m.children.forward(child_id, child, body, via="signal")
             except Exception as e:  # noqa: BLE001  # an activity failure must not fail the task
                 self._reject(
                     handler="resume",

@@ -20,7 +20,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -30,7 +30,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows import audit, config
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed
 from temporal_agent_interrupts.workflows.ids import sub_agent_id
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
@@ -234,9 +234,30 @@ class Children:
         return True
 
     async def forward(
+        self,
+        child_id: str,
+        child: SubAgentChild,
+        resume: JsonObject,
+        *,
+        via: Literal["update", "signal"],
+    ) -> SubAgentResumeResult:
+        """Pass an answer given here to the sub-agent it is for, whose rules check it; and
+        record it in this conversation's audit trail with the sub-agent's verdict."""
+        result = await self._forward(child_id, child, resume)
+        audit.forwarded(
+            self.s,
+            at=workflow.now(),
+            chat_id=child_id,
+            body=resume,
+            via=via,
+            refused=result.refused,
+        )
+        self._publish()  # the record goes to the memo, where the trail is read from
+        return result
+
+    async def _forward(
         self, child_id: str, child: SubAgentChild, resume: JsonObject
     ) -> SubAgentResumeResult:
-        """Pass an answer given here to the sub-agent it is for, whose rules check it."""
         try:
             result: SubAgentResumeResult = await self._runner.execute(
                 config.SUB_AGENT_RESUME_ACTIVITY,

@@ -640,7 +640,11 @@ class CancelInput(_Wire):
 
 EventKind = Literal["text", "tool_request", "interrupt", "tool_response", "answer", "turn_end"]
 
-AnswerKind = Literal["respond", "restart", "edit", "vote", "cancel", "deadline"]
+AnswerKind = Literal["respond", "restart", "edit", "vote", "cancel", "deadline", "forwarded"]
+"""``forwarded``: a caller's record of an answer given on its chat for a sub-agent's interrupt
+and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
+the answer as applied)."""
+ForwardVerdict = Literal["applied", "refused"]
 AnswerVia = Literal["update", "signal", "deadline", "cancel"]
 Decision = Literal["approved", "denied", "answered", "edited", "expired", "cancelled", "vote"]
 """What an answer decided, as the audit log records it (see ``workflows.events.decision``)."""
@@ -668,9 +672,13 @@ class AnswerRecord(_Wire):
     # The gate decision the answered call paused on (MCP tools: annotation, list or default).
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
     # In a caller's audit trail, a record of one of its sub-agents (``agent_tool``): the
-    # sub-agent's chat id (the answer was applied there, by its rules). Never written by the
-    # workflow: the trail's reader sets it (client.audit).
+    # sub-agent's chat id (the answer was applied there, by its rules). The trail's reader sets
+    # it (client.audit) on the sub-agent's records; a ``forwarded`` record has it from the
+    # caller's workflow, naming the sub-agent it passed the answer on to.
     chat_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A ``forwarded`` record: what the sub-agent made of the answer, and why it refused it.
+    verdict: ForwardVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
+    verdict_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
