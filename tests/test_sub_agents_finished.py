@@ -37,15 +37,17 @@ from temporal_agent_interrupts.errors import ChatNotFound
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import audit
-from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.limits import RUN, json_size
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     ConversationState,
     InterruptRequest,
+    TurnResult,
 )
 from tests.agents import payments
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.sub_agent_worker import ANSWERED, HOLD_ANSWER, Ledger
+from tests.test_sub_agents_continue import _no_task_failed_but_racing_signals
 from tests.test_sub_agents_kill import replays, workers
 
 
@@ -84,6 +86,19 @@ async def check_limits(inp: Limits, ctx: ToolContext) -> dict:
     return {"account": inp.account, "ok": True}
 
 
+SLOW = threading.Event()
+"""Holds ``crawl`` (the ``slowpoke`` sub-agent's one tool) until the test lets it go."""
+
+
+@tool("crawl", "Look an account over, slowly.")
+async def crawl(inp: Limits) -> dict:
+    await asyncio.to_thread(SLOW.wait, 60)
+    return {"account": inp.account, "looked": True}
+
+
+slowpoke = Agent("slowpoke", system="You look accounts over.", tools=[crawl])
+
+
 class Lead(BaseModel):
     question: str
 
@@ -101,6 +116,7 @@ desk = Agent(
         agent_tool(payments, description="Make a payment through the payments agent."),
         agent_tool(treasury, description="Make a payment two people approve."),
         agent_tool(helper, description="Ask the helper."),
+        agent_tool(slowpoke, description="Have an account looked over."),
         check_limits,
         ask_lead,
     ],
@@ -142,9 +158,7 @@ async def pending_once_started(chat: Chat) -> list[InterruptRequest]:
 async def test_a_message_calling_two_sub_agents_returns_both_childrens_interrupts(client, offline):
     async with hosted(client, agents=[desk], model=offline) as agents:
         parent = await agents.chat("desk")
-        paused = await parent.send(
-            delegate("kai", 1, agent="treasury") + "\n" + delegate("lou", 2)
-        )
+        paused = await parent.send(delegate("kai", 1, agent="treasury") + "\n" + delegate("lou", 2))
         assert paused.finish_reason == FinishReason.INTERRUPTED, paused
         # Both children's interrupts, in call order, as pending lists them: nothing arrives
         # "about a second later".
@@ -213,6 +227,48 @@ async def test_a_sub_agent_that_ended_leaves_the_pause_to_the_one_that_waits(cli
         assert done.finish_reason == FinishReason.STOP, done
         assert "ned" in done.text
     await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_a_caller_continued_as_new_mid_pause_reports_it_partial_and_last_turn_waits(
+    client, offline
+):
+    """The one pause reported before it is whole: the caller continues as new (a flood of
+    signals) while one sub-agent waits on a person and the other is still at work. That
+    report says ``partial``; ``last_turn()`` returns once the other has ended, whole."""
+    SLOW.clear()
+    async with hosted(client, agents=[desk], model=offline) as agents:
+        parent = await agents.chat("desk")
+        assert (await parent.send("hello")).finish_reason == FinishReason.STOP
+        handle = client.get_workflow_handle(parent.id)
+        first_run = (await handle.describe()).run_id
+        slow = call("slowpoke", {"input": call("crawl", {"account": "x"})})
+        # By signal: an update waiting on the turn would hold the run from continuing as new.
+        await handle.signal("send", {"text": delegate("kim", 9) + "\n" + slow})
+        try:
+            (i,) = await eventually(parent.pending, lambda p: len(p) == 1, timeout=30)
+            for n in range(RUN.can_signals):  # each refused (the turn is paused), each counted
+                await handle.signal("send", {"text": f"flood {n}"})
+            await eventually(handle.describe, lambda d: d.run_id != first_run, timeout=30)
+            partial = await asyncio.wait_for(_turn_end(parent, turn=2), 30)
+            assert partial.finish_reason == FinishReason.INTERRUPTED and partial.partial
+            assert [x.ref for x in partial.interrupts] == [i.ref]
+        finally:
+            SLOW.set()
+        whole = await parent.last_turn()
+        assert whole is not None and whole.finish_reason == FinishReason.INTERRUPTED, whole
+        assert not whole.partial and [x.ref for x in whole.interrupts] == [i.ref]
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+        assert "kim" in done.text and "slowpoke" in done.text
+    await _no_task_failed_but_racing_signals(client, parent.id)
+
+
+async def _turn_end(chat: Chat, *, turn: int) -> TurnResult:
+    """The first ``turn_end`` of turn ``turn`` on the chat's stream."""
+    async for event in chat.events(after=0):
+        if event.kind == "turn_end" and event.result is not None and event.result.turn == turn:
+            return event.result
+    raise AssertionError("the stream ended")
 
 
 # ----------------------------------------------------------------------------------------------
