@@ -74,7 +74,8 @@ class Children:
         runner: Schedules the reads of a child and the answers passed on to it.
         book: The interrupt book of a turn (this turn's own pending interrupts).
         publish: Writes the operator view (a child's interrupts changed).
-        report_pause: Stops the turn ``interrupted`` with what it waits on now.
+        report_pause: A child's interrupts changed: the turn reports its pause (``interrupted``
+            with what it waits on) once every call of its message has paused or ended.
     """
 
     def __init__(
@@ -106,9 +107,10 @@ class Children:
         """Keep what ``child`` waits on in view: read it each time the child says it changed.
 
         The child's ``sub_agent`` signal is a hint (anyone may send it): what it waits on is
-        read from the child itself, by the chain this turn started. When it waits on someone
-        and this turn has nothing of its own pending, the turn stops ``interrupted`` with the
-        child's interrupts (each with its path), as a pause of its own would.
+        read from the child itself, by the chain this turn started. When what it waits on
+        changed (and is not nothing), the turn reports its pause with the child's interrupts
+        (each with its path) and every other it waits on, once the message's other calls have
+        paused or ended (``report_pause``).
         """
         while True:
             await workflow.wait_condition(lambda: child.hinted)
