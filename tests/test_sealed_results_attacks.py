@@ -115,6 +115,7 @@ async def test_an_unreadable_model_result_by_id_is_refused_not_a_stuck_chat(clie
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _complete_raw(client, chat.id, await _model_id(client, chat.id), payload)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)
@@ -153,6 +154,7 @@ async def test_an_unreadable_failure_by_id_is_refused_not_a_stuck_chat(client, f
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)
@@ -222,6 +224,7 @@ async def _model_call_failed_by_id(client: Client, failure: Failure) -> Any:
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)
