@@ -46,15 +46,17 @@ from temporal_agent_interrupts.worker.result_keys import (
 )
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelResult,
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.seal import SEAL_DETAIL, split_details
 from temporal_agent_interrupts.workflows.types import (
     FunctionCall,
     Message,
-    ModelResult,
     Part,
-    ToolInput,
-    ToolResult,
 )
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually

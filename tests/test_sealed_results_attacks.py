@@ -39,13 +39,19 @@ from temporal_agent_interrupts.activities.subagents import _update_id
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import generate_result_key, parse_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.activity_io import (
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.config import (
     MODEL_ACTIVITY,
     SUB_AGENT_ANSWER_UPDATE_PREFIX,
     SUB_AGENT_RESUME_ACTIVITY,
     TOOL_ACTIVITY,
 )
-from temporal_agent_interrupts.workflows.types import ErrorKind, ToolInput, ToolResult
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+)
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_sealed_results import Held, _activity_rejections, _run_id, _scheduled

@@ -20,7 +20,7 @@ behind it are:
 
 Determinism and replay contract:
 
-- The conversation is plain data (:class:`~workflows.types.ConversationState`). The agent's
+- The conversation is plain data (:class:`~workflows.state.ConversationState`). The agent's
   definition arrives as data in the ``model_call`` result, so replay never runs the agent's
   current code; this package imports no agent, tool or model code.
 - Handlers never raise anything but ``ApplicationError`` (and only update handlers, where failing
@@ -47,6 +47,9 @@ with workflow.unsafe.imports_passed_through():
     pass
 
 from temporal_agent_interrupts.workflows import audit, config, operator_view
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentReport,
+)
 from temporal_agent_interrupts.workflows.door import Door, Handling
 from temporal_agent_interrupts.workflows.history import carry
 from temporal_agent_interrupts.workflows.ids import idempotency_key
@@ -67,14 +70,16 @@ from temporal_agent_interrupts.workflows.payloads import (
 )
 from temporal_agent_interrupts.workflows.queries import Queries
 from temporal_agent_interrupts.workflows.signals import Signals
+from temporal_agent_interrupts.workflows.state import (
+    ConversationInput,
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.stream import ConversationStream
 from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
-    ConversationInput,
     ConversationResult,
-    ConversationState,
     HistoryInput,
     HistoryResult,
     MCPListingResult,
@@ -84,7 +89,6 @@ from temporal_agent_interrupts.workflows.types import (
     RejectionsResult,
     SendInput,
     StatusResult,
-    SubAgentReport,
     TurnResult,
 )
 from temporal_agent_interrupts.workflows.updates import Updates

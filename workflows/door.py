@@ -27,16 +27,18 @@ from temporal_agent_interrupts.workflows.limits import (
     check_text,
 )
 from temporal_agent_interrupts.workflows.payloads import RawResume, payload_json, rejected
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+    SentMessage,
+)
 from temporal_agent_interrupts.workflows.subagents import SubAgentChild, refused_early
 from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
     CancelInput,
-    ConversationState,
     ErrorKind,
     JsonObject,
     ResumeInput,
     SendInput,
-    SentMessage,
 )
 
 

@@ -16,9 +16,11 @@ from temporal_agent_interrupts.workflows import operator_view
 from temporal_agent_interrupts.workflows.history import page, page_back
 from temporal_agent_interrupts.workflows.limits import OUT, json_size
 from temporal_agent_interrupts.workflows.payloads import fit
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
-    ConversationState,
     HistoryInput,
     HistoryResult,
     MCPListingResult,

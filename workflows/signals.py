@@ -21,6 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
 from temporal_agent_interrupts.workflows import audit, config
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentReport,
+)
 from temporal_agent_interrupts.workflows.door import Door, Handling
 from temporal_agent_interrupts.workflows.interrupts import ResumeError, pydantic_reason
 from temporal_agent_interrupts.workflows.limits import DOOR, Refused, check_json, check_size
@@ -31,14 +34,15 @@ from temporal_agent_interrupts.workflows.payloads import (
     only_argument,
     payload_json,
 )
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, ConversationStream
 from temporal_agent_interrupts.workflows.subagents import SubAgentChild
 from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
-    ConversationState,
     JsonObject,
     SendInput,
-    SubAgentReport,
 )
 
 

@@ -31,6 +31,13 @@ from temporalio.exceptions import (
 )
 
 from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentEnd,
+    SubAgentPendingInput,
+    SubAgentPendingResult,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
+)
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed
 from temporal_agent_interrupts.workflows.ids import sub_agent_id
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
@@ -44,25 +51,22 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
     over_turn_budget,
 )
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationInput,
-    ConversationResult,
     ConversationState,
+    SubAgentLink,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    ConversationResult,
     ErrorInfo,
     ErrorKind,
     FinishReason,
     InterruptRequest,
     JsonObject,
     Status,
-    SubAgentEnd,
-    SubAgentLink,
-    SubAgentPendingInput,
-    SubAgentPendingResult,
     SubAgentRef,
-    SubAgentResumeInput,
-    SubAgentResumeResult,
-    TurnState,
 )
 
 

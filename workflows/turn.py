@@ -1,7 +1,7 @@
 """The turn state machine: a user message in, model calls and tool runs, pauses, a result out.
 
 One :class:`TurnMachine` per workflow run drives the conversation's current turn over
-:class:`~workflows.types.ConversationState`, which is plain data. Every change it makes to the
+:class:`~workflows.state.ConversationState`, which is plain data. Every change it makes to the
 turn is a transition that emits a turn event (:mod:`workflows.events`): the model's text, its
 tool requests, interrupts, answers, tool responses and the turn's end. The interrupt book
 (:mod:`workflows.interrupts`) makes every change to a call's status; this module decides when.
@@ -38,13 +38,17 @@ from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+    SentMessage,
+    TurnState,
+)
 from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCalls
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.tool_step import ToolStep
 from temporal_agent_interrupts.workflows.types import (
-    CallState,
     CancelInput,
-    ConversationState,
     ErrorInfo,
     ErrorKind,
     FinishReason,
@@ -52,10 +56,8 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     Part,
     ResumeInput,
-    SentMessage,
     TurnEvent,
     TurnResult,
-    TurnState,
 )
 from temporal_agent_interrupts.workflows.waits import AnswerWait
 

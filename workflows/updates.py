@@ -18,12 +18,14 @@ from temporalio import workflow
 from temporal_agent_interrupts.workflows.door import Door, Handling, passed_on
 from temporal_agent_interrupts.workflows.limits import OUT, Refused
 from temporal_agent_interrupts.workflows.payloads import RawResume, claimed_token, fit, rejected
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.subagents import SubAgentChild
 from temporal_agent_interrupts.workflows.turn import TurnMachine
 from temporal_agent_interrupts.workflows.types import (
     CancelInput,
     ConversationResult,
-    ConversationState,
     ErrorKind,
     FinishReason,
     JsonObject,
