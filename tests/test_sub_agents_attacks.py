@@ -114,7 +114,7 @@ async def test_cancelling_the_child_workflow_does_not_cancel_the_parent(client, 
         )
         # The call fails classified; the conversation lives on (issue 31: "a child that fails
         # fails the parent's call as a classified tool error and the parent conversation lives
-        # on"; docstring of _run_sub_agent: "is cancelled on its own ... fails the call").
+        # on"; docstring of SubAgentCalls.run: "is cancelled on its own ... fails the call").
         assert await status(client, parent.id) == WorkflowExecutionStatus.RUNNING, last
         assert last is not None and last.finish_reason == FinishReason.FAILED, last
 
