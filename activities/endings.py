@@ -14,12 +14,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.activity_io import (
     ActivityEnding,
     ActivityEndingInput,
     ActivityEndingResult,
 )
+from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
 
 
 def _ending(event: HistoryEvent) -> tuple[int, ActivityEnding] | None:

@@ -11,11 +11,13 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 from temporalio.exceptions import ApplicationError
 
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelUsage,
+)
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     ErrorKind,
     Message,
-    ModelUsage,
     Part,
     Status,
 )

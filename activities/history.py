@@ -28,9 +28,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.activities.gemini import part_to_rest
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelInput,
+)
 from temporal_agent_interrupts.workflows.history import EMPTY, step
 from temporal_agent_interrupts.workflows.limits import MiB, json_size
-from temporal_agent_interrupts.workflows.types import ErrorKind, Message, MessagesInput, ModelInput
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+    Message,
+    MessagesInput,
+)
 
 
 @dataclass

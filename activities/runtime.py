@@ -58,6 +58,19 @@ from temporal_agent_interrupts.activities.tools import (
     output_object,
     to_json_object,
 )
+from temporal_agent_interrupts.workflows.activity_io import (
+    ActivityEndingInput,
+    ActivityEndingResult,
+    MCPCallInput,
+    ModelInput,
+    ModelResult,
+    SubAgentPendingInput,
+    SubAgentPendingResult,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
     ACTIVITY_ENDING_ACTIVITY,
@@ -81,21 +94,10 @@ from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
 from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
-    ActivityEndingInput,
-    ActivityEndingResult,
     AgentSpec,
     ErrorKind,
-    MCPCallInput,
     Message,
-    ModelInput,
-    ModelResult,
     Status,
-    SubAgentPendingInput,
-    SubAgentPendingResult,
-    SubAgentResumeInput,
-    SubAgentResumeResult,
-    ToolInput,
-    ToolResult,
     ToolSpec,
 )
 

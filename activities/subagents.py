@@ -34,6 +34,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.activities.heartbeat import heartbeating
 from temporal_agent_interrupts.activities.sealing import binding
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentEnd,
+    SubAgentEndStatus,
+    SubAgentPendingInput,
+    SubAgentPendingResult,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
+)
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.config import (
     SUB_AGENT_ANSWER_HEARTBEAT,
@@ -46,13 +54,7 @@ from temporal_agent_interrupts.workflows.seal import ResultKeys
 from temporal_agent_interrupts.workflows.types import (
     ConversationResult,
     PendingResult,
-    SubAgentEnd,
-    SubAgentEndStatus,
-    SubAgentPendingInput,
-    SubAgentPendingResult,
     SubAgentRef,
-    SubAgentResumeInput,
-    SubAgentResumeResult,
     ToolSpec,
     TurnResult,
 )

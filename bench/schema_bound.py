@@ -35,7 +35,9 @@ from temporal_agent_interrupts import tool
 from temporal_agent_interrupts.workflows import Agent
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, _check_values, check_json
-from temporal_agent_interrupts.workflows.types import CallState
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 
 RESULTS = Path(__file__).parent / "results"
 DEADLOCK_SECONDS = 2.0

@@ -90,10 +90,12 @@ from temporal_agent_interrupts.workflows.limits import (
     human_size,
 )
 from temporal_agent_interrupts.workflows.payloads import RawResume, raw_resume, raw_start
+from temporal_agent_interrupts.workflows.state import (
+    ConversationInput,
+)
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CancelInput,
-    ConversationInput,
     ConversationResult,
     HistoryInput,
     HistoryResult,

@@ -60,7 +60,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts.workflows.config import MAX_AGENT_DEPTH, WORKFLOW_TYPE
-from temporal_agent_interrupts.workflows.types import AnswerRecord, ConversationInput
+from temporal_agent_interrupts.workflows.state import (
+    ConversationInput,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AnswerRecord,
+)
 
 log = logging.getLogger(__name__)
 

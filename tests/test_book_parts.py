@@ -16,15 +16,17 @@ from temporal_agent_interrupts.workflows.calls import Lifecycle
 from temporal_agent_interrupts.workflows.governance import VOTE_BYTES, Who
 from temporal_agent_interrupts.workflows.identity import verify_token
 from temporal_agent_interrupts.workflows.limits import json_size
-from temporal_agent_interrupts.workflows.turn import TurnMachine
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.turn import TurnMachine
+from temporal_agent_interrupts.workflows.types import (
     ErrorInfo,
     InterruptRequest,
     InterruptSource,
     TurnEvent,
-    TurnState,
     Vote,
     input_digest,
     timed_out_output,

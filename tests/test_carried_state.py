@@ -8,14 +8,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from temporal_agent_interrupts.workflows.history import fit_state
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+    TurnState,
+)
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
-    ConversationState,
     FunctionCall,
     FunctionResponse,
     Message,
     Part,
-    TurnState,
 )
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

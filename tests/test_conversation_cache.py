@@ -16,12 +16,14 @@ from temporal_agent_interrupts.activities import history
 from temporal_agent_interrupts.activities.history import Conversation, ConversationCache
 from temporal_agent_interrupts.activities.runtime import AgentActivities
 from temporal_agent_interrupts.worker.result_keys import resolve_result_keys
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelInput,
+)
 from temporal_agent_interrupts.workflows.history import EMPTY, step
 from temporal_agent_interrupts.workflows.types import (
     ErrorKind,
     FunctionCall,
     Message,
-    ModelInput,
     Part,
 )
 

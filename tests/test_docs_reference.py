@@ -43,7 +43,7 @@ from temporal_agent_interrupts.errors import AgentError
 from temporal_agent_interrupts.worker import __main__ as worker_main
 from temporal_agent_interrupts.worker import codec_server, testing
 from temporal_agent_interrupts.worker.standin import text
-from temporal_agent_interrupts.workflows import conversation
+from temporal_agent_interrupts.workflows import conversation, signals
 from temporal_agent_interrupts.workflows.agent import Agent
 from temporal_agent_interrupts.workflows.answers import ENTRY_KEYS
 from temporal_agent_interrupts.workflows.types import ResumeInput, SendInput
@@ -155,8 +155,12 @@ def handler_table() -> list[tuple[str, str]]:
 
 def dispatched_signals() -> set[str]:
     """The signal names ``AgentWorkflow.on_signal`` (the dynamic handler) takes: each
-    ``name == X`` it compares, X a literal or a name of the module."""
-    source = inspect.getsource(conversation.AgentWorkflow.on_signal)
+    ``name == X`` that ``Signals.take``, which it hands every signal, compares, X a literal or
+    a name of that module."""
+    assert "self._signals.take(name, args)" in inspect.getsource(
+        conversation.AgentWorkflow.on_signal
+    )
+    source = inspect.getsource(signals.Signals.take)
     tree = ast.parse(inspect.cleandoc("\n" + source))
     names = set()
     for node in ast.walk(tree):
@@ -170,7 +174,7 @@ def dispatched_signals() -> set[str]:
             if isinstance(right, ast.Constant):
                 names.add(right.value)
             elif isinstance(right, ast.Name):
-                names.add(getattr(conversation, right.id))
+                names.add(getattr(signals, right.id))
     return names
 
 

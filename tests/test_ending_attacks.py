@@ -34,6 +34,9 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.activity_io import (
+    ActivityEndingInput,
+)
 from temporal_agent_interrupts.workflows.config import (
     ACTIVITY_ENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
@@ -41,7 +44,6 @@ from temporal_agent_interrupts.workflows.config import (
 )
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
-from temporal_agent_interrupts.workflows.types import ActivityEndingInput
 from tests import agents as t
 from tests.agents import supervisor
 from tests.helpers import eventually

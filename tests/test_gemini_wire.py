@@ -155,8 +155,10 @@ def test_the_answer_digests_the_same_after_the_payload_round_trip():
     """
     from temporalio.contrib.pydantic import pydantic_data_converter
 
+    from temporal_agent_interrupts.workflows.activity_io import (
+        ModelResult,
+    )
     from temporal_agent_interrupts.workflows.history import step
-    from temporal_agent_interrupts.workflows.types import ModelResult
 
     message, finish, usage = merge_chunks(RESPONSE_CHUNKS)
     converter = pydantic_data_converter.payload_converter

@@ -16,11 +16,13 @@ from temporal_agent_interrupts.workflows.audit import apply, outbox_batch
 from temporal_agent_interrupts.workflows.events import answer
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, Who
 from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.tokens import live
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
-    CallState,
-    ConversationState,
     InterruptRequest,
     Notice,
     ResumeInput,

@@ -14,7 +14,9 @@ from temporal_agent_interrupts.workflows.interrupts import (
     schema_error,
 )
 from temporal_agent_interrupts.workflows.limits import DOOR
-from temporal_agent_interrupts.workflows.types import CallState
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from tests.agents import assistant
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -26,11 +26,14 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
     shrink,
 )
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+    TurnState,
+)
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerRecord,
-    CallState,
-    ConversationState,
     FinishReason,
     FunctionCall,
     InterruptRequest,
@@ -40,7 +43,6 @@ from temporal_agent_interrupts.workflows.types import (
     StatusResult,
     ToolSpec,
     TurnResult,
-    TurnState,
 )
 from tests.test_carried_state import turn as turn_messages
 

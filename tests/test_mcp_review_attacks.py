@@ -67,12 +67,14 @@ async def test_a_model_call_completed_by_id_cannot_route_a_name_to_a_held_server
     import threading
 
     from temporal_agent_interrupts.worker.standin import text
+    from temporal_agent_interrupts.workflows.activity_io import (
+        ModelResult,
+    )
     from temporal_agent_interrupts.workflows.types import (
         FunctionCall,
         GateDecision,
         MCPToolRef,
         Message,
-        ModelResult,
         Part,
         ToolSpec,
     )

@@ -53,9 +53,15 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.activity_io import (
+    MCPCallInput,
+)
 from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY
 from temporal_agent_interrupts.workflows.limits import DOOR
-from temporal_agent_interrupts.workflows.types import GateDecision, MCPCallInput, ToolSpec
+from temporal_agent_interrupts.workflows.types import (
+    GateDecision,
+    ToolSpec,
+)
 from tests.docs import block
 from tests.helpers import (
     assert_no_workflow_task_failed,

@@ -55,6 +55,9 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow, ToolApproval
 from temporal_agent_interrupts.workflows.payloads import raw_start
+from temporal_agent_interrupts.workflows.state import (
+    ConversationInput,
+)
 from temporal_agent_interrupts.workflows.telemetry import (
     INTERRUPT_WAIT,
     INTERRUPT_WAIT_BUCKETS,
@@ -71,7 +74,9 @@ from temporal_agent_interrupts.workflows.telemetry import (
     TOOL_CALLS,
     UNKNOWN_AGENT,
 )
-from temporal_agent_interrupts.workflows.types import ConversationInput, ToolResponse
+from temporal_agent_interrupts.workflows.types import (
+    ToolResponse,
+)
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,

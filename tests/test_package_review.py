@@ -46,6 +46,9 @@ from temporal_agent_interrupts.errors import UnknownAgent
 from temporal_agent_interrupts.worker import agent_converter, build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelResult,
+)
 from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
     AGENT_STATUS,
@@ -54,10 +57,11 @@ from temporal_agent_interrupts.workflows.config import (
     PENDING_INTERRUPTS,
     TOOL_ACTIVITY,
 )
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     ConversationInput,
+)
+from temporal_agent_interrupts.workflows.types import (
     Message,
-    ModelResult,
     Part,
     input_digest,
 )

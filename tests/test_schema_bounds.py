@@ -35,7 +35,9 @@ from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.answers import SchemaBudget, schema_error
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR
-from temporal_agent_interrupts.workflows.types import CallState
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from tests.agents import Ask
 from tests.helpers import assert_no_workflow_task_failed, eventually
 

@@ -46,15 +46,17 @@ from temporal_agent_interrupts.worker.result_keys import (
 )
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelResult,
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.seal import SEAL_DETAIL, split_details
 from temporal_agent_interrupts.workflows.types import (
     FunctionCall,
     Message,
-    ModelResult,
     Part,
-    ToolInput,
-    ToolResult,
 )
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -103,10 +105,27 @@ class Held:
         self.release = threading.Event()
         self.replies = list(replies)
         self.model = ScriptedModel(self._answer)
+        # Calls that have reached the model, each given its reply as it came in: released
+        # together, the calls would otherwise take the replies in whatever order their
+        # threads woke.
+        self.entered = 0
+        self._lock = threading.Lock()
 
     def _answer(self, request: Any) -> Any:
+        with self._lock:
+            self.entered += 1
+            reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
         self.release.wait(30)
-        return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        return reply
+
+    async def called(self, n: int = 1) -> None:
+        """Wait until ``n`` calls have reached the model (a forgery before the first had would
+        close a call no worker ever started, and the next call would take its reply)."""
+
+        async def entered() -> int:
+            return self.entered
+
+        await eventually(entered, lambda found: found >= n)
 
     @contextlib.asynccontextmanager
     async def hosting(self, client: Client, agent: Agent) -> AsyncIterator[AgentClient]:
@@ -132,6 +151,7 @@ async def test_a_forged_model_reply_with_a_gateless_definition_runs_nothing(clie
         model_id = await eventually(
             lambda: _scheduled(client, chat.id, MODEL_ACTIVITY), lambda f: f is not None
         )
+        await held.called()
         assert model_id is not None
         # The agent's own definition, its gate removed, its digest kept.
         genuine = t.gated.spec()
@@ -170,6 +190,7 @@ async def test_a_forged_reply_that_swaps_the_trusted_keys_verifies_nobody(client
         model_id = await eventually(
             lambda: _scheduled(client, chat.id, MODEL_ACTIVITY), lambda f: f is not None
         )
+        await held.called()
         assert model_id is not None
         genuine = t.governed.spec()
         assert genuine.trust is not None

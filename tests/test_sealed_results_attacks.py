@@ -39,13 +39,19 @@ from temporal_agent_interrupts.activities.subagents import _update_id
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import generate_result_key, parse_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.activity_io import (
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.config import (
     MODEL_ACTIVITY,
     SUB_AGENT_ANSWER_UPDATE_PREFIX,
     SUB_AGENT_RESUME_ACTIVITY,
     TOOL_ACTIVITY,
 )
-from temporal_agent_interrupts.workflows.types import ErrorKind, ToolInput, ToolResult
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+)
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_sealed_results import Held, _activity_rejections, _run_id, _scheduled
@@ -115,6 +121,7 @@ async def test_an_unreadable_model_result_by_id_is_refused_not_a_stuck_chat(clie
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _complete_raw(client, chat.id, await _model_id(client, chat.id), payload)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)
@@ -153,6 +160,7 @@ async def test_an_unreadable_failure_by_id_is_refused_not_a_stuck_chat(client, f
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)
@@ -222,6 +230,7 @@ async def _model_call_failed_by_id(client: Client, failure: Failure) -> Any:
     async with held.hosting(client, t.gated) as agents:
         chat = await agents.chat("gated")
         sent = asyncio.create_task(chat.send("hi"))
+        await held.called()
         await _fail_raw(client, chat.id, await _model_id(client, chat.id), failure)
         held.release.set()
         result = await asyncio.wait_for(sent, 30)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from temporal_agent_interrupts.workflows.state import (
+    SpentToken,
+)
 from temporal_agent_interrupts.workflows.tokens import (
     MAX_OFFERED,
     MAX_PER_SUBJECT,
@@ -16,7 +19,6 @@ from temporal_agent_interrupts.workflows.tokens import (
     is_spent,
     spend,
 )
-from temporal_agent_interrupts.workflows.types import SpentToken
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -34,7 +34,12 @@ from temporal_agent_interrupts.workflows.details import (
     render_details,
     visible,
 )
-from temporal_agent_interrupts.workflows.types import CallState, InterruptRequest
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    InterruptRequest,
+)
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import sub_pay, supervisor
 from tests.helpers import (

@@ -24,13 +24,15 @@ from temporal_agent_interrupts import (
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentResumeInput,
+)
 from temporal_agent_interrupts.workflows.config import (
     MAX_SUB_AGENTS_PER_TURN,
     SUB_AGENT_RESUME_ACTIVITY,
     WORKFLOW_TYPE,
 )
 from temporal_agent_interrupts.workflows.limits import HELD, json_size
-from temporal_agent_interrupts.workflows.types import SubAgentResumeInput
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import sub_pay, supervisor
 from tests.helpers import eventually
@@ -112,7 +114,7 @@ async def test_cancelling_the_child_workflow_does_not_cancel_the_parent(client, 
         )
         # The call fails classified; the conversation lives on (issue 31: "a child that fails
         # fails the parent's call as a classified tool error and the parent conversation lives
-        # on"; docstring of _run_sub_agent: "is cancelled on its own ... fails the call").
+        # on"; docstring of SubAgentCalls.run: "is cancelled on its own ... fails the call").
         assert await status(client, parent.id) == WorkflowExecutionStatus.RUNNING, last
         assert last is not None and last.finish_reason == FinishReason.FAILED, last
 

@@ -24,13 +24,15 @@ from temporal_agent_interrupts.activities import subagents
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentEnd,
+    SubAgentPendingInput,
+)
 from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.types import (
     InterruptRequest,
     PendingResult,
-    SubAgentEnd,
-    SubAgentPendingInput,
 )
 from tests.agents import SUB_RUNS as RUNS
 from tests.agents import supervisor

@@ -38,9 +38,9 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline_ru
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import audit
 from temporal_agent_interrupts.workflows.limits import RUN, json_size
+from temporal_agent_interrupts.workflows.state import ConversationState
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
-    ConversationState,
     InterruptRequest,
     TurnResult,
 )

@@ -23,8 +23,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from temporal_agent_interrupts import AgentClient, FinishReason, approve
+from temporal_agent_interrupts.workflows.activity_io import (
+    ToolInput,
+)
 from temporal_agent_interrupts.workflows.config import SUB_AGENT_RESUME_ACTIVITY, TOOL_ACTIVITY
-from temporal_agent_interrupts.workflows.types import ToolInput, TurnResult
+from temporal_agent_interrupts.workflows.types import (
+    TurnResult,
+)
 from tests.helpers import assert_no_workflow_task_failed, events_of, eventually, server_address
 from tests.sub_agent_worker import HOLD, Ledger
 from tests.test_durability import replayer

@@ -199,6 +199,60 @@ def test_no_part_imports_one_that_imports_it_back():
     assert not cycles, {part: sorted(edges[part]) for part in cycles}
 
 
+def _workflow_module_imports() -> dict[str, set[str]]:
+    """Each module of ``workflows/`` and the modules of ``workflows/`` it imports, anywhere."""
+    prefix = f"{PKG}.workflows"
+    found: dict[str, set[str]] = {}
+    for path in _modules("workflows"):
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == prefix:  # from ...workflows import audit, config
+                    deps.update(alias.name for alias in node.names)
+                elif node.module.startswith(f"{prefix}."):
+                    deps.add(node.module.removeprefix(f"{prefix}.").split(".")[0])
+        found[path.stem] = deps - {path.stem}
+    return found
+
+
+def test_no_module_of_workflows_imports_another_in_a_circle():
+    """The turn's parts are handed callables, not the machine: no module of ``workflows/``
+    reaches itself through its imports (``__init__`` re-exports, and is no module's own)."""
+    edges = {m: d - {"__init__"} for m, d in _workflow_module_imports().items()}
+
+    def reaches(start: str, goal: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+            for nxt in edges.get(start, ())
+        )
+
+    assert "turn" in edges["tool_step"] or "subagents" in edges["tool_step"]  # the graph is read
+    circles = sorted(m for m in edges if m != "__init__" and reaches(m, m))
+    assert not circles, {m: sorted(edges[m]) for m in circles}
+
+
+MAX_CLASS_LINES = 450
+"""The most lines a class of ``workflows/`` may take: the core stays in parts, each with a
+narrow interface, where the next features land as parts of their own."""
+
+MAX_CONVERSATION_LINES = 650
+
+
+def test_the_workflow_core_stays_in_parts():
+    big = {
+        f"{path.name}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in _modules("workflows")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    }
+    assert not big, f"classes over {MAX_CLASS_LINES} lines: {big}"
+    conversation = ROOT / "workflows" / "conversation.py"
+    lines = len(conversation.read_text().splitlines())
+    assert lines <= MAX_CONVERSATION_LINES, f"conversation.py is {lines} lines"
+
+
 def test_the_boundary_check_sees_imports(tmp_path):
     """The checks above pass only if the parser finds imports: a module-level one, one inside a
     function, one from the root, and none under TYPE_CHECKING."""

@@ -39,6 +39,10 @@ from temporal_agent_interrupts.client.stream import TurnStream, next_offset
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelInput,
+    ToolInput,
+)
 from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
     AGENT_STATUS,
@@ -47,20 +51,20 @@ from temporal_agent_interrupts.workflows.config import (
     TOOL_ACTIVITY,
 )
 from temporal_agent_interrupts.workflows.limits import RUN
-from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, TOPIC, encode_item
-from temporal_agent_interrupts.workflows.telemetry import REJECTIONS, UNKNOWN_AGENT
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationInput,
     ConversationState,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL, TOPIC, encode_item
+from temporal_agent_interrupts.workflows.telemetry import REJECTIONS, UNKNOWN_AGENT
+from temporal_agent_interrupts.workflows.types import (
     FunctionCall,
     Message,
-    ModelInput,
     Part,
-    ToolInput,
     TurnEvent,
     TurnResult,
-    TurnState,
 )
 from tests import agents as t
 from tests.helpers import (

@@ -26,17 +26,19 @@ from temporal_agent_interrupts.workflows.payloads import (
     only_argument,
     payload_json,
 )
-from temporal_agent_interrupts.workflows.types import (
-    AnswerRecord,
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AnswerRecord,
     ErrorInfo,
     FinishReason,
     PendingResult,
     ResumeInput,
     TurnEvent,
     TurnResult,
-    TurnState,
 )
 from tests.agents import assistant
 

@@ -63,10 +63,15 @@ from temporal_agent_interrupts.worker.standin import (
     text,
 )
 from temporal_agent_interrupts.workflows import Agent, TrustedIssuer
+from temporal_agent_interrupts.workflows.activity_io import (
+    ToolInput,
+)
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from temporal_agent_interrupts.workflows.details import example_value
 from temporal_agent_interrupts.workflows.seal import ResultKeys
-from temporal_agent_interrupts.workflows.types import ToolInput, TrustSpec
+from temporal_agent_interrupts.workflows.types import (
+    TrustSpec,
+)
 
 # Never resolved: requests go to the transport, not to a host.
 BASE_URL = "http://scripted-model.invalid"

@@ -34,9 +34,11 @@ from temporal_agent_interrupts.workflows.limits import (
     human_size,
     json_size,
 )
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
-    CallState,
     JsonObject,
     ResumeInput,
     input_digest,

@@ -26,9 +26,11 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
     omitted,
 )
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
-    ConversationState,
     JsonObject,
     Rejection,
     TurnEvent,

@@ -1,6 +1,6 @@
 """The call lifecycle: every change of a tool call's status, each with the turn event it emits.
 
-A call's life (statuses of :class:`~workflows.types.CallState`):
+A call's life (statuses of :class:`~workflows.state.CallState`):
 
 - the model asks for it: :meth:`~Lifecycle.request` makes it ``ready`` (``tool_request``);
 - it pauses for a human: :meth:`~Lifecycle.pause`, ``pending`` (``interrupt``); its deadline
@@ -31,11 +31,13 @@ from datetime import datetime, timedelta
 
 from temporal_agent_interrupts.workflows import events
 from temporal_agent_interrupts.workflows.limits import json_size
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
     AnswerKind,
     AnswerVia,
-    CallState,
     Decision,
     ErrorInfo,
     InterruptRequest,

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
-    CallState,
     EscalateSpec,
     JsonObject,
     ReminderSpec,

@@ -24,13 +24,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporal_agent_interrupts.workflows.interrupts import schema_error
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
 from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
     AgentSpec,
     AgentStatus,
     AnswerRecord,
-    CallState,
     InterruptRequest,
     JsonObject,
     Rejection,

@@ -29,13 +29,15 @@ from temporal_agent_interrupts.workflows.limits import (
     shrink,
     stored_size,
 )
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+)
 from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
     AnswerKind,
     AnswerVia,
-    CallState,
-    ConversationState,
     Decision,
     ErrorInfo,
     GateDecision,

@@ -29,6 +29,10 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import audit, config
+from temporal_agent_interrupts.workflows.activity_io import (
+    ActivityEndingInput,
+    ActivityEndingResult,
+)
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, cut_stored, names_within
 from temporal_agent_interrupts.workflows.seal import (
     Binding,
@@ -40,10 +44,10 @@ from temporal_agent_interrupts.workflows.seal import (
 from temporal_agent_interrupts.workflows.seal import (
     activity_id as sealed_activity_id,
 )
-from temporal_agent_interrupts.workflows.types import (
-    ActivityEndingInput,
-    ActivityEndingResult,
+from temporal_agent_interrupts.workflows.state import (
     ConversationState,
+)
+from temporal_agent_interrupts.workflows.types import (
     ErrorInfo,
     ErrorKind,
     Status,

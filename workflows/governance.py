@@ -28,6 +28,10 @@ from temporal_agent_interrupts.workflows.identity import (
     verify_token,
 )
 from temporal_agent_interrupts.workflows.limits import names_within
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    SpentToken,
+)
 from temporal_agent_interrupts.workflows.tokens import (
     MAX_SPENT_TOKENS,
     MAX_TOKEN_LIFE,
@@ -40,12 +44,10 @@ from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
     AgentSpec,
     AnswerKind,
-    CallState,
     Decision,
     GateDecision,
     JsonObject,
     ResumeInput,
-    SpentToken,
     Vote,
     input_digest,
 )

@@ -15,7 +15,13 @@ from temporal_agent_interrupts.workflows.limits import (
     HELD,
     json_size,
 )
-from temporal_agent_interrupts.workflows.types import AnswerRecord, ConversationState, Message
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AnswerRecord,
+    Message,
+)
 
 EMPTY = ""
 

@@ -51,12 +51,15 @@ from temporal_agent_interrupts.workflows.governance import (
     token_facts,
 )
 from temporal_agent_interrupts.workflows.identity import VerifiedIdentity
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+    SpentToken,
+)
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerKind,
     AnswerVia,
-    CallState,
-    ConversationState,
     Decision,
     ErrorInfo,
     EscalateSpec,
@@ -65,7 +68,6 @@ from temporal_agent_interrupts.workflows.types import (
     JsonObject,
     ReminderSpec,
     ResumeInput,
-    SpentToken,
     gate_metadata,
 )
 

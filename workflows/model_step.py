@@ -15,19 +15,23 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 from temporal_agent_interrupts.workflows import config, events
+from temporal_agent_interrupts.workflows.activity_io import (
+    ModelInput,
+    ModelResult,
+)
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed, Unsealed
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.limits import HELD, OUT, RUN, human_size, json_size, shrink
+from temporal_agent_interrupts.workflows.state import (
+    ConversationState,
+    TurnState,
+)
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.types import (
-    ConversationState,
     ErrorInfo,
     Message,
-    ModelInput,
-    ModelResult,
     Status,
     TurnEvent,
-    TurnState,
 )
 
 

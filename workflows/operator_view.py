@@ -30,10 +30,12 @@ from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 from temporal_agent_interrupts.workflows import config
 from temporal_agent_interrupts.workflows.details import render_details
 from temporal_agent_interrupts.workflows.limits import memo_input, names_within, stored_size
-from temporal_agent_interrupts.workflows.types import (
-    AgentStatus,
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AgentStatus,
     InterruptRequest,
 )
 

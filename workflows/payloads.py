@@ -36,7 +36,13 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
     shrink,
 )
-from temporal_agent_interrupts.workflows.types import ConversationInput, ErrorKind, ResumeInput
+from temporal_agent_interrupts.workflows.state import (
+    ConversationInput,
+)
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+    ResumeInput,
+)
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -54,7 +60,7 @@ why this is an alias and not a type of its own."""
 
 
 RawStart = RawValue
-"""The workflow's input: a :class:`~workflows.types.ConversationInput`, carried raw for the same
+"""The workflow's input: a :class:`~workflows.state.ConversationInput`, carried raw for the same
 reason as :data:`RawResume` (a start is a request, and a malformed one must not fail the
 workflow task); :func:`raw_start` makes one, :func:`read_start` reads it."""
 

@@ -31,6 +31,13 @@ from temporalio.exceptions import (
 )
 
 from temporal_agent_interrupts.workflows import audit, config
+from temporal_agent_interrupts.workflows.activity_io import (
+    SubAgentEnd,
+    SubAgentPendingInput,
+    SubAgentPendingResult,
+    SubAgentResumeInput,
+    SubAgentResumeResult,
+)
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed
 from temporal_agent_interrupts.workflows.ids import sub_agent_id
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, ResumeError, schema_error
@@ -44,25 +51,22 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
     over_turn_budget,
 )
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationInput,
-    ConversationResult,
     ConversationState,
+    SubAgentLink,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    ConversationResult,
     ErrorInfo,
     ErrorKind,
     FinishReason,
     InterruptRequest,
     JsonObject,
     Status,
-    SubAgentEnd,
-    SubAgentLink,
-    SubAgentPendingInput,
-    SubAgentPendingResult,
     SubAgentRef,
-    SubAgentResumeInput,
-    SubAgentResumeResult,
-    TurnState,
 )
 
 
@@ -602,19 +606,6 @@ class SubAgentChild:
     # refused as settled there (answered, or withdrawn), not as a ref this conversation never
     # had; and refused here, so that an update's refusal stays out of history.
     shown: set[str] = field(default_factory=set)
-
-
-def pause_settled(calls: list[CallState], running: dict[str, SubAgentChild]) -> bool:
-    """Whether a turn's pause is whole: some call of its message is under way, and each one
-    that is runs a sub-agent whose child waits on someone (as last read). No tool call runs,
-    no sub-agent call is starting or at work: whatever else the message does has paused or
-    ended, so a report now lists every interrupt it will have until something is answered.
-
-    False once no call is under way: the turn's own step reports that pause (TurnMachine.drive).
-    """
-    waiting = {child.ref for child in running.values() if child.requests}
-    under_way = [c.ref for c in calls if c.status == "ready"]
-    return bool(under_way) and all(ref in waiting for ref in under_way)
 
 
 OUTPUT_REQUEST = (

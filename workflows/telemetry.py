@@ -44,7 +44,13 @@ from temporalio.common import MetricCounter, MetricHistogramFloat
 from temporalio.contrib.opentelemetry import TracingWorkflowInboundInterceptor
 from temporalio.contrib.opentelemetry.workflow import completed_span
 
-from temporal_agent_interrupts.workflows.types import AgentSpec, CallState, TurnEvent
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+)
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    TurnEvent,
+)
 
 # Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
 # docs/operating/monitoring.md lists them). The worker's Prometheus endpoint takes the buckets

@@ -33,7 +33,9 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from temporal_agent_interrupts.workflows.types import SpentToken
+from temporal_agent_interrupts.workflows.state import (
+    SpentToken,
+)
 
 MAX_SPENT_TOKENS = 512
 """Entries of accepted and named accounts' tokens, at most (about 100 bytes each in the state

@@ -19,6 +19,11 @@ from temporalio.exceptions import ActivityError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.activity_io import (
+    MCPCallInput,
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.answers import SchemaBudget
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed, classified
 from temporal_agent_interrupts.workflows.ids import idempotency_key
@@ -30,15 +35,14 @@ from temporal_agent_interrupts.workflows.limits import (
     omitted,
     over_turn_budget,
 )
-from temporal_agent_interrupts.workflows.subagents import SubAgentCalls
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
-    MCPCallInput,
-    ToolInput,
-    ToolResult,
-    ToolSpec,
     TurnState,
+)
+from temporal_agent_interrupts.workflows.subagents import SubAgentCalls
+from temporal_agent_interrupts.workflows.types import (
+    ToolSpec,
 )
 
 

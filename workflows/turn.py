@@ -1,7 +1,7 @@
 """The turn state machine: a user message in, model calls and tool runs, pauses, a result out.
 
 One :class:`TurnMachine` per workflow run drives the conversation's current turn over
-:class:`~workflows.types.ConversationState`, which is plain data. Every change it makes to the
+:class:`~workflows.state.ConversationState`, which is plain data. Every change it makes to the
 turn is a transition that emits a turn event (:mod:`workflows.events`): the model's text, its
 tool requests, interrupts, answers, tool responses and the turn's end. The interrupt book
 (:mod:`workflows.interrupts`) makes every change to a call's status; this module decides when.
@@ -38,13 +38,18 @@ from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
-from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCalls, pause_settled
+from temporal_agent_interrupts.workflows.pauses import PauseReports
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+    SentMessage,
+    TurnState,
+)
+from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCalls
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.tool_step import ToolStep
 from temporal_agent_interrupts.workflows.types import (
-    CallState,
     CancelInput,
-    ConversationState,
     ErrorInfo,
     ErrorKind,
     FinishReason,
@@ -52,10 +57,8 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     Part,
     ResumeInput,
-    SentMessage,
     TurnEvent,
     TurnResult,
-    TurnState,
 )
 from temporal_agent_interrupts.workflows.waits import AnswerWait
 
@@ -106,10 +109,6 @@ class TurnMachine:
         self.telemetry = Telemetry(state.agent, spec=lambda: self.s.spec)
         # The current turn's interrupt book (see book()).
         self._book: InterruptBook | None = None
-        # A sub-agent's pause not reported yet, while other calls of the message are under way
-        # (see _report_pause), and the task that reports it once they have paused or ended.
-        self._pause_owed = False
-        self._owed_report: asyncio.Task[None] | None = None
         # The parts, each handed what it needs of the machine.
         self.runner = ActivityRunner(state, cancelling=lambda: self.cancel is not None)
         self.children = Children(
@@ -117,7 +116,10 @@ class TurnMachine:
             runner=self.runner,
             book=self.book,
             publish=publish,
-            report_pause=self._report_pause,
+            report_pause=lambda: self.pauses.child_changed(),
+        )
+        self.pauses = PauseReports(
+            state, running=lambda: self.children.running, stop=self._report_pause
         )
         self.sub_agents = SubAgentCalls(
             state,
@@ -326,12 +328,7 @@ class TurnMachine:
                 if self.sub_agents.detached:
                     # Sub-agent calls wait on their children from the next run.
                     self.sub_agents.detached = False
-                    if newly_paused or self._pause_owed:
-                        # Reported now, as it stands: the next run reports a child's pause
-                        # only when it changes. Partial when a sub-agent is still at work.
-                        partial = not self.pause_whole()
-                        self._pause_owed = False
-                        self._stop(self.paused_result(turn).model_copy(update={"partial": partial}))
+                    self.pauses.before_continuing(newly_paused=newly_paused)
                     return "continue_as_new"
                 book = self.book(turn)
                 error = book.first_error()
@@ -390,39 +387,12 @@ class TurnMachine:
         """Bytes the turn holds in the conversation's state: its messages and its calls."""
         return turn.held + self.book(turn).held_bytes()
 
-    def pause_whole(self) -> bool:
-        """Whether the turn's pause can be reported whole now (see ``pause_settled``)."""
+    def _report_pause(self, partial: bool) -> None:
+        """The turn stops ``interrupted`` with what it waits on now (see workflows.pauses)."""
         turn = self.s.turn
-        return turn is not None and pause_settled(turn.calls, self.children.running)
-
-    def _report_pause(self) -> None:
-        """A sub-agent's interrupts changed while nothing of the turn's own is new: the turn
-        stops ``interrupted`` with what it waits on now, once that is whole (every call of the
-        message has paused or ended); until then the report is owed (``_report_when_whole``)."""
-        turn = self.s.turn
-        if turn is None:
-            return
-        if self.pause_whole():
-            self._pause_owed = False
-            self._stop(self.paused_result(turn))
-        elif not self._pause_owed:
-            self._pause_owed = True
-            self._owed_report = asyncio.create_task(self._report_when_whole(turn))
-
-    async def _report_when_whole(self, turn: TurnState) -> None:
-        """Make the owed report once the pause is whole; drop it when the turn's own step
-        takes over (no call is under way), the turn ends, or the report was made otherwise."""
-        await workflow.wait_condition(
-            lambda: (
-                not self._pause_owed
-                or self.s.turn is not turn
-                or not any(c.status == "ready" for c in turn.calls)
-                or self.pause_whole()
-            )
-        )
-        if self._pause_owed and self.s.turn is turn and self.pause_whole():
-            self._stop(self.paused_result(turn))
-        self._pause_owed = False
+        if turn is not None:
+            result = self.paused_result(turn)
+            self._stop(result.model_copy(update={"partial": True}) if partial else result)
 
     def _may_detach(self) -> bool:
         """Whether the sub-agent calls under way may be left for the next run: the run should

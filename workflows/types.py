@@ -17,7 +17,6 @@ from typing import Any, Literal, LiteralString, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
-from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 JsonObject = dict[str, Any]
 """A JSON object, as Gemini's function-call arguments and function responses are."""
@@ -608,15 +607,6 @@ class SendInput(_Wire):
     message_id: str | None = None
 
 
-class SentMessage(_Wire):
-    """A message id a send carried: the turn it started, and its text's digest (the same id
-    with other text is refused, not taken as a repeat)."""
-
-    message_id: str
-    turn: int
-    digest: str
-
-
 class ResumeInput(BaseModel):
     """The ``resume`` payload, by signal or update. Unknown keys are rejected (typo safety)."""
 
@@ -796,242 +786,6 @@ class PendingResult(_Wire):
 # --------------------------------------------------------------------------------------------
 # Workflow state, carried across continue-as-new.
 
-CallStatus = Literal["ready", "done", "pending", "answered", "failed"]
-
-
-class CallState(_Wire):
-    """One tool call of a model message, through its whole life."""
-
-    ref: str
-    call_id: str | None = None
-    name: str
-    args: JsonObject = Field(default_factory=dict)
-    status: CallStatus = "ready"
-    # ready: whether this run is a restart, and with what metadata.
-    resumed: bool = False
-    resumed_metadata: JsonObject = Field(default_factory=dict)
-    # done: the function response sent to the model.
-    output: JsonObject | None = None
-    # pending: why and since when.
-    source: InterruptSource = "interrupt"
-    metadata: JsonObject = Field(default_factory=dict)
-    since: datetime | None = None
-    deadline: datetime | None = None
-    # answered: the answer waiting for its siblings.
-    answer: Literal["respond", "restart"] | None = None
-    answer_output: JsonObject | None = None
-    answer_metadata: JsonObject | None = None
-    # failed
-    error: ErrorInfo | None = None
-    # The failure does not say whether the tool took effect (it timed out, its worker was lost,
-    # or it raised an unclassified exception).
-    uncertain: bool = False
-    runs: int = 0
-    # pending, with a quorum: the approvals so far.
-    votes: list[Vote] = Field(default_factory=list)
-    # Edited: the model's input (``args`` holds the edited one); and, until the call next runs
-    # or pauses, whether the edit itself passes the approval gate.
-    original_args: JsonObject | None = None
-    edit_passes_gate: bool | None = None
-    # Deadline policies carried out: reminders sent, and whether the deadline was extended.
-    reminded: int = 0
-    escalated: bool = False
-    # A sub-agent call (``agent_tool``) whose child conversation has started: which one, so a
-    # run that continues as new while the call waits on it re-attaches instead of starting
-    # another. Left off the wire when unset.
-    child: SubAgentLink | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SubAgentLink(_Wire):
-    """The child conversation a sub-agent call started: its chat id, the first run id of the
-    chain (so a workflow someone starts later under the id is never taken for it), and the
-    digest of what it waited on when last read (``SubAgentPendingInput.known``)."""
-
-    chat_id: str
-    run_id: str
-    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class TurnState(_Wire):
-    turn: int
-    started_at: datetime
-    # Length of the message list before this turn, so a failed turn can be rolled back.
-    base_len: int
-    phase: Literal["model", "tools"] = "model"
-    model_calls: int = 0
-    # Sub-agent conversations this turn has started (config.MAX_SUB_AGENTS_PER_TURN).
-    sub_agents: int = 0
-    # What is left of the turn's budget of sub-agent conversations, however deep (None: the
-    # whole of it, ConversationState.tree_budget); see config.MAX_SUB_AGENTS_PER_TREE.
-    tree_left: int | None = Field(default=None, exclude_if=lambda v: v is None)
-    calls: list[CallState] = Field(default_factory=list)
-    # Bytes of the messages this turn added (see limits.HELD.turn).
-    held: int = 0
-    # The model's text is published on the stream as it arrives (asked by send or resume).
-    stream: bool = False
-
-
-class SpentToken(_Wire):
-    """An identity token that may no longer answer here (see ``workflows.tokens``).
-
-    ``kind="token"``: the one token whose signed part has ``digest``; ``"offered"``: the same,
-    for a refused token of an account no approver list names (a pool of its own, oldest
-    forgotten first). ``kind="subject"``: every token of the account ``subject`` issued by
-    ``issued`` (without one, that stops being accepted by ``until``): what an account's own
-    entries are folded into when it has used or offered too many.
-    """
-
-    digest: str
-    until: datetime
-    # A fingerprint of the token's account (``sub``, or the identity it names).
-    subject: str | None = None
-    kind: Literal["token", "subject", "offered"] = "token"
-    # The token's ``iat`` (for a fold: the latest of those it folded).
-    issued: datetime | None = None
-
-
-class ConversationState(_Wire):
-    agent: str
-    spec: AgentSpec | None = None
-    messages: list[Message] = Field(default_factory=list)
-    refs: list[str] = Field(default_factory=list)
-    turn: TurnState | None = None
-    last_turn: TurnResult | None = None
-    turns: int = 0
-    answers: list[AnswerRecord] = Field(default_factory=list)
-    rejections: list[Rejection] = Field(default_factory=list)
-    rejections_total: int = 0
-    closed: bool = False
-    # How many messages the model side has seen: the last call's input and its answer.
-    model_seen: int = 0
-    # How many of the oldest messages were dropped to keep the state small enough to carry
-    # into a new run (see workflows.history.fit_state).
-    dropped_messages: int = 0
-    # Refs older than the ones in ``refs`` that were forgotten; once any are, a model's call id
-    # is never taken as a ref again (it could repeat one), so refs stay unique.
-    refs_forgotten: int = 0
-    # Answer records shed to keep the log within its budget.
-    answers_dropped: int = 0
-    # The newest turn events, without their payloads (those are in the messages and calls);
-    # see workflows.events. ``events_total`` is the next event's offset.
-    events: list[TurnEvent] = Field(default_factory=list)
-    events_total: int = 0
-    # Identity tokens already used here, by digest, until they expire: each answers once, so
-    # the copy of it in history is spent.
-    spent_tokens: list[SpentToken] = Field(default_factory=list)
-    # Answer records not yet written to the memo, where the full trail is kept in history
-    # across runs (see AgentWorkflow._publish).
-    audit_outbox: list[AnswerRecord] = Field(default_factory=list)
-    # The newest message ids sends carried (HELD.sent_kept), oldest first.
-    sent: list[SentMessage] = Field(default_factory=list)
-    # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
-    one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
-    depth: int = Field(default=0, exclude_if=lambda v: not v)
-    # A sub-agent's share of its caller's budget of sub-agents (ConversationInput.budget);
-    # None: the whole config.MAX_SUB_AGENTS_PER_TREE.
-    tree_budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class ConversationInput(_Wire):
-    """The workflow's input. A start is a request: it names the agent; ``state`` and
-    ``stream`` are taken only from the conversation's own continue-as-new (the run refuses them
-    from any other start, and records that it did)."""
-
-    agent: str
-    # Set only by continue-as-new.
-    state: ConversationState | None = None
-    # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
-    stream: WorkflowStreamState | None = None
-    # A sub-agent's call (``agent_tool``): the conversation's first message, and it closes when
-    # that turn ends (its result is the workflow's). Anyone may start one (it is a start, a send
-    # and a close); only a parent's call waits for it.
-    task: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    # How many callers deep this conversation is (0: nobody's sub-agent); see
-    # config.MAX_AGENT_DEPTH.
-    depth: int = Field(default=0, exclude_if=lambda v: not v)
-    # How many sub-agent conversations this one may start in all, however deep: its caller's
-    # share (config.MAX_SUB_AGENTS_PER_TREE). A start may only narrow it; None: the whole.
-    budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SubAgentReport(_Wire):
-    """The ``sub_agent`` signal a sub-agent's conversation sends its caller when what it waits
-    on changes: only a hint (signals name no sender), so the caller reads the child's pending
-    interrupts itself (``SubAgentPendingInput``), and only for a child it started."""
-
-    chat_id: str
-
-
-class SubAgentPendingInput(_Wire):
-    """The ``sub_agent_pending`` activity: read a child conversation's pending interrupts."""
-
-    chat_id: str
-    run_id: str
-    # The digest of the list last read (SubAgentPendingResult.digest): when the child's list
-    # still has it, the read answers "unchanged" in a few bytes instead of the whole list.
-    # A ``sub_agent`` report is a hint anyone may send; each costs the caller a read, and a
-    # whole list per read (~80 KiB for 64 calls pending) took a few hundred forged reports to
-    # the history guard.
-    known: str | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SubAgentPendingResult(_Wire):
-    """What the ``sub_agent_pending`` activity read: the child's pending interrupts, as its
-    ``pending`` query gives them, and their digest; or only that they are unchanged.
-
-    (Recorded histories hold a ``PendingResult`` here, which reads as this with no digest.)
-    """
-
-    interrupts: list[InterruptRequest] = Field(default_factory=list)
-    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    # The list's digest is SubAgentPendingInput.known: ``interrupts`` is left empty.
-    unchanged: bool = Field(default=False, exclude_if=lambda v: not v)
-    # The child has closed: how, and its result if it completed. A caller that continued as
-    # new while it waited learns the call's outcome from this (it has no handle on the child).
-    ended: SubAgentEnd | None = Field(default=None, exclude_if=lambda v: v is None)
-    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SubAgentResumeInput(_Wire):
-    """The ``sub_agent_resume`` activity: pass an answer given to the caller on to the child
-    conversation it is for, as the child's ``resume`` update, so the child's rules check it."""
-
-    chat_id: str
-    run_id: str
-    resume: JsonObject
-
-
-ActivityEnding = Literal["timed_out", "failed", "completed", "cancelled", "unknown"]
-
-
-class ActivityEndingInput(_Wire):
-    """The ``activity_ending`` activity: how the run's activity of this id ended."""
-
-    activity_id: str
-
-
-class ActivityEndingResult(_Wire):
-    """How it ended, by the event its history holds: ``timed_out`` only for the server's own
-    ``ActivityTaskTimedOut``."""
-
-    ending: ActivityEnding
-    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class SubAgentResumeResult(_Wire):
-    # The child's turn as it stopped after the answer.
-    result: TurnResult | None = None
-    # The child's refusal, as its ResumeRejected says it; None when it took the answer.
-    refused: str | None = None
-    # Its kind (workflows.limits.RefusalCode, spelled out: this module imports none of ours),
-    # so the caller refuses the same way: a wrong approver stays "forbidden" (HTTP 403)
-    # through the caller. None: the child did not say.
-    code: Literal["invalid", "forbidden", "conflict", "not_found"] | None = None
-    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
-
 
 class ConversationResult(_Wire):
     chat_id: str
@@ -1039,52 +793,8 @@ class ConversationResult(_Wire):
     last_turn: TurnResult | None = None
 
 
-SubAgentEndStatus = Literal["completed", "failed", "cancelled", "terminated", "timed_out", "gone"]
-"""How a sub-agent's chain closed; ``gone``: it is no longer there to read (deleted, or another
-workflow now holds its id)."""
-
-
-class SubAgentEnd(_Wire):
-    """How a sub-agent's conversation closed (``SubAgentPendingResult.ended``)."""
-
-    status: SubAgentEndStatus
-    # Its result, when it completed.
-    result: ConversationResult | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
 # --------------------------------------------------------------------------------------------
 # Activities.
-
-
-class ModelInput(_Wire):
-    """One model call.
-
-    Only the messages the model side has not seen travel in history (``new_messages``, from
-    index ``new_from``); the activity keeps the earlier ones per chat and checks them against
-    ``prefix_digest``, asking the workflow for them when it does not have them. Sending the
-    whole conversation on every call made history grow with the square of its length.
-    """
-
-    agent: str
-    chat_id: str
-    # The digest of the definition the workflow already holds; the activity sends the
-    # definition back only when the worker's differs, to keep history small.
-    spec_digest: str | None = None
-    new_from: int = 0
-    new_messages: list[Message] = Field(default_factory=list)
-    prefix_digest: str | None = None
-    history_size: int | None = None
-    # Publish the reply's text on the conversation's stream as it arrives, as this turn's.
-    stream: bool = False
-    turn: int | None = None
-    # When streaming: this call's own publisher id on the stream; the workflow takes text only
-    # from publishes that carry it (workflows.stream), so a signal from outside cannot pass for
-    # the model.
-    stream_key: str | None = None
-    # When streaming: how many publish signals the call may send. A run takes a bounded number
-    # of signals (workflows.limits.RUN.stream_signals says why); the text past them reaches the
-    # stream when the call completes. None: the most one reply sends.
-    stream_signals: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class MessagesInput(_Wire):
@@ -1098,43 +808,6 @@ class MessagesResult(_Wire):
     next: int | None = None
 
 
-class ModelUsage(_Wire):
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    total_tokens: int | None = None
-
-
-class ModelResult(_Wire):
-    message: Message
-    finish_reason: str | None = None
-    usage: ModelUsage | None = None
-    spec: AgentSpec | None = None
-    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class ToolInput(_Wire):
-    agent: str
-    chat_id: str
-    tool: str
-    ref: str
-    args: JsonObject = Field(default_factory=dict)
-    resumed: bool = False
-    resumed_metadata: JsonObject = Field(default_factory=dict)
-    # Stable for one run of the call, across retries and replays (ToolContext.idempotency_key).
-    idempotency_key: str | None = None
-    # An edited call: the model's input (``args`` is the edited one).
-    original_args: JsonObject | None = None
-
-
-class MCPCallInput(ToolInput):
-    """One call of an MCP server's tool (``config.MCP_ACTIVITY``): ``server`` and ``server_tool``
-    come from the tool's spec, recorded in history; ``tool`` is the agent's name for it."""
-
-    server: str
-    server_tool: str
-
-
 class Notice(_Wire):
     """What a notifying tool is told (``Escalate(notify=...)``, ``Remind(notify=...)``): which
     paused call, and why now."""
@@ -1145,12 +818,3 @@ class Notice(_Wire):
     # (``interrupt.deadline`` is the new one).
     reason: Literal["reminder", "escalation"]
     interrupt: InterruptRequest
-
-
-class ToolResult(_Wire):
-    kind: Literal["output", "interrupt", "invalid_input"]
-    output: JsonObject | None = None
-    metadata: JsonObject | None = None
-    message: str | None = None
-    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
-    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -19,19 +19,23 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from temporal_agent_interrupts.workflows import config, events
+from temporal_agent_interrupts.workflows.activity_io import (
+    ToolInput,
+    ToolResult,
+)
 from temporal_agent_interrupts.workflows.ids import idempotency_key
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import json_size, shrink
+from temporal_agent_interrupts.workflows.state import (
+    CallState,
+    ConversationState,
+    TurnState,
+)
 from temporal_agent_interrupts.workflows.types import (
     DEADLINE_IDENTITY,
-    CallState,
     CancelInput,
-    ConversationState,
     JsonObject,
     Notice,
-    ToolInput,
-    ToolResult,
-    TurnState,
 )
 
 

@@ -1,0 +1,193 @@
+"""What the conversation's activities take and return, and what one conversation tells another.
+
+Read by the workflow and the activities (``activities/``): the model call, the tool and MCP
+calls, a sub-agent's reads and answers passed on, and how an activity ended. What callers send
+and read is in :mod:`workflows.types`; the state carried between runs in :mod:`workflows.state`.
+Field names are wire names: recorded histories hold them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    ConversationResult,
+    InterruptRequest,
+    JsonObject,
+    Message,
+    Seal,
+    TurnResult,
+    _Wire,
+)
+
+
+class SubAgentReport(_Wire):
+    """The ``sub_agent`` signal a sub-agent's conversation sends its caller when what it waits
+    on changes: only a hint (signals name no sender), so the caller reads the child's pending
+    interrupts itself (``SubAgentPendingInput``), and only for a child it started."""
+
+    chat_id: str
+
+
+class SubAgentPendingInput(_Wire):
+    """The ``sub_agent_pending`` activity: read a child conversation's pending interrupts."""
+
+    chat_id: str
+    run_id: str
+    # The digest of the list last read (SubAgentPendingResult.digest): when the child's list
+    # still has it, the read answers "unchanged" in a few bytes instead of the whole list.
+    # A ``sub_agent`` report is a hint anyone may send; each costs the caller a read, and a
+    # whole list per read (~80 KiB for 64 calls pending) took a few hundred forged reports to
+    # the history guard.
+    known: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentPendingResult(_Wire):
+    """What the ``sub_agent_pending`` activity read: the child's pending interrupts, as its
+    ``pending`` query gives them, and their digest; or only that they are unchanged.
+
+    (Recorded histories hold a ``PendingResult`` here, which reads as this with no digest.)
+    """
+
+    interrupts: list[InterruptRequest] = Field(default_factory=list)
+    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The list's digest is SubAgentPendingInput.known: ``interrupts`` is left empty.
+    unchanged: bool = Field(default=False, exclude_if=lambda v: not v)
+    # The child has closed: how, and its result if it completed. A caller that continued as
+    # new while it waited learns the call's outcome from this (it has no handle on the child).
+    ended: SubAgentEnd | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentResumeInput(_Wire):
+    """The ``sub_agent_resume`` activity: pass an answer given to the caller on to the child
+    conversation it is for, as the child's ``resume`` update, so the child's rules check it."""
+
+    chat_id: str
+    run_id: str
+    resume: JsonObject
+
+
+ActivityEnding = Literal["timed_out", "failed", "completed", "cancelled", "unknown"]
+
+
+class ActivityEndingInput(_Wire):
+    """The ``activity_ending`` activity: how the run's activity of this id ended."""
+
+    activity_id: str
+
+
+class ActivityEndingResult(_Wire):
+    """How it ended, by the event its history holds: ``timed_out`` only for the server's own
+    ``ActivityTaskTimedOut``."""
+
+    ending: ActivityEnding
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentResumeResult(_Wire):
+    # The child's turn as it stopped after the answer.
+    result: TurnResult | None = None
+    # The child's refusal, as its ResumeRejected says it; None when it took the answer.
+    refused: str | None = None
+    # Its kind (workflows.limits.RefusalCode, spelled out: this module imports none of ours),
+    # so the caller refuses the same way: a wrong approver stays "forbidden" (HTTP 403)
+    # through the caller. None: the child did not say.
+    code: Literal["invalid", "forbidden", "conflict", "not_found"] | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+SubAgentEndStatus = Literal["completed", "failed", "cancelled", "terminated", "timed_out", "gone"]
+"""How a sub-agent's chain closed; ``gone``: it is no longer there to read (deleted, or another
+workflow now holds its id)."""
+
+
+class SubAgentEnd(_Wire):
+    """How a sub-agent's conversation closed (``SubAgentPendingResult.ended``)."""
+
+    status: SubAgentEndStatus
+    # Its result, when it completed.
+    result: ConversationResult | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class ModelInput(_Wire):
+    """One model call.
+
+    Only the messages the model side has not seen travel in history (``new_messages``, from
+    index ``new_from``); the activity keeps the earlier ones per chat and checks them against
+    ``prefix_digest``, asking the workflow for them when it does not have them. Sending the
+    whole conversation on every call made history grow with the square of its length.
+    """
+
+    agent: str
+    chat_id: str
+    # The digest of the definition the workflow already holds; the activity sends the
+    # definition back only when the worker's differs, to keep history small.
+    spec_digest: str | None = None
+    new_from: int = 0
+    new_messages: list[Message] = Field(default_factory=list)
+    prefix_digest: str | None = None
+    history_size: int | None = None
+    # Publish the reply's text on the conversation's stream as it arrives, as this turn's.
+    stream: bool = False
+    turn: int | None = None
+    # When streaming: this call's own publisher id on the stream; the workflow takes text only
+    # from publishes that carry it (workflows.stream), so a signal from outside cannot pass for
+    # the model.
+    stream_key: str | None = None
+    # When streaming: how many publish signals the call may send. A run takes a bounded number
+    # of signals (workflows.limits.RUN.stream_signals says why); the text past them reaches the
+    # stream when the call completes. None: the most one reply sends.
+    stream_signals: int | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class ModelUsage(_Wire):
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class ModelResult(_Wire):
+    message: Message
+    finish_reason: str | None = None
+    usage: ModelUsage | None = None
+    spec: AgentSpec | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class ToolInput(_Wire):
+    agent: str
+    chat_id: str
+    tool: str
+    ref: str
+    args: JsonObject = Field(default_factory=dict)
+    resumed: bool = False
+    resumed_metadata: JsonObject = Field(default_factory=dict)
+    # Stable for one run of the call, across retries and replays (ToolContext.idempotency_key).
+    idempotency_key: str | None = None
+    # An edited call: the model's input (``args`` is the edited one).
+    original_args: JsonObject | None = None
+
+
+class MCPCallInput(ToolInput):
+    """One call of an MCP server's tool (``config.MCP_ACTIVITY``): ``server`` and ``server_tool``
+    come from the tool's spec, recorded in history; ``tool`` is the agent's name for it."""
+
+    server: str
+    server_tool: str
+
+
+class ToolResult(_Wire):
+    kind: Literal["output", "interrupt", "invalid_input"]
+    output: JsonObject | None = None
+    metadata: JsonObject | None = None
+    message: str | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -1,0 +1,197 @@
+"""The conversation's state, carried from one run to the next by continue-as-new.
+
+Read by the workflow alone (and by the tests that check what a run carries): the turn under way,
+its calls, the spent tokens, the messages sent, and the start input that hands the state on.
+What callers send and read is in :mod:`workflows.types`; what activities take and return in
+:mod:`workflows.activity_io`. Field names are wire names: a carried state written by one release
+is read by the next.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from temporal_agent_interrupts.workflows.types import (
+    AgentSpec,
+    AnswerRecord,
+    ErrorInfo,
+    InterruptSource,
+    JsonObject,
+    Message,
+    Rejection,
+    TurnEvent,
+    TurnResult,
+    Vote,
+    _Wire,
+)
+
+
+class SentMessage(_Wire):
+    """A message id a send carried: the turn it started, and its text's digest (the same id
+    with other text is refused, not taken as a repeat)."""
+
+    message_id: str
+    turn: int
+    digest: str
+
+
+CallStatus = Literal["ready", "done", "pending", "answered", "failed"]
+
+
+class CallState(_Wire):
+    """One tool call of a model message, through its whole life."""
+
+    ref: str
+    call_id: str | None = None
+    name: str
+    args: JsonObject = Field(default_factory=dict)
+    status: CallStatus = "ready"
+    # ready: whether this run is a restart, and with what metadata.
+    resumed: bool = False
+    resumed_metadata: JsonObject = Field(default_factory=dict)
+    # done: the function response sent to the model.
+    output: JsonObject | None = None
+    # pending: why and since when.
+    source: InterruptSource = "interrupt"
+    metadata: JsonObject = Field(default_factory=dict)
+    since: datetime | None = None
+    deadline: datetime | None = None
+    # answered: the answer waiting for its siblings.
+    answer: Literal["respond", "restart"] | None = None
+    answer_output: JsonObject | None = None
+    answer_metadata: JsonObject | None = None
+    # failed
+    error: ErrorInfo | None = None
+    # The failure does not say whether the tool took effect (it timed out, its worker was lost,
+    # or it raised an unclassified exception).
+    uncertain: bool = False
+    runs: int = 0
+    # pending, with a quorum: the approvals so far.
+    votes: list[Vote] = Field(default_factory=list)
+    # Edited: the model's input (``args`` holds the edited one); and, until the call next runs
+    # or pauses, whether the edit itself passes the approval gate.
+    original_args: JsonObject | None = None
+    edit_passes_gate: bool | None = None
+    # Deadline policies carried out: reminders sent, and whether the deadline was extended.
+    reminded: int = 0
+    escalated: bool = False
+    # A sub-agent call (``agent_tool``) whose child conversation has started: which one, so a
+    # run that continues as new while the call waits on it re-attaches instead of starting
+    # another. Left off the wire when unset.
+    child: SubAgentLink | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class SubAgentLink(_Wire):
+    """The child conversation a sub-agent call started: its chat id, the first run id of the
+    chain (so a workflow someone starts later under the id is never taken for it), and the
+    digest of what it waited on when last read (``SubAgentPendingInput.known``)."""
+
+    chat_id: str
+    run_id: str
+    digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class TurnState(_Wire):
+    turn: int
+    started_at: datetime
+    # Length of the message list before this turn, so a failed turn can be rolled back.
+    base_len: int
+    phase: Literal["model", "tools"] = "model"
+    model_calls: int = 0
+    # Sub-agent conversations this turn has started (config.MAX_SUB_AGENTS_PER_TURN).
+    sub_agents: int = 0
+    # What is left of the turn's budget of sub-agent conversations, however deep (None: the
+    # whole of it, ConversationState.tree_budget); see config.MAX_SUB_AGENTS_PER_TREE.
+    tree_left: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    calls: list[CallState] = Field(default_factory=list)
+    # Bytes of the messages this turn added (see limits.HELD.turn).
+    held: int = 0
+    # The model's text is published on the stream as it arrives (asked by send or resume).
+    stream: bool = False
+
+
+class SpentToken(_Wire):
+    """An identity token that may no longer answer here (see ``workflows.tokens``).
+
+    ``kind="token"``: the one token whose signed part has ``digest``; ``"offered"``: the same,
+    for a refused token of an account no approver list names (a pool of its own, oldest
+    forgotten first). ``kind="subject"``: every token of the account ``subject`` issued by
+    ``issued`` (without one, that stops being accepted by ``until``): what an account's own
+    entries are folded into when it has used or offered too many.
+    """
+
+    digest: str
+    until: datetime
+    # A fingerprint of the token's account (``sub``, or the identity it names).
+    subject: str | None = None
+    kind: Literal["token", "subject", "offered"] = "token"
+    # The token's ``iat`` (for a fold: the latest of those it folded).
+    issued: datetime | None = None
+
+
+class ConversationState(_Wire):
+    agent: str
+    spec: AgentSpec | None = None
+    messages: list[Message] = Field(default_factory=list)
+    refs: list[str] = Field(default_factory=list)
+    turn: TurnState | None = None
+    last_turn: TurnResult | None = None
+    turns: int = 0
+    answers: list[AnswerRecord] = Field(default_factory=list)
+    rejections: list[Rejection] = Field(default_factory=list)
+    rejections_total: int = 0
+    closed: bool = False
+    # How many messages the model side has seen: the last call's input and its answer.
+    model_seen: int = 0
+    # How many of the oldest messages were dropped to keep the state small enough to carry
+    # into a new run (see workflows.history.fit_state).
+    dropped_messages: int = 0
+    # Refs older than the ones in ``refs`` that were forgotten; once any are, a model's call id
+    # is never taken as a ref again (it could repeat one), so refs stay unique.
+    refs_forgotten: int = 0
+    # Answer records shed to keep the log within its budget.
+    answers_dropped: int = 0
+    # The newest turn events, without their payloads (those are in the messages and calls);
+    # see workflows.events. ``events_total`` is the next event's offset.
+    events: list[TurnEvent] = Field(default_factory=list)
+    events_total: int = 0
+    # Identity tokens already used here, by digest, until they expire: each answers once, so
+    # the copy of it in history is spent.
+    spent_tokens: list[SpentToken] = Field(default_factory=list)
+    # Answer records not yet written to the memo, where the full trail is kept in history
+    # across runs (see AgentWorkflow._publish).
+    audit_outbox: list[AnswerRecord] = Field(default_factory=list)
+    # The newest message ids sends carried (HELD.sent_kept), oldest first.
+    sent: list[SentMessage] = Field(default_factory=list)
+    # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
+    one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # A sub-agent's share of its caller's budget of sub-agents (ConversationInput.budget);
+    # None: the whole config.MAX_SUB_AGENTS_PER_TREE.
+    tree_budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class ConversationInput(_Wire):
+    """The workflow's input. A start is a request: it names the agent; ``state`` and
+    ``stream`` are taken only from the conversation's own continue-as-new (the run refuses them
+    from any other start, and records that it did)."""
+
+    agent: str
+    # Set only by continue-as-new.
+    state: ConversationState | None = None
+    # The event stream's newest items and offsets (see workflows.stream); continue-as-new only.
+    stream: WorkflowStreamState | None = None
+    # A sub-agent's call (``agent_tool``): the conversation's first message, and it closes when
+    # that turn ends (its result is the workflow's). Anyone may start one (it is a start, a send
+    # and a close); only a parent's call waits for it.
+    task: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # How many callers deep this conversation is (0: nobody's sub-agent); see
+    # config.MAX_AGENT_DEPTH.
+    depth: int = Field(default=0, exclude_if=lambda v: not v)
+    # How many sub-agent conversations this one may start in all, however deep: its caller's
+    # share (config.MAX_SUB_AGENTS_PER_TREE). A start may only narrow it; None: the whole.
+    budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
