@@ -439,9 +439,12 @@ def render_details(
         for a in answers[-5:]:
             who = a.identity or "unknown"
             proof = ", verified" if a.identity_verified else ""
+            # An answer passed on to a sub-agent: where it went, and what the sub-agent decided.
+            where = f" in sub-agent {code(truncate(a.chat_id, 120))}" if a.chat_id else ""
             lines.append(
-                f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}): "
-                f"**{a.decision or a.kind}** by {code(truncate(who, 80))} ({a.via}{proof})"
+                f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}"
+                f"{where}): **{a.verdict or a.decision or a.kind}** by {code(truncate(who, 80))} "
+                f"({a.via}{proof})"
             )
     if rejections:
         lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]
