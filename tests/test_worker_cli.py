@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +29,10 @@ from temporal_agent_interrupts.worker.devserver import RecordedServer, recorded_
 from tests.helpers import fake_dev_server
 from tests.test_worker_process import bare_environ, free_port
 
-# Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s. The margin is
-# for a loaded machine: the point is giving up before the SDK would, not how fast.
-PROMPT = CONNECT_TIMEOUT.total_seconds() + 15
+# Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s, and said
+# "Timeout expired". Only the project's own bound says this, so a process that says it gave up
+# at that bound, before the SDK's (how fast is for bench/, not a timed assertion here).
+GAVE_UP_AT_ITS_OWN_BOUND = f"(no reply within {CONNECT_TIMEOUT.total_seconds():g}s)"
 
 
 def run(
@@ -261,7 +261,6 @@ def http_server() -> Iterator[str]:
 
 
 def test_the_worker_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
-    began = time.monotonic()
     worker = run(
         "-m",
         "temporal_agent_interrupts.worker",
@@ -269,13 +268,14 @@ def test_the_worker_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_s
         env=bare_environ(tmp_path, TEMPORAL_ADDRESS=silent_server),
         cwd=tmp_path,
     )
-    took = time.monotonic() - began
     assert worker.returncode == 1, worker.stdout + worker.stderr
     (line,) = [line for line in worker.stderr.splitlines() if " ERROR " in line]
     assert f"the server at {silent_server} is not answering as Temporal" in line
     assert "TEMPORAL_ADDRESS" in line
     assert "Traceback" not in worker.stderr
-    assert took < PROMPT, took
+    # It gave up at its own bound, not at the SDK's.
+    assert GAVE_UP_AT_ITS_OWN_BOUND in line, line
+    assert "Timeout expired" not in worker.stderr
     assert not (tmp_path / ".temporal").exists()
 
 
@@ -291,9 +291,7 @@ def demo_against(tmp_path: Path, address: str) -> subprocess.CompletedProcess[st
 
 
 def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
-    began = time.monotonic()
     demo = demo_against(tmp_path, silent_server)
-    took = time.monotonic() - began
     assert demo.returncode == 1, demo.stdout + demo.stderr
     (line,) = demo.stderr.splitlines()
     assert line.startswith(
@@ -301,7 +299,9 @@ def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_ser
     ), line
     assert "stop whatever listens there, or point TEMPORAL_ADDRESS at a Temporal server" in line
     assert "approve?" not in demo.stdout and "make stop" not in demo.stdout
-    assert took < PROMPT, took
+    # It gave up at its own bound, not at the SDK's.
+    assert GAVE_UP_AT_ITS_OWN_BOUND in line, line
+    assert "Timeout expired" not in demo.stderr
 
 
 def test_the_demo_names_a_server_that_is_not_temporal(tmp_path, http_server):
