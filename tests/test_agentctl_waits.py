@@ -417,6 +417,16 @@ async def test_an_address_that_is_not_host_port_is_a_usage_error(client, tmp_pat
     """The README's exit 2 for "an address that is not HOST:PORT", whether it comes from
     --address or TEMPORAL_ADDRESS; connect_config checks it, so every entry point does."""
     tq = queue()
+    # agent-worker too, started first: it runs while the agentctl processes do.
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "temporal_agent_interrupts.worker",
+        env=bare_environ(tmp_path, TEMPORAL_ADDRESS="localhost"),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     runs = await asyncio.gather(
         *(
             agentctl(client, "--address", address, "pending", task_queue=tq)
@@ -444,15 +454,6 @@ async def test_an_address_that_is_not_host_port_is_a_usage_error(client, tmp_pat
         assert why in str(e.value)
 
     # agent-worker maps it to its exit 2 for an unusable configuration.
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "temporal_agent_interrupts.worker",
-        env=bare_environ(tmp_path, TEMPORAL_ADDRESS="localhost"),
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
     out, err = await asyncio.wait_for(worker.communicate(), 60)
     assert worker.returncode == 2, (out, err)
     (line,) = err.decode().splitlines()
@@ -556,12 +557,9 @@ async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
 ):
     """HOST:PORT in shape, but not a host the SDK can parse: agent-worker and the demo
     ended in a ValueError traceback (exit 1); every entry point now says so in one line, exit 2."""
-    run = await agentctl(
-        client, "pending", task_queue=queue(), environ={"TEMPORAL_ADDRESS": address}
-    )
-    assert run.run.code == 2, run
-    assert f"bad Temporal address {address!r}: invalid target URL" in one_line_error(run.run)
-    for module in ("temporal_agent_interrupts.worker", "examples.demo"):
+    modules = ("temporal_agent_interrupts.worker", "examples.demo")
+
+    async def entry_point(module: str) -> tuple[int | None, bytes, bytes]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", module,
             env=bare_environ(tmp_path, TEMPORAL_ADDRESS=address), cwd=tmp_path,
@@ -569,7 +567,17 @@ async def test_an_address_only_the_sdk_refuses_is_a_usage_error_everywhere(
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 2, (module, out, err)
+        return proc.returncode, out, err
+
+    # The three entry points side by side: each is a process start of its own.
+    run, entry_points = await asyncio.gather(
+        agentctl(client, "pending", task_queue=queue(), environ={"TEMPORAL_ADDRESS": address}),
+        asyncio.gather(*(entry_point(module) for module in modules)),
+    )
+    assert run.run.code == 2, run
+    assert f"bad Temporal address {address!r}: invalid target URL" in one_line_error(run.run)
+    for module, (code, out, err) in zip(modules, entry_points, strict=True):
+        assert code == 2, (module, out, err)
         (line,) = err.decode().splitlines()
         assert f"bad Temporal address {address!r}: invalid target URL" in line, line
 
