@@ -18,6 +18,11 @@ from tests.mcp_servers import TOKEN
 
 AGENT = "records-worker-agent"
 
+STICKY_TIMEOUT = timedelta(seconds=1)
+"""How long a workflow task waits on this worker's sticky queue before any worker may take it:
+with the SDK's default (10 s), the killed worker's conversation stalled that long after its call
+ended, before the fresh worker could take it (as in ``tests/sub_agent_worker.py``)."""
+
 
 def agent(url: str) -> Agent:
     server = MCPServerHTTP("records", url, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -29,7 +34,13 @@ def agent(url: str) -> Agent:
 async def main(address: str, namespace: str, queue: str, url: str) -> None:
     client = await Client.connect(address, namespace=namespace)
     model = ScriptedModel(offline_rules)
-    async with build_worker(client, agents=[agent(url)], task_queue=queue, gemini=model.client()):
+    async with build_worker(
+        client,
+        agents=[agent(url)],
+        task_queue=queue,
+        gemini=model.client(),
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+    ):
         print("ready", flush=True)
         await asyncio.Event().wait()
 

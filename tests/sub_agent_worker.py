@@ -29,10 +29,11 @@ from temporalio.worker import (
 )
 
 from temporal_agent_interrupts import Agent, ToolApproval, ToolContext, agent_tool, tool
+from temporal_agent_interrupts.activities import subagents
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel
-from temporal_agent_interrupts.workflows.config import SUB_AGENT_RESUME_ACTIVITY
+from temporal_agent_interrupts.workflows import config
 
 LEDGER = "ledger.sqlite"
 HOLD = "hold"
@@ -46,6 +47,11 @@ HOLD_ANSWER = "hold-answer"
 sub-agent (``sub_agent_resume``) is held once it has the sub-agent's outcome, and writes
 ``DIR/answered``: the test kills the worker there, after the sub-agent took the answer."""
 ANSWERED = "answered"
+ANSWER_HEARTBEAT = timedelta(seconds=5)
+"""The heartbeat limit of a caller's forwarding of an answer to its sub-agent in these processes
+(``config.SUB_AGENT_ANSWER_HEARTBEAT`` is 20 s): the forwarding lost with a killed worker is
+retried on the fresh one after this. The tests prove that it is retried once, under the same
+update id, not how soon; the activity beats at a quarter of it, as with the default."""
 
 STICKY_TIMEOUT = timedelta(seconds=1)
 """How long a workflow task waits on this worker's sticky queue before any worker may take it:
@@ -170,13 +176,22 @@ class _HoldAfterAnswer(ActivityInboundInterceptor):
         result = await super().execute_activity(input)
         info = activity.info()
         held = (self.directory / HOLD_ANSWER).exists()
-        if info.activity_type == SUB_AGENT_RESUME_ACTIVITY and info.attempt == 1 and held:
+        if info.activity_type == config.SUB_AGENT_RESUME_ACTIVITY and info.attempt == 1 and held:
             (self.directory / ANSWERED).write_text(repr(result))
             await asyncio.Event().wait()  # held until the test kills this process
         return result
 
 
+def shorten_the_answer_heartbeat() -> None:
+    """:data:`ANSWER_HEARTBEAT` for what this process schedules and runs: the workflow reads
+    the limit from ``config`` when it schedules the forwarding (the workflow's modules pass
+    through the sandbox), the activity its beat from its own import of it."""
+    config.SUB_AGENT_ANSWER_HEARTBEAT = ANSWER_HEARTBEAT
+    subagents.SUB_AGENT_ANSWER_HEARTBEAT = ANSWER_HEARTBEAT
+
+
 async def main(address: str, namespace: str, queue: str, directory: str) -> None:
+    shorten_the_answer_heartbeat()
     client = await Client.connect(address, namespace=namespace)
     model = ScriptedModel(offline_rules)
     async with build_worker(

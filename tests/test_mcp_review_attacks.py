@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -140,7 +141,15 @@ async def test_a_model_call_completed_by_id_cannot_route_a_name_to_a_held_server
     assert calls(tmp_path) == [], "a forged model reply ran a gated MCP tool unasked"
 
 
-BUSY = '''
+# The second call comes IDLE seconds after the first started; a probe it made would wait behind
+# the first call and time out after PROBE_TIMEOUT (the listing's timeout, mcp.LIST_TIMEOUT: 10 s
+# in production, shortened here), and reopening the session would cut the first call, which
+# holds the server longer than both.
+IDLE = 3.0
+PROBE_TIMEOUT = timedelta(seconds=3)
+HOLD = IDLE + PROBE_TIMEOUT.total_seconds() + 2
+
+BUSY = f'''
 import os, time
 from mcp.server.mcpserver import MCPServer
 server = MCPServer("busy")
@@ -148,24 +157,28 @@ server = MCPServer("busy")
 @server.tool()
 async def slow_write(n: int) -> dict:
     """Holds the server's loop while it works (as a single-threaded server does)."""
-    time.sleep(15)
-    return {"wrote": n, "pid": os.getpid()}
+    time.sleep({HOLD})
+    return {{"wrote": n, "pid": os.getpid()}}
 
 @server.tool()
 def quick(n: int) -> dict:
     """Answers at once."""
-    return {"n": n}
+    return {{"n": n}}
 
 server.run()
 '''
 
 
-async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(tmp_path: Path):
+async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Review finding 3: a session idle by its clock but with a call under way was probed by
     the next call; the probe waited behind the call, timed out, and the session was reopened,
     which closed it under the call (a stdio server's process killed mid-operation)."""
+    from temporal_agent_interrupts.activities import mcp
     from temporal_agent_interrupts.activities.mcp import MCPSessions
 
+    monkeypatch.setattr(mcp, "LIST_TIMEOUT", PROBE_TIMEOUT)
     script = tmp_path / "busy.py"
     script.write_text(BUSY)
     sessions = MCPSessions([MCPServerStdio("busy", sys.executable, [str(script)])])
@@ -173,7 +186,7 @@ async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(tmp_pa
         await sessions.call("busy", "quick", {"n": 0})
         await asyncio.sleep(2.5)  # idle past PING_AFTER
         first = asyncio.create_task(sessions.call("busy", "slow_write", {"n": 1}))
-        await asyncio.sleep(3)  # the session is idle by its clock, with a call in flight
+        await asyncio.sleep(IDLE)  # the session is idle by its clock, with a call in flight
         second = await sessions.call("busy", "quick", {"n": 2})  # waits behind the first
         done = await first  # finished, not cut: the session was neither probed nor reopened
         assert not done.is_error and not second.is_error

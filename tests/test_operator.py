@@ -229,7 +229,12 @@ async def test_agentctl_pending_reads_visibility_without_a_worker(run_worker, mo
         timeout=VISIBILITY_TIMEOUT,
     )
 
-    run = await agentctl(client, "pending", "--agent", agent.name, "--json", task_queue=tq)
+    # The reads side by side: none changes what another reads.
+    run, table, nobody = await asyncio.gather(
+        agentctl(client, "pending", "--agent", agent.name, "--json", task_queue=tq),
+        agentctl(client, "pending", "--agent", agent.name, task_queue=tq),
+        agentctl(client, "pending", "--agent", f"{agent.name}-none", task_queue=tq),
+    )
     assert run.code == 0, run.err
     found = run.json()["conversations"]
     assert [c["chat_id"] for c in found] == [a.id, b.id]  # the longest waiting first
@@ -244,7 +249,6 @@ async def test_agentctl_pending_reads_visibility_without_a_worker(run_worker, mo
         {"amount": 12.5},
     ]
 
-    table = await agentctl(client, "pending", "--agent", agent.name, task_queue=tq)
     assert table.code == 0, table.err
     assert f"Paused conversations for agent {agent.name}: 2" in table.out
     for chat_id, interrupt in [(a.id, ra.interrupts[0]), *((b.id, i) for i in rb.interrupts)]:
@@ -253,16 +257,17 @@ async def test_agentctl_pending_reads_visibility_without_a_worker(run_worker, mo
         assert chat_id in table.out
     assert '{"question": "second?"}' in table.out
 
-    nobody = await agentctl(client, "pending", "--agent", f"{agent.name}-none", task_queue=tq)
     assert nobody.code == 0 and "No paused conversations" in nobody.out
 
     # Answering needs a worker: a clear message and exit code 3, and nothing left queued.
     ref = ra.interrupts[0].ref
-    answer = await agentctl(client, "approve", a.id, ref, "--wait", "1", task_queue=tq)
+    answer, show = await asyncio.gather(
+        agentctl(client, "approve", a.id, ref, "--wait", "1", task_queue=tq),
+        agentctl(client, "show", a.id, "--wait", "1", task_queue=tq),
+    )
     assert answer.code == 3, answer
     assert f"no worker answered within 1s on task queue '{tq}'" in answer.err
     assert "is `agent-worker` running?" in answer.err and "Nothing was sent" in answer.err
-    show = await agentctl(client, "show", a.id, "--wait", "1", task_queue=tq)
     assert show.code == 3 and "no worker answered within 1s" in show.err
 
     # Through the API an update that no worker accepted stays queued in Temporal...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any, cast
 
 import pytest
@@ -18,7 +19,8 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
-from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL, TOOL_HEARTBEAT
+from temporal_agent_interrupts.workflows import config
+from temporal_agent_interrupts.workflows.config import SUB_AGENT_SIGNAL
 from temporal_agent_interrupts.workflows.limits import RUN
 from tests import agents as t
 from tests.agents import SUB_RUNS as RUNS
@@ -66,16 +68,26 @@ async def test_an_answer_by_signal_for_a_sub_agent_survives_the_callers_continue
         assert done is not None and done.finish_reason == FinishReason.STOP, done
 
 
+HEARTBEAT = timedelta(seconds=7)
+"""The approved tool's heartbeat limit in the test below (``config.TOOL_HEARTBEAT`` is 30 s)."""
+
 slow_gated = Agent(
     "slow-gated", model="gemini-test", tools=[t.slow], middleware=[ToolApproval(allow=[])]
 )
 
 
-async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_result(client, model):
+async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_result(
+    client, model, monkeypatch
+):
     """A heartbeat timeout says the worker stopped heartbeating for the heartbeat limit, not
     that the limit has passed since the call was scheduled: the approved tool heartbeats all
-    along (its worker is alive), and the server would never time it out so."""
-    model.reply(calls(("slow", {"key": "k1", "seconds": TOOL_HEARTBEAT.total_seconds() + 6})))
+    along (its worker is alive), and the server would never time it out so.
+
+    The limit is 7 s here instead of the 30 s of ``config.TOOL_HEARTBEAT`` (the tool beats every
+    5 s, as ``test_ending_attacks`` has it): what is proved is that the limit passed, not how
+    long it is, and the test waited it out."""
+    monkeypatch.setattr(config, "TOOL_HEARTBEAT", HEARTBEAT)
+    model.reply(calls(("slow", {"key": "k1", "seconds": HEARTBEAT.total_seconds() + 6})))
     model.reply(text("done"))
     queue = f"attack-{uuid.uuid4()}"
     async with build_worker(client, agents=[slow_gated], task_queue=queue, gemini=model.client()):
@@ -85,7 +97,7 @@ async def test_a_heartbeat_timeout_by_id_does_not_replace_an_approved_tools_resu
         (i,) = paused.interrupts
         resumed = asyncio.create_task(chat.resume(answers=[approve(i)], identity="alice"))
         tool_id = await _tool_id(client, chat.id)
-        await asyncio.sleep(TOOL_HEARTBEAT.total_seconds() + 1)
+        await asyncio.sleep(HEARTBEAT.total_seconds() + 1)
         assert t.RUNS["slow_finished"] == 0  # still running, heartbeating
         await _fail_raw(client, chat.id, tool_id, _timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT))
         result = await asyncio.wait_for(resumed, 30)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from examples.banking import banking_agent
 from temporal_agent_interrupts import EventsGone, FinishReason, SendRejected
@@ -20,7 +21,7 @@ from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import streaming
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text
 from temporal_agent_interrupts.workflows.limits import RUN
-from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
+from temporal_agent_interrupts.workflows.stream import POLL_UPDATE, PUBLISH_SIGNAL
 from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, eventually, server_address
@@ -254,7 +255,7 @@ async def test_a_resume_stream_that_leaves_interrupts_pending_ends_with_its_answ
 
 
 async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_through(
-    run_worker, model
+    run_worker, model, client
 ):
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
@@ -275,8 +276,13 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
             async for _ in stream.subscribe(["events"], from_offset=end, result_type=TurnEvent):
                 pass
 
+        polls_before = await _accepted_polls(client, chat.id)
         waiting = [asyncio.create_task(follower()) for _ in range(MAX_FOLLOWERS)]
-        await asyncio.sleep(1.0)  # they are waiting now, each holding an update
+        # They are waiting now, each holding an update the conversation accepted.
+        await eventually(
+            lambda: _accepted_polls(client, chat.id),
+            lambda n: n >= polls_before + MAX_FOLLOWERS,
+        )
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await asyncio.wait_for(follower(), 20)
         assert "followers waiting already" in str(refused.value.cause)
@@ -285,6 +291,18 @@ async def test_followers_beyond_the_cap_are_refused_and_updates_still_get_throug
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def _accepted_polls(client: Client, chat_id: str) -> int:
+    """The stream's poll updates the conversation's current run has accepted."""
+    hist = await client.get_workflow_handle(chat_id).fetch_history()
+    return sum(
+        1
+        for e in hist.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        == POLL_UPDATE
+    )
 
 
 async def test_a_namespace_holders_direct_polls_do_not_take_the_products_followers_stream(

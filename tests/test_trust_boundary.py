@@ -948,14 +948,18 @@ async def test_a_reset_runs_an_approved_tool_again_with_the_same_idempotency_key
 
 
 async def test_a_signal_flood_while_a_tool_runs_stops_the_turn_and_keeps_the_conversation(
-    run_worker, model, client
+    unthrottled, model
 ):
     """A run continues as new only while no turn runs; 1.9 MB junk signals, one after another,
     while a tool runs for minutes would take it to the server's 50 MiB, where it is terminated.
     Past 32 MiB the turn is stopped (the model told the tool may have taken effect) and the
-    conversation continues as new, alive, its refusals on record."""
+    conversation continues as new, alive, its refusals on record.
+
+    On the ``unthrottled`` server: that it continues as new, and what it keeps, do not depend on
+    when a new run's first task starts, and the signals after it wait for that."""
+    client = unthrottled.client
     model.reply(calls(("slow", {"key": "k", "seconds": 600}, "s1")), text("never"))
-    async with run_worker(agents=[t.careful]) as agents:
+    async with hosted(client, agents=[t.careful], model=model) as agents:
         chat = await agents.chat("careful")
         sending = asyncio.create_task(chat.send("be slow"))
         await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1, timeout=15)

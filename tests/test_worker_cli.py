@@ -16,8 +16,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,10 @@ from temporal_agent_interrupts.worker.devserver import RecordedServer, recorded_
 from tests.helpers import fake_dev_server
 from tests.test_worker_process import bare_environ, free_port
 
-# Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s. The margin is
-# for a loaded machine: the point is giving up before the SDK would, not how fast.
-PROMPT = CONNECT_TIMEOUT.total_seconds() + 15
+# Connecting to a silent server takes CONNECT_TIMEOUT; the SDK alone took 30 s, and said
+# "Timeout expired". Only the project's own bound says this, so a process that says it gave up
+# at that bound, before the SDK's (how fast is for bench/, not a timed assertion here).
+GAVE_UP_AT_ITS_OWN_BOUND = f"(no reply within {CONNECT_TIMEOUT.total_seconds():g}s)"
 
 
 def run(
@@ -215,9 +217,8 @@ def test_a_configured_address_with_nothing_there_starts_no_server(tmp_path, conf
 # --- a server that accepts connections and never answers ---------------------------------------
 
 
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A port that accepts connections and never says a word, like a hung server."""
+@contextmanager
+def _silent_port() -> Iterator[str]:
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)
     held: list[socket.socket] = []
@@ -242,6 +243,38 @@ def silent_server() -> Iterator[str]:
             conn.close()
 
 
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A port that accepts connections and never says a word, like a hung server."""
+    with _silent_port() as address:
+        yield address
+
+
+Started = tuple[str, Path, Future[subprocess.CompletedProcess[str]]]
+
+
+@pytest.fixture(scope="module")
+def given_up_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Started]]:
+    """``agent-worker --dev-server`` and ``make demo``, each in a scratch directory of its own,
+    against a silent server (:func:`silent_server`'s), started side by side the first time a
+    test asks for them: each waits out its connect bound (10 s) while the other does, so the two
+    tests below take one such wait between them, not one each. Each test reads its own process:
+    ``(address, directory, future result)``."""
+    with _silent_port() as address, ThreadPoolExecutor(2) as pool:
+        worker_dir = tmp_path_factory.mktemp("worker")
+        demo_dir = tmp_path_factory.mktemp("demo")
+        worker = pool.submit(
+            run,
+            "-m",
+            "temporal_agent_interrupts.worker",
+            "--dev-server",
+            env=bare_environ(worker_dir, TEMPORAL_ADDRESS=address),
+            cwd=worker_dir,
+        )
+        demo = pool.submit(demo_against, demo_dir, address)
+        yield {"worker": (address, worker_dir, worker), "demo": (address, demo_dir, demo)}
+
+
 class _QuietHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -260,22 +293,17 @@ def http_server() -> Iterator[str]:
         server.server_close()
 
 
-def test_the_worker_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
-    began = time.monotonic()
-    worker = run(
-        "-m",
-        "temporal_agent_interrupts.worker",
-        "--dev-server",
-        env=bare_environ(tmp_path, TEMPORAL_ADDRESS=silent_server),
-        cwd=tmp_path,
-    )
-    took = time.monotonic() - began
+def test_the_worker_gives_up_on_a_server_that_does_not_answer(given_up_on):
+    silent_server, tmp_path, started = given_up_on["worker"]
+    worker = started.result()
     assert worker.returncode == 1, worker.stdout + worker.stderr
     (line,) = [line for line in worker.stderr.splitlines() if " ERROR " in line]
     assert f"the server at {silent_server} is not answering as Temporal" in line
     assert "TEMPORAL_ADDRESS" in line
     assert "Traceback" not in worker.stderr
-    assert took < PROMPT, took
+    # It gave up at its own bound, not at the SDK's.
+    assert GAVE_UP_AT_ITS_OWN_BOUND in line, line
+    assert "Timeout expired" not in worker.stderr
     assert not (tmp_path / ".temporal").exists()
 
 
@@ -290,10 +318,9 @@ def demo_against(tmp_path: Path, address: str) -> subprocess.CompletedProcess[st
     )
 
 
-def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_server):
-    began = time.monotonic()
-    demo = demo_against(tmp_path, silent_server)
-    took = time.monotonic() - began
+def test_the_demo_gives_up_on_a_server_that_does_not_answer(given_up_on):
+    silent_server, _, started = given_up_on["demo"]
+    demo = started.result()
     assert demo.returncode == 1, demo.stdout + demo.stderr
     (line,) = demo.stderr.splitlines()
     assert line.startswith(
@@ -301,7 +328,9 @@ def test_the_demo_gives_up_on_a_server_that_does_not_answer(tmp_path, silent_ser
     ), line
     assert "stop whatever listens there, or point TEMPORAL_ADDRESS at a Temporal server" in line
     assert "approve?" not in demo.stdout and "make stop" not in demo.stdout
-    assert took < PROMPT, took
+    # It gave up at its own bound, not at the SDK's.
+    assert GAVE_UP_AT_ITS_OWN_BOUND in line, line
+    assert "Timeout expired" not in demo.stderr
 
 
 def test_the_demo_names_a_server_that_is_not_temporal(tmp_path, http_server):
