@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -43,19 +44,32 @@ async def collect(stream) -> list[tuple[float, TurnEvent]]:
 
 async def test_text_arrives_while_the_model_is_still_producing_it(run_worker, model, client):
     words = "one two three four five"
-    model.reply(Reply.streamed(text(words), pieces=5, interval=1.0))
-    async with run_worker() as agents:
-        chat = await agents.chat("assistant")
-        turn = chat.send_stream("count to five")
-        seen = await collect(turn)
-        result = await turn.result()
+    # The model produces its first piece, then nothing more until the reader has it.
+    produced = threading.Event()
+    model.reply(Reply.streamed(text(words), pieces=5, interval=0.5, hold=produced))
+    held_at_first_text: bool | None = None
+    seen: list[tuple[float, TurnEvent]] = []
+    try:
+        async with run_worker() as agents:
+            chat = await agents.chat("assistant")
+            turn = chat.send_stream("count to five")
+            async for ev in turn:
+                seen.append((time.monotonic(), ev))
+                if ev.kind == "text" and held_at_first_text is None:
+                    held_at_first_text = not produced.is_set()
+                    produced.set()
+            result = await turn.result()
+    finally:
+        produced.set()
     kinds = [ev.kind for _, ev in seen]
     assert kinds[-1] == "turn_end"
     texts = [(at, ev) for at, ev in seen if ev.kind == "text"]
     assert "".join(ev.text or "" for _, ev in texts) == words
     assert len(texts) >= 3  # it came in pieces, not in one piece at the end
-    first_text_at, end_at = texts[0][0], seen[-1][0]
-    assert end_at - first_text_at >= 1.0, "the first text came less than 1 s before the end"
+    # The first text reached the reader while the rest of the reply was not yet produced: it
+    # is the first chunk alone (a reply published at its end would come whole).
+    assert held_at_first_text is True
+    assert texts[0][1].text == "one t", texts[0][1].text
     assert result.finish_reason == FinishReason.STOP and result.text == words
     end = seen[-1][1]
     assert end.result is not None and end.result.text == words

@@ -42,11 +42,23 @@ class Reply:
     # Seconds between stream chunks: the first goes at once, each next one this much later
     # (a model still producing its reply).
     interval: float = 0.0
+    # Set: a stream stops after its first chunk until this is set (at most HOLD_LIMIT): a model
+    # still producing its reply for as long as a test wants, which can then tell what reached
+    # its reader while the rest was not yet produced, by order rather than by the clock.
+    hold: threading.Event | None = None
 
     @classmethod
-    def streamed(cls, response: dict[str, Any], *, pieces: int, interval: float = 0.0) -> Reply:
+    def streamed(
+        cls,
+        response: dict[str, Any],
+        *,
+        pieces: int,
+        interval: float = 0.0,
+        hold: threading.Event | None = None,
+    ) -> Reply:
         """``response`` as Gemini streams it: its text in ``pieces`` chunks, ``interval``
-        seconds apart, then a last chunk with its calls, finish reason and usage."""
+        seconds apart, then a last chunk with its calls, finish reason and usage; with
+        ``hold``, nothing after the first chunk until it is set."""
         candidate = response["candidates"][0]
         parts = candidate["content"]["parts"]
         text = "".join(p.get("text", "") for p in parts)
@@ -62,7 +74,7 @@ class Reply:
         others = [p for p in parts if "text" not in p]
         last = {**candidate, "content": {"role": "model", "parts": others}}
         chunks.append({**response, "candidates": [last]})
-        return cls(chunks=chunks, interval=interval)
+        return cls(chunks=chunks, interval=interval, hold=hold)
 
     @classmethod
     def error(cls, status: int, message: str, *, code: str = "", **headers: str) -> Reply:
@@ -77,6 +89,9 @@ class Reply:
         }
         return cls(chunks=[body], status=status, headers=headers)
 
+
+HOLD_LIMIT = 30.0
+"""The longest a held stream (``Reply.hold``) waits: a test that never sets it gets its reply."""
 
 _STATUS = {
     400: "INVALID_ARGUMENT",
@@ -154,9 +169,16 @@ class Answer:
     content_type: str
     headers: dict[str, str]
     payload: bytes
-    # A stream's events, each ready to write, and the seconds to wait between them.
+    # A stream's events, each ready to write, the seconds to wait between them, and what the
+    # events after the first wait for (Reply.hold).
     events: tuple[bytes, ...] = ()
     interval: float = 0.0
+    hold: threading.Event | None = None
+
+    @property
+    def paced(self) -> bool:
+        """Whether the stream's events go one by one (not all at once)."""
+        return bool(self.events) and (bool(self.interval) or self.hold is not None)
 
 
 def answer(
@@ -197,6 +219,7 @@ def _encode(reply: Reply, *, sse: bool) -> Answer:
             b"".join(events),
             events=events,
             interval=reply.interval,
+            hold=reply.hold,
         )
     merged = reply.chunks[-1] if reply.chunks else {}
     return Answer(reply.status, "application/json", reply.headers, json.dumps(merged).encode())
@@ -334,8 +357,10 @@ class GeminiStandIn:
         for k, v in reply.headers.items():
             h.send_header(k, v)
         h.end_headers()
-        if reply.interval and reply.events:
+        if reply.paced:
             for i, event in enumerate(reply.events):
+                if i == 1 and reply.hold is not None:
+                    reply.hold.wait(HOLD_LIMIT)
                 if i:
                     time.sleep(reply.interval)
                 h.wfile.write(event)

@@ -53,6 +53,7 @@ from temporal_agent_interrupts.worker.offline_model import respond as offline
 from temporal_agent_interrupts.worker.offline_model import summary
 from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
 from temporal_agent_interrupts.worker.standin import (
+    HOLD_LIMIT,
     Answer,
     Reply,
     Request,
@@ -176,7 +177,7 @@ class _ScriptTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
         # A thread, so a script that blocks holds up this call only, not the worker's loop.
         found = await asyncio.to_thread(self._found, request, raw)
         headers = {"content-type": found.content_type, **found.headers}
-        if found.interval and found.events:
+        if found.paced:
             # A reply still being produced: its chunks arrive one by one.
             return httpx2.Response(found.status, headers=headers, content=_paced(found))
         return httpx2.Response(found.status, headers=headers, content=found.payload)
@@ -193,6 +194,8 @@ class _ScriptTransport(httpx2.AsyncBaseTransport, httpx2.BaseTransport):
 
 async def _paced(found: Answer) -> AsyncIterator[bytes]:
     for i, event in enumerate(found.events):
+        if i == 1 and found.hold is not None:
+            await asyncio.to_thread(found.hold.wait, HOLD_LIMIT)
         if i:
             await asyncio.sleep(found.interval)
         yield event
