@@ -243,7 +243,7 @@ async def test_a_caller_continued_as_new_mid_pause_reports_it_partial_and_last_t
         first_run = (await handle.describe()).run_id
         slow = call("slowpoke", {"input": call("crawl", {"account": "x"})})
         # By signal: an update waiting on the turn would hold the run from continuing as new.
-        await handle.signal("send", {"text": delegate("kim", 9) + "\n" + slow})
+        await handle.signal("send", {"text": delegate("kira", 9) + "\n" + slow})
         try:
             (i,) = await eventually(parent.pending, lambda p: len(p) == 1, timeout=30)
             for n in range(RUN.can_signals):  # each refused (the turn is paused), each counted
@@ -259,7 +259,7 @@ async def test_a_caller_continued_as_new_mid_pause_reports_it_partial_and_last_t
         assert not whole.partial and [x.ref for x in whole.interrupts] == [i.ref]
         done = await parent.resume(answers=[approve(i)], identity="alice")
         assert done.finish_reason == FinishReason.STOP, done
-        assert "kim" in done.text and "slowpoke" in done.text
+        assert "kira" in done.text and "slowpoke" in done.text
     await _no_task_failed_but_racing_signals(client, parent.id)
 
 
@@ -354,7 +354,7 @@ async def test_an_answer_the_sub_agent_applied_before_the_worker_was_lost_is_app
     async with workers(client, queue, tmp_path) as start:
         first = await start()
         parent = await agents.chat("supervisor")
-        (i,) = (await parent.send(delegate("ivy", 7))).interrupts
+        (i,) = (await parent.send(delegate("ines", 7))).interrupts
         (tmp_path / HOLD_ANSWER).touch()
         answered = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
         await eventually(lambda: asyncio.sleep(0, (tmp_path / ANSWERED).exists()), bool, timeout=45)
@@ -363,9 +363,9 @@ async def test_an_answer_the_sub_agent_applied_before_the_worker_was_lost_is_app
         await start()
         done = await asyncio.wait_for(answered, 90)
         assert done.finish_reason == FinishReason.STOP, done
-        assert "paid" in done.text and "ivy" in done.text
+        assert "paid" in done.text and "ines" in done.text
         assert await parent.rejections() == []  # nothing said the answer went astray
-    assert [r.to for r in ledger.runs()] == ["ivy"]
+    assert [r.to for r in ledger.runs()] == ["ines"]
     assert forwarded(await agents.audit(parent.id)) == [
         (i.ref, i.chat_id, "alice", "update", "applied")
     ]

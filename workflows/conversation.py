@@ -43,9 +43,6 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RawValue
 
-with workflow.unsafe.imports_passed_through():
-    pass
-
 from temporal_agent_interrupts.workflows import audit, config, operator_view
 from temporal_agent_interrupts.workflows.activity_io import (
     SubAgentReport,
@@ -101,7 +98,6 @@ __all__ = [
 
 @workflow.defn(name=config.WORKFLOW_TYPE)
 class AgentWorkflow:
-    @workflow.init
     @workflow.init
     def __init__(self, input: RawStart = NO_START) -> None:
         # A start is a request: only this conversation's own continue-as-new hands on state

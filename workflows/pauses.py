@@ -28,13 +28,18 @@ from temporal_agent_interrupts.workflows.subagents import SubAgentChild
 
 def pause_settled(calls: list[CallState], running: dict[str, SubAgentChild]) -> bool:
     """Whether a turn's pause is whole: some call of its message is under way, and each one
-    that is runs a sub-agent whose child waits on someone (as last read). No tool call runs,
+    that is runs a sub-agent whose child waits on someone (as last read, with no answer on its
+    way to it or taken since that read). No tool call runs,
     no sub-agent call is starting or at work: whatever else the message does has paused or
     ended, so a report now lists every interrupt it will have until something is answered.
 
     False once no call is under way: the turn's own step reports that pause (TurnMachine.drive).
     """
-    waiting = {child.ref for child in running.values() if child.requests}
+    waiting = {
+        child.ref
+        for child in running.values()
+        if child.requests and not child.answering and child.reread is None
+    }
     under_way = [c.ref for c in calls if c.status == "ready"]
     return bool(under_way) and all(ref in waiting for ref in under_way)
 

@@ -123,6 +123,8 @@ class Children:
                     # Cleared once it is this child's turn to be read: hints that came while
                     # it queued are answered by this one read.
                     child.hinted = False
+                    child.reads += 1
+                    number = child.reads
                     found = await self._runner.execute(
                         config.SUB_AGENT_PENDING_ACTIVITY,
                         SubAgentPendingInput(
@@ -144,6 +146,8 @@ class Children:
                     raise asyncio.CancelledError() from None  # the call is over: stop watching
                 workflow.logger.warning("could not read sub-agent %s: %s", child_id, e)
                 continue
+            if child.reread is not None and number >= child.reread:
+                child.reread = None  # read since the answer took effect: current again
             if found.ended is not None:
                 # Closed: a call whose run started the child hears it from the child's result;
                 # a re-attached one from this.
@@ -264,6 +268,9 @@ class Children:
     async def _forward(
         self, child_id: str, child: SubAgentChild, resume: JsonObject
     ) -> SubAgentResumeResult:
+        # While the answer is on its way, and until a read after it took effect, what was read
+        # of the child may list what it has answered: its pause is not whole (workflows.pauses).
+        child.answering += 1
         try:
             result: SubAgentResumeResult = await self._runner.execute(
                 config.SUB_AGENT_RESUME_ACTIVITY,
@@ -281,9 +288,13 @@ class Children:
             # Not a worker's word (recorded): whether the sub-agent took the answer is read
             # from it again.
             child.hinted = True
+            child.reread = child.reads + 1
             return SubAgentResumeResult(refused=f"not confirmed: {e.reason}")
+        finally:
+            child.answering -= 1
         if result.refused is None:
             child.hinted = True  # read what it waits on now
+            child.reread = child.reads + 1
         return result
 
 
@@ -602,6 +613,11 @@ class SubAgentChild:
     # answers in a few bytes.
     requests: list[InterruptRequest] = field(default_factory=list)
     digest: str | None = None
+    # Answers on their way to it, and the number of the read that makes what was read of it
+    # current again after one took effect (None: it is); reads started so far.
+    answering: int = 0
+    reread: int | None = None
+    reads: int = 0
     # Every ref it has shown here while it runs: an answer for one it no longer waits on is
     # refused as settled there (answered, or withdrawn), not as a ref this conversation never
     # had; and refused here, so that an update's refusal stays out of history.
