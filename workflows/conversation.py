@@ -118,6 +118,7 @@ class AgentWorkflow:
             can_now=self._can_now,
             publish_event=self._stream.publish,
             signals_taken=lambda: self._h.signals,
+            due=self._due,
         )
         # What this run's handlers have under way, the checks they share, and the handlers.
         self._h = Handling()
@@ -301,6 +302,10 @@ class AgentWorkflow:
         # run continues as new.
         if self._m.can_blocked or self._h.busy or self._m.notifying or self._h.forwarding:
             return False
+        return self._due()
+
+    def _due(self) -> bool:
+        """Whether this run is due to continue as new, whatever holds it now."""
         if self._h.signals >= RUN.can_signals:
             # A fresh run has the server's whole per-run signal allowance again.
             return True

@@ -5,9 +5,11 @@ the other calls of the message may still be under way (tools running, sub-agents
 at work). Reporting at the first child's read gave a caller one child's interrupts and the
 rest a moment later; so a child's change makes a report *owed*, and :class:`PauseReports`
 makes it once every call of the message has paused or ended (:func:`pause_settled`). The one
-exception is a run that continues as new with a report owed: it reports the pause as it
-stands, marked ``partial`` (``TurnResult.partial``), since the next run reports a child's pause
-only when it changes.
+exception is a run that continues as new with a report owed, or is due to (its signals spent,
+its history long): it reports the pause as it stands, marked ``partial``
+(``TurnResult.partial``), since the next run reports a child's pause only when it changes, and
+a caller waiting for the report would otherwise hold the run from continuing while the
+children's reports, signals past the run's allowance, no longer reach it.
 
 Determinism: runs in the workflow; a report is a stop of the turn (commands: the operator
 view's writes), made in the workflow task where the pause became whole, which replay repeats.
@@ -60,13 +62,17 @@ class PauseReports:
         *,
         running: Callable[[], dict[str, SubAgentChild]],
         stop: Callable[[bool], None],
+        due: Callable[[], bool] = lambda: False,
     ) -> None:
         self.s = state
         self._running = running
         self._stop = stop
+        self._due = due
         # A child's change not reported yet, and the task that reports it once it is whole.
         self.owed = False
         self._task: asyncio.Task[None] | None = None
+        # A pause reported as it stood because the run was due to continue as new (once a run).
+        self._reported_due = False
 
     def whole(self) -> bool:
         """Whether the turn's pause can be reported whole now (:func:`pause_settled`)."""
@@ -95,10 +101,23 @@ class PauseReports:
                 or self.s.turn is not turn
                 or not any(c.status == "ready" for c in turn.calls)
                 or self.whole()
+                or (self._due() and not self._reported_due)
             )
         )
-        if self.owed and self.s.turn is turn and self.whole():
-            self._stop(False)
+        if self.owed and self.s.turn is turn:
+            if self.whole():
+                self._stop(False)
+            elif (
+                self._due()
+                and not self._reported_due
+                and any(c.status == "ready" for c in turn.calls)
+            ):
+                # The run is due to continue as new, and what holds it may be the very caller
+                # waiting for this report (an update keeps the run from continuing); once its
+                # signals are spent, the children's reports no longer reach it either. Reported
+                # as it stands, partial; the next run reads every child again at once.
+                self._reported_due = True
+                self._stop(True)
         self.owed = False
 
     def before_continuing(self, *, newly_paused: bool) -> None:

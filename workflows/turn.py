@@ -76,6 +76,8 @@ class TurnMachine:
         publish_event: Puts a turn event on the conversation's stream; returns its offset.
         signals_taken: How many signals this run has taken (a streaming call's share of the
             run's publish signals is what is left of ``RUN.stream_signals``).
+        due: Whether the run is due to continue as new, whatever holds it now (a pause owed is
+            then reported as it stands: see workflows.pauses).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class TurnMachine:
         can_now: Callable[[], bool],
         publish_event: Callable[[TurnEvent], int] | None = None,
         signals_taken: Callable[[], int] = lambda: 0,
+        due: Callable[[], bool] = lambda: False,
     ) -> None:
         self.s = state
         self._publish_event = publish_event
@@ -119,7 +122,7 @@ class TurnMachine:
             report_pause=lambda: self.pauses.child_changed(),
         )
         self.pauses = PauseReports(
-            state, running=lambda: self.children.running, stop=self._report_pause
+            state, running=lambda: self.children.running, stop=self._report_pause, due=due
         )
         self.sub_agents = SubAgentCalls(
             state,
