@@ -326,15 +326,7 @@ async def sub_agent_resume(input: SubAgentResumeInput, *, keys: ResultKeys) -> S
                     return earlier
             result = await handle.execute_update(AgentWorkflow.resume, raw, id=update_id)
     except WorkflowUpdateFailedError as e:
-        cause = e.cause
-        if isinstance(cause, ApplicationError) and cause.non_retryable:
-            return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
-        # The update's own outcome: a retry under its id would only be told it again.
-        raise ApplicationError(
-            f"the sub-agent's update failed: {cause or e}",
-            type="SubAgentUpdateFailed",
-            non_retryable=True,
-        ) from e
+        return _update_failed(e.cause or e)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             # Closed without this answer: an update it took is answered by its id even after
@@ -390,16 +382,22 @@ async def _outcome(outcome: Outcome) -> SubAgentResumeResult:
     """A completed update's outcome, as the first attempt would have returned it."""
     converter = activity.client().data_converter
     if outcome.HasField("failure"):
-        cause = await converter.decode_failure(outcome.failure)
-        if isinstance(cause, ApplicationError) and cause.non_retryable:
-            return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
-        raise ApplicationError(
-            f"the sub-agent's update failed: {cause}",
-            type="SubAgentUpdateFailed",
-            non_retryable=True,
-        )
+        return _update_failed(await converter.decode_failure(outcome.failure))
     (result,) = await converter.decode(outcome.success.payloads, [TurnResult])
     return SubAgentResumeResult(result=result)
+
+
+def _update_failed(cause: BaseException) -> SubAgentResumeResult:
+    """A failed ``resume`` update of the child: its refusal (a non-retryable ApplicationError:
+    the child's rules said no), or else a failure of the call, raised as non-retryable (the
+    update's own outcome: a retry under its id would only be told it again)."""
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return SubAgentResumeResult(refused=cause.message, code=refusal_code(cause))
+    raise ApplicationError(
+        f"the sub-agent's update failed: {cause}",
+        type="SubAgentUpdateFailed",
+        non_retryable=True,
+    ) from cause
 
 
 def _update_id(keys: ResultKeys) -> str:

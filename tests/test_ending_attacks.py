@@ -29,6 +29,7 @@ from temporalio.testing import ActivityEnvironment
 
 from temporal_agent_interrupts import Agent, AgentClient, FinishReason, ToolApproval, approve
 from temporal_agent_interrupts.activities.endings import activity_ending
+from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
@@ -44,6 +45,7 @@ from temporal_agent_interrupts.workflows.config import (
 )
 from temporal_agent_interrupts.workflows.limits import RUN
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
+from temporal_agent_interrupts.workflows.types import TurnResult
 from tests import agents as t
 from tests.agents import supervisor
 from tests.helpers import eventually
@@ -147,6 +149,20 @@ async def _scheduled_any(client: Client, chat_id: str, activity: str) -> bool:
     )
 
 
+async def _approved_until_checked(client: Client, chat: Chat) -> asyncio.Task[TurnResult]:
+    """Approve the paused ``slow_charge`` and wait until its timeout is being checked
+    (``activity_ending`` scheduled); returns the resume, still under way."""
+    (gate,) = (await chat.send("charge 40")).interrupts
+    resumed = asyncio.create_task(chat.resume(restart=[gate.restart({"tool_approved": True})]))
+    await eventually(
+        lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
+        bool,
+        timeout=10,
+        interval=0.02,
+    )
+    return resumed
+
+
 async def test_a_cancel_while_a_timeout_is_checked_cancels_the_turn(run_worker, model, client):
     """An approved tool times out (the server's own timeout, 1 s); while ``activity_ending``
     waits for a worker (one activity slot here, held by the timed-out tool until it returns),
@@ -155,14 +171,7 @@ async def test_a_cancel_while_a_timeout_is_checked_cancels_the_turn(run_worker, 
     model.reply(calls(("slow_charge", {"amount": 40})), text("asked again after the cancel"))
     async with run_worker(max_concurrent_activities=1) as agents:
         chat = await agents.chat("approvals")
-        (gate,) = (await chat.send("charge 40")).interrupts
-        resumed = asyncio.create_task(chat.resume(restart=[gate.restart({"tool_approved": True})]))
-        await eventually(
-            lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
-            bool,
-            timeout=10,
-            interval=0.02,
-        )
+        resumed = await _approved_until_checked(client, chat)
         done = await asyncio.wait_for(chat.cancel("stop"), 30)
         await asyncio.wait_for(resumed, 30)
         cancelled = await _cancel_requested(client, chat.id, ACTIVITY_ENDING_ACTIVITY)
@@ -197,14 +206,7 @@ async def test_a_workflow_cancel_while_a_timeout_is_checked_asks_the_model_nothi
     model.reply(calls(("slow_charge", {"amount": 40})), text("asked again after the cancel"))
     async with run_worker(max_concurrent_activities=1) as agents:
         chat = await agents.chat("approvals")
-        (gate,) = (await chat.send("charge 40")).interrupts
-        resumed = asyncio.create_task(chat.resume(restart=[gate.restart({"tool_approved": True})]))
-        await eventually(
-            lambda: _scheduled_any(client, chat.id, ACTIVITY_ENDING_ACTIVITY),
-            bool,
-            timeout=10,
-            interval=0.02,
-        )
+        resumed = await _approved_until_checked(client, chat)
         handle = client.get_workflow_handle(chat.id)
         await handle.cancel()
         with pytest.raises(Exception):  # noqa: B017, PT011  # the run ends cancelled

@@ -15,6 +15,8 @@ import json
 import threading
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -341,6 +343,15 @@ def test_a_forwarded_record_is_bounded_as_any_audit_record():
 # 3. The worker passing an answer on is lost after the sub-agent applied it.
 
 
+async def answer_held(parent: Chat, i: InterruptRequest, tmp_path: Path) -> asyncio.Task[Any]:
+    """Approve ``i`` on the caller, the forwarding's first attempt held once the sub-agent has
+    its outcome (tests/sub_agent_worker.py ``HOLD_ANSWER``); returns the caller's resume."""
+    (tmp_path / HOLD_ANSWER).touch()
+    answered = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
+    await eventually(lambda: asyncio.sleep(0, (tmp_path / ANSWERED).exists()), bool, timeout=45)
+    return answered
+
+
 async def test_an_answer_the_sub_agent_applied_before_the_worker_was_lost_is_applied(
     client, tmp_path
 ):
@@ -355,9 +366,7 @@ async def test_an_answer_the_sub_agent_applied_before_the_worker_was_lost_is_app
         first = await start()
         parent = await agents.chat("supervisor")
         (i,) = (await parent.send(delegate("ines", 7))).interrupts
-        (tmp_path / HOLD_ANSWER).touch()
-        answered = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
-        await eventually(lambda: asyncio.sleep(0, (tmp_path / ANSWERED).exists()), bool, timeout=45)
+        answered = await answer_held(parent, i, tmp_path)
         await first.kill()  # the child has taken the answer; its outcome never got back
         (tmp_path / HOLD_ANSWER).unlink()
         await start()
@@ -388,9 +397,7 @@ async def test_an_answer_applied_before_the_sub_agent_continued_as_new_stays_app
         parent = await agents.chat("supervisor")
         (i,) = (await parent.send(delegate("jo", 8, agent="treasury"))).interrupts
         assert i.chat_id is not None
-        (tmp_path / HOLD_ANSWER).touch()
-        answered = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
-        await eventually(lambda: asyncio.sleep(0, (tmp_path / ANSWERED).exists()), bool, timeout=45)
+        answered = await answer_held(parent, i, tmp_path)
         child = client.get_workflow_handle(i.chat_id)
         before = (await child.describe()).run_id
         for n in range(10):  # each refused (it is paused), each counted against its run

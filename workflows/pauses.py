@@ -71,8 +71,9 @@ class PauseReports:
         # A child's change not reported yet, and the task that reports it once it is whole.
         self.owed = False
         self._task: asyncio.Task[None] | None = None
-        # A pause reported as it stood because the run was due to continue as new (once a run).
-        self._reported_due = False
+        # The turn whose pause was reported as it stood because the run was due to continue as
+        # new (once a turn: a run kept from continuing, its state too large, reports no more).
+        self._reported_due: TurnState | None = None
 
     def whole(self) -> bool:
         """Whether the turn's pause can be reported whole now (:func:`pause_settled`)."""
@@ -101,7 +102,7 @@ class PauseReports:
                 or self.s.turn is not turn
                 or not any(c.status == "ready" for c in turn.calls)
                 or self.whole()
-                or (self._due() and not self._reported_due)
+                or (self._due() and self._reported_due is not turn)
             )
         )
         if self.owed and self.s.turn is turn:
@@ -109,14 +110,14 @@ class PauseReports:
                 self._stop(False)
             elif (
                 self._due()
-                and not self._reported_due
+                and self._reported_due is not turn
                 and any(c.status == "ready" for c in turn.calls)
             ):
                 # The run is due to continue as new, and what holds it may be the very caller
                 # waiting for this report (an update keeps the run from continuing); once its
                 # signals are spent, the children's reports no longer reach it either. Reported
                 # as it stands, partial; the next run reads every child again at once.
-                self._reported_due = True
+                self._reported_due = turn
                 self._stop(True)
         self.owed = False
 
