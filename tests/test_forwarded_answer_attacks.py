@@ -11,15 +11,16 @@ Real dev server, the offline stand-in's rules (``call TOOL {json}``) on the real
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from datetime import UTC, datetime
 
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.converter import DataConverter
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts import Agent, FinishReason, agent_tool, approve
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
@@ -157,21 +158,11 @@ async def test_forged_token_signals_for_a_sub_agents_ref_are_recorded_refused_an
     await _no_task_failed_but_racing_signals(client, parent.id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "DEFECT: a resume update whose refs name a sub-agent's interrupt and whose JSON holds a "
-        "lone surrogate escape (metadata '\\ud800') passes validate_resume (answered_refs reads "
-        "leniently, no check_json) and reaches Children._forward, where scheduling "
-        "sub_agent_resume cannot encode its input: PydanticSerializationError in the update "
-        "handler fails the caller's workflow task (UNHANDLED_FAILURE), and the conversation is "
-        "wedged: the real approver's resume is refused ('Workflow Task in failed state')"
-    ),
-)
-async def test_an_update_with_lone_surrogates_for_a_sub_agents_ref_wedges_the_caller(client):
-    """By update, the lenient read that finds the sub-agent (answered_refs) lets a body through
-    whose text the activity input cannot encode: the handler must refuse it, not fail the
-    caller's workflow task (which would retry it, and wedge the conversation).
+async def test_an_update_with_lone_surrogates_for_a_sub_agents_ref_is_refused_not_a_wedge(client):
+    """By update, the lenient read that finds the sub-agent (answered_refs) let a body through
+    whose text the activity input cannot encode: scheduling the forwarding failed the caller's
+    workflow task, and the conversation was wedged (the real approver's resume refused with
+    "Workflow Task in failed state"). The door now refuses it, with a reason.
 
     By signal the same body is recorded as a rejection ("could not reach sub-agent"): see
     test_forged_token_signals_for_a_sub_agents_ref_are_recorded_refused_and_bounded."""
@@ -183,17 +174,16 @@ async def test_an_update_with_lone_surrogates_for_a_sub_agents_ref_wedges_the_ca
         handle = client.get_workflow_handle(parent.id)
         entry = approve(i).model_dump(mode="json")
         body = {"respond": [entry], "identity": "alice", "metadata": {"m": "\ud800"}}
-        with contextlib.suppress(Exception):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
             await asyncio.wait_for(handle.execute_update("resume", raw(body)), 15)
-        recovered = None
-        try:
-            recovered = await asyncio.wait_for(
-                parent.resume(answers=[approve(i)], identity="alice"), 30
-            )
-        except Exception as e:  # noqa: BLE001  # the defect: the caller is wedged
-            print("not recovered after the failed task:", type(e).__name__, e)
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "ResumeRejected", cause
+        assert "resume" in cause.message, cause.message
+        recovered = await asyncio.wait_for(
+            parent.resume(answers=[approve(i)], identity="alice"), 30
+        )
     await assert_no_workflow_task_failed(client, parent.id)
-    assert recovered is not None and recovered.finish_reason == FinishReason.STOP, recovered
+    assert recovered.finish_reason == FinishReason.STOP, recovered
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     RUN,
     Refused,
+    check_json,
     check_label,
     check_size,
     check_text,
@@ -197,6 +198,10 @@ class Door:
         found = self._m.children.delegated_to(refs)
         if found is None:
             return None
+        # What passes on must be writable as the forwarding activity's input: a lone surrogate
+        # or nesting past what pydantic-core serializes reads as JSON here, and scheduling the
+        # activity with it failed the workflow task (the whole conversation, for an update).
+        check_json(body, what="resume")
         why = refused_early(body, found[1].requests) if early else None
         if why is not None:
             # Surely refused there: refused here, before it costs the caller's history an
