@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from temporal_agent_interrupts.workflows.config import WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
 
 TRACING_SWITCH = "OTEL_EXPORTER_OTLP_ENDPOINT"
 
@@ -79,8 +79,7 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
             }
         ),
         "workflow": frozenset({WORKFLOW_TYPE}),
-        # workflows/config.py MODEL_ACTIVITY and TOOL_ACTIVITY.
-        "activity": frozenset({"model_call", "tool_call"}),
+        "activity": frozenset({MODEL_ACTIVITY, TOOL_ACTIVITY}),
         "nexus operation": frozenset(),
     }
 )

@@ -19,3 +19,14 @@ class GreetingWorkflow:
         return await workflow.execute_activity(
             shout, name, start_to_close_timeout=timedelta(seconds=10)
         )
+
+
+@workflow.defn
+class CallOne:
+    """Runs one activity of the worker's by its name."""
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return await workflow.execute_activity(
+            name, "hi", result_type=str, start_to_close_timeout=timedelta(seconds=10)
+        )

@@ -15,6 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporal_agent_interrupts import AgentClient, FinishReason, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY
 from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
 from tests.helpers import (
@@ -97,7 +98,7 @@ async def test_paused_conversation_continues_as_new_and_stays_paused(small_histo
     responses = model.requests[-1].function_responses()
     assert [r["name"] for r in responses] == ["approve", "lookup"]
     # Across every run: one model call and the lookup before the pause, one model call after.
-    assert scheduled == ["model_call", "tool_call", "model_call"]
+    assert scheduled == [MODEL_ACTIVITY, TOOL_ACTIVITY, MODEL_ACTIVITY]
     await assert_no_workflow_task_failed(client, chat.id)
 
 

@@ -90,6 +90,7 @@ from temporal_agent_interrupts.workflows.config import (
     AGENT_STATUS,
     INTERRUPTED_SINCE,
     PENDING_INTERRUPTS,
+    TOOL_ACTIVITY,
 )
 from temporal_agent_interrupts.workflows.types import ErrorKind, InterruptRequest
 from tests import agents as t
@@ -327,7 +328,7 @@ async def test_the_missing_key_hook_fires_for_an_activitys_input_only():
         namespace="ns",
         workflow_id="c-1",
         workflow_type="AgentWorkflow",
-        activity_type="tool_call",
+        activity_type=TOOL_ACTIVITY,
         activity_id="1",
         activity_task_queue="q",
         is_local=False,
@@ -383,7 +384,7 @@ def activity_error(cause: BaseException) -> ActivityError:
         scheduled_event_id=5,
         started_event_id=6,
         identity="worker",
-        activity_type="tool_call",
+        activity_type=TOOL_ACTIVITY,
         activity_id="1",
         retry_state=None,
     )

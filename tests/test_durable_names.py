@@ -11,17 +11,29 @@ no private SDK member) and fail when the workflow gains a name the client does n
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.worker import Worker
 
+from temporal_agent_interrupts import AgentsPlugin
 from temporal_agent_interrupts.tracing import KNOWN_NAMES
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel
 from temporal_agent_interrupts.workflows import Agent
-from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY, WORKFLOW_TYPE
+from temporal_agent_interrupts.workflows.config import (
+    ACTIVITY_PREFIX,
+    MODEL_ACTIVITY,
+    TOOL_ACTIVITY,
+    WORKFLOW_TYPE,
+)
 from temporal_agent_interrupts.workflows.stream import PUBLISH_SIGNAL
 from tests import agents as t
 from tests.helpers import events_of, eventually, history
+from tests.team_workflow import CallOne
+from tests.test_plugin import plugged
 
 
 async def test_the_names_the_client_knows_are_the_workflows_own(run_worker, model, client):
@@ -64,3 +76,30 @@ async def test_the_names_the_client_knows_are_the_workflows_own(run_worker, mode
     }
     assert scheduled == {MODEL_ACTIVITY, TOOL_ACTIVITY} == KNOWN_NAMES["activity"]
     assert KNOWN_NAMES["workflow"] == {WORKFLOW_TYPE}
+
+
+def _team_activity(name: str) -> Callable[[str], Awaitable[str]]:
+    async def run(word: str) -> str:
+        return f"{name}:{word}"
+
+    return activity.defn(name=name)(run)
+
+
+GENERIC = ("model_call", "tool_call", "mcp_call", "sub_agent_pending", "sub_agent_resume")
+
+
+async def test_a_teams_own_activities_of_generic_names_run_beside_the_agents(client):
+    """The plugin adds the product's activities to the team's own worker, where one name can be
+    registered once: each of them is under ``ACTIVITY_PREFIX``, so a team's own ``tool_call``
+    (once a name of ours) neither stops the worker from starting nor is shadowed."""
+    plugin = AgentsPlugin(agents=[t.ops_agent()], gemini=ScriptedModel([]).client())
+    assert all(name.startswith(ACTIVITY_PREFIX) for name in (MODEL_ACTIVITY, TOOL_ACTIVITY))
+    theirs = plugged(client, plugin)
+    queue = f"team-{uuid.uuid4()}"
+    team = [_team_activity(name) for name in GENERIC]
+    async with Worker(theirs, task_queue=queue, workflows=[CallOne], activities=team):
+        for name in GENERIC:  # the team's, not ours, answer to the bare names
+            got = await theirs.execute_workflow(
+                CallOne.run, name, id=f"one-{uuid.uuid4()}", task_queue=queue
+            )
+            assert got == f"{name}:hi"

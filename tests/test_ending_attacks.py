@@ -41,6 +41,7 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.config import (
     ACTIVITY_ENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
+    TOOL_ACTIVITY,
     WORKFLOW_TYPE,
 )
 from temporal_agent_interrupts.workflows.limits import RUN
@@ -290,7 +291,7 @@ async def test_a_forged_timed_out_answer_of_the_check_does_not_take_a_forged_tim
         chat = await AgentClient(client, task_queue=queue).chat(slow_gated.name)
         (gate,) = (await chat.send("go")).interrupts
         resumed = asyncio.create_task(chat.resume(answers=[approve(gate)], identity="alice"))
-        tool_id = await _scheduled_id(client, chat.id, "tool_call")
+        tool_id = await _scheduled_id(client, chat.id, TOOL_ACTIVITY)
         await asyncio.sleep(7.5)
         await _fail_raw(client, chat.id, tool_id, _timeout(TimeoutType.TIMEOUT_TYPE_HEARTBEAT))
         check_id = await _scheduled_id(client, chat.id, ACTIVITY_ENDING_ACTIVITY)

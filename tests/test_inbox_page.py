@@ -29,6 +29,7 @@ from starlette.routing import Mount
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, agent_tool
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from temporal_agent_interrupts.workflows.types import DENIED_BY_USER
 from tests import agents as t
 from tests.browser import UI_TIMEOUT_MS, browser_context, first_page
@@ -210,7 +211,7 @@ async def test_approve_runs_the_tool_once_shows_the_result_and_a_stale_second_cl
         # Exactly once, by the count and by history.
         assert t.RUNS["release"] == 1
         scheduled = scheduled_activities(await history(agents.temporal, chat.id))
-        assert scheduled.count("tool_call") == 1, scheduled  # release is its only tool
+        assert scheduled.count(TOOL_ACTIVITY) == 1, scheduled  # release is its only tool
 
     # Everything either page asked for was the app's: no CDN, no font, no beacon.
     app = urlsplit(origin)
@@ -312,8 +313,8 @@ async def test_a_sub_agent_s_call_is_listed_on_its_caller_with_its_path_and_appr
 
     assert t.RUNS["release"] == 1
     # The sub-agent's tool ran in the sub-agent's chat; the caller ran none of its own.
-    assert scheduled_activities(await history(agents.temporal, child_id)).count("tool_call") == 1
-    assert "tool_call" not in scheduled_activities(await history(agents.temporal, chat.id))
+    assert scheduled_activities(await history(agents.temporal, child_id)).count(TOOL_ACTIVITY) == 1
+    assert TOOL_ACTIVITY not in scheduled_activities(await history(agents.temporal, chat.id))
     # The caller's model heard the sub-agent's answer as the call's output.
     (response,) = model.requests[-1].function_responses()
     assert response["response"] == {"text": "Released 2.1.", "chat_id": child_id}

@@ -190,8 +190,8 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
     run = named(mine, "RunWorkflow:AgentWorkflow")
     assert run and all(ctx(s).trace_id == trace_id for s in run)
     for name in (
-        "RunActivity:model_call",
-        "RunActivity:tool_call",
+        "RunActivity:agent_interrupts.model_call",
+        "RunActivity:agent_interrupts.tool_call",
         SPAN_MODEL_CALL,
         SPAN_TOOL_CALL,
         SPAN_TURN_START,
@@ -205,7 +205,7 @@ async def test_one_conversation_is_one_trace_with_names_and_refs_and_no_payloads
         assert all(ctx(s).trace_id == trace_id for s in found), name
     # The activities' product spans are children of the contrib's RunActivity spans.
     (tool_span,) = named(mine, SPAN_TOOL_CALL)
-    (run_tool,) = named(mine, "RunActivity:tool_call")
+    (run_tool,) = named(mine, "RunActivity:agent_interrupts.tool_call")
     assert tool_span.parent is not None and tool_span.parent.span_id == ctx(run_tool).span_id
     # The resume came in a trace of its own (a later call from anywhere): the workflow's
     # handling of it is in the conversation's trace, linked to the caller's.
@@ -331,7 +331,7 @@ async def test_exceptions_reach_spans_by_their_type_alone(spans, client, model):
     mine = of_chat(everything, chat.id)
 
     # The failing tool: each attempt's span is an error, by its type alone.
-    attempts = named(mine, "RunActivity:tool_call")
+    attempts = named(mine, "RunActivity:agent_interrupts.tool_call")
     assert len(attempts) == 3
     for attempt in attempts:
         assert attempt.status.status_code == trace.StatusCode.ERROR
@@ -348,7 +348,7 @@ async def test_exceptions_reach_spans_by_their_type_alone(spans, client, model):
     refused = [
         e
         for s in mine
-        if s.name not in ("RunActivity:tool_call", SPAN_TOOL_CALL)
+        if s.name not in ("RunActivity:agent_interrupts.tool_call", SPAN_TOOL_CALL)
         for e in s.events
         if e.name == "exception"
     ]
@@ -438,11 +438,11 @@ def test_span_names_keep_only_the_names_the_product_defines():
         "HandleUpdate:__temporal_workflow_stream_poll",
         "RunWorkflow:AgentWorkflow",
         "CompleteWorkflow:AgentWorkflow",
-        "RunActivity:tool_call",
+        "RunActivity:agent_interrupts.tool_call",
         # Named by this process's own calls, and the product's own spans: left as they are.
         "StartWorkflowUpdate:resume",
         "SignalWorkflow:anything at all",
-        "StartActivity:tool_call",
+        "StartActivity:agent_interrupts.tool_call",
         SPAN_TURN_START,
         "no prefix",
     ]

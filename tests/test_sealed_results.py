@@ -306,7 +306,7 @@ def _tool_env(chat_id: str) -> ActivityEnvironment:
         workflow_id=chat_id,
         workflow_run_id="run-1",
         workflow_type=WORKFLOW_TYPE,
-        activity_id="tool_call.1.0123456789ab",
+        activity_id="agent_interrupts.tool_call.1.0123456789ab",
         activity_type=TOOL_ACTIVITY,
     )
     return env

@@ -315,7 +315,7 @@ def _resume_env(details: list[Any]) -> ActivityEnvironment:
     env.info = dataclasses.replace(
         env.info,
         workflow_id="chat-1",
-        activity_id="sub_agent_resume.4.0123456789ab",
+        activity_id="agent_interrupts.sub_agent_resume.4.0123456789ab",
         activity_type=SUB_AGENT_RESUME_ACTIVITY,
         heartbeat_details=details,
     )
@@ -339,7 +339,7 @@ def test_a_heartbeat_sent_by_id_does_not_choose_the_update_id_of_a_passed_on_ans
     # Another call, or another key, has another id: no one without the key can work it out.
     elsewhere = _resume_env([])
     elsewhere.info = dataclasses.replace(
-        elsewhere.info, activity_id="sub_agent_resume.5.ba9876543210"
+        elsewhere.info, activity_id="agent_interrupts.sub_agent_resume.5.ba9876543210"
     )
     assert elsewhere.run(_update_id, keys) != first
     other_key = parse_result_keys(generate_result_key("k1"))

@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 
 from temporal_agent_interrupts import FinishReason, ResumeRejected, SendRejected, UnknownAgent
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
+from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY
 from tests import agents as t
 from tests.helpers import (
     assert_no_workflow_task_failed,
@@ -544,7 +545,7 @@ async def test_definition_is_recorded_once_then_only_when_it_changes(run_worker,
     specs = [json.loads(r)["spec"] for r in results]
     assert specs[0]["name"] == "assistant" and specs[0]["tools"][0]["interrupt_only"] is True
     assert specs[1] is None
-    assert scheduled_activities(hist) == ["model_call", "model_call"]
+    assert scheduled_activities(hist) == [MODEL_ACTIVITY, MODEL_ACTIVITY]
 
 
 async def test_send_to_another_agents_chat_is_rejected(run_worker, model):
@@ -611,7 +612,7 @@ async def test_model_calls_carry_only_new_messages_in_history(run_worker, model,
     inputs = [
         json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
         for e in events_of(hist, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "model_call"
+        if e.activity_task_scheduled_event_attributes.activity_type.name == MODEL_ACTIVITY
     ]
     assert len(inputs) == 2 * turns
     assert [i["new_from"] for i in inputs[:4]] == [0, 2, 4, 6]

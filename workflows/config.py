@@ -13,14 +13,19 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 WORKFLOW_TYPE = "AgentWorkflow"
 """The conversation's workflow type; the activities act only for a run of it."""
 
-MODEL_ACTIVITY = "model_call"
-TOOL_ACTIVITY = "tool_call"
-MCP_ACTIVITY = "mcp_call"
-SUB_AGENT_PENDING_ACTIVITY = "sub_agent_pending"
-SUB_AGENT_RESUME_ACTIVITY = "sub_agent_resume"
+ACTIVITY_PREFIX = "agent_interrupts."
+"""Every activity of the product is named under this prefix: the plugin registers them on the
+team's own workers, beside the team's own activities, and a worker refuses two activities of one
+name. A bare ``tool_call`` of the team's would otherwise stop the worker from starting."""
+
+MODEL_ACTIVITY = ACTIVITY_PREFIX + "model_call"
+TOOL_ACTIVITY = ACTIVITY_PREFIX + "tool_call"
+MCP_ACTIVITY = ACTIVITY_PREFIX + "mcp_call"
+SUB_AGENT_PENDING_ACTIVITY = ACTIVITY_PREFIX + "sub_agent_pending"
+SUB_AGENT_RESUME_ACTIVITY = ACTIVITY_PREFIX + "sub_agent_resume"
 """Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the
 workflow can neither query another workflow nor wait on its update, an activity can."""
-ACTIVITY_ENDING_ACTIVITY = "activity_ending"
+ACTIVITY_ENDING_ACTIVITY = ACTIVITY_PREFIX + "activity_ending"
 """How one of the run's activities ended, as its history says (a timeout the server made, or a
 failure sent by id shaped as one): the workflow sees the two alike, its history does not."""
 ACTIVITY_ENDING_START_TO_CLOSE = timedelta(seconds=60)
