@@ -837,6 +837,32 @@ def cancel(
     _run(ctx, command)
 
 
+@app.command(name="setup-search-attributes")
+def setup_search_attributes_command(ctx: typer.Context) -> None:
+    """Register the search attributes conversations upsert on the namespace (once per
+    namespace; no agents or worker needed)."""
+
+    async def command(agents: AgentClient) -> None:
+        # Imported here: the worker side's module (the attribute list and the registering call
+        # live there, next to the check every worker makes at start); only this command needs it.
+        from temporal_agent_interrupts.worker.search_attributes import (
+            SearchAttributesRefused,
+            setup_search_attributes,
+        )
+
+        try:
+            added = await setup_search_attributes(agents.temporal)
+        except SearchAttributesRefused as e:
+            raise _Fail(ExitCode.USAGE, str(e)) from None
+        namespace = safe(agents.temporal.namespace)
+        if added:
+            out.print(f"namespace {namespace}: registered {', '.join(added)}")
+        else:
+            out.print(f"namespace {namespace}: search attributes already present")
+
+    _run(ctx, command)
+
+
 @app.command()
 def events(
     ctx: typer.Context,

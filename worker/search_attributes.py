@@ -1,12 +1,16 @@
 """The namespace must know the search attributes the workflow upserts.
 
-Without them the workflow's upsert would fail every workflow task, so the worker checks at start
-and refuses to run with a message that says how to fix it.
+Without them the workflow's upsert would fail every workflow task, so every worker that hosts
+agents checks at start (``AgentsPlugin.run_worker``, ``agent-worker``) and refuses to run with a
+message that says how to fix it: ``setup_search_attributes(client)``, or the commands that call it
+(``agent-worker --setup-search-attributes``, ``agentctl setup-search-attributes``), which need no
+agents.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -38,6 +42,7 @@ def _wanted() -> dict[str, IndexedValueType.ValueType]:
 
 
 async def missing_search_attributes(client: Client) -> list[str]:
+    """The names of the attributes ``client``'s namespace lacks (or has with another type)."""
     resp = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
@@ -56,20 +61,49 @@ async def check_search_attributes(client: Client) -> None:
             return
         raise
     if missing:
-        cli = " ".join(search_attribute_args())
-        raise MissingSearchAttributes(
-            f"namespace {client.namespace!r} lacks the search attributes {missing}, which "
-            "conversations upsert. Register them once with:\n"
-            "    agent-worker --setup-search-attributes\n"
-            "    (with docker compose: docker compose run --rm worker agent-worker "
-            "--setup-search-attributes)\n"
-            f"or, on a dev server, start it with: temporal server start-dev {cli}\n"
-            f"On Temporal Cloud, add them ({_listing()}) in the namespace settings or with tcld."
-        )
+        raise MissingSearchAttributes(fix_message(client, missing))
 
 
-async def register_search_attributes(client: Client) -> list[str]:
-    """Add whichever attributes are missing; returns the names added."""
+def fix_message(client: Client, missing: list[str]) -> str:
+    """What to run to register ``missing`` on ``client``'s namespace, from any folder.
+
+    The commands name the server and namespace the client is connected to: a worker built in a
+    team's own code is often connected to a namespace no environment variable names, and a
+    command that fixed ``default`` instead would leave the same refusal.
+    """
+    namespace = client.namespace
+    address = client.service_client.config.target_host
+    env = f"TEMPORAL_ADDRESS={shlex.quote(address)} TEMPORAL_NAMESPACE={shlex.quote(namespace)}"
+    return (
+        f"namespace {namespace!r} lacks the search attributes {missing}, which "
+        "conversations upsert. Register them once (no agents needed, from any folder) with:\n"
+        f"    {env} agent-worker --setup-search-attributes\n"
+        f"or: {env} agentctl setup-search-attributes\n"
+        "or, from Python: await temporal_agent_interrupts.worker.setup_search_attributes(client)\n"
+        "(with docker compose: docker compose run --rm worker agent-worker "
+        "--setup-search-attributes)\n"
+        f"On Temporal Cloud, add them ({_listing()}) in the namespace settings or with tcld."
+    )
+
+
+async def setup_search_attributes(client: Client) -> list[str]:
+    """Register the search attributes conversations upsert on ``client``'s namespace.
+
+    Idempotent: adds only those missing, and needs no agents, so a deployment runs it once per
+    namespace from anywhere (``agent-worker --setup-search-attributes`` and ``agentctl
+    setup-search-attributes`` call it).
+
+    Args:
+        client: Connected to the namespace to prepare, with credentials allowed to call the
+            operator service.
+
+    Returns:
+        The names added (empty: they were all there).
+
+    Raises:
+        SearchAttributesRefused: the server would not add them (Temporal Cloud manages them in
+            its namespace settings or with tcld); the message says where.
+    """
     wanted = _wanted()
     try:
         missing = await missing_search_attributes(client)
@@ -102,3 +136,7 @@ def _listing() -> str:
     """``AgentName=Keyword, ...``: the attributes as the UI, tcld and the CLI name them."""
     args = search_attribute_args()
     return ", ".join(args[1::2])
+
+
+register_search_attributes = setup_search_attributes
+"""The name ``setup_search_attributes`` had before it was public (tests and scripts use it)."""
