@@ -20,7 +20,7 @@ import pytest
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.client.stream import next_offset
-from temporal_agent_interrupts.client.web import Access, agents_app
+from temporal_agent_interrupts.client.web import MAX_REASON, Access, Forbidden, agents_app
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -475,6 +475,42 @@ async def test_the_applications_authorize_rule_is_asked_before_anything_is_done(
     assert {a.action for a in asked} == {"send", "read", "answer", "inbox"}
     # The approvals API names the chat's agent too (read from the server), as AG-UI does.
     assert Access(action="answer", chat_id=thread, agent=agent.name, identity="ann") in asked
+
+
+async def test_a_refusal_carries_the_reason_the_application_gave_escaped_and_bounded(client):
+    """``authorize`` refuses with a reason by raising ``Forbidden``; returning False still
+    refuses, saying only what was refused. The reason is the application's text going back to
+    whoever was refused: its controls are shown as escapes and it is cut to ``MAX_REASON``."""
+    reasons = {
+        "ann": "answers on payments chats need the payments-approvers group",
+        "eve": "line\nbreak \x1b[31mred\u202e " + "x" * 5000,
+    }
+
+    def rule(request: Any, access: Access) -> bool:
+        user = request.headers.get("x-user", "")
+        if user in reasons:
+            raise Forbidden(reasons[user])
+        return user == "cy"
+
+    app = agents_app(
+        AgentClient(client), identity=lambda r: r.headers.get("x-user"), authorize=rule
+    )
+    async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+
+        async def refusal(user: str) -> str:
+            r = await http.get(f"{base}/api/inbox", headers={"X-User": user})
+            assert r.status_code == 403, r.text
+            assert r.headers["content-type"] == "application/problem+json"
+            assert r.json()["code"] == "forbidden"
+            return r.json()["detail"]
+
+        assert await refusal("ann") == f"not allowed to inbox: {reasons['ann']}"
+        bounded = await refusal("eve")
+        assert bounded.startswith("not allowed to inbox: line\\x0abreak \\x1b[31mred\\u202e x")
+        assert len(bounded) == len("not allowed to inbox: ") + MAX_REASON
+        assert bounded.endswith("…") and "\x1b" not in bounded and "\n" not in bounded
+        assert await refusal("bob") == "not allowed to inbox"  # the bool form, as before
+        assert (await http.get(f"{base}/api/inbox", headers={"X-User": "cy"})).status_code == 200
 
 
 def test_dev_mode_serves_loopback_only():
