@@ -91,6 +91,10 @@ from temporal_agent_interrupts.client.views import (
     who,
 )
 from temporal_agent_interrupts.errors import ChatNotFound, UnknownAgent
+from temporal_agent_interrupts.search_attributes import (
+    SearchAttributesRefused,
+    setup_search_attributes,
+)
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
@@ -843,13 +847,6 @@ def setup_search_attributes_command(ctx: typer.Context) -> None:
     namespace; no agents or worker needed)."""
 
     async def command(agents: AgentClient) -> None:
-        # Imported here: the worker side's module (the attribute list and the registering call
-        # live there, next to the check every worker makes at start); only this command needs it.
-        from temporal_agent_interrupts.worker.search_attributes import (
-            SearchAttributesRefused,
-            setup_search_attributes,
-        )
-
         try:
             added = await setup_search_attributes(agents.temporal)
         except SearchAttributesRefused as e:
