@@ -16,7 +16,9 @@ it sets:
   interceptor when ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns tracing on;
 - on the worker: ``AgentWorkflow``, the model and tool activities, and the workflow sandbox with
   this package's pass-through modules (a sandbox the team configured keeps its restrictions and
-  gains the pass-through; an unsandboxed runner is left as the team chose it).
+  gains the pass-through; an unsandboxed runner is left as the team chose it);
+- at each worker's start, before it polls: the namespace's search attributes, which every
+  conversation upserts (``MissingSearchAttributes``, with the command that registers them).
 
 Everything else about the worker is the team's: task queue, concurrency, ``max_cached_workflows``,
 identity, Worker Versioning (deployment options), graceful shutdown and its other workflows and
