@@ -91,6 +91,10 @@ from temporal_agent_interrupts.client.views import (
     who,
 )
 from temporal_agent_interrupts.errors import ChatNotFound, UnknownAgent
+from temporal_agent_interrupts.search_attributes import (
+    SearchAttributesRefused,
+    setup_search_attributes,
+)
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
@@ -833,6 +837,25 @@ def cancel(
             return
         out.print(f"cancelled turn {res.turn} of {safe(chat_id)} as {safe(who)}")
         print_turn(res)
+
+    _run(ctx, command)
+
+
+@app.command(name="setup-search-attributes")
+def setup_search_attributes_command(ctx: typer.Context) -> None:
+    """Register the search attributes conversations upsert on the namespace (once per
+    namespace; no agents or worker needed)."""
+
+    async def command(agents: AgentClient) -> None:
+        try:
+            added = await setup_search_attributes(agents.temporal)
+        except SearchAttributesRefused as e:
+            raise _Fail(ExitCode.USAGE, str(e)) from None
+        namespace = safe(agents.temporal.namespace)
+        if added:
+            out.print(f"namespace {namespace}: registered {', '.join(added)}")
+        else:
+            out.print(f"namespace {namespace}: search attributes already present")
 
     _run(ctx, command)
 

@@ -76,6 +76,7 @@ from temporal_agent_interrupts.errors import (
 )
 from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
+from temporal_agent_interrupts.workflows.details import truncate, visible
 from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
@@ -115,7 +116,27 @@ class Access(BaseModel):
 
 
 Authorize = Callable[[Request, Access], "bool | Awaitable[bool]"]
-"""The application's own rule: may this request do that? False is a 403."""
+"""The application's own rule: may this request do that? False is a 403; so is raising
+:class:`Forbidden`, whose reason the 403 carries."""
+
+
+class Forbidden(Exception):
+    """Raised by an ``authorize`` function to refuse with a reason the caller is shown.
+
+    ``raise Forbidden("answers on payments chats need the payments-approvers group")`` makes a
+    403 whose ``detail`` ends with that reason (control characters escaped, cut to
+    :data:`MAX_REASON` characters), where returning False says only what was refused. Where
+    the app only filters (the inbox's chats, an answer's readable result) it counts as False.
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+MAX_REASON = 300
+"""The most of a :class:`Forbidden` reason a refusal shows (it is the application's text, but
+it goes back to whoever was refused)."""
 
 DEV_IDENTITY_HEADER = "x-agent-identity"
 DEV_IDENTITY = "dev@localhost"
@@ -543,16 +564,29 @@ class _App:
         Raises:
             Problem: 403, it said no.
         """
-        if not await self.permits(request, access):
+        refused = await self._refusal(request, access)
+        if refused is not None:
             what = f" on chat {access.chat_id[:100]!r}" if access.chat_id else ""
-            raise Problem(403, "forbidden", f"not allowed to {access.action}{what}")
+            because = f": {refused}" if refused else ""
+            raise Problem(403, "forbidden", f"not allowed to {access.action}{what}{because}")
 
     async def permits(self, request: Request, access: Access) -> bool:
         """What the application's ``authorize`` says (yes, when it gave none)."""
+        return await self._refusal(request, access) is None
+
+    async def _refusal(self, request: Request, access: Access) -> str | None:
+        """None when ``authorize`` allows ``access``; else the reason it gave ("" for none),
+        shown as text and bounded."""
         if self.authorize is None:
-            return True
-        said = self.authorize(request, access)
-        return bool(await said if inspect.isawaitable(said) else said)
+            return None
+        try:
+            said = self.authorize(request, access)
+            allowed = bool(await said if inspect.isawaitable(said) else said)
+        except Forbidden as e:
+            # Cut before escaping, so a huge reason costs nothing; escapes lengthen it, cut again.
+            reason = str(e.reason)
+            return truncate(visible(reason[: MAX_REASON + 1]), MAX_REASON)
+        return None if allowed else ""
 
     def chat(self, chat_id: str, agent: str = "") -> Chat:
         return Chat(self.client, agent=agent, chat_id=chat_id)

@@ -106,6 +106,27 @@ async def temporal_cli(client: Client, *args: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode(errors="replace")
 
 
+async def create_namespace(client: Client, namespace: str) -> None:
+    """``temporal operator namespace create``, as a team makes one: without the search
+    attributes the project's conversations upsert."""
+    from temporal_agent_interrupts.worker.devserver import temporal_cli as cli_path
+
+    proc = await asyncio.create_subprocess_exec(
+        cli_path(),
+        "operator",
+        "namespace",
+        "create",
+        "--namespace",
+        namespace,
+        "--address",
+        server_address(client),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode(errors="replace")
+
+
 async def cli_signal(
     client: Client, workflow_id: str, name: str, json_input: str
 ) -> tuple[int, str]:

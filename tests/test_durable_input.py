@@ -838,8 +838,15 @@ async def test_the_details_panel_cannot_be_broken_out_of(run_worker, model, clie
     for fence_token in fences:
         (command,) = fence_token.content.splitlines()
         argv = shell_words(command)
-        assert argv[:4] == ["temporal", "workflow", "signal", "--workflow-id"]
-        assert argv[4] == chat.id  # the exact id, newlines and backticks included
+        assert argv[:6] == [
+            "temporal",
+            "workflow",
+            "signal",
+            "--namespace",
+            client.namespace,
+            "--workflow-id",
+        ]
+        assert argv[6] == chat.id  # the exact id, newlines and backticks included
         assert json.loads(argv[-1])
     # Every input shows whole, inside one code span.
     code = [tok.content for tok in tokens if tok.type == "code_inline"]

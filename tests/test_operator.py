@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import socket
 import sys
 import threading
@@ -32,6 +33,7 @@ from temporalio.api.workflowservice.v1 import QueryWorkflowRequest
 from temporalio.client import Client
 
 from temporal_agent_interrupts import AgentClient, FinishReason, NoWorkerAnswered
+from temporal_agent_interrupts.worker.devserver import temporal_cli as temporal_binary
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.workflows.config import (
     AGENT_NAME,
@@ -178,13 +180,25 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
         assert f"Waiting on `lookup` (ref `{rc.interrupts[0].ref}`) since 20" in details
         assert '- input: `{"key": "c"}`' in details
         command = re.search(
-            r"temporal workflow signal --workflow-id (\S+) --name resume --input '([^']+)'",
+            r"temporal workflow signal --namespace (\S+) --workflow-id (\S+) --name resume "
+            r"--input '([^']+)'",
             details,
         )
         assert command is not None, details
-        assert command[1] == c.id
-        code, out = await cli_signal(client, c.id, "resume", command[2])
-        assert code == 0, out
+        # The namespace is named: pasted elsewhere than `default`, the command still finds C.
+        assert (command[1], command[2]) == (client.namespace, c.id)
+        # Run as pasted (the ids here need no quoting), pointed at the test's server.
+        argv = [
+            temporal_binary(),
+            *shlex.split(command[0])[1:],
+            "--address",
+            server_address(client),
+        ]
+        done = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out, _ = await done.communicate()
+        assert done.returncode == 0, out
         await eventually(c.status, lambda s: s.status == "idle")
         # Activities are labelled for the UI. The model's name is known from the first model
         # call's result on (the agent's definition reaches the workflow that way).

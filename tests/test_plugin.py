@@ -7,6 +7,7 @@ the team's own workflow keeps running on the same worker.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -19,10 +20,17 @@ from temporal_agent_interrupts.codec import AgentPayloadConverter
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.plugin import PLUGIN_NAME
 from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, GuardedRunner, OurRunner
+from temporal_agent_interrupts.worker.search_attributes import (
+    MissingSearchAttributes,
+    missing_search_attributes,
+    setup_search_attributes,
+)
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel
 from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 from tests import agents as test_agents
+from tests.helpers import create_namespace, server_address
 from tests.team_workflow import GreetingWorkflow, shout
 
 
@@ -132,3 +140,44 @@ def test_the_plugin_configures_a_replayer_too():
 def test_the_plugin_needs_agents():
     with pytest.raises(ValueError, match="at least one agent"):
         AgentsPlugin(agents=[])
+
+
+async def test_a_worker_of_the_plugin_refuses_a_namespace_without_the_search_attributes(client):
+    namespace = f"fintech-{uuid.uuid4().hex[:8]}"
+    await create_namespace(client, namespace)
+    plugin = AgentsPlugin(agents=[test_agents.ops_agent()], gemini=ScriptedModel().client())
+    theirs = plugged(Client(**{**client.config(), "namespace": namespace}), plugin)
+    wanted = sorted(key.name for key in SEARCH_ATTRIBUTES)
+    assert sorted(await missing_search_attributes(theirs)) == wanted
+    queue = f"team-{uuid.uuid4()}"
+
+    def team_worker() -> Worker:
+        return Worker(theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout])
+
+    async def in_async_with() -> None:
+        async with team_worker():
+            await asyncio.Event().wait()  # the refusal cancels this
+
+    # Both ways a team runs a worker end in the refusal, at once, instead of a first send whose
+    # workflow tasks all fail; the message names the namespace and the command that fixes it.
+    async def run() -> None:
+        await team_worker().run()
+
+    for start in (in_async_with, run):
+        with pytest.raises(MissingSearchAttributes) as refused:
+            await start()
+        message = str(refused.value)
+        assert f"namespace {namespace!r} lacks" in message
+        assert (
+            f"TEMPORAL_ADDRESS={server_address(client)} TEMPORAL_NAMESPACE={namespace} "
+            "agent-worker --setup-search-attributes"
+        ) in message
+        assert "setup_search_attributes(client)" in message
+    # The public fix, from Python; then the same worker starts and serves.
+    assert sorted(await setup_search_attributes(theirs)) == wanted
+    assert await setup_search_attributes(theirs) == []  # once is enough
+    async with team_worker():
+        greeting = await theirs.execute_workflow(
+            GreetingWorkflow.run, "ada", id=f"greet-{uuid.uuid4()}", task_queue=queue
+        )
+    assert greeting == "ADA!"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,8 +54,11 @@ PROCESS_TIMEOUT = 120
 """Bounds on a build and on one of the project's processes; neither is a timed assertion."""
 
 
-def run(*argv: str | Path, cwd: Path, timeout: float = BUILD_TIMEOUT) -> str:
-    """Run a command to its end; its output, or a failure that shows it."""
+def run(
+    *argv: str | Path, cwd: Path, timeout: float = BUILD_TIMEOUT, logs: list[str] | None = None
+) -> str:
+    """Run a command to its end; its output, or a failure that shows it. ``logs`` collects
+    what it wrote to both streams (a build backend warns on stderr)."""
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [str(a) for a in argv],
@@ -66,6 +70,8 @@ def run(*argv: str | Path, cwd: Path, timeout: float = BUILD_TIMEOUT) -> str:
         check=False,
     )
     assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+    if logs is not None:
+        logs.append(done.stdout + done.stderr)
     return done.stdout
 
 
@@ -93,6 +99,10 @@ class Release:
     """Built from the sdist, as ``python -m build`` (and so ``make dist``) does."""
     tree_wheel: Path
     """Built straight from the clone's tree, as ``pip install .`` does."""
+    editable: Path
+    """Built as ``pip install -e .`` builds it (the backend's ``build_editable``)."""
+    logs: list[str]
+    """What the builds printed."""
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +113,18 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     for folder in FOLDERS:
         assert (clone / PACKAGE / folder).is_symlink(), f"{PACKAGE}/{folder} is not a link"
     dist, tree = base / "dist", base / "tree"
-    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, clone, cwd=base)
+    logs: list[str] = []
+    run(
+        sys.executable,
+        "-m",
+        "build",
+        "--no-isolation",
+        "--outdir",
+        dist,
+        clone,
+        cwd=base,
+        logs=logs,
+    )
     run(
         sys.executable,
         "-m",
@@ -114,11 +135,28 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
         tree,
         clone,
         cwd=base,
+        logs=logs,
     )
+    editable = base / "editable"
+    # The hook pip calls for `pip install -e .`, in a copy of the tree (it writes egg-info there).
+    editable_tree = base / "editable-tree"
+    clean_clone(ROOT, editable_tree)
+    build_editable = (
+        f"from setuptools import build_meta; build_meta.build_editable({str(editable)!r})"
+    )
+    run(sys.executable, "-c", build_editable, cwd=editable_tree, logs=logs)
     (sdist,) = dist.glob("*.tar.gz")
     (wheel,) = dist.glob("*.whl")
     (tree_wheel,) = tree.glob("*.whl")
-    return Release(clone=clone, sdist=sdist, wheel=wheel, tree_wheel=tree_wheel)
+    (editable_wheel,) = editable.glob("*.whl")
+    return Release(
+        clone=clone,
+        sdist=sdist,
+        wheel=wheel,
+        tree_wheel=tree_wheel,
+        editable=editable_wheel,
+        logs=logs,
+    )
 
 
 def wheel_names(wheel: Path) -> set[str]:
@@ -158,6 +196,23 @@ def test_twine_accepts_the_sdist_and_the_wheel_of_a_real_version(release: Releas
     assert "\nClassifier: Typing :: Typed\n" in metadata
     # The changelog has an entry for the version being released.
     assert f"## [{version}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_building_and_installing_print_no_setuptools_warnings(release: Release):
+    """``pip install .`` and ``pip install -e .`` showed some 45 lines of setuptools warnings
+    (the inbox page's folder, importable but not declared as a package): every build here, the
+    sdist, the wheels and the editable one, prints none. What is left is setuptools' note that
+    every editable install of a mapped layout gets ("InformationOnly: Editable installation"),
+    which is not a warning about this project's configuration."""
+    assert len(release.logs) == 3
+    for log in release.logs:
+        flagged = [
+            line
+            for line in log.splitlines()
+            if re.search(r"Warning|warning:|would be ignored|absent from", line)
+            and "byte-compiling is disabled" not in line  # PYTHONDONTWRITEBYTECODE, the tests'
+        ]
+        assert flagged == [], "\n".join(flagged)
 
 
 def test_the_wheel_holds_the_one_package_and_its_metadata_only(release: Release):

@@ -82,10 +82,18 @@ def _commands(details: str) -> dict[tuple[str, str], list[str]]:
             continue
         (line,) = token.content.splitlines()
         argv = _argv(line)
-        assert argv[:4] == ["temporal", "workflow", "signal", "--workflow-id"], argv
-        assert argv[5:8] == ["--name", "resume", "--input"], argv
-        (entry,) = json.loads(argv[8]).get("restart") or json.loads(argv[8])["respond"]
-        found[(argv[4], entry["ref"])] = argv
+        # The namespace is named (the panel's "default" here: the session's server).
+        assert argv[:6] == [
+            "temporal",
+            "workflow",
+            "signal",
+            "--namespace",
+            "default",
+            "--workflow-id",
+        ]
+        assert argv[7:10] == ["--name", "resume", "--input"], argv
+        (entry,) = json.loads(argv[10]).get("restart") or json.loads(argv[10])["respond"]
+        found[(argv[6], entry["ref"])] = argv
     return found
 
 
@@ -341,6 +349,7 @@ def test_the_panel_shows_at_most_its_limit_of_own_and_delegated_interrupts_toget
     def panel(calls: list[CallState], sub: list[InterruptRequest]) -> str:
         return render_details(
             chat_id="chat",
+            namespace="default",
             agent="supervisor",
             status="interrupted",
             turns=1,

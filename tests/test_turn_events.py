@@ -353,7 +353,11 @@ def test_the_view_of_a_paused_conversation_names_what_it_waits_on():
     book.gate(a, now=NOW + timedelta(minutes=1))
     book.pause(b, source="interrupt", metadata={}, now=NOW)
     view = operator_view.project(
-        state, chat_id="chat-1", pending=book.pending(), requests=book.requests()
+        state,
+        chat_id="chat-1",
+        namespace="default",
+        pending=book.pending(),
+        requests=book.requests(),
     )
     assert view.status == "interrupted"
     assert view.pending_names == ("approve", "charge")
@@ -387,7 +391,7 @@ def test_search_attributes_are_written_only_where_they_differ():
     state, turn = paused_state(CallState(ref="r1", name="charge", status="pending", since=NOW))
     book = InterruptBook(turn.calls, spec=state.spec)
     view = operator_view.project(
-        state, chat_id="c", pending=list(turn.calls), requests=book.requests()
+        state, chat_id="c", namespace="default", pending=list(turn.calls), requests=book.requests()
     )
     current = TypedSearchAttributes(
         [
@@ -399,7 +403,7 @@ def test_search_attributes_are_written_only_where_they_differ():
     )
     assert operator_view.search_attribute_updates(current, agent="banker", view=view) == []
     idle = operator_view.project(
-        ConversationState(agent="banker"), chat_id="c", pending=[], requests=[]
+        ConversationState(agent="banker"), chat_id="c", namespace="default", pending=[], requests=[]
     )
     updates = operator_view.search_attribute_updates(current, agent="banker", view=idle)
     assert {u.key.name: u.value for u in updates} == {

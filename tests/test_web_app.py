@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
+import sys
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -20,10 +24,10 @@ import pytest
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.client.stream import next_offset
-from temporal_agent_interrupts.client.web import Access, agents_app
+from temporal_agent_interrupts.client.web import MAX_REASON, Access, Forbidden, agents_app
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually
+from tests.helpers import assert_no_workflow_task_failed, eventually, free_port
 from tests.test_operator import VISIBILITY_TIMEOUT
 from tests.web import Frame, answer, approval, frames, run_input, served
 
@@ -477,6 +481,42 @@ async def test_the_applications_authorize_rule_is_asked_before_anything_is_done(
     assert Access(action="answer", chat_id=thread, agent=agent.name, identity="ann") in asked
 
 
+async def test_a_refusal_carries_the_reason_the_application_gave_escaped_and_bounded(client):
+    """``authorize`` refuses with a reason by raising ``Forbidden``; returning False still
+    refuses, saying only what was refused. The reason is the application's text going back to
+    whoever was refused: its controls are shown as escapes and it is cut to ``MAX_REASON``."""
+    reasons = {
+        "ann": "answers on payments chats need the payments-approvers group",
+        "eve": "line\nbreak \x1b[31mred\u202e " + "x" * 5000,
+    }
+
+    def rule(request: Any, access: Access) -> bool:
+        user = request.headers.get("x-user", "")
+        if user in reasons:
+            raise Forbidden(reasons[user])
+        return user == "cy"
+
+    app = agents_app(
+        AgentClient(client), identity=lambda r: r.headers.get("x-user"), authorize=rule
+    )
+    async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+
+        async def refusal(user: str) -> str:
+            r = await http.get(f"{base}/api/inbox", headers={"X-User": user})
+            assert r.status_code == 403, r.text
+            assert r.headers["content-type"] == "application/problem+json"
+            assert r.json()["code"] == "forbidden"
+            return r.json()["detail"]
+
+        assert await refusal("ann") == f"not allowed to inbox: {reasons['ann']}"
+        bounded = await refusal("eve")
+        assert bounded.startswith("not allowed to inbox: line\\x0abreak \\x1b[31mred\\u202e x")
+        assert len(bounded) == len("not allowed to inbox: ") + MAX_REASON
+        assert bounded.endswith("…") and "\x1b" not in bounded and "\n" not in bounded
+        assert await refusal("bob") == "not allowed to inbox"  # the bool form, as before
+        assert (await http.get(f"{base}/api/inbox", headers={"X-User": "cy"})).status_code == 200
+
+
 def test_dev_mode_serves_loopback_only():
     agents = AgentClient.__new__(AgentClient)
     with pytest.raises(ValueError, match="loopback only"):
@@ -487,16 +527,23 @@ def test_dev_mode_serves_loopback_only():
         agents_app(agents, identity="header")  # type: ignore[arg-type]  # the wrong form, on purpose
 
 
-async def test_the_readmes_web_app_block_makes_an_app_behind_a_login(env, monkeypatch):
-    """The docs' ``web_app.py`` runs as printed: AgentClient.connect from the environment, an
+WEB_APP = "# web_app.py: served with uvicorn, in your own service (uvicorn web_app:app --port 8000)"
+"""The first line of docs/answering/web.md's FastAPI service, which names its command."""
+
+
+async def test_the_docs_fastapi_service_serves_the_app_behind_a_login_under_uvicorn(env, tmp_path):
+    """The docs' ``web_app.py`` runs as printed, as a reader runs it: saved in a folder of its
+    own and served by ``uvicorn web_app:app``, the command its first line gives (only the port
+    changed), in a process of its own. Its lifespan connects from the environment and mounts the
     app behind an HS256 login (its secret and the app's key from the environment) with one
-    allowed origin, whose login answers as its holder and no one else."""
+    allowed origin; the login answers as its holder, and the service's own route still answers."""
     import jwt
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     from tests.docs import block
     from tests.helpers import server_address
+    from tests.test_worker_process import Process, bare_environ
 
     secret = uuid.uuid4().hex + uuid.uuid4().hex
     key = ed25519.Ed25519PrivateKey.generate().private_bytes(
@@ -504,26 +551,48 @@ async def test_the_readmes_web_app_block_makes_an_app_behind_a_login(env, monkey
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    monkeypatch.setenv("TEMPORAL_ADDRESS", server_address(env.client))
-    monkeypatch.setenv("LOGIN_SECRET", secret)
-    monkeypatch.setenv("AGENTS_APP_KEY", key.decode())
-    namespace: dict[str, Any] = {}
-    source = block("# web_app.py: served with uvicorn, in your own service", lang="python")
-    exec(compile(source, "web_app.py", "exec"), namespace)  # the docs' own code, as printed
-    app = await namespace["make_app"]()
-    login = jwt.encode(
-        {"email": "ann@example.com", "aud": "our-app", "exp": int(time.time()) + 3600},
-        secret,
-        algorithm="HS256",
+    source = block(WEB_APP, lang="python")
+    command = re.search(r"\((uvicorn [^)]*)\)", source.split("\n", 1)[0])
+    assert command is not None, source.split("\n", 1)[0]
+    folder = tmp_path / "service"
+    folder.mkdir()
+    (folder / "web_app.py").write_text(source)
+    port = free_port()
+    argv = shlex.split(command[1].replace("--port 8000", f"--port {port}"))
+    environ = bare_environ(
+        tmp_path,
+        TEMPORAL_ADDRESS=server_address(env.client),
+        LOGIN_SECRET=secret,
+        AGENTS_APP_KEY=key.decode(),
     )
-    assert namespace["exchange"].trusted_issuer().jwks["keys"][0]["crv"] == "Ed25519"
-    async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
-        whoami = await http.get(f"{base}/api/whoami", headers={"Authorization": f"Bearer {login}"})
-        assert whoami.json() == {"identity": "ann@example.com", "mode": "login"}
-        r = await http.options(f"{base}/api/inbox", headers={"Origin": "https://app.example.com"})
-        assert r.headers["access-control-allow-origin"] == "https://app.example.com"
-        r = await answer(http, base, "c", "r", {"action": "approve", "input_digest": "d"})
-        assert r.status_code == 401 and "login" in r.json()["detail"]
+    environ.pop("PYTHONPATH")  # a service of its own: the package is installed, not cloned
+    uvicorn = await Process.start(
+        str(Path(sys.executable).parent / argv[0]), *argv[1:], env=environ, cwd=folder
+    )
+    try:
+        await uvicorn.wait_for("Application startup complete")
+        base = f"http://127.0.0.1:{port}"
+        login = jwt.encode(
+            {"email": "ann@example.com", "aud": "our-app", "exp": int(time.time()) + 3600},
+            secret,
+            algorithm="HS256",
+        )
+        async with httpx2.AsyncClient(timeout=60) as http:
+            assert (await http.get(f"{base}/health")).json() == {"status": "ok"}
+            agents = f"{base}/agents"
+            whoami = await http.get(
+                f"{agents}/api/whoami", headers={"Authorization": f"Bearer {login}"}
+            )
+            assert whoami.json() == {"identity": "ann@example.com", "mode": "login"}
+            r = await http.options(
+                f"{agents}/api/inbox", headers={"Origin": "https://app.example.com"}
+            )
+            assert r.headers["access-control-allow-origin"] == "https://app.example.com"
+            r = await answer(http, agents, "c", "r", {"action": "approve", "input_digest": "d"})
+            assert r.status_code == 401 and "login" in r.json()["detail"]
+    finally:
+        await uvicorn.stop()
+    assert "Traceback" not in uvicorn.output, uvicorn.output
 
 
 async def test_a_partial_resume_ends_with_what_is_still_pending_and_reattaches(

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
@@ -35,7 +36,7 @@ from temporal_agent_interrupts.worker.__main__ import (
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG, temporal_cli
 from temporal_agent_interrupts.worker.search_attributes import missing_search_attributes
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
-from tests.helpers import eventually, free_port, server_address
+from tests.helpers import create_namespace, eventually, free_port, server_address
 
 ROOT = Path(__file__).parent.parent
 ATTRIBUTES = [key.name for key in SEARCH_ATTRIBUTES]
@@ -375,6 +376,35 @@ def test_envconfig_is_read_in_one_place():
         if imports_envconfig(path)
     )
     assert readers == ["temporal_agent_interrupts/connection.py"]
+
+
+async def test_setup_runs_from_an_empty_folder_with_no_agents_to_host(env, tmp_path):
+    """The walkthrough's four tries, from a flat layout: no ``--agents``, an ``AGENT_MODULES``
+    naming a module that is not there, no repository on the path. Registering hosts nothing, so
+    none of that matters, through either command."""
+    bin_dir = Path(sys.executable).parent
+    for command in (
+        ["agent-worker", "--setup-search-attributes"],
+        ["agentctl", "setup-search-attributes"],
+    ):
+        namespace = f"flat-{uuid.uuid4().hex[:8]}"
+        await create_namespace(env.client, namespace)
+        folder = tmp_path / namespace
+        folder.mkdir()
+        environ = {
+            **bare_environ(
+                tmp_path,
+                TEMPORAL_ADDRESS=server_address(env.client),
+                TEMPORAL_NAMESPACE=namespace,
+                AGENT_MODULES="idp",
+            ),
+            "PYTHONPATH": "",
+        }
+        setup = await run_to_end(str(bin_dir / command[0]), *command[1:], env=environ, cwd=folder)
+        assert setup.proc.returncode == 0, setup.output
+        assert f"namespace {namespace}: registered {', '.join(ATTRIBUTES)}" in setup.output
+        client = await Client.connect(server_address(env.client), namespace=namespace)
+        assert await missing_search_attributes(client) == []
 
 
 # --- capacity ----------------------------------------------------------------------------------

@@ -18,6 +18,11 @@ from temporal_agent_interrupts.worker.plugin import (
     has_gemini_key,
 )
 from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, ensure_bytecode, sandbox_runner
+from temporal_agent_interrupts.worker.search_attributes import (
+    MissingSearchAttributes,
+    SearchAttributesRefused,
+    setup_search_attributes,
+)
 from temporal_agent_interrupts.workflows import Agent
 from temporal_agent_interrupts.workflows.seal import ResultKeys
 
@@ -98,10 +103,13 @@ __all__ = [
     "DEFAULT_MAX_CACHED_WORKFLOWS",
     "PASSTHROUGH",
     "AgentsPlugin",
+    "MissingSearchAttributes",
+    "SearchAttributesRefused",
     "agent_converter",
     "build_worker",
     "default_gemini",
     "ensure_bytecode",
     "has_gemini_key",
     "sandbox_runner",
+    "setup_search_attributes",
 ]

@@ -91,7 +91,7 @@ from temporal_agent_interrupts.worker.search_attributes import (
     MissingSearchAttributes,
     SearchAttributesRefused,
     check_search_attributes,
-    register_search_attributes,
+    setup_search_attributes,
 )
 from temporal_agent_interrupts.workflows import Agent
 
@@ -548,7 +548,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             return 1
         if args.setup_search_attributes:
             try:
-                added = await register_search_attributes(client)
+                added = await setup_search_attributes(client)
             except SearchAttributesRefused as e:
                 log.error("%s", e)
                 return 2
@@ -709,8 +709,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         os._exit(0)
     try:
-        # Before anything connects or starts a server, so that a typo fails at once.
-        agents = load_agents(args.agents)
+        # Before anything connects or starts a server, so that a typo fails at once. Registering
+        # the search attributes hosts nothing: it runs from any folder, with no agents named and
+        # whatever AGENT_MODULES says (a container's, naming modules that are not there).
+        agents = [] if args.setup_search_attributes else load_agents(args.agents)
     except AgentSpecError as e:
         _usage_error(str(e))
     from temporal_agent_interrupts.client.api import (

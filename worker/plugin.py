@@ -16,7 +16,9 @@ it sets:
   interceptor when ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns tracing on;
 - on the worker: ``AgentWorkflow``, the model and tool activities, and the workflow sandbox with
   this package's pass-through modules (a sandbox the team configured keeps its restrictions and
-  gains the pass-through; an unsandboxed runner is left as the team chose it).
+  gains the pass-through; an unsandboxed runner is left as the team chose it);
+- at each worker's start, before it polls: the namespace's search attributes, which every
+  conversation upserts (``MissingSearchAttributes``, with the command that registers them).
 
 Everything else about the worker is the team's: task queue, concurrency, ``max_cached_workflows``,
 identity, Worker Versioning (deployment options), graceful shutdown and its other workflows and
@@ -25,11 +27,12 @@ activities. ``build_worker`` is this plugin with the defaults a worker of agents
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import google.genai as genai
@@ -37,7 +40,7 @@ from temporalio.client import ClientConfig
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import ReplayerConfig, WorkerConfig, WorkflowRunner
+from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from temporal_agent_interrupts.activities.runtime import AgentActivities, genai_transport
@@ -60,6 +63,7 @@ from temporal_agent_interrupts.worker.sandbox import (
     OurRunner,
     sandbox_runner,
 )
+from temporal_agent_interrupts.worker.search_attributes import check_search_attributes
 from temporal_agent_interrupts.workflows import Agent, AgentWorkflow
 from temporal_agent_interrupts.workflows.seal import ResultKeys
 
@@ -146,6 +150,25 @@ class AgentsPlugin(SimplePlugin):
         finally:
             if self._activities is not None:
                 await self._activities.mcp.aclose()
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Check the namespace before the worker polls: without the search attributes the
+        conversations upsert, every workflow task of theirs would fail (and retry forever), so
+        the worker refuses to start with ``MissingSearchAttributes``, whose message gives the
+        command that registers them."""
+        try:
+            await check_search_attributes(worker.client)
+        except BaseException:
+            # `async with worker` waits in __aexit__ for the worker's run to mark its shutdown
+            # complete, which only the SDK's own run does: a run that never reached it would hang
+            # the caller forever instead of raising. So the run goes ahead already told to stop
+            # (shutdown is public and safe before a start), and the refusal is raised after it.
+            stopping = asyncio.create_task(worker.shutdown())
+            with contextlib.suppress(Exception):
+                await next(worker)
+            await stopping
+            raise
+        await super().run_worker(worker, next)
 
     @property
     def agent_activities(self) -> AgentActivities:

@@ -471,6 +471,7 @@ class AgentWorkflow:
         return operator_view.project(
             self._s,
             chat_id=workflow.info().workflow_id,
+            namespace=workflow.info().namespace,
             pending=book.pending() if book else [],
             requests=book.requests() if book else [],
             delegated=self._m.children.delegated(),

@@ -287,14 +287,17 @@ def _suggest(
     return {"respond": [respond]}, "answer it (replace each <…> first)"
 
 
-def resume_command(workflow_id: str, answer: JsonObject) -> str:
+def resume_command(workflow_id: str, answer: JsonObject, *, namespace: str) -> str:
     """The ``temporal`` CLI command that sends ``answer`` as a ``resume`` signal, on one line.
 
-    The JSON is ASCII (``json.dumps`` escapes the rest), so one ``shlex.quote`` holds it; the
-    workflow id may be anything and is quoted by :func:`shell_word`.
+    It names the namespace: the CLI's default is ``default``, and a conversation in any other
+    (a team's ``fintech``) would otherwise be "not found" when the operator pastes it. The JSON
+    is ASCII (``json.dumps`` escapes the rest), so one ``shlex.quote`` holds it; the workflow id
+    and the namespace may be anything and are quoted by :func:`shell_word`.
     """
     return (
-        f"temporal workflow signal --workflow-id {shell_word(workflow_id)} --name resume "
+        f"temporal workflow signal --namespace {shell_word(namespace)} "
+        f"--workflow-id {shell_word(workflow_id)} --name resume "
         f"--input {shlex.quote(json.dumps(answer, separators=(',', ':')))}"
     )
 
@@ -339,7 +342,7 @@ def _shown(args: JsonObject, metadata: JsonObject, deadline: datetime | None) ->
     return lines
 
 
-def _delegated(request: InterruptRequest, *, chat_id: str) -> list[str]:
+def _delegated(request: InterruptRequest, *, chat_id: str, namespace: str) -> list[str]:
     """A sub-agent's interrupt (``agent_tool``) as panel lines: where it waits, and the command
     that answers it through this conversation and on the sub-agent's own chat.
 
@@ -371,16 +374,22 @@ def _delegated(request: InterruptRequest, *, chat_id: str) -> list[str]:
         f"- {how}, through this conversation (it passes the answer on to the sub-agent, "
         "whose rules decide):",
         "",
-        fence(resume_command(chat_id, answer)),
+        fence(resume_command(chat_id, answer, namespace=namespace)),
     ]
     if child:
-        lines += ["", "- or on the sub-agent's own chat:", "", fence(resume_command(child, answer))]
+        lines += [
+            "",
+            "- or on the sub-agent's own chat:",
+            "",
+            fence(resume_command(child, answer, namespace=namespace)),
+        ]
     return lines
 
 
 def render_details(
     *,
     chat_id: str,
+    namespace: str,
     agent: str,
     status: AgentStatus,
     turns: int,
@@ -396,6 +405,7 @@ def render_details(
     """The Markdown of the UI's current details: what the conversation waits on and how to
     answer it, how the last turn ended, what was decided and what was refused lately.
 
+    ``namespace``: the conversation's, named in every command the panel suggests.
     ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
     order. ``delegated``: the interrupts this turn's sub-agents wait on (``agent_tool``), with
     their paths, shown after this conversation's own; :data:`MAX_INTERRUPTS_IN_DETAILS` counts
@@ -421,10 +431,10 @@ def render_details(
         ]
         if request is not None:
             lines += _who_may(request)
-        lines += [f"- {how}:", "", fence(resume_command(chat_id, answer))]
+        lines += [f"- {how}:", "", fence(resume_command(chat_id, answer, namespace=namespace))]
     room = MAX_INTERRUPTS_IN_DETAILS - len(shown_own)
     for request in delegated[:room]:
-        lines += ["", *_delegated(request, chat_id=chat_id)]
+        lines += ["", *_delegated(request, chat_id=chat_id, namespace=namespace)]
     total = len(pending) + len(delegated)
     if total > MAX_INTERRUPTS_IN_DETAILS:
         more = total - MAX_INTERRUPTS_IN_DETAILS

@@ -73,6 +73,7 @@ def project(
     state: ConversationState,
     *,
     chat_id: str,
+    namespace: str,
     pending: list[CallState],
     requests: list[InterruptRequest],
     delegated: Sequence[InterruptRequest] = (),
@@ -80,6 +81,7 @@ def project(
     """The operator's view of ``state``.
 
     Args:
+        namespace: The conversation's (the details' commands name it).
         pending: The calls waiting for an answer, in call order (the interrupt book's).
         requests: The same calls as requests (who may answer, the quorum, the votes), for
             the memo the inbox reads.
@@ -99,6 +101,7 @@ def project(
         memo_pending=[memo_entry(r) for r in [*requests, *delegated]],
         details=render_details(
             chat_id=chat_id,
+            namespace=namespace,
             agent=state.agent,
             status=current,
             turns=state.turns,
