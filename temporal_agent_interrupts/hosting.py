@@ -1,6 +1,7 @@
 """Running agents outside the plugin-on-your-own-worker path: ``build_worker()`` for a worker of
-agents only, and the connection settings every entry point shares (``connect_config``,
-``DEFAULT_TASK_QUEUE``).
+agents only, the connection settings every entry point shares (``connect_config``,
+``DEFAULT_TASK_QUEUE``), and ``metrics_runtime`` for an embedding application's Prometheus
+endpoint.
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -21,15 +22,23 @@ from temporal_agent_interrupts._lazy import exports
 if TYPE_CHECKING:
     from temporal_agent_interrupts.connection import DEFAULT_TASK_QUEUE, connect_config
     from temporal_agent_interrupts.worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker
+    from temporal_agent_interrupts.worker.observability import metrics_runtime
 
 _HOME = {
     "build_worker": "worker",
     "DEFAULT_MAX_CACHED_WORKFLOWS": "worker",
     "connect_config": "connection",
     "DEFAULT_TASK_QUEUE": "connection",
+    "metrics_runtime": "worker.observability",
 }
 
-__all__ = ["DEFAULT_MAX_CACHED_WORKFLOWS", "DEFAULT_TASK_QUEUE", "build_worker", "connect_config"]
+__all__ = [
+    "DEFAULT_MAX_CACHED_WORKFLOWS",
+    "DEFAULT_TASK_QUEUE",
+    "build_worker",
+    "connect_config",
+    "metrics_runtime",
+]
 
 # Hidden from type checkers, which read the imports above (see the package root).
 if not TYPE_CHECKING:

@@ -1,5 +1,6 @@
 """What calling reads back: a turn's result and its interrupts, the answers, a stream's events,
-what a conversation reports, the inbox's entries, the audit report, and the ``Tool`` type.
+what a conversation reports, the inbox's entries, the audit report; and what a tool writes with:
+the ``Tool`` type, ``ToolError``'s ``Status``, and the approval vocabulary's words.
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from temporal_agent_interrupts.client.inbox import InboxPage, PausedChat, PausedInterrupt
     from temporal_agent_interrupts.client.stream import TurnStream
     from temporal_agent_interrupts.workflows.types import (
+        APPROVED,
+        FEEDBACK,
+        TIMED_OUT,
+        TOOL_APPROVED,
         AnswerRecord,
         ConversationResult,
         ErrorInfo,
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
         PendingResult,
         Rejection,
         RejectionsResult,
+        Status,
         StatusResult,
         ToolResponse,
         ToolRestart,
@@ -73,9 +79,20 @@ _HOME = {
     "InboxPage": "client.inbox",
     # What tool() and interrupt() return, for an agent's tools=[...] annotated by hand.
     "Tool": "activities.tools",
+    # What a tool writes: ToolError's status (a string works too), and the approval vocabulary's
+    # words, which are on the wire and in recorded histories, spelled once in workflows.types.
+    "Status": "workflows.types",
+    "TOOL_APPROVED": "workflows.types",
+    "APPROVED": "workflows.types",
+    "FEEDBACK": "workflows.types",
+    "TIMED_OUT": "workflows.types",
 }
 
 __all__ = [
+    "APPROVED",
+    "FEEDBACK",
+    "TIMED_OUT",
+    "TOOL_APPROVED",
     "AnswerRecord",
     "AuditReport",
     "ConversationResult",
@@ -90,6 +107,7 @@ __all__ = [
     "PendingResult",
     "Rejection",
     "RejectionsResult",
+    "Status",
     "StatusResult",
     "Tool",
     "ToolResponse",
