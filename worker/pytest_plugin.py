@@ -1,5 +1,8 @@
 """A pytest plugin for tests that use Temporal: pytest's own verdict is the process's exit code.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.testing``.
+
 Load it with ``-p temporal_agent_interrupts.worker.pytest_plugin`` (``addopts`` in
 ``pyproject.toml``) or
 ``pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]`` in the root ``conftest.py``.
