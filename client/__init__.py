@@ -5,6 +5,6 @@ Internal: not covered by the 0.1.x stability promise (the public API is the pack
 namespaces: docs/reference/api.md).
 
 Nothing is re-exported here: the names a caller needs are at the package root
-(``from temporal_agent_interrupts import AgentClient, Chat, approve, ...``), and everything else
-by its module path (``temporal_agent_interrupts.client.inbox.PausedInterrupt``, ...).
+(``from temporal_agent_interrupts import AgentClient, Chat, approve, ...``) and in its
+namespaces (``temporal_agent_interrupts.types.PausedInterrupt``, ``.errors``, ``.web``, ...).
 """
