@@ -80,9 +80,9 @@ _HOME = {
     "AgentClient": "client.api",  # the first thing a caller constructs
     "Chat": "client.api",  # a conversation: send, resume, pending
     "FinishReason": "workflows.types",  # every turn's result is branched on it
-    "approve": "client.api",  # the three answers to an interrupt
-    "deny": "client.api",
-    "respond": "client.api",
+    "approve": "client.api",  # the answers every interrupt needs: yes,
+    "deny": "client.api",  # no (with a reason),
+    "respond": "client.api",  # or the tool's output, supplied by the human
     "run_script": "client.api",  # the first script's last line (the SDK's exit abort)
     "AgentError": "errors",  # the one error to catch; its subclasses are in .errors
 }
