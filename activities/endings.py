@@ -1,5 +1,8 @@
 """``activity_ending``: how one of a conversation's own activities ended, read from its history.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 A timeout the server makes and a failure shaped as one, sent by id
 (``RespondActivityTaskFailedById`` with a ``TimeoutFailureInfo``), reach the workflow alike; its
 history does not hold them alike: the first is ``ActivityTaskTimedOut``, the second

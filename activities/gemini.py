@@ -1,4 +1,8 @@
-"""Conversions between the wire ``Message`` and google-genai types, and Gemini error handling."""
+"""Conversions between the wire ``Message`` and google-genai types, and Gemini error handling.
+
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+"""
 
 from __future__ import annotations
 

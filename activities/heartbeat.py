@@ -1,4 +1,8 @@
-"""Heartbeating while an activity waits, shared by the model, tool and sub-agent activities."""
+"""Heartbeating while an activity waits, shared by the model, tool and sub-agent activities.
+
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+"""
 
 from __future__ import annotations
 

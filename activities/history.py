@@ -1,5 +1,8 @@
 """The model activity's memory of each conversation, so model calls carry only what is new.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The workflow sends the messages the model side has not seen, plus the digest of the ones before
 them. The activity rebuilds the whole conversation from what it kept for the chat, or, when it
 kept nothing or something else (another worker, a restart, a rolled-back turn, an eviction), from

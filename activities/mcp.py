@@ -1,6 +1,9 @@
 """Tools from MCP servers: ``mcp_tools(server, ...)``, the per-worker sessions, the ``mcp_call``
 activity.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.mcp``.
+
 An MCP server's tools become an agent's tools in two steps, both on the worker:
 
 - **Listing.** The model activity lists each server's tools when it calls the model

@@ -1,5 +1,8 @@
 """The two activities every conversation uses: ``model_call`` and ``tool_call``.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Both resolve the agent by name from the worker's registry. ``model_call`` also returns the agent's
 definition as data when the workflow's copy is missing or stale, which is how the definition gets
 into history without an extra activity per turn.

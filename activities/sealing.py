@@ -1,6 +1,10 @@
 """The activities' half of ``workflows.seal``: every result and every failure they return is
 sealed for the one activity that asked, so the workflow can tell it from one completed by id
-from outside."""
+from outside.
+
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The model's text on the conversation's stream, as Gemini streams it.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The model activity feeds each response chunk to a :class:`TextPublisher`, which publishes the new
 visible text on the conversation's stream (``temporalio.contrib.workflow_streams``, topic
 ``events``) as ``text`` turn events: the first text at once, then what has arrived since, every

@@ -1,5 +1,8 @@
 """``agent_tool``: another agent, offered to the model as a tool.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts``.
+
 A call of it is a conversation with that agent, run as a child workflow of the caller's (see
 ``workflows.subagents.SubAgentCalls.run``): its own history, search attributes and audit
 trail, its id the caller's chat id and the call's ref (``workflows.ids.sub_agent_id``). The

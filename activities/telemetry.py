@@ -1,5 +1,8 @@
 """Spans and metrics of the model and tool activities.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Spans go through OpenTelemetry's global API: without a tracer provider (tracing off, see
 ``client/tracing.py``) they cost next to nothing and go nowhere. With the worker's
 ``TracingInterceptor`` they are children of its ``RunActivity`` span, so in the conversation's

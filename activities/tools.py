@@ -1,5 +1,8 @@
 """The tool authoring API: ``tool``, ``interrupt``, ``Interrupt``, ``ToolContext``, ``ToolError``.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts`` and ``temporal_agent_interrupts.types``.
+
 A tool is a typed async function; its input and output schemas come from its pydantic
 annotations. Tools run inside the ``tool_call`` activity, so they may do any I/O. Tool names are
 durable identifiers: renaming a tool breaks conversations paused on it.

@@ -1,5 +1,8 @@
 """AG-UI 1.0 (the Agent-User Interaction protocol) for every agent: the mapping both ways.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The types and the encoder are the ``ag-ui-protocol`` package's; this module only decides what
 each of a conversation's events becomes, and what each resume entry answers.
 

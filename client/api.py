@@ -1,5 +1,8 @@
 """``AgentClient`` and ``Chat``: start conversations, send messages, answer interrupts.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts``.
+
 Where to connect lives in ``client.connection`` and the error types in ``client.errors``; both are
 re-exported here, so ``from client.api import ConnectionConfigError`` keeps working.
 """

@@ -1,6 +1,9 @@
 """A conversation's whole audit trail, read from the histories of all its runs, trusting only
 what this product wrote.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.types``.
+
 The conversation's state keeps only its newest answer records (the log has a budget, and old
 records are shed when it continues as new). The full trail is in Temporal's history instead:
 each time a run applies answers it writes them to its memo under ``answers``

@@ -1,5 +1,8 @@
 """``agentctl chat``: talk to an agent, and answer each interrupt as the turn pauses on it.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Turns stream: the model's text is printed as it arrives, and an interrupt the moment it is
 raised (see ``client/stream.py``).
 """

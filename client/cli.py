@@ -1,5 +1,8 @@
 """``agentctl``: find paused conversations and answer them from a terminal.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 ``pending`` reads Temporal's visibility store only (the search attributes and the memo the
 workflow keeps), so it works while no worker runs. Everything else asks the conversation itself,
 through queries and the validated ``resume``/``cancel`` updates, and therefore needs a worker:

@@ -1,5 +1,8 @@
 """The inbox: every paused chat in a namespace, read from Temporal's visibility store alone.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.types``.
+
 A paused conversation says so in its search attributes (``AgentStatus="interrupted"``,
 ``InterruptedSince``) and lists what it waits on in its memo's ``pending`` entries (written by
 ``workflows.operator_view.memo_entry``: name, ref, the input (an object; a stated placeholder

@@ -1,5 +1,8 @@
 """The web app behind a login: a verified login becomes one short assertion per answer.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.web``.
+
 An application that mounts :func:`~temporal_agent_interrupts.client.web.agents_app` behind its
 own login must never send the login itself to a conversation: an answer's identity token is
 written in the chat's history (the update that carries it), where whoever reads history could

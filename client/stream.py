@@ -1,5 +1,8 @@
 """Following a conversation's events: ``TurnStream`` and ``follow``.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.errors`` and ``temporal_agent_interrupts.types``.
+
 A conversation publishes its turn events on ``temporalio.contrib.workflow_streams`` (see
 ``workflows/stream.py``); this module reads them. Each event carries its ``offset`` in the
 conversation's stream: keep the last one seen, and ``Chat.events(after=offset)`` picks up where it

@@ -1,5 +1,8 @@
 """What ``agentctl`` prints: the rich views for people and the ``--json`` schemas for programs.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Everything shown comes from a conversation, and so from whoever talked to it: it passes through
 ``visible`` (controls made visible) and rich's ``escape`` before it reaches the terminal.
 """

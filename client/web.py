@@ -1,5 +1,8 @@
 """The HTTP face of the product: AG-UI for every agent, an approvals API, an approver's inbox.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.web``.
+
 ``agents_app(client)`` is a Starlette application (a FastAPI app can ``mount`` it); uvicorn
 serves it (``serve()``, or ``python -m temporal_agent_interrupts.client.web``). It holds no state
 of its own beyond the streams it is sending: every answer goes through the conversation's own

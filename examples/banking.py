@@ -12,7 +12,7 @@ from datetime import timedelta
 from pydantic import BaseModel, Field
 
 from temporal_agent_interrupts import Agent, Interrupt, ToolContext, ToolError, interrupt, tool
-from temporal_agent_interrupts.workflows.types import (
+from temporal_agent_interrupts.types import (
     APPROVED,
     FEEDBACK,
     TIMED_OUT,

@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from temporal_agent_interrupts import Agent, Interrupt, ToolContext, ToolError, tool
-from temporal_agent_interrupts.workflows.types import TOOL_APPROVED, Status
+from temporal_agent_interrupts.types import TOOL_APPROVED, Status
 
 READ_ONLY = frozenset(
     {"ls", "pwd", "echo", "cat", "head", "tail", "wc", "grep", "stat", "df", "du", "whoami", "id"}

@@ -1,16 +1,30 @@
 """Durable human-in-the-loop interrupts for Gemini agents, on Temporal.
 
-The names a team needs, in three groups::
+The names a team writes in its first hour, in three groups::
 
     from temporal_agent_interrupts import (
         Agent, ToolApproval, TrustedIssuer, tool, interrupt, Interrupt, ToolContext, ToolError,
-        AgentsPlugin, AgentClient, Chat, FinishReason, approve, deny, respond,
+        agent_tool, AgentsPlugin, AgentClient, Chat, FinishReason, approve, deny, respond,
+        run_script, AgentError,
     )
 
 Authoring (what an agent is), hosting (``AgentsPlugin`` on the team's own client and worker) and
-calling (``AgentClient``, ``Chat``, the answers, and the ``AgentError`` types). Everything else is
-importable by its module path (``temporal_agent_interrupts.workflows.types``,
-``temporal_agent_interrupts.worker.testing``, ...) and is not re-exported here.
+calling (``AgentClient``, ``Chat``, the answers, and ``AgentError``). The rest of the public
+surface is in a few namespaces, each for a later need:
+
+- ``temporal_agent_interrupts.errors``: every error type (all are ``AgentError``\\ s);
+- ``temporal_agent_interrupts.types``: what calling reads back (``TurnResult``,
+  ``InterruptRequest``, ``TurnStream``, the inbox's entries, ...);
+- ``temporal_agent_interrupts.policies``: ``Remind`` and ``Escalate``, for waiting interrupts;
+- ``temporal_agent_interrupts.mcp``: tools from MCP servers;
+- ``temporal_agent_interrupts.web``: the web front ends' ASGI app and its login;
+- ``temporal_agent_interrupts.hosting``: ``build_worker()`` and the connection settings;
+- ``temporal_agent_interrupts.testing``: the kit for an agent's tests, and its pytest plugin.
+
+The root and those namespaces' ``__all__`` are the public API, kept stable through 0.1.x (see
+CHANGELOG.md); every other module is internal, importable but not covered by that promise. The
+names that left the root for a namespace still resolve here until 0.2, with a
+``DeprecationWarning`` that names their new home.
 
 The names resolve on first use, not at import: the workflow sandbox imports this package (the
 parent of ``…workflows``) for every conversation it runs, and must not pull in the client, the
@@ -21,10 +35,10 @@ read the same way, on first use.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from temporal_agent_interrupts.activities.mcp import MCPServerHTTP, MCPServerStdio, mcp_tools
     from temporal_agent_interrupts.activities.subagents import agent_tool
     from temporal_agent_interrupts.activities.tools import (
         Interrupt,
@@ -33,62 +47,58 @@ if TYPE_CHECKING:
         interrupt,
         tool,
     )
-    from temporal_agent_interrupts.client.api import AgentClient, Chat, approve, deny, respond
-    from temporal_agent_interrupts.client.stream import EventsGone
-    from temporal_agent_interrupts.errors import (
-        AgentError,
-        CancelRejected,
-        ChatNotFound,
-        ConnectionConfigError,
-        NoWorkerAnswered,
-        ResumeRejected,
-        SendRejected,
-        ServerNotAnswering,
-        UnknownAgent,
+    from temporal_agent_interrupts.client.api import (
+        AgentClient,
+        Chat,
+        approve,
+        deny,
+        respond,
+        run_script,
     )
+    from temporal_agent_interrupts.errors import AgentError
     from temporal_agent_interrupts.worker.plugin import AgentsPlugin
-    from temporal_agent_interrupts.workflows.agent import (
-        Agent,
-        Escalate,
-        Remind,
-        ToolApproval,
-        TrustedIssuer,
-    )
+    from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval, TrustedIssuer
     from temporal_agent_interrupts.workflows.types import FinishReason
 
     __version__: str
 
+# Each root name, where it lives, and why it is at the root: a team writes it in its first hour.
 _HOME = {
-    # Authoring.
-    "Agent": "workflows.agent",
-    "ToolApproval": "workflows.agent",
-    "TrustedIssuer": "workflows.agent",
-    "Escalate": "workflows.agent",
-    "Remind": "workflows.agent",
-    "tool": "activities.tools",
-    "interrupt": "activities.tools",
-    "Interrupt": "activities.tools",
-    "ToolContext": "activities.tools",
-    "ToolError": "activities.tools",
-    "mcp_tools": "activities.mcp",
-    "MCPServerStdio": "activities.mcp",
-    "MCPServerHTTP": "activities.mcp",
-    "agent_tool": "activities.subagents",
+    # Authoring: the agent, its tools, and the gates that pause them.
+    "Agent": "workflows.agent",  # every agent is one
+    "ToolApproval": "workflows.agent",  # the gate on every tool not allowed outright
+    "TrustedIssuer": "workflows.agent",  # who may answer: trust is set with the agent
+    "tool": "activities.tools",  # the decorator every tool is written with
+    "interrupt": "activities.tools",  # the interrupt-only tool: asking a human is the product
+    "Interrupt": "activities.tools",  # what a tool raises to pause for a human
+    "ToolContext": "activities.tools",  # a resumed tool reads its answer from it
+    "ToolError": "activities.tools",  # a tool's classified failure, without retries
+    "agent_tool": "activities.subagents",  # agents as tools: composing agents is authoring
     # Hosting.
-    "AgentsPlugin": "worker.plugin",
+    "AgentsPlugin": "worker.plugin",  # the one registration point, on the team's own worker
     # Calling.
-    "AgentClient": "client.api",
-    "Chat": "client.api",
-    "FinishReason": "workflows.types",
-    "approve": "client.api",
-    "deny": "client.api",
-    "respond": "client.api",
-    # What calling can raise: every one is an AgentError.
-    "AgentError": "errors",
+    "AgentClient": "client.api",  # the first thing a caller constructs
+    "Chat": "client.api",  # a conversation: send, resume, pending
+    "FinishReason": "workflows.types",  # every turn's result is branched on it
+    "approve": "client.api",  # the answers every interrupt needs: yes,
+    "deny": "client.api",  # no (with a reason),
+    "respond": "client.api",  # or the tool's output, supplied by the human
+    "run_script": "client.api",  # the first script's last line (the SDK's exit abort)
+    "AgentError": "errors",  # the one error to catch; its subclasses are in .errors
+}
+
+# Names the root exported before 0.1.0's stated surface, and the namespace each moved to: they
+# resolve here with a DeprecationWarning until 0.2, then only there.
+_MOVED = {
+    "Remind": "policies",
+    "Escalate": "policies",
+    "mcp_tools": "mcp",
+    "MCPServerStdio": "mcp",
+    "MCPServerHTTP": "mcp",
     "CancelRejected": "errors",
     "ChatNotFound": "errors",
     "ConnectionConfigError": "errors",
-    "EventsGone": "client.stream",
+    "EventsGone": "errors",
     "NoWorkerAnswered": "errors",
     "ResumeRejected": "errors",
     "SendRejected": "errors",
@@ -101,32 +111,19 @@ __all__ = [
     "AgentClient",
     "AgentError",
     "AgentsPlugin",
-    "CancelRejected",
     "Chat",
-    "ChatNotFound",
-    "ConnectionConfigError",
-    "Escalate",
-    "EventsGone",
     "FinishReason",
     "Interrupt",
-    "MCPServerHTTP",
-    "MCPServerStdio",
-    "NoWorkerAnswered",
-    "Remind",
-    "ResumeRejected",
-    "SendRejected",
-    "ServerNotAnswering",
     "ToolApproval",
     "ToolContext",
     "ToolError",
     "TrustedIssuer",
-    "UnknownAgent",
     "agent_tool",
     "approve",
     "deny",
     "interrupt",
-    "mcp_tools",
     "respond",
+    "run_script",
     "tool",
 ]
 
@@ -136,7 +133,8 @@ _DISTRIBUTION = "temporal-agent-interrupts"
 
 # Hidden from type checkers: a module-level __getattr__ tells pyright and mypy that any name
 # exists (its type Any), so `from temporal_agent_interrupts import Agnet` type-checked clean,
-# in the docs' blocks and in every user's code; they read the imports above instead.
+# in the docs' blocks and in every user's code; they read the imports above instead (and so
+# flag a moved name, whose new path the warning below gives at run time).
 if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
@@ -154,6 +152,16 @@ if not TYPE_CHECKING:
                 ) from None
             globals()[name] = value
             return value
+        moved = _MOVED.get(name)
+        if moved is not None:
+            # Not cached in globals(): every import of the old path warns, not only the first.
+            warnings.warn(
+                f"{__name__}.{name} is deprecated and will be removed in 0.2: import it from "
+                f"{__name__}.{moved} (`from {__name__}.{moved} import {name}`)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(f"{__name__}.{moved}"), name)
         home = _HOME.get(name)
         if home is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,8 @@
 """Where to connect: the Temporal connection settings, read the Temporal way.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.hosting``.
+
 ``connect_config`` is the one place every entry point (``agent-worker``, ``agentctl``, the
 demo, ``AgentClient.connect``) reads its connection from: a profile file and ``TEMPORAL_*``
 variables through ``temporalio.envconfig``, with an address that is not ``HOST:PORT`` refused as

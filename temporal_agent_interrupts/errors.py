@@ -1,7 +1,15 @@
-"""The client's error types, and how Temporal's failures become them.
+"""The error types, and how Temporal's failures become them.
 
-Every error a caller of ``AgentClient`` and ``Chat`` sees is an ``AgentError``; its message says
-what happened and what to do. The helpers below sort the SDK's errors (an update's
+Public: ``temporal_agent_interrupts.errors`` is where every error type is imported from, and
+every name in its ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
+
+    from temporal_agent_interrupts.errors import ChatNotFound, ResumeRejected
+
+Every error a caller of ``AgentClient`` and ``Chat`` sees is an ``AgentError`` (also at the
+package root); its message says what happened and what to do. ``EventsGone`` (``client.stream``)
+and the payload key errors (``codec``) live beside what raises them and are re-exported here,
+read on first use: those modules import this one. The helpers below (internal: not in
+``__all__``, not covered by the promise) sort the SDK's errors (an update's
 ``ApplicationError``, an ``RPCError``, an update that stopped waiting) into those types, so that
 ``client.api`` and ``agentctl`` word each failure the same way.
 """
@@ -11,15 +19,20 @@ from __future__ import annotations
 import asyncio
 import difflib
 from datetime import timedelta
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from temporalio.api.errordetails.v1 import NamespaceNotFoundFailure
 from temporalio.client import RPCError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCStatusCode
 
+from temporal_agent_interrupts._lazy import exports
 from temporal_agent_interrupts.workflows.payloads import refusal_code
 from temporal_agent_interrupts.workflows.types import ErrorKind, TurnResult
+
+if TYPE_CHECKING:
+    from temporal_agent_interrupts.client.stream import EventsGone
+    from temporal_agent_interrupts.codec import PayloadKeyMissing, PayloadKeysError
 
 # What a worker answers a query it put off (worker.sandbox.QueryTimeGuard): the query came
 # before the workflow task that brings the conversation's newest events; asked again, it is
@@ -262,21 +275,29 @@ def turn_error(result: TurnResult, agent: str) -> AgentError | None:
     return None
 
 
+# Raised by modules that import this one, so read on first use (see the module docstring).
+_HOME = {
+    "EventsGone": "client.stream",
+    "PayloadKeysError": "codec",
+    "PayloadKeyMissing": "codec",
+}
+
+# The error types only: the helpers above are the client's own.
 __all__ = [
     "AgentError",
     "CancelRejected",
     "ChatNotFound",
     "ConnectionConfigError",
+    "EventsGone",
     "NoWorkerAnswered",
+    "PayloadKeyMissing",
+    "PayloadKeysError",
     "ResumeRejected",
     "SendRejected",
     "ServerNotAnswering",
     "UnknownAgent",
-    "gave_up",
-    "no_worker",
-    "raise_update_error",
-    "rpc_error",
-    "turn_error",
-    "unknown_agent",
-    "worker_missing",
 ]
+
+# Hidden from type checkers, which read the imports above (see the package root).
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = exports(__name__, _HOME)

@@ -1,5 +1,8 @@
 """The namespace must know the search attributes the workflow upserts.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.hosting``.
+
 Without them the workflow's upsert would fail every workflow task, so every worker that hosts
 agents checks at start (``AgentsPlugin.run_worker``, ``agent-worker``) and refuses to run with a
 message that says how to fix it: ``setup_search_attributes(client)``, or the commands that call it

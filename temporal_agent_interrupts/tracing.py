@@ -1,5 +1,8 @@
 """Tracing, when asked for: OpenTelemetry spans of every conversation, exported over OTLP.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (OpenTelemetry's own variable, e.g. ``http://collector:4318``)
 turns it on for ``agent-worker``, ``AgentClient.connect()`` and ``agentctl``: each adds
 ``temporalio.contrib.opentelemetry.TracingInterceptor`` to its Temporal client (a worker built on

@@ -10,7 +10,8 @@ from datetime import timedelta
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts import Agent, MCPServerHTTP, mcp_tools
+from temporal_agent_interrupts import Agent
+from temporal_agent_interrupts.mcp import MCPServerHTTP, mcp_tools
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel

@@ -8,7 +8,8 @@ import json
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts import AgentClient, FinishReason, ResumeRejected, approve, deny
+from temporal_agent_interrupts import AgentClient, FinishReason, approve, deny
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from tests import agents as t
 from tests.conftest import ScriptedModel

@@ -21,12 +21,13 @@ from typing import TypeVar
 import pytest
 from temporalio.client import Client
 
-from temporal_agent_interrupts import Chat, NoWorkerAnswered
+from temporal_agent_interrupts import Chat
 from temporal_agent_interrupts.client.api import (
     AgentClient,
     ConnectionConfigError,
     ServerNotAnswering,
 )
+from temporal_agent_interrupts.errors import NoWorkerAnswered
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent
 from temporal_agent_interrupts.workflows.types import TurnResult

@@ -24,15 +24,9 @@ from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from temporal_agent_interrupts import (
-    AgentClient,
-    FinishReason,
-    Interrupt,
-    NoWorkerAnswered,
-    ToolContext,
-    tool,
-)
+from temporal_agent_interrupts import AgentClient, FinishReason, Interrupt, ToolContext, tool
 from temporal_agent_interrupts.client.audit import RunTrail, judge, merge, read_run
+from temporal_agent_interrupts.errors import NoWorkerAnswered
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer

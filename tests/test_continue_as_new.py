@@ -12,7 +12,8 @@ import uuid
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts import AgentClient, FinishReason, SendRejected
+from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.errors import SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY, TOOL_ACTIVITY

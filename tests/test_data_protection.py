@@ -56,7 +56,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples import ALL_AGENTS as EXAMPLE_AGENTS
-from temporal_agent_interrupts import AgentClient, ConnectionConfigError, FinishReason, tool
+from temporal_agent_interrupts import AgentClient, FinishReason, tool
 from temporal_agent_interrupts.activities.runtime import AgentActivities
 from temporal_agent_interrupts.codec import (
     DECODING_FAILED,
@@ -76,7 +76,7 @@ from temporal_agent_interrupts.codec import (
     generate_key,
     load_keys,
 )
-from temporal_agent_interrupts.errors import AgentError
+from temporal_agent_interrupts.errors import AgentError, ConnectionConfigError
 from temporal_agent_interrupts.worker import agent_converter, build_worker
 from temporal_agent_interrupts.worker.codec_server import CodecServer
 from temporal_agent_interrupts.worker.devserver import dev_server_command

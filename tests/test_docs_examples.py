@@ -16,7 +16,8 @@ from types import ModuleType
 
 import pytest
 
-from temporal_agent_interrupts import FinishReason, ResumeRejected, approve
+from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.testing import (
     ScriptedModel,
     TokenIssuer,

@@ -35,14 +35,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts import (
-    AgentClient,
-    CancelRejected,
-    Chat,
-    FinishReason,
-    ResumeRejected,
-    SendRejected,
-)
+from temporal_agent_interrupts import AgentClient, Chat, FinishReason
+from temporal_agent_interrupts.errors import CancelRejected, ResumeRejected, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.devserver import DISPATCH_FLAG
 from temporal_agent_interrupts.worker.devserver import temporal_cli as temporal_cli_path

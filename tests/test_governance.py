@@ -20,14 +20,8 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from temporal_agent_interrupts import (
-    Chat,
-    FinishReason,
-    ResumeRejected,
-    ToolContext,
-    interrupt,
-    tool,
-)
+from temporal_agent_interrupts import Chat, FinishReason, ToolContext, interrupt, tool
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows import Agent, ToolApproval

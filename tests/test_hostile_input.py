@@ -21,7 +21,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts import AgentClient, AgentError, Chat, FinishReason, ResumeRejected
+from temporal_agent_interrupts import AgentClient, AgentError, Chat, FinishReason
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.limits import DOOR
 from temporal_agent_interrupts.workflows.types import InterruptRequest

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from temporal_agent_interrupts import Agent, FinishReason, MCPServerHTTP, mcp_tools
+from temporal_agent_interrupts import Agent, FinishReason
 from temporal_agent_interrupts.activities import mcp as mcp_activity
 from temporal_agent_interrupts.activities.mcp import MAX_RESPONSE_BYTES, MCPSessions, merged_spec
+from temporal_agent_interrupts.mcp import MCPServerHTTP, mcp_tools
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from tests.helpers import assert_no_workflow_task_failed, eventually, free_port

@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from temporal_agent_interrupts import (
-    Agent,
-    FinishReason,
-    MCPServerHTTP,
-    MCPServerStdio,
-    ResumeRejected,
-    ToolApproval,
-    approve,
-    mcp_tools,
-)
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, approve
 from temporal_agent_interrupts.activities.mcp import merged_spec
+from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.mcp import MCPServerHTTP, MCPServerStdio, mcp_tools
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from tests.helpers import free_port

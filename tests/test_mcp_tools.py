@@ -29,18 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from temporal_agent_interrupts import (
-    Agent,
-    FinishReason,
-    MCPServerHTTP,
-    MCPServerStdio,
-    ResumeRejected,
-    ToolApproval,
-    approve,
-    deny,
-    mcp_tools,
-    tool,
-)
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, approve, deny, tool
 from temporal_agent_interrupts.activities.mcp import (
     MAX_TOOLS_PER_SERVER,
     MCPResponseRefused,
@@ -48,6 +37,8 @@ from temporal_agent_interrupts.activities.mcp import (
     merged_spec,
 )
 from temporal_agent_interrupts.codec import data_converter, generate_key
+from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.mcp import MCPServerHTTP, MCPServerStdio, mcp_tools
 from temporal_agent_interrupts.worker import sandbox_runner
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys

@@ -12,9 +12,10 @@ import httpx2
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from temporal_agent_interrupts import FinishReason, SendRejected
+from temporal_agent_interrupts import FinishReason
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.client.web import Access, agents_app
+from temporal_agent_interrupts.errors import SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.standin import calls, text
 from tests import agents as t

@@ -38,8 +38,8 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from temporal_agent_interrupts import FinishReason, ResumeRejected, interrupt
-from temporal_agent_interrupts.errors import UnknownAgent
+from temporal_agent_interrupts import FinishReason, interrupt
+from temporal_agent_interrupts.errors import ResumeRejected, UnknownAgent
 from temporal_agent_interrupts.tracing import (
     TRACING_SWITCH,
     SanitizingSpanExporter,

@@ -32,7 +32,8 @@ from temporalio.api.query.v1 import WorkflowQuery
 from temporalio.api.workflowservice.v1 import QueryWorkflowRequest
 from temporalio.client import Client
 
-from temporal_agent_interrupts import AgentClient, FinishReason, NoWorkerAnswered
+from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts.errors import NoWorkerAnswered
 from temporal_agent_interrupts.worker.devserver import temporal_cli as temporal_binary
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.workflows.config import (

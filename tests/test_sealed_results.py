@@ -34,9 +34,10 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from temporal_agent_interrupts import Agent, AgentClient, FinishReason, ResumeRejected, approve
+from temporal_agent_interrupts import Agent, AgentClient, FinishReason, approve
 from temporal_agent_interrupts.activities.runtime import AgentActivities
 from temporal_agent_interrupts.codec import NO_KEYS, data_converter
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import (
     ENV_VAR,

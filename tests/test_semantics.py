@@ -10,7 +10,8 @@ import logging
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from temporal_agent_interrupts import FinishReason, ResumeRejected, SendRejected, UnknownAgent
+from temporal_agent_interrupts import FinishReason
+from temporal_agent_interrupts.errors import ResumeRejected, SendRejected, UnknownAgent
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.workflows.config import MODEL_ACTIVITY
 from tests import agents as t

@@ -17,7 +17,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from examples.banking import banking_agent
-from temporal_agent_interrupts import EventsGone, FinishReason, SendRejected
+from temporal_agent_interrupts import FinishReason
+from temporal_agent_interrupts.errors import EventsGone, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import streaming
 from temporal_agent_interrupts.worker.standin import GeminiStandIn, Reply, calls, text

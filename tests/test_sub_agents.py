@@ -13,17 +13,10 @@ import pytest
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from temporal_agent_interrupts import (
-    Agent,
-    FinishReason,
-    ResumeRejected,
-    ToolError,
-    agent_tool,
-    approve,
-    tool,
-)
+from temporal_agent_interrupts import Agent, FinishReason, ToolError, agent_tool, approve, tool
 from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.client.api import Chat
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted

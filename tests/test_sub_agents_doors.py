@@ -21,14 +21,13 @@ from temporalio.client import WorkflowExecutionStatus
 from temporal_agent_interrupts import (
     Agent,
     FinishReason,
-    ResumeRejected,
-    SendRejected,
     ToolApproval,
     agent_tool,
     approve,
     interrupt,
 )
 from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.errors import ResumeRejected, SendRejected
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
 from temporal_agent_interrupts.workflows.types import ConversationResult, InterruptRequest

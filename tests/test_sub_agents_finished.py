@@ -26,7 +26,6 @@ from temporal_agent_interrupts import (
     AgentClient,
     FinishReason,
     Interrupt,
-    ResumeRejected,
     ToolApproval,
     ToolContext,
     agent_tool,
@@ -35,7 +34,7 @@ from temporal_agent_interrupts import (
     tool,
 )
 from temporal_agent_interrupts.client.api import Chat
-from temporal_agent_interrupts.errors import ChatNotFound
+from temporal_agent_interrupts.errors import ChatNotFound, ResumeRejected
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows import audit

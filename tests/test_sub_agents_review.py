@@ -13,14 +13,8 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from temporal_agent_interrupts import (
-    Agent,
-    FinishReason,
-    ResumeRejected,
-    ToolApproval,
-    agent_tool,
-    approve,
-)
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, agent_tool, approve
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted

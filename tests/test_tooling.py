@@ -31,8 +31,14 @@ def test_pyright_is_clean():
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
+# The public path (the test kit's namespace, as docs/testing.md loads it) and the module it
+# reads its hooks from.
+@pytest.mark.parametrize(
+    "plugin",
+    ["temporal_agent_interrupts.testing", "temporal_agent_interrupts.worker.pytest_plugin"],
+)
 @pytest.mark.parametrize(("body", "expected"), [("assert True", 0), ("assert False", 1)])
-def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
+def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected, plugin):
     (tmp_path / "test_sample.py").write_text(f"def test_sample():\n    {body}\n")
     result = _run(
         sys.executable,
@@ -40,7 +46,7 @@ def test_exit_guard_keeps_pytests_verdict(tmp_path, body, expected):
         "pytest",
         "-q",
         "-p",
-        "temporal_agent_interrupts.worker.pytest_plugin",
+        plugin,
         "-p",
         "no:cacheprovider",
         "--rootdir",

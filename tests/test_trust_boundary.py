@@ -33,9 +33,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, ResumeRejected, approve
+from temporal_agent_interrupts import AgentClient, AgentError, FinishReason, approve
 from temporal_agent_interrupts.client.inbox import PAUSED_QUERY, PausedInterrupt
 from temporal_agent_interrupts.client.stream import TurnStream, next_offset
+from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval

@@ -172,7 +172,7 @@ async def test_a_closed_chat_says_closed_to_every_call(run_worker, model):
 async def test_an_empty_first_message_starts_no_conversation(run_worker, model, client):
     from temporalio.service import RPCError
 
-    from temporal_agent_interrupts import SendRejected
+    from temporal_agent_interrupts.errors import SendRejected
 
     async with run_worker() as agents:
         chat = await agents.chat("careful")
@@ -186,7 +186,7 @@ async def test_an_empty_first_message_starts_no_conversation(run_worker, model, 
 async def test_last_turn_and_close_can_bound_the_wait_for_a_worker(run_worker, model):
     from datetime import timedelta
 
-    from temporal_agent_interrupts import NoWorkerAnswered
+    from temporal_agent_interrupts.errors import NoWorkerAnswered
 
     model.reply(text("hi"))
     async with run_worker() as agents:

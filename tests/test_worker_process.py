@@ -25,8 +25,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from temporal_agent_interrupts import AgentClient, ConnectionConfigError, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason
 from temporal_agent_interrupts.connection import connect_config
+from temporal_agent_interrupts.errors import ConnectionConfigError
 from temporal_agent_interrupts.worker.__main__ import (
     DEFAULT_MAX_CACHED_WORKFLOWS,
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,

@@ -1,5 +1,9 @@
 """Hosting: ``AgentsPlugin`` on a team's own client and worker, or ``build_worker()``, which
-wraps it for a worker of agents only."""
+wraps it for a worker of agents only.
+
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.hosting``.
+"""
 
 from __future__ import annotations
 

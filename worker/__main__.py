@@ -1,5 +1,8 @@
 """``agent-worker``: host agents on a task queue until SIGTERM or Ctrl-C.
 
+Internal: not covered by the 0.1.x stability promise (the command and its flags are documented
+in docs/reference/settings.md; the public API is the package root and its namespaces).
+
 Connection settings come from ``temporalio.envconfig`` through ``client.api.connect_config``
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
 ``TEMPORAL_CONFIG_FILE`` and ``TEMPORAL_PROFILE``), the same path ``agentctl`` and

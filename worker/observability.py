@@ -1,5 +1,8 @@
 """The worker's Prometheus endpoint: Temporal's own metrics and the product's.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.hosting``.
+
 ``agent-worker`` builds its Temporal runtime here when ``AGENT_METRICS_BIND`` is set; a test or
 an embedding application that wants the same endpoint calls :func:`metrics_runtime` itself.
 The product's metrics (names in :mod:`workflows.telemetry`) are recorded by the workflow through

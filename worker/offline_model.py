@@ -1,5 +1,8 @@
 """The offline Gemini stand-in's rules: enough of a model to drive any agent without a key.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 This is not a language model. It reads the conversation it is sent and follows fixed rules:
 
 - ``call TOOL {"field": "value"}`` calls any tool the agent declared with that input, and

@@ -1,5 +1,8 @@
 """Which agents a worker hosts, in its Temporal identity, and who else polls its task queue.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Every worker on a task queue must host the same agents: whichever polls first takes a
 conversation's model and tool calls, so a second worker with other agents on the same queue fails
 the turns it picks up (``no agent named ...``). Nothing in Temporal stops that, so each worker

@@ -1,5 +1,8 @@
 """``AgentsPlugin``: the agents, added to a team's own Temporal client and worker.
 
+Internal: not covered by the 0.1.x stability promise; its public name (``AgentsPlugin``) is
+imported from ``temporal_agent_interrupts``.
+
 One registration point, as the SDK's own integrations are (``OpenAIAgentsPlugin``, pydantic-ai's
 ``PydanticAIPlugin``): a ``temporalio.plugin.SimplePlugin`` that sets what the product needs and
 leaves the rest of the worker to the team::

@@ -1,8 +1,11 @@
 """A pytest plugin for tests that use Temporal: pytest's own verdict is the process's exit code.
 
-Load it with ``-p temporal_agent_interrupts.worker.pytest_plugin`` (``addopts`` in
-``pyproject.toml``) or
-``pytest_plugins = ["temporal_agent_interrupts.worker.pytest_plugin"]`` in the root ``conftest.py``.
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.testing``.
+
+Load it by its public path, ``-p temporal_agent_interrupts.testing`` (``addopts`` in
+``pyproject.toml``) or ``pytest_plugins = ["temporal_agent_interrupts.testing"]`` in the root
+``conftest.py``; that namespace reads its hooks from here.
 
 The Temporal Python SDK can abort during interpreter shutdown (``PyGILState_Release``, exit code
 134; sdk-python issue 300), after every test has passed. Once pytest has decided its exit status

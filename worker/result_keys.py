@@ -1,6 +1,9 @@
 """The workers' result keys (``AGENT_RESULT_KEYS``): what seals every activity result, and how
 the workflow gets them (``workflows.seal`` says why).
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The same ``id:base64key[,id:base64key...]`` form as ``AGENT_PAYLOAD_KEYS``, 32 random bytes a
 key; the first key seals, every listed key verifies. Every worker of a task queue (and every
 replayer of its histories) needs the same set. Rotate by putting a new key first and keeping the

@@ -1,5 +1,9 @@
 """The workflow sandbox this project's workers and replayers run in: what passes through it, and
-the compiled-snippet instance that saves a worker's CPU on every workflow task."""
+the compiled-snippet instance that saves a worker's CPU on every workflow task.
+
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The search attributes every worker checks at start, by the worker side's import path.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.hosting``.
+
 They live in the package root (``temporal_agent_interrupts.search_attributes``), which both sides
 share: ``agentctl setup-search-attributes`` registers them too, and ``client/`` imports nothing
 from ``worker/``.

@@ -1,5 +1,8 @@
 """Gemini's REST protocol, answered by a script: on loopback HTTP, or in process.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The real ``google-genai`` client talks to it, so the exact production code path runs: request
 building, SSE parsing, error mapping. Two ways in:
 

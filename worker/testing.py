@@ -1,5 +1,8 @@
 """Test your own agents: a scripted Gemini in process, a real Temporal dev server, your worker.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts.testing``.
+
 The kit an agent author's tests need, and the one this project's own tests use:
 
 - :class:`ScriptedModel`: the real ``google-genai`` client on an httpx transport that answers

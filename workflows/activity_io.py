@@ -1,5 +1,8 @@
 """What the conversation's activities take and return, and what one conversation tells another.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Read by the workflow and the activities (``activities/``): the model call, the tool and MCP
 calls, a sub-agent's reads and answers passed on, and how an activity ended. What callers send
 and read is in :mod:`workflows.types`; the state carried between runs in :mod:`workflows.state`.

@@ -1,5 +1,8 @@
 """``Agent`` and ``ToolApproval``: how an agent is declared on the worker.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts`` and ``temporal_agent_interrupts.policies``.
+
 These are in-process specs (frozen dataclasses). The workflow never imports them: the worker turns
 an ``Agent`` into an :class:`~workflows.types.AgentSpec` (plain data) and the model activity
 records that in history, so changing an agent's code never breaks replay of a conversation

@@ -1,6 +1,9 @@
 """Resume checking: whether an answer is well formed, matches what is pending, fits its schema
 and fits the turn.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Each check raises :class:`ResumeError` with a reason in words for the sender, and changes
 nothing. Who may answer, and how many must, is :mod:`workflows.governance`; the book
 (:mod:`workflows.interrupts`) runs these checks and those in one fixed order, so the update

@@ -1,5 +1,8 @@
 """The audit log and the rejection log: projections of what the conversation was told.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 - The answer log (``ConversationState.answers``, read by ``Chat.history()``) is the fold of the
   turn's ``answer`` events: :func:`apply` turns each into an :class:`AnswerRecord`.
 - A caller's answer for a sub-agent's interrupt, passed on to the sub-agent, is a

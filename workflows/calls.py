@@ -1,5 +1,8 @@
 """The call lifecycle: every change of a tool call's status, each with the turn event it emits.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 A call's life (statuses of :class:`~workflows.state.CallState`):
 
 - the model asks for it: :meth:`~Lifecycle.request` makes it ``ready`` (``tool_request``);

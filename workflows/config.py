@@ -1,5 +1,8 @@
 """Named configuration the workflow uses: activity names, timeouts, retries, search attributes.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Everything here is a constant; nothing reads the environment. Activity and search-attribute names
 are durable identifiers: renaming one breaks conversations already in flight.
 """

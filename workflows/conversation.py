@@ -1,5 +1,8 @@
 """``AgentWorkflow``: one conversation with one agent; the workflow id is the chat id.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 This module is the conversation's run loop, and where Temporal finds its handlers; the rooms
 behind it are:
 

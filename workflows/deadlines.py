@@ -1,6 +1,9 @@
 """Deadline policy: when a paused call's deadline falls, what reminds someone before it, what
 escalates it, and what answers it when nobody did.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 A paused call gets its deadline from the agent's definition (an interrupt-only tool's own, else
 the agent's default for every paused call). Before it, reminders notify someone, earliest first;
 at it, an escalation notifies and extends it once; then the timeout default answers the call or

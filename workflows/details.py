@@ -1,5 +1,8 @@
 """What an operator reads: the Markdown of the Temporal UI's details panel, and safe display text.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Pure code. Almost everything shown comes from callers or the model (chat ids, tool input, signal
 names, identities, reasons), so every value is escaped before it reaches Markdown or a terminal:
 

@@ -1,5 +1,8 @@
 """The conversation's door: the checks every request passes, by signal or by update.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`Door` says what is wrong with a message or an answer before anything acts on it: a
 closed conversation, a message sent again, an answer for a ref that is not pending or that a
 sub-agent settled, an answer meant for a sub-agent (passed on to it: ``workflows.subagents``).

@@ -1,5 +1,8 @@
 """Turn events: what a turn did, in order; the spine the projections are computed from.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The turn state machine (``workflows/turn.py``) and the interrupt book
 (``workflows/interrupts.py``) make every change to a turn through a transition that emits one
 of these, and nothing else changes a turn behind their back. Each emitted event goes to

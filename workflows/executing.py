@@ -1,5 +1,8 @@
 """Activities the turn schedules, and what it takes of what comes back.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`ActivityRunner` schedules a turn's activities (the model call, tool and MCP calls, the
 sub-agent reads and answers) under ids of its own, and takes a result or a failure only with
 a worker's seal for that very activity (:mod:`workflows.seal`): anyone holding namespace

@@ -1,5 +1,8 @@
 """Approval governance: who may answer a paused call, how many must, and the tokens they spend.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Every decision of who may answer lives here: the approver list of a call (the ToolApproval
 gate's, or an interrupt-only tool's own), groups (only from a verified identity), the quorum
 and its votes, whether an edit still needs the gate, and identity tokens (verified, each spent

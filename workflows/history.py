@@ -1,6 +1,9 @@
 """Rolling digests of a conversation's messages, shared by the workflow and the model activity,
 and the trimming of a conversation too large to carry into a new run.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 ``digest(n)`` identifies the first ``n`` messages. The workflow sends it with every model call so
 the activity can tell whether the messages it kept for a chat are exactly the ones the workflow
 holds (after a rollback, a restart or another worker they may not be). Pure code: no I/O.

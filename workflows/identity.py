@@ -1,5 +1,8 @@
 """Verified identity: who answered an interrupt, proven by a token from the agent's issuer.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 An agent that declares a trusted issuer (``TrustedIssuer``, :class:`~workflows.types.TrustSpec`
 as data) takes answers only with an ``identity_token``: a JWT signed by the company's identity
 provider. The workflow verifies it with :func:`verify_token` and takes the identity from the

@@ -1,6 +1,9 @@
 """The ids and keys a conversation derives: a sub-agent's chat id, a tool run's idempotency
 key, a message's digest, and the chats a token bound to one answer may name.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Leaf functions, shared by the turn's parts and the workflow's handlers; each is a wire format
 (ids in Temporal, keys tools see), so none may change once released.
 """

@@ -1,5 +1,8 @@
 """The interrupt book: the tool calls of one model message, seen as interrupts to answer.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`InterruptBook` is the one object the workflow holds for a turn's calls; it composes
 four parts, each pure and tested on its own:
 

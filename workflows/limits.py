@@ -1,5 +1,8 @@
 """What may enter a conversation, and how much of it: decided once, at the door.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Pure code with no Temporal imports: the workflow, the activities and the client apply the same
 rules, and the tests run them without a server.
 

@@ -1,5 +1,8 @@
 """The turn's model step: the conversation so far to the model, its reply into the turn.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`ModelStep` asks the model activity for the next message with only what the model side
 has not seen (``ModelInput``), keeps that input under Temporal's payload limit, asks again when
 what comes back is not a worker's, and adds the reply to the conversation within the turn's

@@ -1,5 +1,8 @@
 """What operators see of a conversation, computed from its state: a projection, never a source.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Three surfaces, each read without a worker:
 
 - **search attributes** (``AgentName``, ``AgentStatus``, ``PendingInterrupts``,

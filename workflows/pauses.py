@@ -1,5 +1,8 @@
 """When a turn that waits on sub-agents reports its pause: once the pause is whole.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 A sub-agent's interrupts are read from its child as they change, one child at a time, while
 the other calls of the message may still be under way (tools running, sub-agents starting or
 at work). Reporting at the first child's read gave a caller one child's interrupts and the

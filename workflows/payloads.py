@@ -1,5 +1,8 @@
 """What comes in raw and what goes out fitted: payload decoding and result limits.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Signals and the ``resume`` update take raw payloads, so that this code, not the data converter,
 decides what is wrong with a bad one and says so (a payload the converter cannot decode would
 otherwise be dropped silently, or fail the workflow task). That includes a payload encrypted with

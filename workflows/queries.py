@@ -1,6 +1,9 @@
 """What the conversation's queries answer: its pending interrupts, its status, its messages,
 its rejections. Each result is cut to fit Temporal's payload limit, with stated placeholders.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 ``AgentWorkflow`` declares the queries (Temporal finds them on the workflow class) and
 :class:`Queries` builds their results. A query issues no command and is never replayed, so
 nothing here may change the state.

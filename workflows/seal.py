@@ -1,5 +1,8 @@
 """Results only workers can make: a MAC on every activity result the conversation acts on.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Whoever may call ``RespondActivityTaskCompletedById`` or ``…FailedById`` (Temporal Cloud grants
 them with namespace write access; they need no poll, only the ids history shows) can complete a
 running activity with a result of their choosing. Without more, the workflow would take a forged

@@ -1,5 +1,8 @@
 """The conversation's signals: every signal name lands here with raw payloads.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 A signal is in history whatever is made of it, and a handler that raises fails the workflow
 task for good: so :class:`Signals` reads each payload itself, and a malformed one (bad JSON,
 wrong types, zero or two arguments, a key the worker lacks) is recorded as a rejection in the

@@ -1,5 +1,8 @@
 """The conversation's state, carried from one run to the next by continue-as-new.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Read by the workflow alone (and by the tests that check what a run carries): the turn under way,
 its calls, the spent tokens, the messages sent, and the start input that hands the state on.
 What callers send and read is in :mod:`workflows.types`; what activities take and return in

@@ -1,5 +1,8 @@
 """The conversation's event stream: turn events on ``temporalio.contrib.workflow_streams``.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Every turn event the turn machine emits is published here (a projection, like the audit log), and
 the model activity publishes the model's text as it arrives. Clients follow the stream from an
 offset (``Chat.send_stream``, ``Chat.events``); offsets count every item of the conversation,

@@ -1,6 +1,9 @@
 """Agents as tools: a call of an ``agent_tool`` runs a conversation with another agent as a
 child workflow, and the caller's turn waits on it.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Two parts, handed callables by the turn rather than the turn itself:
 
 - :class:`SubAgentCalls` starts a call's child, waits for its outcome (or leaves the wait to

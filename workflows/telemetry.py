@@ -1,5 +1,8 @@
 """What a conversation tells operators as it goes: the product's metrics and trace spans.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 The turn state machine (:mod:`workflows.turn`) hands :class:`Telemetry` every turn event it emits
 and the interrupts a turn withdraws; the conversation's handlers tell it of refused resumes and
 signals. Nothing else calls it, so each metric below is counted in exactly one place.

@@ -1,5 +1,8 @@
 """The spent-token book: which identity tokens may no longer answer in this conversation.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 Every answer with an identity token is in history, so its token must answer nothing more: an
 accepted answer spends its token, and so does a refused one that could have answered something
 here (``InterruptBook.spend_refused``), since its copy in history outlives the refusal. What is

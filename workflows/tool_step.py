@@ -1,5 +1,8 @@
 """The turn's tool step: the calls of the model's message, paused or run.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`ToolStep` decides each ready call's fate: an unknown tool or bad arguments answer the
 model at once; an interrupt-only tool or a held gate pauses the call (the interrupt book
 records it); the rest run, all of one message in one batch: a tool or MCP activity under the

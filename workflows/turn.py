@@ -1,5 +1,8 @@
 """The turn state machine: a user message in, model calls and tool runs, pauses, a result out.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 One :class:`TurnMachine` per workflow run drives the conversation's current turn over
 :class:`~workflows.state.ConversationState`, which is plain data. Every change it makes to the
 turn is a transition that emits a turn event (:mod:`workflows.events`): the model's text, its

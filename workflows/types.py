@@ -1,5 +1,9 @@
 """Wire types: everything that crosses a Temporal boundary.
 
+Internal: not covered by the 0.1.x stability promise; its public names are imported from
+``temporal_agent_interrupts``, ``temporal_agent_interrupts.types`` and
+``temporal_agent_interrupts.policies``.
+
 Workflow input, signals, updates, queries and activity inputs/outputs are all pydantic models in
 this one module, which imports only pydantic, the standard library and the stream state type of
 ``temporalio.contrib.workflow_streams`` (carried by continue-as-new). They are durable schemas:

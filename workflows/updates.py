@@ -1,6 +1,9 @@
 """The conversation's updates: a message, an answer, a cancel, a wait and a close, each
 returning the turn's result once it has stopped (paused or ended).
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`Updates` holds what each update does; ``AgentWorkflow`` declares the handlers and
 their validators (Temporal finds them on the workflow class) and hands each here. A validator's
 refusal leaves no history; a handler's, once accepted, does, so an answer refused there has its

@@ -1,6 +1,9 @@
 """The turn's wait for answers: until every interrupt is answered, the turn is cancelled, or
 the run should continue as new; and the deadline policies carried out as their times come.
 
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
+
 :class:`AnswerWait` is the one place a paused turn sleeps on its own interrupts. A deadline
 policy's reminder or escalation runs a notifying tool (never awaited: an answer that arrives
 meanwhile takes effect at once); a deadline answers with its default, or cancels the turn.

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from temporal_agent_interrupts import Agent, AgentClient, MCPServerStdio, mcp_tools
+from temporal_agent_interrupts import Agent, AgentClient
+from temporal_agent_interrupts.mcp import MCPServerStdio, mcp_tools
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond
 from temporal_agent_interrupts.worker.standin import GeminiStandIn

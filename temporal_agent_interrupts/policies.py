@@ -1,0 +1,35 @@
+"""What happens while an interrupt waits: ``Remind`` the approvers before its deadline,
+``Escalate`` at it, and the ``Notice`` their notifying tool is given (see Approval governance
+in the docs).
+
+Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
+
+    from temporal_agent_interrupts.policies import Escalate, Notice, Remind
+
+A namespace of its own because they are written once a team governs its approvals (an
+interrupt's ``reminders=`` and ``on_timeout=``), not in its first hour; they live in
+``workflows.agent`` and ``workflows.types`` and are re-exported here, read on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from temporal_agent_interrupts._lazy import exports
+
+if TYPE_CHECKING:
+    from temporal_agent_interrupts.workflows.agent import Escalate, Remind
+    from temporal_agent_interrupts.workflows.types import Notice
+
+_HOME = {
+    "Remind": "workflows.agent",
+    "Escalate": "workflows.agent",
+    # What the notifying tool of either is given: which paused call, and why now.
+    "Notice": "workflows.types",
+}
+
+__all__ = ["Escalate", "Notice", "Remind"]
+
+# Hidden from type checkers, which read the imports above (see the package root).
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = exports(__name__, _HOME)
