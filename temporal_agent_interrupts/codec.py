@@ -1,7 +1,7 @@
 """Payload encryption: AES-256-GCM on every payload the product writes to Temporal.
 
 Internal: not covered by the 0.1.x stability promise; its public names are imported from
-``temporal_agent_interrupts.errors``.
+``temporal_agent_interrupts.payloads`` (and its errors from ``temporal_agent_interrupts.errors``).
 
 ``AGENT_PAYLOAD_KEYS`` (``id:base64key[,id:base64key...]``, each key 32 random bytes) turns it
 on. The first key encrypts; every listed key decrypts, so keys rotate by putting a new key first

@@ -112,6 +112,7 @@ NAMESPACES = {
         "LoginHook",
         "jwt_login",
     },
+    "payloads": {"data_converter", "PayloadKeys", "load_keys", "generate_key", "EncryptionCodec"},
     "hosting": {
         "build_worker",
         "DEFAULT_MAX_CACHED_WORKFLOWS",
