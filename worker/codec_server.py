@@ -108,8 +108,6 @@ import argparse
 import asyncio
 import base64
 import binascii
-import collections
-import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
@@ -118,7 +116,6 @@ import functools
 import json
 import logging
 import os
-import queue
 import signal
 import socket
 import struct
@@ -142,7 +139,14 @@ from temporal_agent_interrupts.codec import (
     generate_key,
     load_keys,
 )
-from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
+from temporal_agent_interrupts.http_rules import (
+    LOOPBACK_NAMES,
+    host_allowed,
+    origin,
+    site_origins,
+)
+from temporal_agent_interrupts.http_server import ByteBudget as _ByteBudget
+from temporal_agent_interrupts.http_server import Pool as _Pool
 
 log = logging.getLogger("temporal_agent_interrupts.worker.codec_server")
 
@@ -273,70 +277,6 @@ def _fix_malloc_mmap_threshold() -> None:
     mallopt.restype = ctypes.c_int
     if not mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD):
         log.debug("mallopt(M_MMAP_THRESHOLD) refused: large buffers may stay resident")
-
-
-class _ByteBudget:
-    """Bytes reserved by requests at once, granted first come, first served (a large request is
-    not overtaken for ever by small ones). Used on the server's loop only."""
-
-    def __init__(self, capacity: int) -> None:
-        self._free = capacity
-        self.capacity = capacity
-        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-
-    @property
-    def reserved(self) -> int:
-        return self.capacity - self._free
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    async def acquire(self, size: int, *, timeout: float) -> float:
-        """Reserve ``size`` bytes, waiting at most ``timeout`` seconds; the seconds waited.
-
-        Raises:
-            TimeoutError: no room in time (nothing is reserved).
-        """
-        if not self._waiting and size <= self._free:
-            self._free -= size
-            return 0.0
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        entry = (size, loop.create_future())
-        self._waiting.append(entry)
-        try:
-            async with asyncio.timeout(timeout):
-                await entry[1]
-        except BaseException:
-            if entry[1].done() and not entry[1].cancelled():
-                self.release(size)  # granted just as the wait ended: hand it on
-            else:
-                # Its future was cancelled when the wait ended, but a release may have run
-                # since, before this task did, and dropped the entry (see _grant).
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(entry)
-                self._grant()  # it may have been first in line, holding up smaller ones
-            raise
-        return loop.time() - began
-
-    def release(self, size: int) -> None:
-        self._free += size
-        self._grant()
-
-    def _grant(self) -> None:
-        while self._waiting:
-            size, granted = self._waiting[0]
-            if granted.done():
-                # Its wait ended (its admission time, or stop()) and its task has not yet run
-                # to leave the queue: it takes nothing, and holds up nobody.
-                self._waiting.popleft()
-                continue
-            if size > self._free:
-                return
-            self._waiting.popleft()
-            self._free -= size
-            granted.set_result(None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -570,62 +510,6 @@ def _unsent(sock: socket.socket) -> int:
 
 
 _SIOCOUTQ = 0x5411  # <linux/sockios.h>, the same as TIOCOUTQ
-
-
-class _Pool(concurrent.futures.Executor):
-    """A fixed number of daemon threads. ``ThreadPoolExecutor``'s threads are joined when the
-    interpreter exits, so a decode under way at ``stop()`` would hold the process (the worker's,
-    under ``make run``) for as long as it takes; these are not waited for."""
-
-    def __init__(self, workers: int, *, name: str) -> None:
-        self._jobs: queue.SimpleQueue[
-            tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None
-        ] = queue.SimpleQueue()
-        self._shut_down = False
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(
-        self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any
-    ) -> concurrent.futures.Future[_T]:
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        with self._lock:  # a job queued behind the threads' stop would never run
-            if self._shut_down:
-                raise RuntimeError("cannot schedule new work after shutdown")
-            self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
-        return future
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, call = job
-            del job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(call())
-                except BaseException as e:  # noqa: BLE001  # the caller's to see, as the stdlib pool does
-                    future.set_exception(e)
-            # Not kept while waiting for the next job: a body or an answer can be 16 MiB.
-            del future, call
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._lock:
-            if self._shut_down:
-                return
-            self._shut_down = True
-        if cancel_futures:
-            with contextlib.suppress(queue.Empty):
-                while (job := self._jobs.get_nowait()) is not None:
-                    job[0].cancel()
-        for _ in self._threads:
-            self._jobs.put(None)
-        if wait:
-            for thread in self._threads:
-                thread.join()
 
 
 class _Server:
@@ -944,12 +828,7 @@ class _Connection:
         """Whether ``host`` is one of its names (``name:port`` exactly, or a name allowed with
         any port). Read as RFC 9110 spells a Host, ``uri-host [":" port]``, and nothing looser:
         ``localhost:8081:1`` or ``a@localhost:8081`` is no name of its."""
-        # Not str.strip(): "\xa0" is no part of a Host (h11 has trimmed spaces and tabs).
-        found = HOST.fullmatch((host or "").strip(" \t").lower())
-        if found is None:
-            return False
-        allowed = self.config.hosts
-        return found[0] in allowed or found["name"] in allowed
+        return host_allowed(host, self.config.hosts)
 
     def _cors(self, headers: _Headers) -> list[tuple[str, str]]:
         origins = headers.all("origin")
