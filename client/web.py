@@ -1365,8 +1365,9 @@ def connection_limits() -> ConnectionLimits:
         max_header_bytes=MAX_HEADER_BYTES,
         max_headers=MAX_HEADERS,
         max_connections=CONNECTIONS,
-        # Bodies are the app's own (max_body, BODY_DEADLINE: a 408 it writes itself).
-        deadline_covers_body=False,
+        # Past CONNECTIONS a request gets 503 (uvicorn's limit_concurrency). Bodies are the
+        # app's own (max_body, BODY_DEADLINE: a 408 it writes itself); answers have no
+        # deadline: a stream follows its conversation for as long as a turn runs.
         # A connection that never finishes a head is closed with nothing said, as uvicorn
         # closes an idle one: nobody who sent a whole request is left without an answer.
         answer_slow_heads=False,

@@ -43,8 +43,8 @@ from temporal_agent_interrupts.client.api import (
     run_script,
 )
 from temporal_agent_interrupts.codec import PayloadKeys, data_converter, load_keys
+from temporal_agent_interrupts.codec_server import DEFAULT_PORT as CODEC_PORT
 from temporal_agent_interrupts.worker import build_worker, has_gemini_key
-from temporal_agent_interrupts.worker.codec_server import DEFAULT_PORT as CODEC_PORT
 from temporal_agent_interrupts.worker.devserver import (
     DEV_WORKER_ARGS,
     RecordedServer,

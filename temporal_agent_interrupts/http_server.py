@@ -24,14 +24,17 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import fcntl
 import functools
+import logging
 import queue
 import socket
+import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import h11
 
@@ -39,6 +42,11 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 _T = TypeVar("_T")
+
+log = logging.getLogger("temporal_agent_interrupts.http_server")
+
+_READ_AHEAD_BYTES = 64 * 1024
+"""Pipelined bytes a connection holds unparsed before it stops reading."""
 
 LISTEN_BACKLOG = 128
 """Connections the kernel queues for a listener before they are accepted."""
@@ -53,8 +61,9 @@ class ConnectionLimits:
     """
 
     request_seconds: float
-    """From a request's first byte, the time its line and headers (and its body, with
-    ``deadline_covers_body``) have to arrive, however slowly they trickle."""
+    """From a request's first byte, the time its line and headers have to arrive, however
+    slowly they trickle. An application that bounds its body by the same deadline reads it
+    from :func:`request_deadline`."""
     idle_seconds: float
     """A connection that starts no request for this long is closed, with nothing said: a new
     one, or one kept alive between requests."""
@@ -63,11 +72,19 @@ class ConnectionLimits:
     max_headers: int
     """Header fields of one request (431 over it)."""
     max_connections: int
-    """Connections served at once; a request on one more gets 503 (uvicorn's
-    ``limit_concurrency``)."""
-    deadline_covers_body: bool = False
-    """Whether ``request_seconds`` runs until the body's end, not the head's: without it, the
-    application bounds its bodies itself."""
+    """Connections served at once (see ``queue_excess``)."""
+    queue_excess: bool = False
+    """Past ``max_connections``, connections wait in the kernel's queue, not accepted (and
+    holding no file descriptor) until one closes. Without it they are accepted, and a request
+    on one gets 503 (uvicorn's ``limit_concurrency``)."""
+    response_seconds: float | None = None
+    """From an answer's first byte, the time the client has to take all of it; past it, the
+    connection is reset and what is still queued for it dropped. None: no deadline (a stream
+    follows a conversation for as long as it runs)."""
+    linger_seconds: float | None = None
+    """After an answer that closes its connection, what the client still sends is read and
+    thrown away for up to this long, so that it reads the answer rather than a reset. None:
+    closed at once."""
     answer_slow_heads: bool = True
     """A request that misses its deadline gets 408 before the close; without it, the
     connection is closed with nothing said."""
@@ -75,8 +92,42 @@ class ConnectionLimits:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, bool) and not value > 0:
+            if value is not None and not isinstance(value, bool) and not value > 0:
                 raise ValueError(f"ConnectionLimits.{field.name} must be positive")
+
+
+REQUEST_STARTED = "temporal_agent_interrupts.request_started"
+"""The key, in a request's ASGI scope's ``extensions``, of when its first byte arrived
+(``loop.time()``)."""
+
+
+def request_deadline(scope: Mapping[str, Any], limits: ConnectionLimits) -> float:
+    """When a request's whole body must be in (``loop.time()``): ``request_seconds`` from its
+    first byte, as for its head. Now plus ``request_seconds`` for a request not served by
+    :func:`serve` (an application mounted elsewhere)."""
+    started = scope.get("extensions", {}).get(REQUEST_STARTED)
+    if started is None:
+        started = asyncio.get_running_loop().time()
+    return float(started) + limits.request_seconds
+
+
+@dataclass
+class Connections:
+    """How many connections a server holds now (:func:`serve` counts them)."""
+
+    open: int = 0
+
+
+def _unsent(sock: Any) -> int:
+    """Bytes the kernel still holds to send on ``sock`` (or has sent, unacknowledged); 0 where
+    it cannot say (SIOCOUTQ is Linux's)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+_SIOCOUTQ = 0x5411  # <linux/sockios.h>, the same as TIOCOUTQ
 
 
 def _refusal(status: int, message: str) -> h11.RemoteProtocolError:
@@ -152,23 +203,103 @@ class _ScreenedConnection(h11.Connection):
         return event
 
 
-def limited_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol under ``limits`` (module docstring): deadlines for a request and
-    for an idle connection, header fields counted, and a ``Transfer-Encoding`` refused (400 with
-    a ``Content-Length``, 411 alone). A refused request gets a short ``text/plain`` answer with
-    ``Connection: close``, and the connection is closed after it: nothing behind the request
-    is read as another.
+class _Transport:
+    """A connection's transport as the protocol's application side sees it: a close lingers
+    (``ConnectionLimits.linger_seconds``), and the first write of an answer starts its
+    deadline. Everything else is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: Any) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._closing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._protocol.answering()
+        self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._protocol.closing()
+
+
+def limited_protocol(
+    limits: ConnectionLimits, *, closed: Callable[[], None] | None = None
+) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol under ``limits`` (module docstring): deadlines for a request's
+    head, for an idle connection and for an answer; header fields counted; a
+    ``Transfer-Encoding`` refused (400 with a ``Content-Length``, 411 alone). A refused request
+    gets a short ``text/plain`` answer with ``Connection: close``, and the connection is closed
+    after it: nothing behind the request is read as another. ``closed`` is called once the
+    connection is.
     """
+    from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class BoundedFlow(FlowControl):
+        """uvicorn's flow control, reading no further while h11 holds
+        :data:`_READ_AHEAD_BYTES` unparsed. uvicorn reads on after each answer and at each
+        receive of the application, whether or not the client takes its answers, and h11 keeps
+        what is read: a client that pipelines requests and reads no answer would fill memory
+        without end, a read (up to 256 KiB) per request."""
+
+        def __init__(self, transport: asyncio.Transport, conn: h11.Connection) -> None:
+            super().__init__(transport)
+            self._conn = conn
+
+        def _full(self) -> bool:
+            return len(self._conn.trailing_data[0]) >= _READ_AHEAD_BYTES
+
+        def resume_reading(self) -> None:
+            if not self._full():
+                super().resume_reading()
+
+        def pause_reading_if_full(self) -> None:
+            if self._full():
+                self.pause_reading()
 
     class LimitedH11(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
+        _answer_timer: asyncio.TimerHandle | None = None
+        _linger_timer: asyncio.TimerHandle | None = None
         _begun = False
         """Bytes of the next request have arrived (its deadline runs)."""
+        _started = 0.0
+        _stopping = False
+        _quiet = False
+        """Closed with nothing said (idle, or a head too slow): no linger."""
+        _lingering = False
+        _answer_deadline = 0.0
+        _half_closed = False
+        _raw: asyncio.Transport
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.conn = _ScreenedConnection(limits)
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self._raw = transport
+            super().connection_made(_Transport(transport, self))  # type: ignore[arg-type]  # a stand-in with the transport's methods
+            self._bounded = BoundedFlow(self.transport, self.conn)
+            self.flow = self._bounded
+            self._await_request()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            for timer in (self._timer, self._answer_timer, self._linger_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._timer = self._answer_timer = self._linger_timer = None
+            super().connection_lost(exc)
+            if closed is not None:
+                closed()
 
         # -- deadlines --
 
@@ -189,6 +320,7 @@ def limited_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
             pending = bool(self.conn.trailing_data[0])  # pipelined bytes: it has begun
             self._begun = pending
             if pending:
+                self._started = self.loop.time()
                 self._arm(limits.request_seconds, self._late)
             else:
                 self._arm(limits.idle_seconds, self._idle)
@@ -196,58 +328,151 @@ def limited_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
         def _idle(self) -> None:
             self._timer = None
             if self._waiting() and not self._begun and not self.transport.is_closing():
+                self._quiet = True  # nothing was asked: nothing to linger for
                 self.transport.close()
 
         def _late(self) -> None:
             self._timer = None
-            if self.transport.is_closing():
-                return
-            reading_body = (
-                limits.deadline_covers_body
-                and not self._waiting()
-                and self.cycle.more_body
-                and self.conn.our_state is h11.SEND_RESPONSE
-            )
-            if not (self._waiting() or reading_body):
-                return  # its request is in: what the application does is its own affair
-            if self.cycle is not None and not self.cycle.response_complete:
-                # The application may still be reading the body: it hears a disconnect, and
-                # sends nothing over the answer below.
-                self.cycle.disconnected = True
-                self.cycle.message_event.set()
+            if not self._waiting() or self.transport.is_closing():
+                return  # its head is in: what the application does is its own affair
             if limits.answer_slow_heads:
                 seconds = f"{limits.request_seconds:g}"
                 self._refuse(408, f"the request did not arrive within {seconds} s")
             else:
+                self._quiet = True
                 self.transport.close()
 
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)  # type: ignore[arg-type]  # uvicorn's own annotation narrows it to asyncio.Transport
-            self._await_request()
+        def answering(self) -> None:
+            """The transport is written to: the first write of an answer starts its deadline."""
+            if limits.response_seconds is None or self._answer_timer is not None:
+                return
+            self._answer_deadline = self.loop.time() + limits.response_seconds
+            self._answer_timer = self.loop.call_later(limits.response_seconds, self._too_slow)
+
+        def _too_slow(self) -> None:
+            self._answer_timer = None
+            cycle = self.cycle
+            unsent = self._raw.get_write_buffer_size()
+            if unsent or (cycle is not None and not cycle.response_complete):
+                self.cut_off()
+
+        def cut_off(self) -> None:
+            """Reset the connection: what is still queued for the client, here and in the
+            kernel, is dropped, not fed to it from an orphaned socket for as long as it reads."""
+            sock = self._raw.get_extra_info("socket")
+            with contextlib.suppress(OSError, AttributeError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
+            self._raw.abort()
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                return  # thrown away: never read as a request
             if data and not self._begun and self._waiting():
                 self._begun = True
+                self._started = self.loop.time()
                 self._arm(limits.request_seconds, self._late)
             super().data_received(data)
+            self._bounded.pause_reading_if_full()
 
         def handle_events(self) -> None:
+            before = self.cycle
             super().handle_events()
             cycle = self.cycle
-            whole = cycle is not None and (not limits.deadline_covers_body or not cycle.more_body)
-            if self._begun and whole and not cycle.response_complete:
-                # A whole request is in: the application's deadlines take over.
+            if cycle is not None and cycle is not before:
+                # A whole head is in: its application bounds its body from the same start.
+                scope = cast("dict[str, Any]", cycle.scope)  # ASGI's extensions are open
+                extensions = scope.setdefault("extensions", {})
+                extensions[REQUEST_STARTED] = self._started if self._begun else self.loop.time()
+                if any(name == b"upgrade" for name, _ in cycle.scope["headers"]):
+                    # No protocol is switched to (uvicorn's websockets aside): what follows
+                    # such a request is never read as another (an h2c preface, say).
+                    cycle.keep_alive = False
                 self._begun = False
                 self._disarm()
+                if self._answer_timer is not None:
+                    self._answer_timer.cancel()
+                    self._answer_timer = None
 
         def on_response_complete(self) -> None:
+            if self._half_closed:
+                self.transport.close()  # the client sends no more: its answer was the last
+                return
             if not self.transport.is_closing():
                 self._await_request()
             super().on_response_complete()  # serves what was pipelined, if it is whole
 
-        def connection_lost(self, exc: Exception | None) -> None:
+        def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's Protocol allows True (keep writing); uvicorn's annotation is narrower
+            """The client is done sending (it may still read). A request half in is answered
+            400 (``the request was cut short``); a whole one not yet answered is answered, then
+            the connection closed; a connection idle or answering (a stream) is closed."""
+            if self._lingering:
+                if self._linger_timer is not None and not self._raw.is_closing():
+                    self._linger_end()  # nothing more will come to throw away
+                return True  # it may still be reading its answer
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                if cycle.more_body and not cycle.response_started:
+                    cycle.disconnected = True  # its application hears a disconnect
+                    cycle.message_event.set()
+                    self._refuse(400, "the request was cut short")
+                    return True
+                if cycle.response_started:
+                    return None  # as uvicorn does: a stream's client has gone
+                self._half_closed = True  # a whole request, not yet answered: answer it
+                return True
+            if self.conn.trailing_data[0]:
+                self._refuse(400, "the request was cut short")
+                return True
+            return None
+
+        def shutdown(self) -> None:
+            self._stopping = True  # the server stops: no linger
+            super().shutdown()
+
+        def closing(self) -> None:
+            """The application side closed the transport: linger (module docstring), unless
+            the server is stopping or the client has gone; then close once the client has
+            taken its answer (:meth:`_close_when_taken`)."""
+            raw = self._raw
+            if raw.is_closing():
+                return
+            if self._stopping:
+                raw.close()
+                return
+            self._lingering = True  # what the client still sends is never read as a request
             self._disarm()
-            super().connection_lost(exc)
+            if self._quiet or limits.linger_seconds is None or not raw.can_write_eof():
+                self._close_when_taken()
+                return
+            raw.write_eof()  # after what is queued: the answer first, then the end
+            self._linger_timer = self.loop.call_later(limits.linger_seconds, self._linger_end)
+
+        def _linger_end(self) -> None:
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
+            self._linger_timer = None
+            self._close_when_taken()
+
+        def _close_when_taken(self) -> None:
+            """Close once the client has taken its answer, here and in the kernel; at the
+            answer's deadline, reset what is left. An answer the kernel took whole (a megabyte
+            fits its send buffer on loopback) would otherwise be fed, from a socket this server
+            no longer counts, to a client that reads it slowly, for as long as it reads."""
+            raw = self._raw
+            if raw.is_closing():
+                return
+            sock = raw.get_extra_info("socket")
+            queued = raw.get_write_buffer_size() or (sock is not None and _unsent(sock))
+            if not queued or limits.response_seconds is None:
+                raw.close()
+            elif self.loop.time() >= self._answer_deadline:
+                self.cut_off()
+            else:
+                # A kernel count: there is no event to wait for.
+                self._linger_timer = self.loop.call_later(0.05, self._close_when_taken)
 
         # -- refusals --
 
@@ -302,6 +527,7 @@ def bind(host: str, port: int, *, backlog: int = LISTEN_BACKLOG) -> socket.socke
     except OSError:
         sock.close()
         raise
+    sock.setblocking(False)
     return sock
 
 
@@ -314,52 +540,105 @@ async def serve(
     sock: socket.socket | None = None,
     ready: asyncio.Event | None = None,
     graceful_seconds: float = 5,
+    connections: Connections | None = None,
 ) -> None:
-    """Serve ``app`` with uvicorn under ``limits`` until cancelled, on ``sock`` or on a socket
-    bound to ``host`` and ``port``.
+    """Serve ``app`` with uvicorn's protocol under ``limits`` until cancelled, on ``sock`` or
+    on a socket bound to ``host`` and ``port``.
+
+    It accepts connections itself, not through uvicorn's ``Server``: so that, with
+    ``limits.queue_excess``, a connection past ``max_connections`` is not accepted at all.
 
     Args:
-        graceful_seconds: At shutdown, how long requests under way get to end before their
-            connections are closed.
+        graceful_seconds: At a stop, how long requests under way get to end before they are
+            cancelled and their connections closed.
+        connections: Counts the connections open, for the caller's metrics.
 
     Raises:
         OSError: the address cannot be bound (in use, or not this machine's).
     """
     import uvicorn
+    from uvicorn.server import ServerState
 
     own = sock is None
     listener = bind(host, port) if sock is None else sock
+    listener.setblocking(False)
     config = uvicorn.Config(
         app,
         log_level="warning",
         lifespan="off",  # the apps have no start-up or shut-down of their own
-        http=limited_protocol(limits),
-        # The protocol's own deadlines hold first; uvicorn's keep-alive timer (reset by any
-        # byte) is the same length, and never the shorter.
-        timeout_keep_alive=limits.idle_seconds,  # type: ignore[arg-type]  # a float is what loop.call_later takes
+        # The protocol's own idle deadline holds first; uvicorn's keep-alive timer (reset by
+        # any byte) is the same length.
+        timeout_keep_alive=limits.idle_seconds,  # type: ignore[arg-type]  # loop.call_later takes a float
         h11_max_incomplete_event_size=limits.max_header_bytes,
-        limit_concurrency=limits.max_connections,
+        limit_concurrency=None if limits.queue_excess else limits.max_connections,
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=graceful_seconds,  # type: ignore[arg-type]  # as above
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller's own handlers stay
-    task = asyncio.create_task(server.serve(sockets=[listener]))
+    config.load()
+    state = ServerState()
+    count = connections if connections is not None else Connections()
+    slots = asyncio.Semaphore(limits.max_connections)
+
+    def lost() -> None:
+        count.open -= 1
+        if limits.queue_excess:
+            slots.release()
+
+    protocol = limited_protocol(limits, closed=lost)
+    loop = asyncio.get_running_loop()
+
+    async def accept() -> None:
+        while True:
+            if limits.queue_excess:
+                # A slot first, then accept: past the limit, connections wait in the kernel's
+                # queue, holding no file descriptor of this process.
+                await slots.acquire()
+            try:
+                client, _ = await loop.sock_accept(listener)
+            except (ConnectionAbortedError, InterruptedError):
+                if limits.queue_excess:
+                    slots.release()
+                continue
+            except OSError as e:  # out of file descriptors or memory: try again shortly
+                if limits.queue_excess:
+                    slots.release()
+                log.warning("cannot accept a connection: %s", e)
+                await asyncio.sleep(0.5)
+                continue
+            count.open += 1
+            try:
+                await loop.connect_accepted_socket(
+                    lambda: protocol(config=config, server_state=state, app_state={}),  # type: ignore[call-arg]  # uvicorn's protocol takes these
+                    client,
+                )
+            except OSError:
+                client.close()
+                lost()
+
+    accepting = asyncio.create_task(accept())
     try:
-        while not server.started and not task.done():  # noqa: ASYNC110  # uvicorn sets a flag, no event
-            await asyncio.sleep(0.01)
         if ready is not None:
             ready.set()
-        # Shielded: cancelling serve() stops uvicorn the way it stops itself (listeners
-        # closed, open streams ended), not by cancelling it midway, which leaves it half
-        # running in the event loop.
-        await asyncio.shield(task)
+        await asyncio.shield(accepting)
     finally:
-        server.should_exit = True
-        await asyncio.gather(task, return_exceptions=True)
+        accepting.cancel()
+        await asyncio.gather(accepting, return_exceptions=True)
         if own:
             listener.close()
+        # As uvicorn stops: idle connections closed, busy ones after their answer; past the
+        # grace, requests under way cancelled and their connections closed.
+        for connection in list(state.connections):
+            connection.shutdown()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(graceful_seconds):
+                while state.tasks:  # noqa: ASYNC110  # uvicorn keeps a set, no event
+                    await asyncio.sleep(0.05)
+        for connection in list(state.connections):
+            connection.transport.close()
+        for task in list(state.tasks):
+            task.cancel()
+        await asyncio.gather(*state.tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # connection_lost runs: every count given back
 
 
 class Pool(concurrent.futures.Executor):

@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from temporal_agent_interrupts.codec import EncryptionCodec, PayloadKeys, generate_key
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     MAX_BYTES_IN_FLIGHT,
     MAX_CONNECTIONS,
     MAX_REQUEST_BYTES,
@@ -718,3 +718,21 @@ async def test_a_body_is_read_exactly_as_protobuf_json_reads_it():
         await raw.send(request(server, b"[]"))
         assert (await raw.response()).status == 400
         raw.close()
+
+
+def test_the_old_import_path_still_works_and_warns_naming_the_new_one():
+    """``temporal_agent_interrupts.worker.codec_server`` moved to the package root (issue 46);
+    the old path re-exports every public name until 0.2, with a DeprecationWarning that says
+    where to go."""
+    import importlib
+    import sys
+
+    from temporal_agent_interrupts import codec_server
+
+    sys.modules.pop("temporal_agent_interrupts.worker.codec_server", None)
+    with pytest.warns(DeprecationWarning, match=r"import temporal_agent_interrupts\.codec_server"):
+        old = importlib.import_module("temporal_agent_interrupts.worker.codec_server")
+    assert [getattr(old, name) for name in codec_server.__all__] == [
+        getattr(codec_server, name) for name in codec_server.__all__
+    ]
+    assert old.CodecServer is CodecServer

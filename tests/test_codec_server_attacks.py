@@ -28,13 +28,13 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from temporal_agent_interrupts.codec import EncryptionCodec
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     MAX_PAYLOADS,
     SEND_CHUNK_BYTES,
     CodecServer,
     Limits,
-    _ByteBudget,
 )
+from temporal_agent_interrupts.http_server import ByteBudget as _ByteBudget
 from tests.test_codec_server import (
     KEYS,
     MIB,
@@ -128,8 +128,9 @@ async def whole_answer(raw: Raw, timeout: float = 60) -> tuple[int, bytes, float
 
 
 class Sends:
-    """Every send the server makes, recorded on its own loop (its ``sock_sendall`` wrapped,
-    adding no yield of its own): per client (by its port), each send's bytes, and whether the
+    """Every send the server makes, recorded on its own loop (its transports' ``write``
+    wrapped, adding no yield of its own; the h11 server this replaced was watched through
+    ``loop.sock_sendall``): per client (by its port), each send's bytes, and whether the
     server's loop ran other work (a callback queued just after that connection's previous send)
     before it."""
 
@@ -139,17 +140,19 @@ class Sends:
         self.sizes: dict[int, list[int]] = collections.defaultdict(list)
         self.after_a_turn: dict[int, list[bool]] = collections.defaultdict(list)
         turned: dict[int, bool] = {}
-        send = loop.sock_sendall
+        transport_class = asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]  # asyncio's own, the one uvicorn writes through
+        write = transport_class.write
 
-        async def sock_sendall(sock: socket.socket, data: bytes) -> None:
-            port = sock.getpeername()[1]
-            self.sizes[port].append(len(data))
-            self.after_a_turn[port].append(turned.get(port, True))
-            turned[port] = False
-            loop.call_soon(turned.__setitem__, port, True)
-            return await send(sock, data)
+        def recorded(transport: asyncio.Transport, data: bytes) -> None:
+            if data and asyncio.get_running_loop() is loop:
+                port = transport.get_extra_info("peername")[1]
+                self.sizes[port].append(len(data))
+                self.after_a_turn[port].append(turned.get(port, True))
+                turned[port] = False
+                loop.call_soon(turned.__setitem__, port, True)
+            return write(transport, data)
 
-        monkeypatch.setattr(loop, "sock_sendall", sock_sendall)
+        monkeypatch.setattr(transport_class, "write", recorded)
 
     def to(self, raw: Raw) -> tuple[list[int], list[bool]]:
         """The sends to ``raw``."""
@@ -987,7 +990,7 @@ async def test_a_head_request_gets_405_without_the_connection_failing(
     raises LocalProtocolError ("Too much data for declared Content-Length"): it escapes
     ``_exchange`` (outside its try), fails the connection's task, and is logged as a failure.
     The client gets the head, then a close."""
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving(limits=fast()) as server:
         data = request(server, b"", method="HEAD", length=False)
         raw = await Raw.connect(server)
@@ -1083,7 +1086,7 @@ CHILD = textwrap.dedent(
     import asyncio, socket, sys, threading
     from urllib.parse import urlsplit
     from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-    from temporal_agent_interrupts.worker.codec_server import CodecServer
+    from temporal_agent_interrupts.codec_server import CodecServer
 
     async def main():
         server = await CodecServer(PayloadKeys.parse(generate_key("k1")), port=0).start()

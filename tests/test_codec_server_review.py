@@ -20,13 +20,13 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     CONNECTION_BODY_BYTES,
     MAX_PAYLOADS,
     SEND_CHUNK_BYTES,
     CodecServer,
-    _Pool,
 )
+from temporal_agent_interrupts.http_server import Pool as _Pool
 from tests.test_codec_server import (
     CODEC,
     KEYS,
@@ -105,7 +105,7 @@ async def test_an_allowed_origin_with_trailing_latin1_whitespace_is_answered_not
     reflects the raw value in ``Access-Control-Allow-Origin``. h11 encodes header values as
     ASCII: UnicodeEncodeError in ``_send``, outside ``_exchange``'s try, so the connection's
     task fails and the client gets no answer at all (nor does anything pipelined behind it)."""
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving_ui(limits=fast()) as server:
         origin = f"Origin: {UI}{space}\r\n"
         if kind == "preflight":
@@ -452,7 +452,7 @@ async def test_a_client_that_never_reads_gets_nothing_once_the_server_lets_go(cl
 async def test_a_transform_that_fails_is_a_500_and_its_thread_serves_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
 
     def broken(payload: Payload) -> Payload:
         raise RuntimeError("a fault of the server's own")
@@ -492,7 +492,7 @@ async def test_a_transform_that_fails_is_a_500_and_its_thread_serves_on(
 async def test_odd_bodies_are_a_client_fault_not_a_server_fault(
     caplog: pytest.LogCaptureFixture, body: bytes, route: str
 ):
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving(limits=fast()) as server:
         answer = await one_answer(server, request(server, body, path=route))
     assert answer.status in (200, 400, 422), answer

@@ -1391,7 +1391,7 @@ async def test_a_body_that_never_arrives_is_a_408(monkeypatch):
 def test_both_http_servers_refuse_a_cors_origin_that_is_no_sites(bad):
     """The web app and the codec server keep one rule (temporal_agent_interrupts/http_rules)."""
     from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-    from temporal_agent_interrupts.worker.codec_server import CodecServer
+    from temporal_agent_interrupts.codec_server import CodecServer
 
     with pytest.raises(ValueError, match="not one site's origin"):
         agents_app(AgentClient.__new__(AgentClient), identity="bearer", cors_origins=[bad])
