@@ -616,7 +616,8 @@ class _Codec:
                 upgrade=_upgrade(scope),
             )
             return
-        await routed(scope, receive, send, cors)
+        # Routed by the raw path: uvicorn's unquoted one would take /d%65code for /decode.
+        await routed({**scope, "path": scope.get("root_path", "") + path}, receive, send, cors)
 
     @staticmethod
     def _route(scope: Scope) -> str:

@@ -118,6 +118,19 @@ class Connections:
     open: int = 0
 
 
+class _ClientFaults(logging.LoggerAdapter):
+    """uvicorn's protocol logger, its warnings at debug: it warns of every malformed request
+    and unsupported upgrade, a client's doing, so anyone who can connect could fill the
+    operator's log. Its errors (an application's exception) stay errors."""
+
+    @property
+    def level(self) -> int:  # uvicorn reads it to decide on its trace logs
+        return self.logger.level
+
+    def warning(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        self.debug(msg, *args, **kwargs)
+
+
 def _unsent(sock: Any) -> int:
     """Bytes the kernel still holds to send on ``sock`` (or has sent, unacknowledged); 0 where
     it cannot say (SIOCOUTQ is Linux's)."""
@@ -283,6 +296,7 @@ def limited_protocol(
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.conn = _ScreenedConnection(limits)
+            self.logger = _ClientFaults(self.logger)
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             assert isinstance(transport, asyncio.Transport)

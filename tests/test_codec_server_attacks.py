@@ -819,6 +819,16 @@ async def test_a_request_target_that_names_another_authority_is_not_served(targe
     assert statuses in ([400], [403], [404]), statuses
 
 
+@pytest.mark.parametrize("target", ["/d%65code", "/%65ncode", "/decode%2F", "/decode/"])
+async def test_a_route_is_its_raw_path_not_a_spelling_of_it(target: str):
+    """uvicorn unquotes the path it gives an application (``/d%65code`` is ``/decode`` to
+    Starlette's router); a proxy that guards the path (refusing ``/encode``, the oracle) reads
+    it raw. The server routes by the raw target, as the h11 server did: 404, and closed."""
+    async with serving(limits=fast()) as server:
+        statuses, rest = await exchange(server, request(server, ENCODE_NOTHING, path=target))
+    assert statuses == [404] and rest == b"", (target, statuses)
+
+
 @pytest.mark.parametrize("target", ["http://[evil/decode", "//[::1/decode"])
 async def test_a_malformed_request_target_gets_400_not_an_internal_error(target: str):
     """``urlsplit`` raises ValueError for a bad IPv6 authority: that is the client's fault,
