@@ -74,7 +74,13 @@ from temporal_agent_interrupts.errors import (
     UnknownAgent,
     rpc_error,
 )
-from temporal_agent_interrupts.http_rules import LOOPBACK_NAMES, host_allowed, origin, site_origins
+from temporal_agent_interrupts.http_rules import (
+    LOOPBACK_NAMES,
+    cors_headers,
+    host_allowed,
+    origin,
+    site_origins,
+)
 from temporal_agent_interrupts.http_server import ConnectionLimits
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
@@ -437,18 +443,12 @@ class _Guard:
         return origin(sent).lower() == f"{scheme}://{host.strip().lower()}"
 
     def _cors(self, origins: list[str]) -> list[tuple[str, str]]:
-        if len(origins) != 1:
-            return []
-        sent = origin(origins[0])
-        if sent not in self.origins:
-            return []
-        return [
-            ("Access-Control-Allow-Origin", sent),
-            ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
-            ("Access-Control-Allow-Headers", "authorization, content-type, last-event-id"),
-            ("Access-Control-Max-Age", "600"),
-            ("Vary", "Origin"),
-        ]
+        return cors_headers(
+            origins,
+            self.origins,
+            methods="GET, POST, OPTIONS",
+            headers="authorization, content-type, last-event-id",
+        )
 
 
 # ----------------------------------------------------------------------------------------------

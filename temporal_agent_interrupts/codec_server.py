@@ -68,11 +68,13 @@ was not read to the end:
   first byte is cut off, with a reset: what is still queued for it, in the server and in the
   kernel, is dropped, not fed to it from an orphaned socket for as long as it reads. After an
   answer that closes, what the client still sends is read and thrown away for up to
-  :data:`LINGER_SECONDS` (2), so that it reads the answer rather than a reset; an answer still
-  queued in the server when that time is up is reset too. An answer the kernel took whole
-  (a megabyte fits its send buffer on loopback) is left to it at the close: the kernel, not
-  this server, feeds it to a client that reads it slowly (the h11 server this replaced waited
-  for the kernel's queue to empty, and reset what was left at the answer's deadline).
+  :data:`LINGER_SECONDS` (2), so that it reads the answer rather than a reset. So is an
+  answer the kernel took whole (a megabyte fits its send buffer on loopback) but the client
+  has not read when its connection closes: a close waits for the kernel's queue (and the
+  server's) to empty until the answer's deadline, 30 s from its start, and resets what is
+  left, so no orphaned socket feeds it on for as long as the client reads. Until then the
+  connection keeps its slot. A client that pipelines requests and reads no answer is read no
+  further than 64 KiB ahead of the request being answered.
 - **Connections**: at most :data:`MAX_CONNECTIONS` (64) at once; the next is not accepted until
   one closes, and waits in the kernel's queue (:data:`LISTEN_BACKLOG`, 128). Every connection's
   life is bounded by the deadlines above, so a slot always frees; and file descriptors (shared
@@ -150,8 +152,8 @@ from temporal_agent_interrupts.codec import (
 )
 from temporal_agent_interrupts.http_rules import (
     LOOPBACK_NAMES,
+    cors_headers,
     host_allowed,
-    origin,
     site_origins,
 )
 from temporal_agent_interrupts.http_server import (
@@ -591,7 +593,7 @@ class _Codec:
         if scope["type"] != "http":
             return  # no lifespan, no websockets
         headers = _Headers(scope["headers"])
-        cors = self._cors(headers)
+        cors = self.cors(headers)
         try:
             if not host_allowed(headers.one("host"), self.config.hosts):
                 raise _Refused(_text(403, "host not allowed", close=True))  # its body is not read
@@ -633,27 +635,22 @@ class _Codec:
             raise _Refused(_text(400, "the request target must be a path: /decode", close=True))
         return target.decode("latin-1")
 
-    def _cors(self, headers: _Headers) -> list[tuple[str, str]]:
-        origins = headers.all("origin")
-        if len(origins) != 1 or (sent := origin(origins[0])) not in self.config.origins:
-            return []
-        return [
-            # The origin as configured, not as sent: only what was checked goes back.
-            ("Access-Control-Allow-Origin", sent),
-            ("Access-Control-Allow-Methods", "POST, OPTIONS"),
-            ("Access-Control-Allow-Headers", ALLOWED_HEADERS),
+    def cors(self, headers: _Headers) -> list[tuple[str, str]]:
+        return cors_headers(
+            headers.all("origin"),
+            self.config.origins,
+            methods="POST, OPTIONS",
+            headers=ALLOWED_HEADERS,
             # The UI may send its access token ("pass access token"); it is never stored.
-            ("Access-Control-Allow-Credentials", "true"),
-            ("Access-Control-Max-Age", "600"),
-            ("Vary", "Origin"),
-        ]
+            credentials=True,
+        )
 
     def _preflight(self, path: str, headers: _Headers) -> _Reply:
         # A preflight has no body: one that comes with one is not read, and closed after.
         close = any(length.strip() != "0" for length in headers.all("content-length"))
         if path not in _ROUTES:
             return _text(404, "not found", close=close)
-        if not self._cors(headers):
+        if not self.cors(headers):
             return _text(403, "origin not allowed", close=close)
         return _Reply(status=204, body=[], close=close)
 
@@ -1038,6 +1035,9 @@ class CodecServer:
                     # A decode under way is not waited for: its answer would go nowhere.
                     graceful_seconds=0.01,
                     connections=self._connections,
+                    # A refusal of the HTTP stack's own (a Transfer-Encoding, too many
+                    # fields) carries CORS headers as the server's do: the UI can read why.
+                    refusal_headers=lambda fields: cors(_Headers(fields)),
                 )
             except asyncio.CancelledError:
                 pass  # stop()
@@ -1048,7 +1048,7 @@ class CodecServer:
 
         codec = self._app
         assert codec is not None
-        pool = codec.state.pool
+        pool, cors = codec.state.pool, codec.cors
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             runner.run(serving())
 

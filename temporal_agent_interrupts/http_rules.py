@@ -60,3 +60,26 @@ def site_origins(values: Iterable[str], *, what: str) -> frozenset[str]:
             )
         found.append(given)
     return frozenset(found)
+
+
+def cors_headers(
+    sent: list[str],
+    allowed: frozenset[str],
+    *,
+    methods: str,
+    headers: str,
+    credentials: bool = False,
+) -> list[tuple[str, str]]:
+    """The CORS headers for a request that sent the ``Origin`` values ``sent``: none unless it
+    sent exactly one, and that one is ``allowed`` (as :func:`origin` compares them). The
+    origin goes back as configured, not as sent: only what was checked goes back."""
+    if len(sent) != 1 or (found := origin(sent[0])) not in allowed:
+        return []
+    return [
+        ("Access-Control-Allow-Origin", found),
+        ("Access-Control-Allow-Methods", methods),
+        ("Access-Control-Allow-Headers", headers),
+        *([("Access-Control-Allow-Credentials", "true")] if credentials else []),
+        ("Access-Control-Max-Age", "600"),
+        ("Vary", "Origin"),
+    ]

@@ -203,6 +203,8 @@ class _ScreenedConnection(h11.Connection):
         super().__init__(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
         self.limits = limits
         self.refused: h11.RemoteProtocolError | None = None
+        self.request: h11.Request | None = None
+        """The request refused by :func:`_screen`: its head was read whole."""
 
     def next_event(self) -> Any:  # h11's own annotation is a union of event classes and sentinels
         try:
@@ -211,7 +213,7 @@ class _ScreenedConnection(h11.Connection):
             self.refused = e
             raise
         if isinstance(event, h11.Request) and (refused := _screen(event, self.limits)):
-            self.refused = refused
+            self.refused, self.request = refused, event
             raise refused
         return event
 
@@ -243,8 +245,17 @@ class _Transport:
         self._protocol.closing()
 
 
+RefusalHeaders = Callable[[list[tuple[bytes, bytes]]], list[tuple[str, str]]]
+"""Headers for the protocol's own refusal of a request whose head it read (a
+``Transfer-Encoding``, too many fields), from that head's fields (lower-case names): an
+application's CORS headers, so that a page it allows can read why."""
+
+
 def limited_protocol(
-    limits: ConnectionLimits, *, closed: Callable[[], None] | None = None
+    limits: ConnectionLimits,
+    *,
+    closed: Callable[[], None] | None = None,
+    refusal_headers: RefusalHeaders | None = None,
 ) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol under ``limits`` (module docstring): deadlines for a request's
     head, for an idle connection and for an answer; header fields counted; a
@@ -501,6 +512,10 @@ def limited_protocol(
 
         def _refuse(self, status: int, message: str) -> None:
             body = (message + "\n").encode()
+            request = self.conn.request
+            extra = []
+            if refusal_headers is not None and request is not None:
+                extra = refusal_headers([(k.lower(), v) for k, v in request.headers])
             try:
                 if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                     response = h11.Response(
@@ -511,6 +526,7 @@ def limited_protocol(
                             ("Cache-Control", "no-store"),
                             ("X-Content-Type-Options", "nosniff"),
                             ("Connection", "close"),
+                            *extra,
                         ],
                         reason=HTTPStatus(status).phrase.encode(),
                     )
@@ -555,6 +571,7 @@ async def serve(
     ready: asyncio.Event | None = None,
     graceful_seconds: float = 5,
     connections: Connections | None = None,
+    refusal_headers: RefusalHeaders | None = None,
 ) -> None:
     """Serve ``app`` with uvicorn's protocol under ``limits`` until cancelled, on ``sock`` or
     on a socket bound to ``host`` and ``port``.
@@ -566,6 +583,7 @@ async def serve(
         graceful_seconds: At a stop, how long requests under way get to end before they are
             cancelled and their connections closed.
         connections: Counts the connections open, for the caller's metrics.
+        refusal_headers: Headers for the protocol's own refusals (:data:`RefusalHeaders`).
 
     Raises:
         OSError: the address cannot be bound (in use, or not this machine's).
@@ -598,7 +616,7 @@ async def serve(
         if limits.queue_excess:
             slots.release()
 
-    protocol = limited_protocol(limits, closed=lost)
+    protocol = limited_protocol(limits, closed=lost, refusal_headers=refusal_headers)
     loop = asyncio.get_running_loop()
 
     async def accept() -> None:

@@ -819,6 +819,35 @@ async def test_a_request_target_that_names_another_authority_is_not_served(targe
     assert statuses in ([400], [403], [404]), statuses
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "Transfer-Encoding: chunked\r\n",
+        "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n",
+        "".join(f"X-{i}: a\r\n" for i in range(120)) + "Content-Length: 0\r\n",
+    ],
+    ids=["chunked", "both-lengths", "too-many-fields"],
+)
+async def test_the_http_stacks_own_refusals_carry_the_uis_cors_headers(extra: str):
+    """A request the protocol refuses before the application sees it (its framing, its
+    fields) is answered with the CORS headers the application would give its Origin, as the
+    h11 server did: a page of the UI can read why, and no other origin gets them."""
+    async with serving_ui(limits=fast()) as server:
+        port = port_of(server)
+        for origin, allowed in ((UI, True), ("http://evil.example", False)):
+            data = (
+                f"POST /decode HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: {origin}\r\n"
+                f"X-Namespace: default\r\n{extra}\r\n"
+            ).encode()
+            raw = await Raw.connect(server)
+            await raw.send(data)
+            answered, _ = responses(await raw.until_eof())
+            raw.close()
+            assert [r.status for r in answered] in ([400], [411], [431]), answered
+            given = answered[0].headers.get("access-control-allow-origin")
+            assert given == (UI if allowed else None), (origin, answered[0].headers)
+
+
 @pytest.mark.parametrize("target", ["/d%65code", "/%65ncode", "/decode%2F", "/decode/"])
 async def test_a_route_is_its_raw_path_not_a_spelling_of_it(target: str):
     """uvicorn unquotes the path it gives an application (``/d%65code`` is ``/decode`` to
@@ -1009,7 +1038,12 @@ async def test_a_head_request_gets_405_without_the_connection_failing(
         raw.close()
         await still_serves(server)
     assert received.startswith(b"HTTP/1.1 405 ")
-    failures = [r for r in caplog.records if r.getMessage() == "codec server connection failed"]
+    failures = [
+        r
+        for r in caplog.records
+        # The h11 server's record of a failed connection; on uvicorn's protocol, asyncio's.
+        if r.getMessage() == "codec server connection failed" or r.levelno >= logging.ERROR
+    ]
     assert not failures, failures[0].exc_info
 
 

@@ -62,7 +62,10 @@ def with_host(server: CodecServer, data: bytes, host: bytes) -> bytes:
 
 
 def failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == FAILED]
+    """The h11 server's own record of a failed connection, or any error (on uvicorn's
+    protocol, a connection that fails is asyncio's "Fatal error: protocol.data_received() call
+    failed")."""
+    return [r for r in caplog.records if r.getMessage() == FAILED or r.levelno >= logging.ERROR]
 
 
 async def read_all(raw: Raw, length: int, *, timeout: float = 20) -> bytes:
