@@ -150,9 +150,9 @@ has begun (see ``_App._follow_run``): without an end, 20 of them asked 74.5 time
 as long as their clients stayed, and took 28% of a core."""
 
 HEADER_DEADLINE = 10.0
-"""Seconds a connection has to send a whole request line and headers (its first request, or
-its next one after a response): uvicorn sets none, so a connection that never finishes one
-would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+"""Seconds a request has, from its first byte, to send its whole request line and headers:
+uvicorn sets none (any byte resets its keep-alive timer), so a connection that never finishes
+one would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
 
 KEEP_ALIVE_SECONDS = 5.0
 """Seconds a connection may stay open with no request begun (a new one, or one kept alive
