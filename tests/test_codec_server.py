@@ -522,7 +522,7 @@ async def test_case10_concurrent_large_decodes_keep_the_process_within_a_bound_o
     into its answer payload by payload; the process's peak (its clients' included: they hash
     the answers as they arrive) stays under four times the budget (measured: two to three
     times), and what it took is given back (glibc would keep it in its threads' arenas; see
-    worker.codec_server.MALLOC_MMAP_THRESHOLD). Each answer is then checked against one more
+    codec_server.MALLOC_MMAP_THRESHOLD). Each answer is then checked against one more
     decode, made after the measure and kept whole."""
     data = b"\x07" * (MAX_REQUEST_BYTES * 3 // 4 - 64 * 1024)
     body = sealed(Payload(metadata={"encoding": b"binary/plain"}, data=data))
