@@ -633,6 +633,12 @@ class _Codec:
         target = bytes(scope.get("raw_path") or scope["path"].encode())
         if not target.startswith(b"/") or target.startswith(b"//"):
             raise _Refused(_text(400, "the request target must be a path: /decode", close=True))
+        # Mounted (``Mount("/codec", app=codec_app(...))``): the route follows the mount's
+        # path, which Starlette gives as ``root_path``. A prefix spelled otherwise in the raw
+        # target (``/c%6fdec/decode``) leaves no route of its (404).
+        prefix = scope.get("root_path", "").encode("latin-1")
+        if prefix:
+            target = target[len(prefix) :] if target.startswith(prefix) else b"/"
         return target.decode("latin-1")
 
     def cors(self, headers: _Headers) -> list[tuple[str, str]]:

@@ -736,3 +736,47 @@ def test_the_old_import_path_still_works_and_warns_naming_the_new_one():
         getattr(codec_server, name) for name in codec_server.__all__
     ]
     assert old.CodecServer is CodecServer
+
+
+async def test_codec_app_mounted_in_a_teams_own_app_serves_under_its_prefix():
+    """``codec_app`` is the same server as an ASGI app: mounted under a prefix in another
+    Starlette app (served here by the product's HTTP stack), it decodes at the prefix's
+    ``/decode``, routes by the raw target there too, and keeps its Host rule."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from temporal_agent_interrupts import http_server
+    from temporal_agent_interrupts.codec_server import codec_app
+
+    app = Starlette(routes=[Mount("/codec", app=codec_app(KEYS))])
+    listener = http_server.bind("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    serving_task = asyncio.create_task(
+        http_server.serve(app, limits=Limits().connection_limits(), sock=listener)
+    )
+    try:
+
+        async def status(path: str, host: str = f"localhost:{port}") -> Response:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = sealed(plain(b'"mounted"'))
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Namespace: default\r\n"
+                "Connection: close\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            received = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            found = _first(received)
+            assert found is not None, received
+            return found[0]
+
+        served = await status("/codec/decode?x=1")
+        assert served.status == 200, served
+        assert json_format.Parse(served.body, Payloads()).payloads[0].data == b'"mounted"'
+        assert (await status("/codec/d%65code")).status == 404
+        assert (await status("/codec/decode", host="evil.example")).status == 403
+    finally:
+        serving_task.cancel()
+        await asyncio.gather(serving_task, return_exceptions=True)
+        listener.close()
