@@ -368,8 +368,12 @@ def limited_protocol(
                 self.transport.close()
 
         def answering(self) -> None:
-            """The transport is written to: the first write of an answer starts its deadline."""
+            """The transport is written to: the first write of an answer starts its deadline
+            (not a ``100 Continue``: the body comes after it, under the request's deadline)."""
             if limits.response_seconds is None or self._answer_timer is not None:
+                return
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_started and not cycle.response_complete:
                 return
             self._answer_deadline = self.loop.time() + limits.response_seconds
             self._answer_timer = self.loop.call_later(limits.response_seconds, self._too_slow)
@@ -456,6 +460,18 @@ def limited_protocol(
         def shutdown(self) -> None:
             self._stopping = True  # the server stops: no linger
             super().shutdown()
+
+        def stop(self) -> None:
+            """Close now, the server's grace over: reset if an answer is still queued (a close
+            would wait for the client to take it)."""
+            self._stopping = True
+            if self._raw.get_write_buffer_size():
+                self.cut_off()
+            elif not self._raw.is_closing():
+                self._raw.close()
+
+        def timeout_keep_alive_handler(self) -> None:
+            pass  # uvicorn's keep-alive timer: the idle deadline (_idle) is this protocol's
 
         def closing(self) -> None:
             """The application side closed the transport: linger (module docstring), unless
@@ -671,7 +687,7 @@ async def serve(
                 while state.tasks:  # noqa: ASYNC110  # uvicorn keeps a set, no event
                     await asyncio.sleep(0.05)
         for connection in list(state.connections):
-            connection.transport.close()
+            connection.stop()  # type: ignore[attr-defined]  # every connection is a LimitedH11
         for task in list(state.tasks):
             task.cancel()
         await asyncio.gather(*state.tasks, return_exceptions=True)

@@ -391,6 +391,24 @@ async def test_a_client_that_pauses_but_reads_its_answer_in_time_gets_all_of_it_
     assert rest == b""
 
 
+async def test_a_100_continue_does_not_start_the_answers_deadline():
+    """uvicorn writes ``100 Continue`` through the transport as any answer: the response
+    deadline starts at the answer's first byte, not there. A body sent over longer than the
+    response deadline (but within the request's) is answered whole."""
+    async with serving(limits=fast(response_seconds=0.5, request_seconds=5.0)) as server:
+        body = sealed(plain(b'"after a pause"'))
+        raw = await Raw.connect(server)
+        head = request(server, body, extra="Expect: 100-continue\r\n")[: -len(body)]
+        await raw.send(head)
+        assert (await raw.response()).status == 100
+        for piece in (body[: len(body) // 2], body[len(body) // 2 :]):
+            await asyncio.sleep(0.6)  # past the response deadline, twice over in all
+            await raw.send(piece)
+        answer = await raw.response()
+        raw.close()
+    assert answer.status == 200, answer
+
+
 async def test_an_answer_not_taken_in_time_is_cut_off_and_the_slot_freed_for_the_next():
     """One slot, held by a client that never reads its 4 MiB decode's answer: only the
     response deadline (0.5 s here) can free it. Asserted: the next client, waiting in the
