@@ -589,7 +589,7 @@ class _Codec:
 
     # -- the guard, before any route --
 
-    async def guard(self, scope: Scope, receive: Receive, send: Send, routed: Send2) -> None:
+    async def guard(self, scope: Scope, receive: Receive, send: Send, routed: _Routed) -> None:
         if scope["type"] != "http":
             return  # no lifespan, no websockets
         headers = _Headers(scope["headers"])
@@ -775,10 +775,11 @@ class _Endpoint:
         cors: list[tuple[str, str]] = scope.get("state", {}).get(_CORS, [])
         # Looked up per request: a test stands a gate in for the codec's method.
         transform = getattr(self.codec.config.codec, self.method)
-        await self.codec._exchange(scope, receive, send, transform, cors)  # its own endpoint
+        await self.codec._exchange(scope, receive, send, transform, cors)
 
 
-Send2 = Callable[[Scope, Receive, Send, list[tuple[str, str]]], Any]
+_Routed = Callable[[Scope, Receive, Send, list[tuple[str, str]]], Any]
+"""The routes, with the CORS headers the guard found for the request."""
 _CORS = "temporal_agent_interrupts.codec_server.cors"
 _ROUTES = ("/encode", "/decode")
 

@@ -24,7 +24,6 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import fcntl
 import functools
 import logging
 import queue
@@ -135,8 +134,10 @@ def _unsent(sock: Any) -> int:
     """Bytes the kernel still holds to send on ``sock`` (or has sent, unacknowledged); 0 where
     it cannot say (SIOCOUTQ is Linux's)."""
     try:
+        import fcntl  # Unix's: imported here, so that the web app imports anywhere
+
         return struct.unpack("i", fcntl.ioctl(sock.fileno(), _SIOCOUTQ, b"\0\0\0\0"))[0]
-    except OSError:
+    except (ImportError, OSError):
         return 0
 
 
