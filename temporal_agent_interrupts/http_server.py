@@ -1,16 +1,35 @@
 """What both HTTP servers of the product share: the web app (:mod:`client.web`) and the codec
 server (:mod:`temporal_agent_interrupts.codec_server`). Both are ASGI applications served by
-uvicorn through :func:`serve`, with the connection rules of :class:`ConnectionLimits` enforced by
-:func:`limited_protocol`; the Host and Origin rules are :mod:`temporal_agent_interrupts.http_rules`.
+uvicorn's h11 protocol through :func:`serve`, with the connection rules of
+:class:`ConnectionLimits` enforced by :func:`limited_protocol`; the Host and Origin rules are
+:mod:`temporal_agent_interrupts.http_rules`.
 
 uvicorn bounds a request's head in size (``h11_max_incomplete_event_size``) and an idle
-keep-alive connection in time, but not a request's head (or body) in time: its keep-alive timer
-starts only after a first response, and any byte resets it (Kludex/uvicorn#157), so a client
-that trickles a byte every few seconds holds its connection for ever. Nor does it count header
-fields, or refuse a ``Transfer-Encoding``. :func:`limited_protocol` subclasses its
-``H11Protocol`` for those, and reads four of its members: ``loop``, ``transport``, ``conn``
-and ``cycle`` (the request being served, created when its head is complete). The tests of
-both servers fail if that changes.
+keep-alive connection in time, but not a request's head in time: its keep-alive timer starts
+only after a first response, and any byte resets it (Kludex/uvicorn#157), so a client that
+trickles a byte every few seconds holds its connection for ever. Nor does it count header
+fields, refuse a ``Transfer-Encoding``, bound an answer's time, or stop reading a client that
+pipelines requests and takes no answer (it reads on after each one, and h11 keeps what it
+reads). What :func:`limited_protocol` adds, each per :class:`ConnectionLimits`:
+
+- a deadline for a request's line and headers from its first byte (408, or a quiet close), one
+  for a connection that begins no request, and the start of it in the request's scope for the
+  application's body deadline (:func:`request_deadline`);
+- header fields counted (431) and a ``Transfer-Encoding`` refused (400 with a
+  ``Content-Length``, 411 alone), closed, nothing behind it read as a request;
+- after a request that asks to upgrade, the connection closed;
+- an answer's deadline from its first byte, then a reset (what is queued dropped);
+- a close that lingers (the client reads its answer, not a reset), then waits for the kernel's
+  queue to empty until the answer's deadline (SIOCOUTQ), then resets;
+- at most :data:`_READ_AHEAD_BYTES` of pipelined requests held unparsed;
+- a request half closed by the client answered (400 if it was cut short).
+
+:func:`serve` accepts connections itself (a slot first, with ``queue_excess``, so that past the
+limit they wait in the kernel's queue) and sets ``TCP_NODELAY`` on each, which asyncio does
+not for a socket bound as ours is. The protocol reads uvicorn's ``H11Protocol`` (``conn``,
+``cycle``, ``flow``, ``transport``, ``logger`` and the hooks it overrides), its
+``RequestResponseCycle``'s state, ``FlowControl`` and ``ServerState``: the raw-socket tests
+of both servers fail if those change.
 
 Here too are the two things the codec server holds across requests, for any server that does
 CPU work on large bodies: :class:`Pool` (daemon threads, so a decode under way never holds the
