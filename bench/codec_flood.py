@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from temporalio.api.common.v1 import Payload
 
 from temporal_agent_interrupts.codec import EncryptionCodec, PayloadKeys, generate_key
-from temporal_agent_interrupts.worker.codec_server import MAX_PAYLOADS, CodecServer
+from temporal_agent_interrupts.codec_server import MAX_PAYLOADS, CodecServer
 
 RESULTS = Path(__file__).parent / "results"
 KIB = 1024

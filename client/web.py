@@ -77,7 +77,14 @@ from temporal_agent_interrupts.errors import (
     UnknownAgent,
     rpc_error,
 )
-from temporal_agent_interrupts.http_rules import HOST, LOOPBACK_NAMES, origin, site_origins
+from temporal_agent_interrupts.http_rules import (
+    LOOPBACK_NAMES,
+    cors_headers,
+    host_allowed,
+    origin,
+    site_origins,
+)
+from temporal_agent_interrupts.http_server import ConnectionLimits
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
 from temporal_agent_interrupts.workflows.details import truncate, visible
 from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
@@ -167,9 +174,19 @@ has begun (see ``_App._follow_run``): without an end, 20 of them asked 74.5 time
 as long as their clients stayed, and took 28% of a core."""
 
 HEADER_DEADLINE = 10.0
-"""Seconds a connection has to send a whole request line and headers (its first request, or
-its next one after a response): uvicorn sets none, so a connection that never finishes one
-would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+"""Seconds a request has, from its first byte, to send its whole request line and headers:
+uvicorn sets none (any byte resets its keep-alive timer), so a connection that never finishes
+one would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+
+KEEP_ALIVE_SECONDS = 5.0
+"""Seconds a connection may stay open with no request begun (a new one, or one kept alive
+between requests), up to :data:`HEADER_DEADLINE`."""
+
+MAX_HEADER_BYTES = 64 * KiB
+"""The request line and headers, in bytes (431 past it)."""
+
+MAX_HEADERS = 100
+"""Header fields in one request (431 past it)."""
 
 BODY_DEADLINE = 30.0
 """Seconds a request has to send its whole body (at most ``max_body``)."""
@@ -443,28 +460,19 @@ class _Guard:
         await self.app(scope, receive, send_with_cors)
 
     def _host_allowed(self, host: str) -> bool:
-        found = HOST.fullmatch(host.strip(" \t").lower())
-        if found is None:
-            return False
-        return found[0] in self.hosts or found["name"] in self.hosts
+        return host_allowed(host, self.hosts)
 
     def _same_origin(self, sent: str, host: str, scope: Scope) -> bool:
         scheme = scope.get("scheme", "http")
         return origin(sent).lower() == f"{scheme}://{host.strip().lower()}"
 
     def _cors(self, origins: list[str]) -> list[tuple[str, str]]:
-        if len(origins) != 1:
-            return []
-        sent = origin(origins[0])
-        if sent not in self.origins:
-            return []
-        return [
-            ("Access-Control-Allow-Origin", sent),
-            ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
-            ("Access-Control-Allow-Headers", "authorization, content-type, last-event-id"),
-            ("Access-Control-Max-Age", "600"),
-            ("Vary", "Origin"),
-        ]
+        return cors_headers(
+            origins,
+            self.origins,
+            methods="GET, POST, OPTIONS",
+            headers="authorization, content-type, last-event-id",
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1385,113 +1393,44 @@ def agents_app(
     return app
 
 
-def _deadline_protocol() -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, closing a connection that has not sent a whole request's line
-    and headers within :data:`HEADER_DEADLINE`.
-
-    uvicorn has no such setting (its keep-alive timer starts only after a first response and
-    any byte resets it; Kludex/uvicorn#157), so this subclasses its ``H11Protocol`` and reads
-    three of its members: ``loop``, ``transport`` and ``cycle`` (the request being served,
-    created when the headers are complete). tests/test_web_attacks.py fails if that changes.
-    """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class DeadlineH11(H11Protocol):
-        _deadline: asyncio.TimerHandle | None = None
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(HEADER_DEADLINE, self._expired)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _expired(self) -> None:
-            self._deadline = None
-            waiting = self.cycle is None or self.cycle.response_complete
-            if waiting and not self.transport.is_closing():
-                self.transport.close()
-
-        def connection_made(self, transport: asyncio.Transport) -> None:
-            super().connection_made(transport)
-            self._arm()
-
-        def handle_events(self) -> None:
-            before = self.cycle
-            super().handle_events()
-            if self.cycle is not before and self.cycle is not None:
-                self._disarm()  # a whole request is in: the app's deadlines take over
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()  # the next request has the same time
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-    return DeadlineH11
+def connection_limits() -> ConnectionLimits:
+    """The web app's :class:`~temporal_agent_interrupts.http_server.ConnectionLimits`, read
+    when it is served (so a test may shorten the module's constants)."""
+    return ConnectionLimits(
+        request_seconds=HEADER_DEADLINE,
+        idle_seconds=min(KEEP_ALIVE_SECONDS, HEADER_DEADLINE),
+        max_header_bytes=MAX_HEADER_BYTES,
+        max_headers=MAX_HEADERS,
+        max_connections=CONNECTIONS,
+        # Past CONNECTIONS a request gets 503 (uvicorn's limit_concurrency). Bodies are the
+        # app's own (max_body, BODY_DEADLINE: a 408 it writes itself); answers have no
+        # deadline: a stream follows its conversation for as long as a turn runs.
+        # A connection that never finishes a head is closed with nothing said, as uvicorn
+        # closes an idle one: nobody who sent a whole request is left without an answer.
+        answer_slow_heads=False,
+    )
 
 
 async def serve(
     app: Starlette, *, host: str = "127.0.0.1", port: int = 8234, ready: asyncio.Event | None = None
 ) -> None:
-    """Serve ``app`` with uvicorn until cancelled.
+    """Serve ``app`` with uvicorn until cancelled, under :func:`connection_limits`.
 
     Raises:
         OSError: the address cannot be bound (in use, or not this machine's).
     """
-    import socket
+    from temporal_agent_interrupts import http_server
 
-    import uvicorn
-
-    # Bound here, not by uvicorn: it exits the process (SystemExit) when it cannot bind, which
-    # from a task would take the worker serving next to it down too.
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-
-    config = uvicorn.Config(
+    await http_server.serve(
         app,
+        limits=connection_limits(),
         host=host,
         port=port,
-        log_level="warning",
-        lifespan="off",  # the app has no start-up or shut-down of its own
-        # A request's headers are bounded in size and time (HEADER_DEADLINE), an idle
-        # keep-alive connection in time, bodies by the app itself (max_body, BODY_DEADLINE).
-        http=_deadline_protocol(),
-        timeout_keep_alive=5,
-        h11_max_incomplete_event_size=64 * KiB,
-        limit_concurrency=CONNECTIONS,
-        server_header=False,
+        ready=ready,
         # Streams follow conversations for as long as a turn runs: at shutdown they get this
         # long to end, then are closed (a client reconnects with Last-Event-ID).
-        timeout_graceful_shutdown=5,
+        graceful_seconds=5,
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller's own handlers stay
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started and not task.done():  # noqa: ASYNC110  # uvicorn sets a flag, no event
-            await asyncio.sleep(0.01)
-        if ready is not None:
-            ready.set()
-        # Shielded: cancelling serve() stops uvicorn the way it stops itself (listeners
-        # closed, open streams ended), not by cancelling it midway, which leaves it half
-        # running in the event loop.
-        await asyncio.shield(task)
-    finally:
-        server.should_exit = True
-        await asyncio.gather(task, return_exceptions=True)
-        sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -29,11 +29,11 @@ from urllib.parse import quote
 from examples import ALL_AGENTS
 from temporal_agent_interrupts import AgentClient, FinishReason, approve, deny, run_script
 from temporal_agent_interrupts.client.api import DEFAULT_ADDRESS, connect_answering
+from temporal_agent_interrupts.codec_server import DEFAULT_PORT as CODEC_PORT
 from temporal_agent_interrupts.errors import ConnectionConfigError, ServerNotAnswering
 from temporal_agent_interrupts.hosting import DEFAULT_TASK_QUEUE, build_worker, connect_config
 from temporal_agent_interrupts.payloads import PayloadKeys, data_converter, load_keys
 from temporal_agent_interrupts.worker import has_gemini_key
-from temporal_agent_interrupts.worker.codec_server import DEFAULT_PORT as CODEC_PORT
 from temporal_agent_interrupts.worker.devserver import (
     DEV_WORKER_ARGS,
     RecordedServer,

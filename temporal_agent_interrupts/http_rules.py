@@ -1,6 +1,9 @@
-"""The rules both HTTP servers of the product keep: the codec server (``worker/codec_server.py``)
-and the web app (``client/web.py``). Which ``Host`` they answer to (DNS rebinding), and which
-browser origins they may give CORS headers to.
+"""The rules both HTTP servers of the product keep: the codec server and the web app
+(``client/web.py``), both served by :mod:`temporal_agent_interrupts.http_server`. Which ``Host``
+they answer to (DNS rebinding), and which browser origins they may give CORS headers to.
+
+Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
+namespaces: docs/reference/api.md).
 """
 
 from __future__ import annotations
@@ -15,6 +18,18 @@ HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::[0-9]
 """RFC 3986's host (an IP literal in brackets, or a reg-name: no ":", "@", "/" or space) and an
 optional port, as RFC 9110 spells a ``Host``: ``uri-host [":" port]`` and nothing looser, so
 ``localhost:8081:1`` or ``a@localhost:8081`` names no host of ours. Match it lower-cased."""
+
+
+def host_allowed(value: str | None, hosts: frozenset[str]) -> bool:
+    """Whether a ``Host`` value names one of ``hosts`` (lower-case: ``name:port`` exactly, or
+    a name given without a port, with any port or none). Read as :data:`HOST` spells one, and
+    nothing looser."""
+    # Not str.strip(): "\xa0" is no part of a Host (h11 has trimmed spaces and tabs).
+    found = HOST.fullmatch((value or "").strip(" \t").lower())
+    if found is None:
+        return False
+    return found[0] in hosts or found["name"] in hosts
+
 
 ORIGIN = re.compile(
     r"[a-z][a-z0-9+.-]*://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE
@@ -48,3 +63,26 @@ def site_origins(values: Iterable[str], *, what: str) -> frozenset[str]:
             )
         found.append(given)
     return frozenset(found)
+
+
+def cors_headers(
+    sent: list[str],
+    allowed: frozenset[str],
+    *,
+    methods: str,
+    headers: str,
+    credentials: bool = False,
+) -> list[tuple[str, str]]:
+    """The CORS headers for a request that sent the ``Origin`` values ``sent``: none unless it
+    sent exactly one, and that one is ``allowed`` (as :func:`origin` compares them). The
+    origin goes back as configured, not as sent: only what was checked goes back."""
+    if len(sent) != 1 or (found := origin(sent[0])) not in allowed:
+        return []
+    return [
+        ("Access-Control-Allow-Origin", found),
+        ("Access-Control-Allow-Methods", methods),
+        ("Access-Control-Allow-Headers", headers),
+        *([("Access-Control-Allow-Credentials", "true")] if credentials else []),
+        ("Access-Control-Max-Age", "600"),
+        ("Vary", "Origin"),
+    ]

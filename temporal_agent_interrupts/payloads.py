@@ -1,6 +1,8 @@
 """What Temporal stores, encrypted, and shown in the clear only to who holds the keys: the data
 converter a team's own client connects with (``data_converter``), the keys (``PayloadKeys``,
-``load_keys``, ``generate_key``) and the codec itself (``EncryptionCodec``).
+``load_keys``, ``generate_key``), the codec itself (``EncryptionCodec``), and the codec server
+that shows payloads to the Temporal UI and CLI (``CodecServer`` in process, ``codec_app`` to
+mount in a team's own ASGI app; ``agent-codec-server`` is the command).
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -8,8 +10,8 @@ Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md
 
 A namespace of its own because encryption is a deployment's choice (``AGENT_PAYLOAD_KEYS``), made
 once by whoever runs the workers, not by whoever writes an agent; the names live in ``codec``
-and are read on first use. Its errors (``PayloadKeyMissing``, ``PayloadKeysError``) are in
-``temporal_agent_interrupts.errors`` with every other.
+and ``codec_server`` and are read on first use. Its errors (``PayloadKeyMissing``,
+``PayloadKeysError``) are in ``temporal_agent_interrupts.errors`` with every other.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
         generate_key,
         load_keys,
     )
+    from temporal_agent_interrupts.codec_server import CodecServer, codec_app
 
 _HOME = {
     "data_converter": "codec",
@@ -33,9 +36,19 @@ _HOME = {
     "load_keys": "codec",
     "generate_key": "codec",
     "EncryptionCodec": "codec",
+    "CodecServer": "codec_server",
+    "codec_app": "codec_server",
 }
 
-__all__ = ["EncryptionCodec", "PayloadKeys", "data_converter", "generate_key", "load_keys"]
+__all__ = [
+    "CodecServer",
+    "EncryptionCodec",
+    "PayloadKeys",
+    "codec_app",
+    "data_converter",
+    "generate_key",
+    "load_keys",
+]
 
 # Hidden from type checkers, which read the imports above (see the package root).
 if not TYPE_CHECKING:

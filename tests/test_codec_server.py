@@ -26,7 +26,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from temporal_agent_interrupts.codec import EncryptionCodec, PayloadKeys, generate_key
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     MAX_BYTES_IN_FLIGHT,
     MAX_CONNECTIONS,
     MAX_REQUEST_BYTES,
@@ -522,7 +522,7 @@ async def test_case10_concurrent_large_decodes_keep_the_process_within_a_bound_o
     into its answer payload by payload; the process's peak (its clients' included: they hash
     the answers as they arrive) stays under four times the budget (measured: two to three
     times), and what it took is given back (glibc would keep it in its threads' arenas; see
-    worker.codec_server.MALLOC_MMAP_THRESHOLD). Each answer is then checked against one more
+    codec_server.MALLOC_MMAP_THRESHOLD). Each answer is then checked against one more
     decode, made after the measure and kept whole."""
     data = b"\x07" * (MAX_REQUEST_BYTES * 3 // 4 - 64 * 1024)
     body = sealed(Payload(metadata={"encoding": b"binary/plain"}, data=data))
@@ -718,3 +718,65 @@ async def test_a_body_is_read_exactly_as_protobuf_json_reads_it():
         await raw.send(request(server, b"[]"))
         assert (await raw.response()).status == 400
         raw.close()
+
+
+def test_the_old_import_path_still_works_and_warns_naming_the_new_one():
+    """``temporal_agent_interrupts.worker.codec_server`` moved to the package root (issue 46);
+    the old path re-exports every public name until 0.2, with a DeprecationWarning that says
+    where to go."""
+    import importlib
+    import sys
+
+    from temporal_agent_interrupts import codec_server
+
+    sys.modules.pop("temporal_agent_interrupts.worker.codec_server", None)
+    with pytest.warns(DeprecationWarning, match=r"import temporal_agent_interrupts\.codec_server"):
+        old = importlib.import_module("temporal_agent_interrupts.worker.codec_server")
+    assert [getattr(old, name) for name in codec_server.__all__] == [
+        getattr(codec_server, name) for name in codec_server.__all__
+    ]
+    assert old.CodecServer is CodecServer
+
+
+async def test_codec_app_mounted_in_a_teams_own_app_serves_under_its_prefix():
+    """``codec_app`` is the same server as an ASGI app: mounted under a prefix in another
+    Starlette app (served here by the product's HTTP stack), it decodes at the prefix's
+    ``/decode``, routes by the raw target there too, and keeps its Host rule."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from temporal_agent_interrupts import http_server
+    from temporal_agent_interrupts.codec_server import codec_app
+
+    app = Starlette(routes=[Mount("/codec", app=codec_app(KEYS))])
+    listener = http_server.bind("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    serving_task = asyncio.create_task(
+        http_server.serve(app, limits=Limits().connection_limits(), sock=listener)
+    )
+    try:
+
+        async def status(path: str, host: str = f"localhost:{port}") -> Response:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = sealed(plain(b'"mounted"'))
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\nX-Namespace: default\r\n"
+                "Connection: close\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            received = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            found = _first(received)
+            assert found is not None, received
+            return found[0]
+
+        served = await status("/codec/decode?x=1")
+        assert served.status == 200, served
+        assert json_format.Parse(served.body, Payloads()).payloads[0].data == b'"mounted"'
+        assert (await status("/codec/d%65code")).status == 404
+        assert (await status("/codec/decode", host="evil.example")).status == 403
+    finally:
+        serving_task.cancel()
+        await asyncio.gather(serving_task, return_exceptions=True)
+        listener.close()

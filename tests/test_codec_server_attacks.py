@@ -28,13 +28,13 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from temporal_agent_interrupts.codec import EncryptionCodec
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     MAX_PAYLOADS,
     SEND_CHUNK_BYTES,
     CodecServer,
     Limits,
-    _ByteBudget,
 )
+from temporal_agent_interrupts.http_server import ByteBudget as _ByteBudget
 from tests.test_codec_server import (
     KEYS,
     MIB,
@@ -128,8 +128,9 @@ async def whole_answer(raw: Raw, timeout: float = 60) -> tuple[int, bytes, float
 
 
 class Sends:
-    """Every send the server makes, recorded on its own loop (its ``sock_sendall`` wrapped,
-    adding no yield of its own): per client (by its port), each send's bytes, and whether the
+    """Every send the server makes, recorded on its own loop (its transports' ``write``
+    wrapped, adding no yield of its own; the h11 server this replaced was watched through
+    ``loop.sock_sendall``): per client (by its port), each send's bytes, and whether the
     server's loop ran other work (a callback queued just after that connection's previous send)
     before it."""
 
@@ -139,17 +140,19 @@ class Sends:
         self.sizes: dict[int, list[int]] = collections.defaultdict(list)
         self.after_a_turn: dict[int, list[bool]] = collections.defaultdict(list)
         turned: dict[int, bool] = {}
-        send = loop.sock_sendall
+        transport_class = asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]  # asyncio's own, the one uvicorn writes through
+        write = transport_class.write
 
-        async def sock_sendall(sock: socket.socket, data: bytes) -> None:
-            port = sock.getpeername()[1]
-            self.sizes[port].append(len(data))
-            self.after_a_turn[port].append(turned.get(port, True))
-            turned[port] = False
-            loop.call_soon(turned.__setitem__, port, True)
-            return await send(sock, data)
+        def recorded(transport: asyncio.Transport, data: bytes) -> None:
+            if data and asyncio.get_running_loop() is loop:
+                port = transport.get_extra_info("peername")[1]
+                self.sizes[port].append(len(data))
+                self.after_a_turn[port].append(turned.get(port, True))
+                turned[port] = False
+                loop.call_soon(turned.__setitem__, port, True)
+            return write(transport, data)
 
-        monkeypatch.setattr(loop, "sock_sendall", sock_sendall)
+        monkeypatch.setattr(transport_class, "write", recorded)
 
     def to(self, raw: Raw) -> tuple[list[int], list[bool]]:
         """The sends to ``raw``."""
@@ -816,6 +819,45 @@ async def test_a_request_target_that_names_another_authority_is_not_served(targe
     assert statuses in ([400], [403], [404]), statuses
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "Transfer-Encoding: chunked\r\n",
+        "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n",
+        "".join(f"X-{i}: a\r\n" for i in range(120)) + "Content-Length: 0\r\n",
+    ],
+    ids=["chunked", "both-lengths", "too-many-fields"],
+)
+async def test_the_http_stacks_own_refusals_carry_the_uis_cors_headers(extra: str):
+    """A request the protocol refuses before the application sees it (its framing, its
+    fields) is answered with the CORS headers the application would give its Origin, as the
+    h11 server did: a page of the UI can read why, and no other origin gets them."""
+    async with serving_ui(limits=fast()) as server:
+        port = port_of(server)
+        for origin, allowed in ((UI, True), ("http://evil.example", False)):
+            data = (
+                f"POST /decode HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: {origin}\r\n"
+                f"X-Namespace: default\r\n{extra}\r\n"
+            ).encode()
+            raw = await Raw.connect(server)
+            await raw.send(data)
+            answered, _ = responses(await raw.until_eof())
+            raw.close()
+            assert [r.status for r in answered] in ([400], [411], [431]), answered
+            given = answered[0].headers.get("access-control-allow-origin")
+            assert given == (UI if allowed else None), (origin, answered[0].headers)
+
+
+@pytest.mark.parametrize("target", ["/d%65code", "/%65ncode", "/decode%2F", "/decode/"])
+async def test_a_route_is_its_raw_path_not_a_spelling_of_it(target: str):
+    """uvicorn unquotes the path it gives an application (``/d%65code`` is ``/decode`` to
+    Starlette's router); a proxy that guards the path (refusing ``/encode``, the oracle) reads
+    it raw. The server routes by the raw target, as the h11 server did: 404, and closed."""
+    async with serving(limits=fast()) as server:
+        statuses, rest = await exchange(server, request(server, ENCODE_NOTHING, path=target))
+    assert statuses == [404] and rest == b"", (target, statuses)
+
+
 @pytest.mark.parametrize("target", ["http://[evil/decode", "//[::1/decode"])
 async def test_a_malformed_request_target_gets_400_not_an_internal_error(target: str):
     """``urlsplit`` raises ValueError for a bad IPv6 authority: that is the client's fault,
@@ -987,7 +1029,7 @@ async def test_a_head_request_gets_405_without_the_connection_failing(
     raises LocalProtocolError ("Too much data for declared Content-Length"): it escapes
     ``_exchange`` (outside its try), fails the connection's task, and is logged as a failure.
     The client gets the head, then a close."""
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving(limits=fast()) as server:
         data = request(server, b"", method="HEAD", length=False)
         raw = await Raw.connect(server)
@@ -996,7 +1038,12 @@ async def test_a_head_request_gets_405_without_the_connection_failing(
         raw.close()
         await still_serves(server)
     assert received.startswith(b"HTTP/1.1 405 ")
-    failures = [r for r in caplog.records if r.getMessage() == "codec server connection failed"]
+    failures = [
+        r
+        for r in caplog.records
+        # The h11 server's record of a failed connection; on uvicorn's protocol, asyncio's.
+        if r.getMessage() == "codec server connection failed" or r.levelno >= logging.ERROR
+    ]
     assert not failures, failures[0].exc_info
 
 
@@ -1083,7 +1130,7 @@ CHILD = textwrap.dedent(
     import asyncio, socket, sys, threading
     from urllib.parse import urlsplit
     from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-    from temporal_agent_interrupts.worker.codec_server import CodecServer
+    from temporal_agent_interrupts.codec_server import CodecServer
 
     async def main():
         server = await CodecServer(PayloadKeys.parse(generate_key("k1")), port=0).start()

@@ -20,13 +20,13 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from temporal_agent_interrupts.worker.codec_server import (
+from temporal_agent_interrupts.codec_server import (
     CONNECTION_BODY_BYTES,
     MAX_PAYLOADS,
     SEND_CHUNK_BYTES,
     CodecServer,
-    _Pool,
 )
+from temporal_agent_interrupts.http_server import Pool as _Pool
 from tests.test_codec_server import (
     CODEC,
     KEYS,
@@ -62,7 +62,10 @@ def with_host(server: CodecServer, data: bytes, host: bytes) -> bytes:
 
 
 def failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == FAILED]
+    """The h11 server's own record of a failed connection, or any error (on uvicorn's
+    protocol, a connection that fails is asyncio's "Fatal error: protocol.data_received() call
+    failed")."""
+    return [r for r in caplog.records if r.getMessage() == FAILED or r.levelno >= logging.ERROR]
 
 
 async def read_all(raw: Raw, length: int, *, timeout: float = 20) -> bytes:
@@ -105,7 +108,7 @@ async def test_an_allowed_origin_with_trailing_latin1_whitespace_is_answered_not
     reflects the raw value in ``Access-Control-Allow-Origin``. h11 encodes header values as
     ASCII: UnicodeEncodeError in ``_send``, outside ``_exchange``'s try, so the connection's
     task fails and the client gets no answer at all (nor does anything pipelined behind it)."""
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving_ui(limits=fast()) as server:
         origin = f"Origin: {UI}{space}\r\n"
         if kind == "preflight":
@@ -388,6 +391,24 @@ async def test_a_client_that_pauses_but_reads_its_answer_in_time_gets_all_of_it_
     assert rest == b""
 
 
+async def test_a_100_continue_does_not_start_the_answers_deadline():
+    """uvicorn writes ``100 Continue`` through the transport as any answer: the response
+    deadline starts at the answer's first byte, not there. A body sent over longer than the
+    response deadline (but within the request's) is answered whole."""
+    async with serving(limits=fast(response_seconds=0.5, request_seconds=5.0)) as server:
+        body = sealed(plain(b'"after a pause"'))
+        raw = await Raw.connect(server)
+        head = request(server, body, extra="Expect: 100-continue\r\n")[: -len(body)]
+        await raw.send(head)
+        assert (await raw.response()).status == 100
+        for piece in (body[: len(body) // 2], body[len(body) // 2 :]):
+            await asyncio.sleep(0.6)  # past the response deadline, twice over in all
+            await raw.send(piece)
+        answer = await raw.response()
+        raw.close()
+    assert answer.status == 200, answer
+
+
 async def test_an_answer_not_taken_in_time_is_cut_off_and_the_slot_freed_for_the_next():
     """One slot, held by a client that never reads its 4 MiB decode's answer: only the
     response deadline (0.5 s here) can free it. Asserted: the next client, waiting in the
@@ -452,7 +473,7 @@ async def test_a_client_that_never_reads_gets_nothing_once_the_server_lets_go(cl
 async def test_a_transform_that_fails_is_a_500_and_its_thread_serves_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
 
     def broken(payload: Payload) -> Payload:
         raise RuntimeError("a fault of the server's own")
@@ -492,7 +513,7 @@ async def test_a_transform_that_fails_is_a_500_and_its_thread_serves_on(
 async def test_odd_bodies_are_a_client_fault_not_a_server_fault(
     caplog: pytest.LogCaptureFixture, body: bytes, route: str
 ):
-    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.worker.codec_server")
+    caplog.set_level(logging.DEBUG, logger="temporal_agent_interrupts.codec_server")
     async with serving(limits=fast()) as server:
         answer = await one_answer(server, request(server, body, path=route))
     assert answer.status in (200, 400, 422), answer

@@ -76,9 +76,9 @@ from temporal_agent_interrupts.codec import (
     generate_key,
     load_keys,
 )
+from temporal_agent_interrupts.codec_server import CodecServer
 from temporal_agent_interrupts.errors import AgentError, ConnectionConfigError
 from temporal_agent_interrupts.worker import agent_converter, build_worker
-from temporal_agent_interrupts.worker.codec_server import CodecServer
 from temporal_agent_interrupts.worker.devserver import dev_server_command
 from temporal_agent_interrupts.worker.result_keys import parse_result_keys
 from temporal_agent_interrupts.worker.standin import Reply, calls, text
@@ -462,7 +462,7 @@ def test_the_embedded_dev_server_command_names_the_codec_endpoint():
 def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_path):
     environ = bare_environ(tmp_path, PYTHONPATH=str(ROOT))
     run = subprocess.run(
-        [sys.executable, "-m", "temporal_agent_interrupts.worker.codec_server"],
+        [sys.executable, "-m", "temporal_agent_interrupts.codec_server"],
         env=environ,
         capture_output=True,
         text=True,
@@ -472,7 +472,7 @@ def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_pa
     assert run.returncode == 2
     assert "AGENT_PAYLOAD_KEYS is not set" in run.stderr and "--generate-key" in run.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "temporal_agent_interrupts.worker.codec_server"],
+        [sys.executable, "-m", "temporal_agent_interrupts.codec_server"],
         env={**environ, ENV_VAR: "k1:AAAA"},
         capture_output=True,
         text=True,
@@ -484,7 +484,7 @@ def test_the_codec_server_refuses_to_start_without_keys_and_generates_one(tmp_pa
         [
             sys.executable,
             "-m",
-            "temporal_agent_interrupts.worker.codec_server",
+            "temporal_agent_interrupts.codec_server",
             "--generate-key",
             "k7",
         ],

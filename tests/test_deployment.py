@@ -341,7 +341,7 @@ def test_grace_period_outlasts_the_workers_graceful_shutdown():
 def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only():
     """docs/data-protection.md: the codec server beside the UI, behind the same
     env file, started by the profile .env.example names, answering the UI's origin only."""
-    from temporal_agent_interrupts.worker.codec_server import parse_args
+    from temporal_agent_interrupts.codec_server import parse_args
 
     spec = compose()
     codec = spec["services"]["codec"]
@@ -349,7 +349,7 @@ def test_the_codec_service_serves_the_ui_with_the_workers_keys_on_loopback_only(
     context = build if isinstance(build, str) else build.get("context", ".")
     assert (ROOT / context / "Dockerfile").resolve() == (ROOT / "Dockerfile").resolve()
     command = as_command(codec["command"])
-    assert command[:3] == ["python", "-m", "temporal_agent_interrupts.worker.codec_server"]
+    assert command[:3] == ["python", "-m", "temporal_agent_interrupts.codec_server"]
     args = parse_args(command[3:])  # the real parser: the flags exist and parse
     # All interfaces inside its container (the published port must reach it) ...
     assert args.host == "0.0.0.0"

@@ -660,7 +660,7 @@ def _worker_parse(args: list[str]) -> object:
 
 
 def _codec_server_parse(args: list[str]) -> object:
-    from temporal_agent_interrupts.worker.codec_server import parse_args
+    from temporal_agent_interrupts.codec_server import parse_args
 
     return parse_args(args)
 

@@ -134,7 +134,7 @@ async def codec_server(keys: str, *, cors_origin: str, log: Path) -> AsyncIterat
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "temporal_agent_interrupts.worker.codec_server",
+            "temporal_agent_interrupts.codec_server",
             "--port",
             str(port),
             "--cors-origin",

@@ -1371,6 +1371,35 @@ async def test_connections_that_never_finish_a_request_do_not_shut_the_app_to_ot
                 writer.close()
 
 
+@pytest.mark.parametrize(
+    ("framing", "status"),
+    [
+        ("Transfer-Encoding: chunked\r\n", 411),
+        ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", 400),
+    ],
+    ids=["chunked", "both-lengths"],
+)
+async def test_a_request_framed_by_transfer_encoding_is_refused_and_nothing_behind_it_served(
+    framing, status
+):
+    """The codec server's framing rule, from the HTTP stack both servers share: the bytes
+    behind a chunked request (a whoami, here) are never read as a request, so a proxy in front
+    that frames by the other header cannot smuggle one past the app."""
+    app = agents_app(AgentClient.__new__(AgentClient), identity=lambda _: "x")
+    async with served(app) as base:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(base))
+        try:
+            writer.write(
+                f"POST /api/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n0\r\n\r\n".encode()
+                + b"GET /api/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
+            received = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+    assert received.startswith(f"HTTP/1.1 {status} ".encode()), received[:200]
+    assert received.count(b"HTTP/1.1 ") == 1, received
+
+
 async def test_a_body_that_never_arrives_is_a_408(monkeypatch):
     monkeypatch.setattr(web, "BODY_DEADLINE", 0.5)
     app = agents_app(AgentClient.__new__(AgentClient), identity=lambda _: "x")
@@ -1391,7 +1420,7 @@ async def test_a_body_that_never_arrives_is_a_408(monkeypatch):
 def test_both_http_servers_refuse_a_cors_origin_that_is_no_sites(bad):
     """The web app and the codec server keep one rule (temporal_agent_interrupts/http_rules)."""
     from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-    from temporal_agent_interrupts.worker.codec_server import CodecServer
+    from temporal_agent_interrupts.codec_server import CodecServer
 
     with pytest.raises(ValueError, match="not one site's origin"):
         agents_app(AgentClient.__new__(AgentClient), identity="bearer", cors_origins=[bad])

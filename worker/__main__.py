@@ -20,8 +20,9 @@ ran). Anything else it cannot decrypt stops nothing: a signal or update argument
 key is refused as malformed, a query fails, and a workflow task that cannot read its
 conversation's input, state or an activity's result fails naming the key id (Temporal retries it,
 on whichever worker polls) while this worker goes on serving other conversations. With
-``--dev-server`` and keys, the codec server (``worker.codec_server``) runs in this process on port
-8081, and a dev server started here shows payloads in the clear in its UI through it.
+``--dev-server`` and keys, the codec server (``temporal_agent_interrupts.codec_server``) runs
+in this process on port 8081, and a dev server started here shows payloads in the clear in its UI
+through it.
 
 Exit codes: 0 after a graceful stop (or a done ``--setup-search-attributes``); 1 when Temporal
 cannot be reached or does not answer; 2 for a bad ``--agents`` (checked first, before anything
@@ -59,6 +60,8 @@ from temporal_agent_interrupts.codec import (
     data_converter,
     load_keys,
 )
+from temporal_agent_interrupts.codec_server import DEFAULT_PORT as CODEC_PORT
+from temporal_agent_interrupts.codec_server import DEV_UI_ORIGINS, CodecServer
 from temporal_agent_interrupts.connection import (
     DEFAULT_ADDRESS,
     DEFAULT_TASK_QUEUE,
@@ -72,8 +75,6 @@ from temporal_agent_interrupts.worker import (
     build_worker,
     has_gemini_key,
 )
-from temporal_agent_interrupts.worker.codec_server import DEFAULT_PORT as CODEC_PORT
-from temporal_agent_interrupts.worker.codec_server import DEV_UI_ORIGINS, CodecServer
 from temporal_agent_interrupts.worker.devserver import (
     adopt_dev_server,
     pid_file,

@@ -93,7 +93,8 @@ def dev_server_command(
     """The ``temporal server start-dev`` command line.
 
     ``codec_endpoint``: the codec server the UI sends payloads to for display (``make run``
-    with ``AGENT_PAYLOAD_KEYS``: ``worker.codec_server`` on port 8081); the browser calls it.
+    with ``AGENT_PAYLOAD_KEYS``: ``temporal_agent_interrupts.codec_server`` on port 8081); the
+    browser calls it.
     """
     cmd = [temporal_cli(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
     cmd += ["--ui-port", str(ui_port)] if not headless else ["--headless"]
