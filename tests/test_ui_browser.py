@@ -127,14 +127,12 @@ async def test_the_ui_shows_a_paused_conversations_interrupt_in_its_current_deta
 
 @asynccontextmanager
 async def codec_server(keys: str, *, cors_origin: str, log: Path) -> AsyncIterator[str]:
-    """``agent-codec-server`` as an operator runs it, in a process of its own; its
-    URL."""
+    """``agent-codec-server`` as an operator runs it (data-protection.md's command: the
+    installed script, not the module), in a process of its own; its URL."""
     port = free_port()
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "temporal_agent_interrupts.codec_server",
+            str(Path(sys.executable).parent / "agent-codec-server"),
             "--port",
             str(port),
             "--cors-origin",
