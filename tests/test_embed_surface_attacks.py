@@ -1,0 +1,59 @@
+"""Attacks on the embedding surface: the plugin's start-up check, ``Forbidden`` reasons, the
+details panel's command, the public names.
+
+Each test here failed before its fix (see the commit that added it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from temporal_agent_interrupts import AgentsPlugin
+from temporal_agent_interrupts.worker.search_attributes import (
+    MissingSearchAttributes,
+    setup_search_attributes,
+)
+from temporal_agent_interrupts.worker.testing import ScriptedModel
+from tests import agents as test_agents
+from tests.helpers import create_namespace
+from tests.team_workflow import GreetingWorkflow, shout
+
+
+async def test_a_refused_worker_takes_no_task_off_the_queue(client):
+    """A worker the check refuses never polls: the tasks waiting on its queue (the team's own
+    workflows, which other workers serve) are not handed to it, to time out there."""
+    namespace = f"fintech-{uuid.uuid4().hex[:8]}"
+    await create_namespace(client, namespace)
+    plain = Client(**{**client.config(), "namespace": namespace})
+    config = plain.config()
+    config["plugins"] = [
+        AgentsPlugin(agents=[test_agents.ops_agent()], gemini=ScriptedModel().client())
+    ]
+    theirs = Client(**config)
+    queue = f"team-{uuid.uuid4()}"
+    waiting = [
+        await plain.start_workflow(
+            GreetingWorkflow.run, "ada", id=f"greet-{uuid.uuid4()}", task_queue=queue
+        )
+        for _ in range(20)
+    ]
+    await asyncio.sleep(1)  # the tasks reach the queue's backlog
+    for _ in range(40):
+        with pytest.raises(MissingSearchAttributes):
+            await Worker(
+                theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout]
+            ).run()
+    for handle in waiting:
+        kinds = [e.event_type async for e in handle.fetch_history_events()]
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED not in kinds, handle.id
+    # Fixed, a worker on the same queue starts in the same process (the refused ones let go of
+    # the queue) and serves every waiting workflow.
+    await setup_search_attributes(theirs)
+    async with Worker(theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout]):
+        assert [await h.result() for h in waiting] == ["ADA!"] * len(waiting)
