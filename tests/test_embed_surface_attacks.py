@@ -57,3 +57,33 @@ async def test_a_refused_worker_takes_no_task_off_the_queue(client):
     await setup_search_attributes(theirs)
     async with Worker(theirs, task_queue=queue, workflows=[GreetingWorkflow], activities=[shout]):
         assert [await h.result() for h in waiting] == ["ADA!"] * len(waiting)
+
+
+async def test_an_authorize_that_returns_forbidden_instead_of_raising_it_refuses(client):
+    """``return Forbidden(reason)`` for ``raise Forbidden(reason)`` is an easy slip, and an
+    exception is truthy: the app let the request through. It refuses, with the reason, sync or
+    async, and where the app only filters (the inbox's chats) it counts as no."""
+    from typing import Any
+
+    import httpx2
+
+    from temporal_agent_interrupts import AgentClient
+    from temporal_agent_interrupts.client.web import Access, Forbidden, agents_app
+    from tests.web import served
+
+    def rule(request: Any, access: Access) -> Any:
+        return Forbidden("payments approvers only")
+
+    async def async_rule(request: Any, access: Access) -> Any:
+        return Forbidden("payments approvers only")
+
+    for authorize in (rule, async_rule):
+        app = agents_app(
+            AgentClient(client), identity=lambda r: r.headers.get("x-user"), authorize=authorize
+        )
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            r = await http.get(f"{base}/api/inbox", headers={"X-User": "eve"})
+            assert r.status_code == 403, r.text
+            assert r.json()["detail"] == "not allowed to inbox: payments approvers only"
+            r = await http.get(f"{base}/api/chats/c-1/pending", headers={"X-User": "eve"})
+            assert r.status_code == 403, r.text
