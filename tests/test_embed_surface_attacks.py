@@ -87,3 +87,18 @@ async def test_an_authorize_that_returns_forbidden_instead_of_raising_it_refuses
             assert r.json()["detail"] == "not allowed to inbox: payments approvers only"
             r = await http.get(f"{base}/api/chats/c-1/pending", headers={"X-User": "eve"})
             assert r.status_code == 403, r.text
+
+
+def test_an_old_import_statement_warns_once_per_statement_at_its_line():
+    """``from temporal_agent_interrupts import Remind`` looked the name up twice (the import
+    system's check for a submodule of that name, then the import itself), and warned twice."""
+    import sys
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        from temporal_agent_interrupts import Remind  # noqa: F401  # pyright: ignore
+    moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert [(w.filename, w.lineno) for w in moved] == [(__file__, line)]
+    assert "temporal_agent_interrupts.policies import Remind" in str(moved[0].message)
