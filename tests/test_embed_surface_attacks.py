@@ -102,3 +102,30 @@ def test_an_old_import_statement_warns_once_per_statement_at_its_line():
     moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
     assert [(w.filename, w.lineno) for w in moved] == [(__file__, line)]
     assert "temporal_agent_interrupts.policies import Remind" in str(moved[0].message)
+
+
+def test_the_refusal_and_the_docs_name_the_public_paths():
+    """The refusal's Python fix, and the docs', are imported from the public namespaces
+    (``hosting``, ``web``), not from the internal modules the 0.1.x promise leaves out."""
+    import importlib
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from temporal_agent_interrupts.search_attributes import fix_message
+
+    fake = SimpleNamespace(
+        namespace="fintech",
+        service_client=SimpleNamespace(config=SimpleNamespace(target_host="localhost:7233")),
+    )
+    message = fix_message(fake, ["AgentName"])  # type: ignore[arg-type]
+    (path,) = re.findall(r"await ([\w.]+)\.setup_search_attributes\(client\)", message)
+    assert path == "temporal_agent_interrupts.hosting"
+    assert hasattr(importlib.import_module(path), "setup_search_attributes")
+    docs = Path(__file__).parent.parent / "docs"
+    for page in docs.rglob("*.md"):
+        text = page.read_text()
+        assert "temporal_agent_interrupts.worker.setup_search_attributes" not in text, page
+        assert "Forbidden(" not in text or "`temporal_agent_interrupts.client.web`" not in text, (
+            page
+        )
