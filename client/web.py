@@ -137,6 +137,7 @@ class Forbidden(Exception):
     403 whose ``detail`` ends with that reason (control characters escaped, cut to
     :data:`MAX_REASON` characters), where returning False says only what was refused. Where
     the app only filters (the inbox's chats, an answer's readable result) it counts as False.
+    Returned instead of raised, it refuses the same (an exception is truthy: it would allow).
     """
 
     def __init__(self, reason: str = "") -> None:
@@ -592,7 +593,14 @@ class _App:
             return None
         try:
             said = self.authorize(request, access)
-            allowed = bool(await said if inspect.isawaitable(said) else said)
+            if inspect.isawaitable(said):
+                said = await said
+            if isinstance(said, Forbidden):
+                # Returned for raised, an easy slip: an exception is truthy, so it would allow.
+                raise said
+            if isinstance(said, BaseException):
+                return ""
+            allowed = bool(said)
         except Forbidden as e:
             # Cut before escaping, so a huge reason costs nothing; escapes lengthen it, cut again.
             reason = str(e.reason)

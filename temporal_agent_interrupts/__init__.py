@@ -35,6 +35,7 @@ read the same way, on first use.
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +154,10 @@ if not TYPE_CHECKING:
             globals()[name] = value
             return value
         moved = _MOVED.get(name)
+        if moved is not None and _from_import_check():
+            # `from ... import name` first asks whether a submodule is called that; the import
+            # itself comes next and warns, so the statement warns once.
+            return getattr(importlib.import_module(f"{__name__}.{moved}"), name)
         if moved is not None:
             # Not cached in globals(): every import of the old path warns, not only the first.
             warnings.warn(
@@ -168,6 +173,13 @@ if not TYPE_CHECKING:
         value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
         globals()[name] = value  # the next lookup is an ordinary attribute
         return value
+
+
+def _from_import_check() -> bool:
+    """Whether the import system's ``_handle_fromlist`` is what looks the name up (two frames
+    up: this function's caller is ``__getattr__``)."""
+    caller = sys._getframe(2).f_code
+    return caller.co_name == "_handle_fromlist" and "importlib" in caller.co_filename
 
 
 def __dir__() -> list[str]:

@@ -106,7 +106,7 @@ def fix_message(client: Client, missing: list[str]) -> str:
         f"or: {env} agentctl setup-search-attributes\n"
         "(with the connection's credentials too, if it uses any: TEMPORAL_API_KEY, "
         "TEMPORAL_TLS_*, or TEMPORAL_PROFILE)\n"
-        "or, from Python: await temporal_agent_interrupts.worker.setup_search_attributes(client)\n"
+        "or, from Python: await temporal_agent_interrupts.hosting.setup_search_attributes(client)\n"
         "(with docker compose: docker compose run --rm worker agent-worker "
         "--setup-search-attributes)\n"
         f"On Temporal Cloud, add them ({_listing()}) in the namespace settings or with tcld."

@@ -81,6 +81,42 @@ GEMINI_KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 _REPLACEABLE = (DefaultPayloadConverter, PydanticPayloadConverter)
 
 
+async def _never_started(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+    """Mark ``worker`` as done without ever polling, so that ``async with worker`` and
+    ``worker.shutdown()`` return instead of waiting forever for a run that never came.
+
+    It does what the SDK's own run does when its first check (the namespace's) fails: the
+    shutdown is marked complete, nothing else having started. A run "already told to stop"
+    would not do: its pollers start before it notices the stop, and the server hands them
+    tasks from the queue (the team's own workflows', served by other workers), which then wait
+    out their timeout. Only on an SDK without that marker does the run go ahead told to stop.
+    """
+    done = getattr(worker, "_shutdown_complete_event", None)
+    bridge = getattr(worker, "_bridge_worker", None)
+    if isinstance(done, asyncio.Event) and bridge is not None:
+        # Released, not just left: the core worker holds the task queue's registration, and a
+        # worker built after the fix (in the same process) would be refused as a duplicate.
+        with contextlib.suppress(Exception):
+            bridge.initiate_shutdown()
+            drains = [
+                part.drain_poll_queue()
+                for part in (
+                    getattr(worker, "_workflow_worker", None),
+                    getattr(worker, "_activity_worker", None),
+                    getattr(worker, "_nexus_worker", None),
+                )
+                if part is not None
+            ]
+            await asyncio.wait_for(asyncio.gather(*drains), 30)
+            await asyncio.wait_for(bridge.finalize_shutdown(), 30)
+        done.set()
+        return
+    stopping = asyncio.create_task(worker.shutdown())
+    with contextlib.suppress(Exception):
+        await next(worker)
+    await stopping
+
+
 class AgentsPlugin(SimplePlugin):
     """Hosts ``agents`` on the workers of the client it is given to.
 
@@ -162,14 +198,7 @@ class AgentsPlugin(SimplePlugin):
         try:
             await check_search_attributes(worker.client)
         except BaseException:
-            # `async with worker` waits in __aexit__ for the worker's run to mark its shutdown
-            # complete, which only the SDK's own run does: a run that never reached it would hang
-            # the caller forever instead of raising. So the run goes ahead already told to stop
-            # (shutdown is public and safe before a start), and the refusal is raised after it.
-            stopping = asyncio.create_task(worker.shutdown())
-            with contextlib.suppress(Exception):
-                await next(worker)
-            await stopping
+            await _never_started(worker, next)
             raise
         await super().run_worker(worker, next)
 
