@@ -129,3 +129,14 @@ def test_the_refusal_and_the_docs_name_the_public_paths():
         assert "Forbidden(" not in text or "`temporal_agent_interrupts.client.web`" not in text, (
             page
         )
+
+
+async def test_the_sdk_members_a_refused_worker_is_stopped_by_are_still_there(client):
+    """``worker/plugin.py``'s ``_never_started`` reads four private members of the SDK's
+    ``Worker`` (no public call marks a worker done that never ran): if an SDK release renames
+    one, the refusal falls back to a run told to stop, which polls. This says so by name."""
+    worker = Worker(client, task_queue=f"q-{uuid.uuid4()}", workflows=[GreetingWorkflow])
+    assert isinstance(worker._shutdown_complete_event, asyncio.Event)
+    bridge = worker._bridge_worker
+    assert callable(bridge.initiate_shutdown) and callable(bridge.finalize_shutdown)
+    assert callable(worker._workflow_worker.drain_poll_queue)
