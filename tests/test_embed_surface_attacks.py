@@ -139,4 +139,5 @@ async def test_the_sdk_members_a_refused_worker_is_stopped_by_are_still_there(cl
     assert isinstance(worker._shutdown_complete_event, asyncio.Event)
     bridge = worker._bridge_worker
     assert callable(bridge.initiate_shutdown) and callable(bridge.finalize_shutdown)
-    assert callable(worker._workflow_worker.drain_poll_queue)
+    workflows = worker._workflow_worker
+    assert workflows is not None and callable(workflows.drain_poll_queue)
