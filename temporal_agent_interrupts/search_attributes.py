@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from datetime import timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -28,6 +29,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporal_agent_interrupts.workflows.config import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
+
+LIST_TIMEOUT = timedelta(seconds=30)
+"""How long the start-up check waits for the namespace's list of attributes."""
 
 
 TYPE_NAMES = {
@@ -69,7 +73,10 @@ def _wanted() -> dict[str, IndexedValueType.ValueType]:
 async def missing_search_attributes(client: Client) -> list[str]:
     """The names of the attributes ``client``'s namespace lacks (or has with another type)."""
     resp = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
+        ListSearchAttributesRequest(namespace=client.namespace),
+        # Bounded: a worker checks this at start, and a server that accepts and never answers
+        # must fail the start with DEADLINE_EXCEEDED, not hang it.
+        timeout=LIST_TIMEOUT,
     )
     have = {**resp.custom_attributes, **resp.system_attributes}
     return [name for name, kind in _wanted().items() if have.get(name) != kind]
