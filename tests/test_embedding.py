@@ -97,7 +97,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from temporal_agent_interrupts import AgentClient
-from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.web import agents_app
 
 
 @asynccontextmanager
