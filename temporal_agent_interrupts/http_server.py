@@ -637,6 +637,11 @@ async def serve(
         app,
         log_level="warning",
         lifespan="off",  # the apps have no start-up or shut-down of their own
+        # No websockets: uvicorn would hand an ``Upgrade: websocket`` request to its websocket
+        # protocol (``websockets`` is installed, for google-genai), which replaces this one on
+        # the transport, so the connection's close is never counted (its slot held for ever)
+        # and none of the deadlines hold. Refused as any other upgrade: answered, then closed.
+        ws="none",
         # The protocol's own idle deadline holds first; uvicorn's keep-alive timer (reset by
         # any byte) is the same length.
         timeout_keep_alive=limits.idle_seconds,  # type: ignore[arg-type]  # loop.call_later takes a float

@@ -1,0 +1,50 @@
+"""The shared HTTP stack (temporal_agent_interrupts/http_server.py: uvicorn's h11 protocol under
+``ConnectionLimits``) attacked over raw loopback sockets, for what moving onto uvicorn opened
+that the hand-written h11 server did not. A test that fails is an attack that worked; each
+asserts the safe behaviour.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from temporal_agent_interrupts.codec_server import CodecServer, Limits
+from tests.test_codec_server import KEYS, Raw, eventually, plain, port_of, request, responses, sealed
+
+FAST = {"idle_seconds": 2.0, "request_seconds": 2.0, "response_seconds": 2.0, "linger_seconds": 0.5}
+
+
+def websocket_upgrade(server: CodecServer, path: str = "/decode") -> bytes:
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: localhost:{port_of(server)}\r\nX-Namespace: default\r\n"
+        "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+
+
+async def test_websocket_upgrades_hold_no_connection_slot_and_log_no_error(
+    caplog: pytest.LogCaptureFixture,
+):
+    """uvicorn hands a ``Upgrade: websocket`` request to its websocket protocol (``websockets``
+    is installed: google-genai needs it), which replaces the limited protocol on the transport:
+    its close was never counted, so each such request held a slot for ever (past
+    ``max_connections`` of them, the server accepted nobody), escaped every deadline, and
+    logged an ERROR (a 500). The upgrade is refused as any other: answered, closed, counted."""
+    caplog.set_level(logging.DEBUG)
+    async with CodecServer(KEYS, port=0, limits=Limits(max_connections=2, **FAST)) as server:
+        for _ in range(3):
+            raw = await Raw.connect(server)
+            await raw.send(websocket_upgrade(server))
+            found, _rest = responses(await raw.until_eof(timeout=10))
+            raw.close()
+            assert [r.status for r in found] and found[0].status != 101
+            assert found[0].status < 500
+        await eventually(lambda: server.load.connections == 0, what="every slot given back")
+        raw = await Raw.connect(server)
+        await raw.send(request(server, sealed(plain(b'"x"'))))
+        assert (await raw.response(timeout=10)).status == 200
+        raw.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
