@@ -11,7 +11,16 @@ import logging
 import pytest
 
 from temporal_agent_interrupts.codec_server import CodecServer, Limits
-from tests.test_codec_server import KEYS, Raw, eventually, plain, port_of, request, responses, sealed
+from tests.test_codec_server import (
+    KEYS,
+    Raw,
+    eventually,
+    plain,
+    port_of,
+    request,
+    responses,
+    sealed,
+)
 
 FAST = {"idle_seconds": 2.0, "request_seconds": 2.0, "response_seconds": 2.0, "linger_seconds": 0.5}
 
