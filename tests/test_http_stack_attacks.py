@@ -6,6 +6,7 @@ asserts the safe behaviour.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -55,5 +56,46 @@ async def test_websocket_upgrades_hold_no_connection_slot_and_log_no_error(
         await raw.send(request(server, sealed(plain(b'"x"'))))
         assert (await raw.response(timeout=10)).status == 200
         raw.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+async def test_codec_app_mounted_on_a_websocket_server_refuses_a_handshake_quietly(
+    caplog: pytest.LogCaptureFixture,
+):
+    """``codec_app`` mounted in a team's app served by plain uvicorn (whose websockets are on):
+    its guard returned on a websocket scope without a word, which uvicorn answers 500 with an
+    ERROR ("ASGI callable returned without completing handshake"), so anyone could fill the
+    team's log, a line per request. The handshake is refused (403), nothing logged as an
+    error."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from temporal_agent_interrupts import http_server
+    from temporal_agent_interrupts.codec_server import codec_app
+
+    caplog.set_level(logging.INFO)
+    app = Starlette(routes=[Mount("/codec", app=codec_app(KEYS))])
+    listener = http_server.bind("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, ws="websockets", log_config=None, lifespan="off"))
+    serving_task = asyncio.create_task(server.serve(sockets=[listener]))
+    try:
+        await eventually(lambda: server.started, what="uvicorn started")
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"GET /codec/decode HTTP/1.1\r\nHost: localhost:{port}\r\n"
+            "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        received = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert received.startswith(b"HTTP/1.1 403 "), received[:100]
+    finally:
+        server.should_exit = True
+        await asyncio.gather(serving_task, return_exceptions=True)
+        listener.close()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
