@@ -25,7 +25,8 @@ reads). What :func:`limited_protocol` adds, each per :class:`ConnectionLimits`:
 - a close that lingers (the client reads its answer, not a reset), then waits for the kernel's
   queue to empty until the answer's deadline (SIOCOUTQ), then resets;
 - at most :data:`_READ_AHEAD_BYTES` of pipelined requests held unparsed;
-- a request half closed by the client answered (400 if it was cut short).
+- a request half closed by the client answered (400 if it was cut short), and so is every
+  whole request it pipelined before its end.
 
 :func:`serve` accepts connections itself (a slot first, with ``queue_excess``, so that past the
 limit they wait in the kernel's queue) and sets ``TCP_NODELAY`` on each, which asyncio does
@@ -449,12 +450,22 @@ def limited_protocol(
                     self._answer_timer = None
 
         def on_response_complete(self) -> None:
-            if self._half_closed:
+            if self._half_closed and not self.conn.trailing_data[0]:
                 self.transport.close()  # the client sends no more: its answer was the last
                 return
             if not self.transport.is_closing():
                 self._await_request()
             super().on_response_complete()  # serves what was pipelined, if it is whole
+            if self._half_closed and not self.transport.is_closing():
+                # The client's end came behind what it pipelined: a head or a body not whole
+                # now never will be.
+                cycle = self.cycle
+                if self._waiting():
+                    self._refuse(400, "the request was cut short")
+                elif cycle is not None and self.conn.their_state is h11.SEND_BODY:
+                    cycle.disconnected = True  # its application hears a disconnect
+                    cycle.message_event.set()
+                    self._refuse(400, "the request was cut short")
 
         def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's Protocol allows True (keep writing); uvicorn's annotation is narrower
             """The client is done sending (it may still read). A request half in is answered

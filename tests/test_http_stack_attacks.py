@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import pytest
 
 from temporal_agent_interrupts.codec_server import CodecServer, Limits
 from tests.test_codec_server import (
     KEYS,
+    Gate,
     Raw,
     eventually,
     plain,
@@ -99,3 +101,27 @@ async def test_codec_app_mounted_on_a_websocket_server_refuses_a_handshake_quiet
         listener.close()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.mark.parametrize("pipelined", [2, 3])
+async def test_pipelined_requests_then_a_half_close_are_all_answered(
+    monkeypatch: pytest.MonkeyPatch, pipelined: int
+):
+    """A client that pipelines whole requests and then shuts down its sending side (``nc -N``,
+    a proxy passing a client's FIN) is still reading. The protocol closed after the first
+    answer, dropping the requests behind it: every complete request gets an answer (the h11
+    server's promise). A request cut short behind them gets 400."""
+    gate = Gate()
+    async with CodecServer(KEYS, port=0, limits=Limits(**FAST)) as server:
+        monkeypatch.setattr(server._codec, "decrypt", gate)
+        raw = await Raw.connect(server)
+        await raw.send(*[request(server, sealed(plain(b'"%d"' % i))) for i in range(pipelined)])
+        await raw.send(request(server, b'{"payloads": []}')[:-3])  # cut short
+        await eventually(lambda: gate.inside == 1, what="the first request decoding")
+        raw.sock.shutdown(socket.SHUT_WR)
+        await asyncio.sleep(0.2)  # the end reaches the server while the first is decoding
+        gate.opened.set()
+        found, rest = responses(await raw.until_eof(timeout=10))
+        raw.close()
+        assert [r.status for r in found] == [200] * pipelined + [400], (found, rest)
+        assert found[-1].body == b"the request was cut short\n"
