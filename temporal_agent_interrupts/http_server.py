@@ -450,7 +450,7 @@ def limited_protocol(
                     self._answer_timer = None
 
         def on_response_complete(self) -> None:
-            if self._half_closed and not self.conn.trailing_data[0]:
+            if self._half_closed and not self._pipelined():
                 self.transport.close()  # the client sends no more: its answer was the last
                 return
             if not self.transport.is_closing():
@@ -486,10 +486,15 @@ def limited_protocol(
                     return None  # as uvicorn does: a stream's client has gone
                 self._half_closed = True  # a whole request, not yet answered: answer it
                 return True
-            if self.conn.trailing_data[0]:
+            if self._pipelined():
                 self._refuse(400, "the request was cut short")
                 return True
             return None
+
+        def _pipelined(self) -> bool:
+            """Bytes of another request are held unparsed (blank lines, which h11 skips
+            before a request, are none)."""
+            return bool(self.conn.trailing_data[0].lstrip(b"\r\n"))
 
         def shutdown(self) -> None:
             self._stopping = True  # the server stops: no linger

@@ -125,3 +125,15 @@ async def test_pipelined_requests_then_a_half_close_are_all_answered(
         raw.close()
         assert [r.status for r in found] == [200] * pipelined + [400], (found, rest)
         assert found[-1].body == b"the request was cut short\n"
+
+
+async def test_blank_lines_after_a_request_and_a_half_close_are_no_request_cut_short():
+    """Blank lines behind a body (some clients end a POST with CRLF), then the client's end:
+    its one request answered, nothing else (h11 skips blank lines before a request)."""
+    async with CodecServer(KEYS, port=0, limits=Limits(**FAST)) as server:
+        raw = await Raw.connect(server)
+        await raw.send(request(server, sealed(plain(b'"1"'))) + b"\r\n\r\n")
+        raw.sock.shutdown(socket.SHUT_WR)
+        found, rest = responses(await raw.until_eof(timeout=10))
+        raw.close()
+        assert [r.status for r in found] == [200], (found, rest)
