@@ -440,8 +440,8 @@ def limited_protocol(
                 extensions = scope.setdefault("extensions", {})
                 extensions[REQUEST_STARTED] = self._started if self._begun else self.loop.time()
                 if any(name == b"upgrade" for name, _ in cycle.scope["headers"]):
-                    # No protocol is switched to (uvicorn's websockets aside): what follows
-                    # such a request is never read as another (an h2c preface, say).
+                    # No protocol is switched to (uvicorn's websockets are off, in serve):
+                    # what follows such a request is never read as another (an h2c preface).
                     cycle.keep_alive = False
                 self._begun = False
                 self._disarm()
