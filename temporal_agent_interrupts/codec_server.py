@@ -594,8 +594,15 @@ class _Codec:
     # -- the guard, before any route --
 
     async def guard(self, scope: Scope, receive: Receive, send: Send, routed: _Routed) -> None:
+        if scope["type"] == "websocket":
+            # Refused (a server answers 403), not left unanswered: mounted in a team's app on
+            # a server that speaks websockets, a handshake left open is a 500 and an ERROR in
+            # its log, for every request anyone sends.
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
-            return  # no lifespan, no websockets
+            return  # no lifespan
         headers = _Headers(scope["headers"])
         cors = self.cors(headers)
         try:

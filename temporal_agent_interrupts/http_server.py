@@ -25,7 +25,8 @@ reads). What :func:`limited_protocol` adds, each per :class:`ConnectionLimits`:
 - a close that lingers (the client reads its answer, not a reset), then waits for the kernel's
   queue to empty until the answer's deadline (SIOCOUTQ), then resets;
 - at most :data:`_READ_AHEAD_BYTES` of pipelined requests held unparsed;
-- a request half closed by the client answered (400 if it was cut short).
+- a request half closed by the client answered (400 if it was cut short), and so is every
+  whole request it pipelined before its end.
 
 :func:`serve` accepts connections itself (a slot first, with ``queue_excess``, so that past the
 limit they wait in the kernel's queue) and sets ``TCP_NODELAY`` on each, which asyncio does
@@ -439,8 +440,8 @@ def limited_protocol(
                 extensions = scope.setdefault("extensions", {})
                 extensions[REQUEST_STARTED] = self._started if self._begun else self.loop.time()
                 if any(name == b"upgrade" for name, _ in cycle.scope["headers"]):
-                    # No protocol is switched to (uvicorn's websockets aside): what follows
-                    # such a request is never read as another (an h2c preface, say).
+                    # No protocol is switched to (uvicorn's websockets are off, in serve):
+                    # what follows such a request is never read as another (an h2c preface).
                     cycle.keep_alive = False
                 self._begun = False
                 self._disarm()
@@ -449,12 +450,22 @@ def limited_protocol(
                     self._answer_timer = None
 
         def on_response_complete(self) -> None:
-            if self._half_closed:
+            if self._half_closed and not self._pipelined():
                 self.transport.close()  # the client sends no more: its answer was the last
                 return
             if not self.transport.is_closing():
                 self._await_request()
             super().on_response_complete()  # serves what was pipelined, if it is whole
+            if self._half_closed and not self.transport.is_closing():
+                # The client's end came behind what it pipelined: a head or a body not whole
+                # now never will be.
+                cycle = self.cycle
+                if self._waiting():
+                    self._refuse(400, "the request was cut short")
+                elif cycle is not None and self.conn.their_state is h11.SEND_BODY:
+                    cycle.disconnected = True  # its application hears a disconnect
+                    cycle.message_event.set()
+                    self._refuse(400, "the request was cut short")
 
         def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's Protocol allows True (keep writing); uvicorn's annotation is narrower
             """The client is done sending (it may still read). A request half in is answered
@@ -475,10 +486,15 @@ def limited_protocol(
                     return None  # as uvicorn does: a stream's client has gone
                 self._half_closed = True  # a whole request, not yet answered: answer it
                 return True
-            if self.conn.trailing_data[0]:
+            if self._pipelined():
                 self._refuse(400, "the request was cut short")
                 return True
             return None
+
+        def _pipelined(self) -> bool:
+            """Bytes of another request are held unparsed (blank lines, which h11 skips
+            before a request, are none)."""
+            return bool(self.conn.trailing_data[0].lstrip(b"\r\n"))
 
         def shutdown(self) -> None:
             self._stopping = True  # the server stops: no linger
@@ -637,6 +653,11 @@ async def serve(
         app,
         log_level="warning",
         lifespan="off",  # the apps have no start-up or shut-down of their own
+        # No websockets: uvicorn would hand an ``Upgrade: websocket`` request to its websocket
+        # protocol (``websockets`` is installed, for google-genai), which replaces this one on
+        # the transport, so the connection's close is never counted (its slot held for ever)
+        # and none of the deadlines hold. Refused as any other upgrade: answered, then closed.
+        ws="none",
         # The protocol's own idle deadline holds first; uvicorn's keep-alive timer (reset by
         # any byte) is the same length.
         timeout_keep_alive=limits.idle_seconds,  # type: ignore[arg-type]  # loop.call_later takes a float
