@@ -25,7 +25,12 @@ from tests.test_codec_server import (
     sealed,
 )
 
-FAST = {"idle_seconds": 2.0, "request_seconds": 2.0, "response_seconds": 2.0, "linger_seconds": 0.5}
+
+def fast(**more: int) -> Limits:
+    """The server's limits with its deadlines shrunk, so that a test waits seconds, not 30."""
+    return Limits(
+        idle_seconds=2.0, request_seconds=2.0, response_seconds=2.0, linger_seconds=0.5, **more
+    )
 
 
 def websocket_upgrade(server: CodecServer, path: str = "/decode") -> bytes:
@@ -45,7 +50,7 @@ async def test_websocket_upgrades_hold_no_connection_slot_and_log_no_error(
     ``max_connections`` of them, the server accepted nobody), escaped every deadline, and
     logged an ERROR (a 500). The upgrade is refused as any other: answered, closed, counted."""
     caplog.set_level(logging.DEBUG)
-    async with CodecServer(KEYS, port=0, limits=Limits(max_connections=2, **FAST)) as server:
+    async with CodecServer(KEYS, port=0, limits=fast(max_connections=2)) as server:
         for _ in range(3):
             raw = await Raw.connect(server)
             await raw.send(websocket_upgrade(server))
@@ -112,7 +117,7 @@ async def test_pipelined_requests_then_a_half_close_are_all_answered(
     answer, dropping the requests behind it: every complete request gets an answer (the h11
     server's promise). A request cut short behind them gets 400."""
     gate = Gate()
-    async with CodecServer(KEYS, port=0, limits=Limits(**FAST)) as server:
+    async with CodecServer(KEYS, port=0, limits=fast()) as server:
         monkeypatch.setattr(server._codec, "decrypt", gate)
         raw = await Raw.connect(server)
         await raw.send(*[request(server, sealed(plain(b'"%d"' % i))) for i in range(pipelined)])
@@ -130,7 +135,7 @@ async def test_pipelined_requests_then_a_half_close_are_all_answered(
 async def test_blank_lines_after_a_request_and_a_half_close_are_no_request_cut_short():
     """Blank lines behind a body (some clients end a POST with CRLF), then the client's end:
     its one request answered, nothing else (h11 skips blank lines before a request)."""
-    async with CodecServer(KEYS, port=0, limits=Limits(**FAST)) as server:
+    async with CodecServer(KEYS, port=0, limits=fast()) as server:
         raw = await Raw.connect(server)
         await raw.send(request(server, sealed(plain(b'"1"'))) + b"\r\n\r\n")
         raw.sock.shutdown(socket.SHUT_WR)
