@@ -82,8 +82,18 @@ async def missing_search_attributes(client: Client) -> list[str]:
     return [name for name, kind in _wanted().items() if have.get(name) != kind]
 
 
+_FOUND: set[tuple[str, str]] = set()
+"""The (server, namespace) pairs this process has found complete: ``agent-worker`` checks before
+it builds its worker (to exit 2 with the fix) and the plugin checks again as that worker starts;
+a process that starts several workers asks once. Only a complete answer is kept, so a namespace
+fixed after a refusal is asked again."""
+
+
 async def check_search_attributes(client: Client) -> None:
     """Raise ``MissingSearchAttributes`` with the fix when the namespace lacks any."""
+    where = (client.service_client.config.target_host, client.namespace)
+    if where in _FOUND:
+        return
     try:
         missing = await missing_search_attributes(client)
     except RPCError as e:
@@ -94,6 +104,7 @@ async def check_search_attributes(client: Client) -> None:
         raise
     if missing:
         raise MissingSearchAttributes(fix_message(client, missing))
+    _FOUND.add(where)
 
 
 def fix_message(client: Client, missing: list[str]) -> str:

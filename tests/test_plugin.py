@@ -22,6 +22,7 @@ from temporal_agent_interrupts.worker.plugin import PLUGIN_NAME
 from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, GuardedRunner, OurRunner
 from temporal_agent_interrupts.worker.search_attributes import (
     MissingSearchAttributes,
+    check_search_attributes,
     missing_search_attributes,
     setup_search_attributes,
 )
@@ -181,3 +182,32 @@ async def test_a_worker_of_the_plugin_refuses_a_namespace_without_the_search_att
             GreetingWorkflow.run, "ada", id=f"greet-{uuid.uuid4()}", task_queue=queue
         )
     assert greeting == "ADA!"
+
+
+async def test_a_namespace_found_complete_is_asked_once_and_a_refusal_every_time(
+    client, monkeypatch
+):
+    """``agent-worker`` checks before it builds its worker and the plugin checks as that worker
+    starts: the second check asks the server nothing. A refusal is never kept, so a namespace
+    fixed after one starts its next worker."""
+    namespace = f"fintech-{uuid.uuid4().hex[:8]}"
+    await create_namespace(client, namespace)
+    theirs = Client(**{**client.config(), "namespace": namespace})
+    operator = theirs.operator_service
+    original = operator.list_search_attributes
+    asked: list[str] = []
+
+    async def counted(request, **kwargs):
+        asked.append(request.namespace)
+        return await original(request, **kwargs)
+
+    monkeypatch.setattr(operator, "list_search_attributes", counted)
+    for _ in range(2):
+        with pytest.raises(MissingSearchAttributes):
+            await check_search_attributes(theirs)
+    assert asked == [namespace, namespace]
+    await setup_search_attributes(theirs)
+    asked.clear()
+    for _ in range(3):
+        await check_search_attributes(theirs)
+    assert asked == [namespace]
