@@ -100,12 +100,16 @@ from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     CancelInput,
     ConversationResult,
+    Grant,
+    GrantScope,
+    GrantsResult,
     HistoryInput,
     HistoryResult,
     InterruptRequest,
     JsonObject,
     Rejection,
     ResumeInput,
+    RevokeGrantInput,
     SendInput,
     StatusResult,
     ToolResponse,
@@ -138,7 +142,9 @@ class _Closed(Exception):
     """The conversation's workflow is no longer running (a query with NOT_OPEN said so)."""
 
 
-def approve(interrupt: InterruptRequest | PausedInterrupt) -> ToolResponse | ToolRestart:
+def approve(
+    interrupt: InterruptRequest | PausedInterrupt, *, remember: GrantScope | None = None
+) -> ToolResponse | ToolRestart:
     """The approving answer for an interrupt, in the form its kind needs.
 
     An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or conditional
@@ -146,8 +152,17 @@ def approve(interrupt: InterruptRequest | PausedInterrupt) -> ToolResponse | Too
     Same as ``interrupt.approve()``; an inbox entry (:class:`PausedInterrupt`) works alike.
     Either way the answer carries the digest of the input shown: it is refused if the call's
     input has changed since (an edit).
+
+    Args:
+        remember: Also grant (a call a gate paused only): later calls of the tool in this
+            conversation that match the scope run without asking, each recorded with the grant,
+            until its ``until`` or ``Chat.revoke_grant``. Applies at once to matching calls
+            pending now. See docs/governance.md, "Remembered decisions".
+
+    Raises:
+        ValueError: ``remember`` for an interrupt-only tool.
     """
-    return interrupt.approve()
+    return interrupt.approve(remember=remember)
 
 
 def deny(interrupt: InterruptRequest | PausedInterrupt, reason: str = "") -> ToolResponse:
@@ -712,6 +727,47 @@ class Chat:
         except _Closed:
             return []
         return result.interrupts
+
+    async def grants(self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT) -> list[Grant]:
+        """The grants in force: remembered decisions that let matching calls of a tool run
+        without asking (``approve(..., remember=...)``). ``[]`` once the chat is closed.
+
+        Raises:
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker answered within ``worker_timeout``.
+        """
+        try:
+            result: GrantsResult = await self._query(
+                AgentWorkflow.grants, worker_timeout=worker_timeout, open_only=True
+            )
+        except _Closed:
+            return []
+        return result.grants
+
+    async def revoke_grant(
+        self,
+        grant_id: str,
+        *,
+        reason: str = "",
+        identity: str | None = None,
+        worker_timeout: timedelta | None = WORKER_TIMEOUT,
+    ) -> list[Grant]:
+        """End a grant now; returns the grants still in force. A call it let through that has
+        not run yet pauses again (``stale``). Recorded in the audit trail with ``identity``
+        (asserted: revoking only narrows what runs unasked).
+
+        Raises:
+            GrantRejected: no grant ``grant_id`` is in force (revoked or expired already), or
+                the id, reason or identity is too long or malformed.
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker accepted the revoke within ``worker_timeout``.
+        """
+        result: GrantsResult = await self._update(
+            AgentWorkflow.revoke_grant,
+            RevokeGrantInput(id=grant_id, reason=reason, identity=identity),
+            worker_timeout=worker_timeout,
+        )
+        return result.grants
 
     async def status(self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT) -> StatusResult:
         """Where the conversation stands: ``closed`` (nothing pending) once its workflow has

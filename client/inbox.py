@@ -43,6 +43,7 @@ from temporal_agent_interrupts.workflows.config import (
 )
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB
 from temporal_agent_interrupts.workflows.types import (
+    GrantScope,
     InterruptSource,
     JsonObject,
     ToolResponse,
@@ -119,11 +120,17 @@ class PausedInterrupt(BaseModel):
     """The sub-agent's chat the call waits in (its rules decide; it may be answered there as
     well as here). None: a call of this chat's own."""
 
-    def approve(self) -> ToolResponse | ToolRestart:
+    def approve(self, *, remember: GrantScope | None = None) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with
         ``Chat.resume`` on this entry's chat: ``agents.chat(paused.agent,
         chat_id=paused.chat_id)``; no worker query is needed first)."""
-        return approval(self._source(), self.name, self.ref, input_digest=self._shown_digest())
+        return approval(
+            self._source(),
+            self.name,
+            self.ref,
+            input_digest=self._shown_digest(),
+            remember=remember,
+        )
 
     def deny(self, reason: str = "") -> ToolResponse:
         """The denying answer, as ``InterruptRequest.deny()`` builds it."""

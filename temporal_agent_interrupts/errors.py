@@ -69,6 +69,11 @@ class CancelRejected(AgentError):
     identity that is too long or malformed."""
 
 
+class GrantRejected(AgentError):
+    """A revoke was refused: no grant with that id is in force (it was revoked or expired
+    already, or never made), or the id, reason or identity is too long or malformed."""
+
+
 class ChatNotFound(AgentError):
     """No conversation has this chat id: it was never started, or Temporal no longer keeps it
     (its retention after closing has passed).
@@ -218,6 +223,7 @@ _ERRORS: dict[str, type[AgentError]] = {
     ErrorKind.RESUME_REJECTED: ResumeRejected,
     ErrorKind.SEND_REJECTED: SendRejected,
     ErrorKind.CANCEL_REJECTED: CancelRejected,
+    ErrorKind.GRANT_REJECTED: GrantRejected,
 }
 
 
@@ -289,6 +295,7 @@ __all__ = [
     "ChatNotFound",
     "ConnectionConfigError",
     "EventsGone",
+    "GrantRejected",
     "NoWorkerAnswered",
     "PayloadKeyMissing",
     "PayloadKeysError",

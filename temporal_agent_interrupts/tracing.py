@@ -62,7 +62,15 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
         # stream's publish, workflows/stream.py) and records any other as a rejection.
         "signal": frozenset({"resume", "send", "__temporal_workflow_stream_publish"}),
         "update": frozenset(
-            {"send", "resume", "cancel", "close", "await_turn", "__temporal_workflow_stream_poll"}
+            {
+                "send",
+                "resume",
+                "cancel",
+                "close",
+                "await_turn",
+                "revoke_grant",
+                "__temporal_workflow_stream_poll",
+            }
         ),
         "query": frozenset(
             {
@@ -72,6 +80,7 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
                 "messages",
                 "rejections",
                 "mcp_listing",
+                "grants",
                 # temporalio.contrib.workflow_streams registers these two.
                 "__temporal_workflow_stream_poll",
                 "__temporal_workflow_stream_offset",

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
         AnswerRecord,
         ConversationResult,
         ErrorInfo,
+        Grant,
+        GrantCondition,
+        GrantScope,
         HistoryResult,
         InterruptRequest,
         Message,
@@ -57,6 +60,11 @@ _HOME = {
     # The answers approve(), deny() and respond() build.
     "ToolResponse": "workflows.types",
     "ToolRestart": "workflows.types",
+    # What an approval may remember (approve(..., remember=GrantScope(...))), and the grants
+    # it makes (Chat.grants()).
+    "GrantScope": "workflows.types",
+    "GrantCondition": "workflows.types",
+    "Grant": "workflows.types",
     # Streaming a turn.
     "TurnStream": "client.stream",
     "TurnEvent": "workflows.types",
@@ -97,6 +105,9 @@ __all__ = [
     "AuditReport",
     "ConversationResult",
     "ErrorInfo",
+    "Grant",
+    "GrantCondition",
+    "GrantScope",
     "HistoryResult",
     "InboxPage",
     "InterruptRequest",

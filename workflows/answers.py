@@ -49,7 +49,7 @@ from temporal_agent_interrupts.workflows.types import (
 
 ENTRY_KEYS = {
     "respond": ("name", "ref", "output", "input_digest"),
-    "restart": ("name", "ref", "input", "resumed_metadata", "input_digest"),
+    "restart": ("name", "ref", "input", "resumed_metadata", "input_digest", "remember"),
 }
 """The keys a resume entry may have; any other is most likely a typo, and rejects the resume."""
 

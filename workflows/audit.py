@@ -70,6 +70,8 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         input=_kept(event.input, what="edited input") if edit else None,
         original_input=_kept(answer.original_input, what="original input") if edit else None,
         gate=answer.gate,
+        grant=answer.grant,
+        granted_by=answer.granted_by,
     )
     state.answers.append(record)
     state.audit_outbox.append(record)

@@ -152,6 +152,7 @@ class Lifecycle:
         # A pause starts afresh: votes and an edit's gate verdict belong to the last one.
         call.votes = []
         call.edit_passes_gate = None
+        call.granted = None
         call.reminded = 0
         call.escalated = False
         self.emit(events.interrupt(call, self._show(call)))
@@ -234,8 +235,11 @@ class Lifecycle:
         metadata: JsonObject | None,
         output: JsonObject | None = None,
         original_input: JsonObject | None = None,
+        grant: str | None = None,
+        granted_by: list[str] | None = None,
     ) -> None:
-        """Emit the ``answer`` event of one answer of a resume (a vote included)."""
+        """Emit the ``answer`` event of one answer of a resume (a vote included), or of a
+        grant's decision (``granted``, ``voided``)."""
         self.emit(
             events.answer(
                 call,
@@ -247,6 +251,8 @@ class Lifecycle:
                 output=output,
                 decision=decision,
                 original_input=original_input,
+                grant=grant,
+                granted_by=granted_by,
             )
         )
 

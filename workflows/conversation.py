@@ -40,6 +40,7 @@ Determinism and replay contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +52,7 @@ from temporal_agent_interrupts.workflows.activity_io import (
     SubAgentReport,
 )
 from temporal_agent_interrupts.workflows.door import Door, Handling
+from temporal_agent_interrupts.workflows.grants import next_expiry
 from temporal_agent_interrupts.workflows.history import carry
 from temporal_agent_interrupts.workflows.ids import idempotency_key
 from temporal_agent_interrupts.workflows.limits import (
@@ -80,6 +82,7 @@ from temporal_agent_interrupts.workflows.types import (
     HISTORY_IDENTITY,
     CancelInput,
     ConversationResult,
+    GrantsResult,
     HistoryInput,
     HistoryResult,
     MCPListingResult,
@@ -87,6 +90,7 @@ from temporal_agent_interrupts.workflows.types import (
     MessagesResult,
     PendingResult,
     RejectionsResult,
+    RevokeGrantInput,
     SendInput,
     StatusResult,
     TurnResult,
@@ -187,6 +191,8 @@ class AgentWorkflow:
             else:
                 self._m.start(self._task)
         self._publish()
+        # Grants with an ``until`` end on a durable timer (no timer while none has one).
+        self._keep(asyncio.create_task(self._grant_timer()))
         try:
             while True:
                 await workflow.wait_condition(
@@ -266,6 +272,24 @@ class AgentWorkflow:
         self._publish()
         await self._report_end()
         return self._result()
+
+    async def _grant_timer(self) -> None:
+        """End each grant when its ``until`` comes, recorded, whatever the conversation is doing
+        (the grants query, the memo and the UI stop showing it then). A call a grant would let
+        through after its ``until`` is never let through, timer or not (workflows.grants)."""
+        while True:
+            seen = (self._s.grants_made, len(self._s.grants))
+            changed = lambda: (self._s.grants_made, len(self._s.grants)) != seen  # noqa: E731, B023  # read at once, in this iteration
+            due = next_expiry(self._s.grants)
+            if due is None:
+                await workflow.wait_condition(changed)
+                continue
+            delay = due - workflow.now()
+            if delay.total_seconds() > 0:
+                with contextlib.suppress(TimeoutError):  # its time came: expire it next
+                    await workflow.wait_condition(changed, timeout=delay)
+                continue
+            self._m.expire_grants()
 
     async def _report_end(self) -> None:
         """A sub-agent's conversation tells its caller it is closing: a caller that continued
@@ -398,6 +422,16 @@ class AgentWorkflow:
         self._updates.validate_cancel(input)
 
     @workflow.update
+    def revoke_grant(self, input: RevokeGrantInput) -> GrantsResult:
+        """End a grant now (``Chat.revoke_grant``, ``agentctl revoke-grant``); returns the grants
+        still in force."""
+        return self._updates.revoke_grant(input)
+
+    @revoke_grant.validator
+    def validate_revoke_grant(self, input: RevokeGrantInput) -> None:
+        self._updates.validate_revoke_grant(input)
+
+    @workflow.update
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""
         return await self._updates.await_turn()
@@ -430,6 +464,11 @@ class AgentWorkflow:
     @workflow.query
     def pending(self) -> PendingResult:
         return self._queries.pending()
+
+    @workflow.query
+    def grants(self) -> GrantsResult:
+        """The grants in force: remembered decisions that let matching calls run unasked."""
+        return GrantsResult(grants=list(self._s.grants))
 
     @workflow.query
     def status(self) -> StatusResult:

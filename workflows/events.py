@@ -44,6 +44,7 @@ from temporal_agent_interrupts.workflows.types import (
     Decision,
     ErrorInfo,
     GateDecision,
+    Grant,
     InterruptRequest,
     JsonObject,
     TurnAnswer,
@@ -96,6 +97,8 @@ def answer(
     output: JsonObject | None = None,
     decision: Decision | None = None,
     original_input: JsonObject | None = None,
+    grant: str | None = None,
+    granted_by: list[str] | None = None,
 ) -> TurnEvent:
     """An interrupt was answered: by a caller (respond, restart, edit, a vote), its deadline
     or a cancel.
@@ -120,6 +123,34 @@ def answer(
             decision=decision or _decision(call, kind=kind, output=output),
             original_input=original_input,
             gate=gate_of_call(call),
+            grant=grant,
+            granted_by=granted_by,
+        ),
+    )
+
+
+def grant_ended(
+    grant: Grant,
+    *,
+    via: AnswerVia,
+    identity: str | None,
+    decision: Decision,
+    reason: str = "",
+) -> TurnEvent:
+    """A grant ended: revoked (``revoked``) or at its ``until`` (``expired``). Recorded
+    against the call whose approval made it."""
+    return TurnEvent(
+        kind="answer",
+        name=grant.tool,
+        ref=grant.ref,
+        answer=TurnAnswer(
+            kind="revoked",
+            via=via,
+            identity=identity,
+            decision=decision,
+            metadata={"reason": reason} if reason else None,
+            grant=grant.id,
+            granted_by=list(grant.granted_by),
         ),
     )
 

@@ -49,6 +49,7 @@ from temporal_agent_interrupts.workflows.types import (
     AnswerKind,
     Decision,
     GateDecision,
+    GrantScope,
     JsonObject,
     ResumeInput,
     Vote,
@@ -389,8 +390,14 @@ def vote(
     who: Who,
     *,
     now: datetime | None,
+    remember: GrantScope | None = None,
 ) -> bool:
-    """Count an approval of a call that needs a quorum; True while more are needed."""
+    """Count an approval of a call that needs a quorum; True while more are needed.
+
+    Args:
+        remember: The grant the approval asks for (kept with the vote: a quorum's grant needs
+            every approval to ask for the same one, see workflows.grants).
+    """
     needed = quorum(spec, call)
     if needed <= 1 or decision != "approved" or who.identity is None:
         return False
@@ -398,7 +405,13 @@ def vote(
         return True  # refused by check_votes; never a second vote, never a settled call
     at = now or call.since or EPOCH  # the workflow always passes its time
     call.votes.append(
-        Vote(identity=who.identity, verified=who.verified, at=at, subject=who.subject)
+        Vote(
+            identity=who.identity,
+            verified=who.verified,
+            at=at,
+            subject=who.subject,
+            remember=remember,
+        )
     )
     return len(call.votes) < needed
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Literal
 
-from temporal_agent_interrupts.workflows import answers, deadlines, events, governance
+from temporal_agent_interrupts.workflows import answers, deadlines, events, governance, grants
 from temporal_agent_interrupts.workflows.answers import (
     ENTRY_KEYS,
     ResumeError,
@@ -66,6 +66,8 @@ from temporal_agent_interrupts.workflows.types import (
     Decision,
     ErrorInfo,
     EscalateSpec,
+    Grant,
+    GrantScope,
     InterruptRequest,
     InterruptSource,
     JsonObject,
@@ -127,6 +129,9 @@ class InterruptBook:
         self._chats = chats if callable(chats) else lambda: chats
         self._spec: Callable[[], AgentSpec | None] = lambda: spec
         self._spent: Callable[[], list[SpentToken]] = lambda: spent
+        # The conversation that keeps grants (None: a book of no conversation, which grants
+        # nothing; see of_turn).
+        self._state: Callable[[], ConversationState | None] = lambda: None
         self.known_refs = known_refs
         self.lifecycle = Lifecycle(calls, emit=emit, show=self.request_for)
 
@@ -146,6 +151,7 @@ class InterruptBook:
         book = cls(calls, spec=None, known_refs=known_refs, emit=emit, chats=chats)
         book._spec = lambda: state.spec
         book._spent = lambda: state.spent_tokens
+        book._state = lambda: state
         return book
 
     @property
@@ -333,6 +339,7 @@ class InterruptBook:
         budget = answers.SchemaBudget()
         answers.check_restarts(resume, pending, spec=spec, schemas=schemas, budget=budget)
         governance.check_votes(resume, pending, spec=spec, who=who)
+        self._check_remember(resume, pending, who=who, now=now)
         if schemas:
             answers.check_outputs(resume, pending, spec=spec, budget=budget)
         if room is not None:
@@ -404,6 +411,7 @@ class InterruptBook:
         answered: list[CallState] = []
         said: list[tuple[CallState, AnswerKind, Decision, JsonObject | None, JsonObject | None]]
         said = []
+        made: dict[str, Grant] = {}  # grants the resume's approvals made, by the call's ref
         for r in resume.respond:
             call = by_ref[r.ref]
             decision = events.decision(call, kind="respond", output=r.output)
@@ -427,13 +435,18 @@ class InterruptBook:
                 )
                 self.lifecycle.edit(call, r.input, passes_gate=passes)
                 kind, decision = "edit", "edited"
-            elif governance.vote(spec, call, decision, who, now=now):
+            elif governance.vote(spec, call, decision, who, now=now, remember=r.remember):
                 said.append((call, "vote", "vote", None, None))
                 continue
             self.lifecycle.restart(call, r.resumed_metadata)
             answered.append(call)
+            if kind == "restart" and decision == "approved":
+                grant = self._remember(call, r.remember, who=who, now=now)
+                if grant is not None:
+                    made[call.ref] = grant
             said.append((call, kind, decision, None, original))
         for call, kind, decision, output, original in said:
+            grant = made.get(call.ref) if kind == "restart" else None
             self.lifecycle.answered(
                 call,
                 kind=kind,
@@ -444,8 +457,158 @@ class InterruptBook:
                 metadata=resume.metadata,
                 output=output,
                 original_input=original,
+                grant=grant.id if grant else None,
+                granted_by=grant.granted_by if grant else None,
             )
+        if now is not None:
+            for grant in made.values():
+                answered.extend(self._apply_to_pending(grant, now=now))
         return answered
+
+    # -- grants (workflows.grants) ----------------------------------------------------------
+
+    def _check_remember(
+        self,
+        resume: ResumeInput,
+        pending: dict[str, CallState],
+        *,
+        who: Who,
+        now: datetime | None,
+    ) -> None:
+        """Check each ``remember`` of the resume: only on an approval of a call a gate paused,
+        from someone named, within the grant bounds and the conversation's room for grants."""
+        asked = [r for r in resume.restart if r.remember is not None]
+        if not asked:
+            return
+        spec = self.spec
+        state = self._state()
+        for r in asked:
+            call, scope = pending[r.ref], r.remember
+            assert scope is not None  # filtered above
+            where = f"{r.name!r} (ref {r.ref!r})"
+            decision = events.decision(
+                call, kind="restart", output=None, metadata=r.resumed_metadata
+            )
+            if (
+                spec is None
+                or call.source != "approval"
+                or governance.gate_of(spec, call.name) is None
+            ):
+                raise ResumeError(
+                    f"remember on {where}: only the approval of a call a gate paused can be "
+                    "remembered (an interrupt's answer is for that call alone)"
+                )
+            if decision != "approved" or (r.input is not None and self.is_edit(call, r.input)):
+                raise ResumeError(
+                    f"remember on {where}: only an approval of the input as it is can be "
+                    "remembered (not an edit, and not a restart without tool_approved)"
+                )
+            if who.identity is None:
+                raise ResumeError(
+                    f"remember on {where}: a grant names who gave it: say who you are (identity)",
+                    code="forbidden",
+                )
+            if state is None:
+                raise ResumeError(f"remember on {where}: only a conversation keeps grants")
+            grants.check_scope(scope, call, spec=spec, now=now)
+        if state is not None and not grants.room(state, adding=len(asked)):
+            raise ResumeError(
+                f"{grants.MAX_GRANTS} grants are in force in this conversation: revoke one "
+                "before remembering another",
+                code="conflict",
+            )
+
+    def _remember(
+        self, call: CallState, remember: GrantScope | None, *, who: Who, now: datetime | None
+    ) -> Grant | None:
+        """The grant an applied approval of ``call`` makes, if it asked for one (a quorum's:
+        only if every approval asked for the same)."""
+        state = self._state()
+        if state is None or now is None:
+            return None
+        if self.quorum(call) > 1:
+            scope = grants.quorum_scope([v.remember for v in call.votes])
+            by = [v.identity for v in call.votes]
+            verified = bool(call.votes) and all(v.verified for v in call.votes)
+        else:
+            scope = remember
+            by = [who.identity] if who.identity is not None else []
+            verified = who.verified
+        if scope is None or not by:
+            return None
+        return grants.make(state, call, scope, granted_by=by, verified=verified, now=now)
+
+    def _apply_to_pending(self, grant: Grant, *, now: datetime) -> list[CallState]:
+        """A new grant answers the pending calls it matches, each with its own record."""
+        spec = self.spec
+        taken = []
+        for call in self.pending():
+            if call.source != "approval":
+                continue
+            if grants.find([grant], call, spec=spec, now=now) is None:
+                continue
+            self.lifecycle.restart(call, grants.let_through_metadata(grant))
+            call.granted = grant.id
+            self._granted(call, grant)
+            taken.append(call)
+        return taken
+
+    def find_grant(
+        self, call: CallState, *, now: datetime, budget: answers.SchemaBudget | None = None
+    ) -> Grant | None:
+        """The grant in force that lets a call the gate holds run unasked (None: it pauses)."""
+        state = self._state()
+        if state is None or not state.grants:
+            return None
+        return grants.find(state.grants, call, spec=self.spec, now=now, budget=budget)
+
+    def let_through(self, call: CallState, grant: Grant) -> None:
+        """Run a call the gate holds as approved by ``grant``, recorded as such."""
+        call.resumed = True
+        call.resumed_metadata = grants.let_through_metadata(grant)
+        call.granted = grant.id
+        self._granted(call, grant)
+
+    def _granted(self, call: CallState, grant: Grant) -> None:
+        grant.uses += 1
+        self.lifecycle.answered(
+            call,
+            kind="granted",
+            via="grant",
+            decision="approved",
+            identity=grant.granted_by[0] if grant.granted_by else None,
+            verified=grant.verified,
+            metadata=None,
+            grant=grant.id,
+            granted_by=list(grant.granted_by),
+        )
+
+    def stale(self, call: CallState, *, now: datetime) -> str | None:
+        """Why a ready, approved call may no longer run (None: it may); see
+        :func:`workflows.grants.stale`."""
+        state = self._state()
+        return grants.stale(call, state.grants if state else [], now=now)
+
+    def void(self, call: CallState, reason: str, *, now: datetime) -> None:
+        """An approval that no longer holds: recorded (``voided``, ``stale``), and the call
+        pauses again for a fresh one; nothing runs."""
+        grant = call.granted
+        self.lifecycle.answered(
+            call,
+            kind="voided",
+            via="grant" if grant else "update",
+            decision="stale",
+            identity=None,
+            verified=False,
+            metadata={"reason": reason},
+            grant=grant,
+        )
+        call.resumed = False
+        call.resumed_metadata = {}
+        call.granted = None
+        decision = governance.gate_decision(self.spec, call.name)
+        metadata = {**gate_metadata(call.name, decision), "reason": "stale", "stale": reason}
+        self.pause(call, source="approval", metadata=metadata, now=now)
 
     def settle(self) -> None:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""

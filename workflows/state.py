@@ -22,6 +22,7 @@ from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerRecord,
     ErrorInfo,
+    Grant,
     InterruptSource,
     JsonObject,
     Message,
@@ -86,6 +87,9 @@ class CallState(_Wire):
     # run that continues as new while the call waits on it re-attaches instead of starting
     # another. Left off the wire when unset.
     child: SubAgentLink | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The grant that approved this run (workflows.grants), checked again just before it runs;
+    # None: a person's approval, or none. Left off the wire when unset.
+    granted: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):
@@ -176,6 +180,10 @@ class ConversationState(_Wire):
     # A sub-agent's share of its caller's budget of sub-agents (ConversationInput.budget);
     # None: the whole config.MAX_SUB_AGENTS_PER_TREE.
     tree_budget: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Remembered decisions in force (workflows.grants), and how many were ever made (their
+    # ids count up). Left off the wire while there are none.
+    grants: list[Grant] = Field(default_factory=list, exclude_if=lambda v: not v)
+    grants_made: int = Field(default=0, exclude_if=lambda v: not v)
 
 
 class ConversationInput(_Wire):

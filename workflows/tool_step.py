@@ -113,7 +113,18 @@ class ToolStep:
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
                     paused.append(call)
             elif book.gate_holds(call):
-                book.gate(call, now=now)
+                # A grant in force that matches lets it run unasked, recorded as its decision.
+                grant = book.find_grant(call, now=now, budget=budget)
+                if grant is None:
+                    book.gate(call, now=now)
+                    paused.append(call)
+                else:
+                    book.let_through(call, grant)
+                    call.edit_passes_gate = None
+                    runnable.append(call)
+            elif (why := book.stale(call, now=now)) is not None:
+                # Approved by a grant that has ended since: the approval is void, it asks again.
+                book.void(call, why, now=now)
                 paused.append(call)
             else:
                 call.edit_passes_gate = None  # spent: the edited call runs

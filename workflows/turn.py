@@ -34,7 +34,7 @@ from typing import Literal
 
 from temporalio import workflow
 
-from temporal_agent_interrupts.workflows import audit, events
+from temporal_agent_interrupts.workflows import audit, events, grants
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
@@ -52,6 +52,7 @@ from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCall
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.tool_step import ToolStep
 from temporal_agent_interrupts.workflows.types import (
+    DEADLINE_IDENTITY,
     CancelInput,
     ErrorInfo,
     ErrorKind,
@@ -283,6 +284,32 @@ class TurnMachine:
         turn.stream = turn.stream or resume.stream
         self._publish()
         return turn
+
+    def revoke_grant(self, grant_id: str, *, identity: str | None, reason: str) -> bool:
+        """End grant ``grant_id`` now, recorded; False if none in force has that id. A call it
+        let through that has not run yet asks again when its turn reaches it (``stale``)."""
+        grant = grants.revoke(self.s, grant_id)
+        if grant is None:
+            return False
+        self.emit(
+            events.grant_ended(
+                grant, via="update", identity=identity, decision="revoked", reason=reason
+            )
+        )
+        self._publish()
+        return True
+
+    def expire_grants(self) -> None:
+        """End, recorded, every grant whose ``until`` has come (the grant timer's work)."""
+        ended = grants.expire(self.s, workflow.now())
+        for grant in ended:
+            self.emit(
+                events.grant_ended(
+                    grant, via="deadline", identity=DEADLINE_IDENTITY, decision="expired"
+                )
+            )
+        if ended:
+            self._publish()
 
     def streaming(self) -> bool:
         """Whether a model call is under way whose text is published as it arrives."""

@@ -324,6 +324,7 @@ class ErrorKind(StrEnum):
     SEND_REJECTED = "SendRejected"
     RESUME_REJECTED = "ResumeRejected"
     CANCEL_REJECTED = "CancelRejected"
+    GRANT_REJECTED = "GrantRejected"
     TOO_MANY_WAITING = "TooManyWaiting"
     NOT_A_CONVERSATION = "NotScheduledByConversation"
     """An activity that acts on the world was started other than by a conversation's own
@@ -366,6 +367,68 @@ class ToolResponse(_Wire):
     input_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+GrantOp = Literal["eq", "prefix", "le", "lt", "ge", "gt"]
+"""How a grant's condition compares a field of a call's input with its value: equal (same
+JSON type and value), a string prefix, or a numeric bound (numbers only, never booleans)."""
+
+
+class GrantCondition(_Wire):
+    """One condition of a grant's pattern, on the call's input (checked against the tool's
+    input schema first): ``{"field": "amount", "op": "le", "value": 100}``."""
+
+    # Unknown keys refused: a misspelt one ignored would widen what the grant lets through.
+    model_config = ConfigDict(extra="forbid")
+
+    # A top-level key of the input, or a dotted path into nested objects ("payee.country").
+    field: str
+    op: GrantOp = "eq"
+    value: str | int | float | bool | None = None
+
+
+class GrantScope(_Wire):
+    """What an approval remembers (``approve(..., remember=...)``): calls of the approved
+    tool that match every condition of ``match`` (none: every call of the tool), in this
+    conversation, until ``until`` (None: for the rest of the conversation, until revoked)."""
+
+    # As GrantCondition: a misspelt "match" ignored would make a grant for every call.
+    model_config = ConfigDict(extra="forbid")
+
+    match: list[GrantCondition] = Field(default_factory=list)
+    until: datetime | None = None
+
+
+class Grant(_Wire):
+    """A remembered decision: calls of ``tool`` matching ``match`` run without asking, until
+    ``until`` or a revoke (the ``grants`` query, ``Chat.grants()``, ``agentctl grants``)."""
+
+    id: str
+    tool: str
+    match: list[GrantCondition] = Field(default_factory=list)
+    until: datetime | None = None
+    # Who approved it: one approver, or every approval of a quorum.
+    granted_by: list[str] = Field(default_factory=list)
+    verified: bool = False
+    at: datetime
+    # The call whose approval made it.
+    ref: str
+    # Calls it has let through so far.
+    uses: int = 0
+
+
+class GrantsResult(_Wire):
+    grants: list[Grant] = Field(default_factory=list)
+
+
+class RevokeGrantInput(_Wire):
+    """The ``revoke_grant`` update: end grant ``id`` now (calls it let through that have not
+    run yet pause again, ``stale``). Revoking only narrows what runs unasked, so anyone who may
+    send updates may revoke; ``identity`` is recorded as asserted."""
+
+    id: str
+    identity: str | None = None
+    reason: str = ""
+
+
 class ToolRestart(_Wire):
     """Answer an interrupt by running the tool again with ``resumed_metadata``."""
 
@@ -376,6 +439,9 @@ class ToolRestart(_Wire):
     resumed_metadata: JsonObject = Field(default_factory=dict)
     # As ToolResponse.input_digest.
     input_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An approval that also grants: later (and pending) calls of the tool within the scope
+    # run without asking (see workflows.grants). Left off the wire when unset.
+    remember: GrantScope | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Vote(_Wire):
@@ -387,6 +453,9 @@ class Vote(_Wire):
     # A verified vote's account (a fingerprint of the token's ``sub``): one account votes
     # once, however its tokens spell the identity.
     subject: str | None = None
+    # The grant this approval asked for (a quorum tool's grant needs every approval to ask for
+    # the same one). Left off the wire when unset.
+    remember: GrantScope | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class InterruptRequest(_Wire):
@@ -460,14 +529,20 @@ class InterruptRequest(_Wire):
             input_digest=self.input_digest or None,
         )
 
-    def approve(self) -> ToolResponse | ToolRestart:
+    def approve(self, *, remember: GrantScope | None = None) -> ToolResponse | ToolRestart:
         """The approving answer, in the form this interrupt's source needs.
 
         An interrupt-only approval tool gets ``respond {"approved": true}``; a gated or
         conditional tool gets ``restart`` with ``{"tool_approved": true}``, so it runs with its
         original input.
+
+        Args:
+            remember: Also grant: later calls of the tool within this scope run without asking
+                (only for a call a gate paused; see ``GrantScope``).
         """
-        return approval(self.source, self.name, self.ref, input_digest=self.input_digest)
+        return approval(
+            self.source, self.name, self.ref, input_digest=self.input_digest, remember=remember
+        )
 
     def deny(self, reason: str = "") -> ToolResponse:
         """The denying answer: the tool does not run; the model is told it was declined.
@@ -527,16 +602,34 @@ def _parsed_as(model: type[M], value: JsonObject, *, what: str) -> M:
 
 
 def approval(
-    source: InterruptSource, name: str, ref: str, *, input_digest: str | None = None
+    source: InterruptSource,
+    name: str,
+    ref: str,
+    *,
+    input_digest: str | None = None,
+    remember: GrantScope | None = None,
 ) -> ToolResponse | ToolRestart:
     """The approving answer to a paused call of ``source``: ``respond {"approved": true}`` for
     an interrupt-only tool, ``restart {"tool_approved": true}`` for a gated or conditional one
-    (an interrupt request and an inbox entry build theirs here)."""
+    (an interrupt request and an inbox entry build theirs here).
+
+    Raises:
+        ValueError: ``remember`` for an interrupt-only tool, whose answer is for one call.
+    """
     shown = input_digest or None
     if source == "interrupt":
+        if remember is not None:
+            raise ValueError(
+                f"remember: {name!r} is an interrupt, whose answer is for that call alone; only "
+                "the approval of a call a gate paused can be remembered"
+            )
         return ToolResponse(name=name, ref=ref, output={APPROVED: True}, input_digest=shown)
     return ToolRestart(
-        name=name, ref=ref, resumed_metadata={TOOL_APPROVED: True}, input_digest=shown
+        name=name,
+        ref=ref,
+        resumed_metadata={TOOL_APPROVED: True},
+        input_digest=shown,
+        remember=remember,
     )
 
 
@@ -634,13 +727,38 @@ class CancelInput(_Wire):
 
 EventKind = Literal["text", "tool_request", "interrupt", "tool_response", "answer", "turn_end"]
 
-AnswerKind = Literal["respond", "restart", "edit", "vote", "cancel", "deadline", "forwarded"]
-"""``forwarded``: a caller's record of an answer given on its chat for a sub-agent's interrupt
+AnswerKind = Literal[
+    "respond",
+    "restart",
+    "edit",
+    "vote",
+    "cancel",
+    "deadline",
+    "forwarded",
+    "granted",
+    "revoked",
+    "voided",
+]
+"""``granted``: a call a grant let through, or re-approved when the grant was made while it was
+pending (the record names the grant and who gave it). ``revoked``: a grant ended, by a revoke or
+its expiry (the record's ``ref`` is the call whose approval made it). ``voided``: an approval
+checked again just before its call ran no longer held (``stale``); the call paused again.
+``forwarded``: a caller's record of an answer given on its chat for a sub-agent's interrupt
 and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
 the answer as applied)."""
 ForwardVerdict = Literal["applied", "refused"]
-AnswerVia = Literal["update", "signal", "deadline", "cancel"]
-Decision = Literal["approved", "denied", "answered", "edited", "expired", "cancelled", "vote"]
+AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant"]
+Decision = Literal[
+    "approved",
+    "denied",
+    "answered",
+    "edited",
+    "expired",
+    "cancelled",
+    "vote",
+    "revoked",
+    "stale",
+]
 """What an answer decided, as the audit log records it (see ``workflows.events.decision``)."""
 
 
@@ -673,6 +791,10 @@ class AnswerRecord(_Wire):
     # A ``forwarded`` record: what the sub-agent made of the answer, and why it refused it.
     verdict: ForwardVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
     verdict_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The grant this record is about: made by this approval, used (``granted``) or ended
+    # (``revoked``), and who gave it.
+    grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
@@ -689,6 +811,9 @@ class TurnAnswer(_Wire):
     original_input: JsonObject | None = None
     # As AnswerRecord.gate.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # As AnswerRecord.grant and granted_by.
+    grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):

@@ -18,8 +18,9 @@ from contextlib import contextmanager
 
 from temporalio import workflow
 
+from temporal_agent_interrupts.workflows import grants
 from temporal_agent_interrupts.workflows.door import Door, Handling, passed_on
-from temporal_agent_interrupts.workflows.limits import OUT, Refused
+from temporal_agent_interrupts.workflows.limits import DOOR, OUT, Refused, check_label, check_text
 from temporal_agent_interrupts.workflows.payloads import RawResume, claimed_token, fit, rejected
 from temporal_agent_interrupts.workflows.state import (
     ConversationState,
@@ -31,7 +32,9 @@ from temporal_agent_interrupts.workflows.types import (
     ConversationResult,
     ErrorKind,
     FinishReason,
+    GrantsResult,
     JsonObject,
+    RevokeGrantInput,
     SendInput,
     TurnResult,
 )
@@ -238,6 +241,31 @@ class Updates:
         if self._m.cancel is not None:
             raise rejected(ErrorKind.CANCEL_REJECTED, "a cancellation is already under way")
         self._door.check_cancel_input(input)
+
+    def validate_revoke_grant(self, input: RevokeGrantInput) -> None:
+        try:
+            check_label(input.id, what="grant id", limit=DOOR.ref)
+            check_text(input.reason, what="reason", limit=DOOR.reason)
+            if input.identity is not None:
+                check_label(input.identity, what="identity", limit=DOOR.identity)
+        except Refused as e:
+            raise rejected(ErrorKind.GRANT_REJECTED, e.reason) from None
+        if grants.held(self.s.grants, input.id) is None:
+            held = ", ".join(g.id for g in self.s.grants) or "none"
+            raise rejected(
+                ErrorKind.GRANT_REJECTED,
+                f"no grant {input.id!r} is in force here (revoked or expired already, or never "
+                f"made); in force: {held}",
+                code="not_found",
+            )
+
+    def revoke_grant(self, input: RevokeGrantInput) -> GrantsResult:
+        """End a grant now; returns the grants still in force."""
+        with self._working():
+            # Also checked here: validators of one task may all run before any handler.
+            self.validate_revoke_grant(input)
+            self._m.revoke_grant(input.id, identity=input.identity, reason=input.reason)
+            return GrantsResult(grants=list(self.s.grants))
 
     async def await_turn(self) -> TurnResult | None:
         """The latest turn's result, once the current turn (if any) has paused or ended."""

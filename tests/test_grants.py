@@ -1,0 +1,272 @@
+"""Remembered decisions (grants) against a real dev server, and the time-skipping server for
+expiry.
+
+- An approval with ``remember`` makes a grant: later matching calls of the tool run unasked,
+  each with its own audit record naming the grant and who gave it; non-matching calls pause.
+- A grant applies at once to matching pending calls; one revoked before such a call ran voids
+  its approval (``stale``): it pauses again and the tool does not run.
+- Revoked or expired (in skipped time) grants let nothing through, across continue-as-new.
+- A quorum tool's grant needs every approval to ask for the same scope.
+- Refusals: a grant from someone not an approver, from no one, on an interrupt's answer, on a
+  field the tool lacks, ending in the past; a revoke of a grant not in force.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from temporal_agent_interrupts import AgentClient, FinishReason, ToolContext, approve, tool
+from temporal_agent_interrupts.errors import GrantRejected, ResumeRejected
+from temporal_agent_interrupts.worker import build_worker
+from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
+from temporal_agent_interrupts.workflows.types import GrantCondition, GrantScope
+from tests import agents as t
+from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
+from tests.test_deadlines import _test_server
+
+payments: list[tuple[float, object]] = []
+
+
+class Payment(BaseModel):
+    amount: float
+    payee: str
+
+
+@tool("pay", "Pay someone.")
+async def pay(inp: Payment, ctx: ToolContext) -> dict[str, object]:
+    payments.append((inp.amount, ctx.resumed_metadata.get("grant")))
+    return {"paid": inp.amount}
+
+
+@tool("wire", "Wire money abroad.")
+async def wire(inp: Payment) -> dict[str, object]:
+    payments.append((-inp.amount, None))
+    return {"wired": inp.amount}
+
+
+CFO = "cfo@example.com"
+payer = Agent(
+    "payer",
+    model="gemini-test",
+    tools=[pay, wire, t.lookup, t.approve],
+    middleware=[ToolApproval(allow=["lookup"], approvers=[CFO, "ops@example.com"])],
+)
+two_keys = Agent(
+    "twoKeys",
+    model="gemini-test",
+    tools=[pay],
+    middleware=[ToolApproval(approvers=["alice@example.com", "bob@example.com"], quorum=2)],
+)
+UNDER_100 = GrantScope(match=[GrantCondition(field="amount", op="le", value=100)])
+
+
+@pytest.fixture(autouse=True)
+def _paid() -> None:
+    payments.clear()
+
+
+@pytest.fixture(scope="module")
+async def skipping() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=_test_server(), data_converter=pydantic_data_converter
+    )
+    async with env:
+        await register_search_attributes(env.client)
+        yield env
+
+
+def _pay(amount: float, ref: str) -> tuple[str, dict[str, object], str]:
+    return ("pay", {"amount": amount, "payee": "NL91ABNA0417164300"}, ref)
+
+
+async def test_a_matching_call_runs_unasked_and_a_revoke_ends_the_grant(run_worker, model, client):
+    model.reply(calls(_pay(80, "p1")), text("paid 80"))
+    model.reply(calls(_pay(50, "p2")), text("paid 50"))
+    model.reply(calls(_pay(500, "p3")), text("not paid"))
+    model.reply(calls(_pay(20, "p4")), text("asked"))
+    async with run_worker(agents=[payer]) as agents:
+        chat = await agents.chat("payer")
+        (first,) = (await chat.send("pay 80")).interrupts
+        with pytest.raises(ResumeRejected, match="may be answered only by"):
+            await chat.resume(
+                answers=[approve(first, remember=UNDER_100)], identity="bob@example.com"
+            )
+        assert await chat.grants() == []
+        done = await chat.resume(answers=[approve(first, remember=UNDER_100)], identity=CFO)
+        assert done.finish_reason == FinishReason.STOP
+        (grant,) = await chat.grants()
+        assert (grant.tool, grant.granted_by, grant.ref, grant.uses) == ("pay", [CFO], "p1", 0)
+        # Matching: it runs with no pause, the tool told which grant approved it.
+        second = await chat.send("pay 50")
+        assert second.finish_reason == FinishReason.STOP and second.interrupts == []
+        assert payments == [(80, None), (50, grant.id)]
+        (used,) = await chat.grants()
+        assert used.uses == 1
+        # Not matching: it pauses as before.
+        (big,) = (await chat.send("pay 500")).interrupts
+        assert big.ref == "p3"
+        await chat.resume(answers=[big.deny("too much")], identity=CFO)
+        assert await chat.revoke_grant(grant.id, reason="done for today", identity=CFO) == []
+        with pytest.raises(GrantRejected, match="no grant") as refused:
+            await chat.revoke_grant(grant.id)
+        assert refused.value.code == "not_found"
+        (again,) = (await chat.send("pay 20")).interrupts
+        assert again.ref == "p4"
+        hist = await chat.history()
+    assert payments == [(80, None), (50, grant.id)]
+    records = [(a.ref, a.kind, a.decision, a.identity, a.grant) for a in hist.answers]
+    assert records == [
+        ("p1", "restart", "approved", CFO, grant.id),
+        ("p2", "granted", "approved", CFO, grant.id),
+        ("p3", "respond", "denied", CFO, None),
+        ("p1", "revoked", "revoked", CFO, grant.id),
+    ]
+    assert hist.answers[1].granted_by == [CFO] and hist.answers[1].via == "grant"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_grant_answers_pending_calls_and_a_revoke_voids_one_not_yet_run(
+    run_worker, model, client
+):
+    model.reply(
+        calls(_pay(10, "a1"), _pay(20, "a2"), ("wire", {"amount": 5, "payee": "x"}, "w1")),
+        text("done"),
+    )
+    model.reply(text("all done"))
+    async with run_worker(agents=[payer]) as agents:
+        chat = await agents.chat("payer")
+        a1, _, w1 = (await chat.send("pay both, wire one")).interrupts
+        partial = await chat.resume(answers=[approve(a1, remember=GrantScope())], identity=CFO)
+        # The second payment was answered by the grant at once; the wire still waits.
+        assert [i.ref for i in partial.interrupts] == ["w1"]
+        (grant,) = await chat.grants()
+        assert grant.uses == 1
+        await chat.revoke_grant(grant.id)
+        stale = await chat.resume(answers=[approve(w1)], identity=CFO)
+        # a2 was let through by a grant that has ended: it asks again, nothing ran for it.
+        (again,) = stale.interrupts
+        assert again.ref == "a2" and again.metadata["reason"] == "stale"
+        assert "revoked" in again.metadata["stale"]
+        assert sorted(payments) == [(-5, None), (10, None)]
+        done = await chat.resume(answers=[approve(again)], identity="ops@example.com")
+        hist = await chat.history()
+    assert done.finish_reason == FinishReason.STOP
+    assert sorted(payments) == [(-5, None), (10, None), (20, None)]
+    kinds = [(a.ref, a.kind, a.decision) for a in hist.answers]
+    assert ("a2", "granted", "approved") in kinds
+    assert ("a2", "voided", "stale") in kinds
+    assert kinds[-1] == ("a2", "restart", "approved")
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_quorum_grant_needs_every_approval_to_ask_for_it(run_worker, model):
+    model.reply(calls(_pay(10, "q1")), text("paid"))
+    model.reply(calls(_pay(11, "q2")), text("paid"))
+    model.reply(calls(_pay(12, "q3")), text("paid"))
+    async with run_worker(agents=[two_keys]) as agents:
+        chat = await agents.chat("twoKeys")
+        (q1,) = (await chat.send("pay")).interrupts
+        await chat.resume(
+            answers=[approve(q1, remember=GrantScope())], identity="alice@example.com"
+        )
+        await chat.resume(answers=[approve(q1)], identity="bob@example.com")
+        assert await chat.grants() == []  # bob did not ask for it: approved, not remembered
+        (q2,) = (await chat.send("pay")).interrupts
+        for who in ("alice@example.com", "bob@example.com"):
+            await chat.resume(answers=[approve(q2, remember=GrantScope())], identity=who)
+        (grant,) = await chat.grants()
+        assert grant.granted_by == ["alice@example.com", "bob@example.com"]
+        third = await chat.send("pay")
+    assert third.interrupts == [] and payments[-1] == (12, grant.id)
+
+
+async def test_grants_are_refused_where_they_cannot_apply(run_worker, model, client):
+    model.reply(calls(_pay(10, "r1"), ("approve", {"question": "ok?"}, "i1")), text("ok"))
+    async with run_worker(agents=[payer]) as agents:
+        chat = await agents.chat("payer")
+        r1, i1 = (await chat.send("pay")).interrupts
+        with pytest.raises(ValueError, match="an interrupt, whose answer is for that call"):
+            approve(i1, remember=GrantScope())
+        bad_field = GrantScope(match=[GrantCondition(field="amout", op="le", value=1)])
+        with pytest.raises(ResumeRejected, match="its input has no field 'amout'"):
+            await chat.resume(answers=[approve(r1, remember=bad_field)], identity=CFO)
+        past = GrantScope(until=r1.since)
+        with pytest.raises(ResumeRejected, match="has passed"):
+            await chat.resume(answers=[approve(r1, remember=past)], identity=CFO)
+        not_a_number = GrantScope(match=[GrantCondition(field="amount", op="le", value="9")])
+        with pytest.raises(ResumeRejected, match="needs a number"):
+            await chat.resume(answers=[approve(r1, remember=not_a_number)], identity=CFO)
+        # A script's signal asking for a grant on the interrupt's answer, beside an approval
+        # that may grant: recorded, refused whole.
+        raw = approve(r1, remember=GrantScope()).model_dump(mode="json")
+        forged = {"name": "approve", "ref": "i1", "resumed_metadata": {"tool_approved": True}}
+        await cli_signal(
+            client,
+            chat.id,
+            "resume",
+            json.dumps({"restart": [raw, {**forged, "remember": {}}], "identity": CFO}),
+        )
+        status = await eventually(chat.status, lambda s: s.rejections == 1)
+        (rejection,) = await chat.rejections()
+        assert "only the approval of a call a gate paused" in rejection.reason
+        assert sorted(i.ref for i in status.pending) == ["i1", "r1"]
+        assert await chat.grants() == []
+    assert payments == []
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_grant_survives_continue_as_new_and_its_revoke_too(small_histories, model):
+    client = small_histories.client
+    queue = f"tq-{uuid.uuid4()}"
+    model.reply(calls(_pay(1, "c1")), text("paid"))
+    for n in range(8):
+        model.reply(calls(("lookup", {"key": f"k{n}"}, f"l{n}")), text(f"looked {n}"))
+    model.reply(calls(_pay(2, "c2")), text("paid"))
+    model.reply(calls(_pay(3, "c3")), text("asked"))
+    async with build_worker(client, agents=[payer], task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(client, task_queue=queue).chat("payer")
+        (c1,) = (await chat.send("pay")).interrupts
+        first_run = (await client.get_workflow_handle(chat.id).describe()).run_id
+        await chat.resume(answers=[approve(c1, remember=GrantScope())], identity=CFO)
+        for n in range(8):
+            await chat.send(f"look {n}")
+        later = await client.get_workflow_handle(chat.id).describe()
+        assert later.run_id != first_run
+        assert (await chat.send("pay again")).interrupts == []
+        (grant,) = await chat.grants()
+        await chat.revoke_grant(grant.id)
+        (c3,) = (await chat.send("pay once more")).interrupts
+    assert c3.ref == "c3" and [p for p, _ in payments] == [1, 2]
+
+
+async def test_a_grant_expires_on_its_timer_in_skipped_time(skipping, model):
+    model.reply(calls(_pay(1, "e1")), text("paid"))
+    model.reply(calls(_pay(2, "e2")), text("paid"))
+    model.reply(calls(_pay(3, "e3")), text("asked"))
+    queue = f"tq-{uuid.uuid4()}"
+    env: WorkflowEnvironment = skipping
+    async with build_worker(env.client, agents=[payer], task_queue=queue, gemini=model.client()):
+        chat = await AgentClient(env.client, task_queue=queue).chat("payer")
+        (e1,) = (await chat.send("pay")).interrupts
+        assert e1.since is not None
+        hour = GrantScope(until=e1.since + timedelta(hours=1))
+        await chat.resume(answers=[approve(e1, remember=hour)], identity=CFO)
+        assert (await chat.send("pay")).interrupts == []
+        await env.sleep(timedelta(hours=2))
+        grants = await eventually(chat.grants, lambda g: g == [])
+        (e3,) = (await chat.send("pay")).interrupts
+        hist = await chat.history()
+    assert grants == [] and e3.ref == "e3"
+    assert [p for p, _ in payments] == [1, 2]
+    ended = hist.answers[-1]
+    assert (ended.kind, ended.decision, ended.ref) == ("revoked", "expired", "e1")
