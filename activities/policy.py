@@ -1,7 +1,7 @@
 """Policies as data: a Cedar policy set decides each tool call, allow, ask or deny.
 
-Public: :class:`Policy` is imported from ``temporal_agent_interrupts.policies``; the rest is
-internal (not covered by the 0.1.x stability promise).
+Internal: not covered by the 0.1.x stability promise; its public name, :class:`Policy`, is
+imported from ``temporal_agent_interrupts.policies``.
 
 Everything here runs on the worker: ``cedarpy`` is a native extension, so no module of
 ``workflows/`` imports this one. :func:`decide` is a pure function of the policy set and its
