@@ -110,12 +110,9 @@ class Policy:
 
     Build one with :meth:`from_text` or :meth:`from_file` (the text is parsed, and its
     annotations checked, then), and give it to ``Agent(policy=...)``, or run
-    ``agent-worker --policy FILE`` to give one to every agent the worker hosts::
-
-        from temporal_agent_interrupts.policies import Policy
-
-        payments = Policy.from_file("payments.cedar")
-        agent = Agent("treasurer", tools=[pay], policy=payments)
+    ``agent-worker --policy FILE`` to give one to every agent the worker hosts. How requests
+    look to Cedar and what the annotations mean: "Policies as data (Cedar)" in Approval
+    governance.
 
     Attributes:
         name: What messages call the set (its file's path, for :meth:`from_file`).

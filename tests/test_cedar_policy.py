@@ -45,6 +45,7 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.config import POLICY_ACTIVITY, WORKFLOW_TYPE
 from temporal_agent_interrupts.workflows.seal import Binding, result_body
 from temporal_agent_interrupts.workflows.types import ErrorKind
+from tests import docs
 
 PAYMENTS = """
 // Small payments run; medium ones need two of finance; large ones never run.
@@ -404,3 +405,25 @@ def test_a_policy_file_path_is_what_from_file_reads(tmp_path: Path):
         _payments().hash,
         ["small", "medium", "limit"],
     )
+
+
+def test_the_governance_page_s_policy_file_decides_as_the_page_says():
+    text = docs.block(
+        "// payments.cedar: small payments run, larger ones need two people, huge ones never run.",
+        lang="cedar",
+    )
+    policy = Policy.from_text(text, name="payments.cedar")
+
+    def pay(amount: int):
+        return decide(policy, agent="payments", tool="pay", input={"amount": amount})
+
+    assert pay(100).effect == "allow"
+    asked = pay(101)
+    assert (asked.effect, asked.quorum, asked.deadline_seconds) == ("ask", 2, 86400.0)
+    assert asked.approvers == ["cfo@example.com", "controller@example.com"]
+    assert (pay(10_001).effect, pay(10_001).policy_ids) == ("deny", ["limit"])
+    signed_in = PolicyRequester(identity="ann@example.com", verified=True)
+    read_only = {"readOnlyHint": True}
+    search = {"agent": "payments", "tool": "docs_search", "input": {}, "annotations": read_only}
+    assert decide(policy, **search, requester=signed_in).effect == "allow"
+    assert decide(policy, **search).effect == "deny"  # nobody signed in
