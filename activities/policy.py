@@ -125,7 +125,7 @@ class Policy:
     """
 
     name: str
-    text: str
+    text: str = field(repr=False)  # an agent's repr names its policy, not the whole file
     hash: str
     _: KW_ONLY
     _rules: tuple[_Rule, ...] = field(repr=False, compare=False)
