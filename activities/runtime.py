@@ -1,4 +1,5 @@
-"""The two activities every conversation uses: ``model_call`` and ``tool_call``.
+"""The two activities every conversation uses, ``model_call`` and ``tool_call``, and the
+others it asks for: MCP calls, sub-agents, how an activity ended, policy decisions.
 
 Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
 namespaces: docs/reference/api.md).
@@ -45,6 +46,7 @@ from temporal_agent_interrupts.activities.mcp import (
     result_output,
     status_of,
 )
+from temporal_agent_interrupts.activities.policy import Policy, decide_calls
 from temporal_agent_interrupts.activities.sealing import Sealer
 from temporal_agent_interrupts.activities.streaming import TextPublisher
 from temporal_agent_interrupts.activities.subagents import (
@@ -67,6 +69,8 @@ from temporal_agent_interrupts.workflows.activity_io import (
     MCPCallInput,
     ModelInput,
     ModelResult,
+    PolicyInput,
+    PolicyResult,
     SubAgentPendingInput,
     SubAgentPendingResult,
     SubAgentResumeInput,
@@ -79,6 +83,7 @@ from temporal_agent_interrupts.workflows.config import (
     ACTIVITY_ENDING_ACTIVITY,
     MCP_ACTIVITY,
     MODEL_ACTIVITY,
+    POLICY_ACTIVITY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
     TOOL_ACTIVITY,
@@ -150,6 +155,18 @@ class AgentActivities:
         self._toolsets: dict[str, list[MCPToolset]] = {
             a.name: [_as_toolset(t, agent=a.name) for t in a.toolsets()] for a in agents
         }
+        self._policies: dict[str, Policy] = {}
+        for a in agents:
+            if a.policy is None:
+                continue
+            if not isinstance(a.policy, Policy):
+                # Agent takes any PolicyDeclaration (workflows/ cannot name Cedar's class);
+                # only a parsed Cedar set can decide.
+                raise ValueError(
+                    f"agent {a.name!r}: policy= is {type(a.policy).__name__}, not a Policy "
+                    "(Policy.from_file(path), from temporal_agent_interrupts.policies)"
+                )
+            self._policies[a.name] = a.policy
         self._mcp = MCPSessions([t.server for sets in self._toolsets.values() for t in sets])
         self._gemini = gemini
         self._conversations = ConversationCache(max_chats=conversation_cache)
@@ -167,6 +184,7 @@ class AgentActivities:
             self.sub_agent_pending,
             self.sub_agent_resume,
             self.activity_ending,
+            self.policy_decide,
         ]
 
     @activity.defn(name=ACTIVITY_ENDING_ACTIVITY)
@@ -187,6 +205,19 @@ class AgentActivities:
         return await self._sealer.take(
             input, SubAgentResumeInput, lambda inp: sub_agent_resume(inp, keys=keys)
         )
+
+    @activity.defn(name=POLICY_ACTIVITY)
+    async def policy_decide(self, input: RawValue) -> PolicyResult:
+        """Decide a message's tool calls with the agent's Cedar policy set
+        (``activities.policy``), sealed: the workflow records the decisions, never the policy."""
+        return await self._sealer.take(input, PolicyInput, self._policy_decide)
+
+    async def _policy_decide(self, input: PolicyInput) -> PolicyResult:
+        # A decision is the conversation's to ask for: one asked by anyone else would only
+        # tell them what the policy says of inputs of their choosing.
+        for_a_conversation(input.chat_id, what="policy decision")
+        # In-process and bounded (activities.policy): milliseconds, so it stays on the loop.
+        return decide_calls(self._policies.get(self._agent(input.agent).name), input)
 
     @property
     def mcp(self) -> MCPSessions:

@@ -102,7 +102,7 @@ NAMESPACES = {
         "FEEDBACK",
         "TIMED_OUT",
     },
-    "policies": {"Remind", "Escalate", "Notice"},
+    "policies": {"Remind", "Escalate", "Notice", "Policy"},
     "mcp": {"mcp_tools", "MCPServerStdio", "MCPServerHTTP", "MCPToolset"},
     "web": {
         "agents_app",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import importlib
 import importlib.abc
@@ -193,6 +194,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "module; MODULE alone means MODULE:ALL_AGENTS; repeat the flag to host more (env "
         f"{AGENTS_VAR}; required: a clone's example agents are --agents examples)",
     )
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="a Cedar policy file that decides every hosted agent's tool calls: allow, ask or "
+        "deny (docs/governance.md); an agent that declares its own policy= is refused",
+    )
     p.add_argument("--profile", default=None, help="envconfig profile (env TEMPORAL_PROFILE)")
     p.add_argument(
         "--config-file",
@@ -320,6 +328,37 @@ class _FolderModules(importlib.abc.MetaPathFinder):
 
 class AgentSpecError(ValueError):
     """An ``--agents`` value that names no agents; the one-line message says why."""
+
+
+def with_policy(agents: Sequence[Agent], path: str | None) -> list[Agent]:
+    """``agents``, each deciding its tool calls with the Cedar policy file at ``path`` (none:
+    as they are). The file is parsed here, before anything connects, so a bad policy is a
+    usage error naming the file and Cedar's message.
+
+    Raises:
+        AgentSpecError: the file cannot be read or parsed, or an agent declares its own
+            ``policy=`` (which of the two decides would be a guess).
+    """
+    if path is None:
+        return list(agents)
+    # Cedar (a native extension) loads only for a worker that is given a policy.
+    from temporal_agent_interrupts.activities.policy import Policy, PolicyError
+
+    try:
+        policy = Policy.from_file(path)
+    except PolicyError as e:
+        raise AgentSpecError(f"--policy {e}") from None
+    own = [a.name for a in agents if a.policy is not None]
+    if own:
+        raise AgentSpecError(
+            f"--policy {path}: agents {own} declare a policy of their own; host them on a "
+            "worker without --policy, or drop their policy="
+        )
+    try:
+        # replace() runs the agent's checks again: the policy's group approvers need trust=.
+        return [dataclasses.replace(a, policy=policy) for a in agents]
+    except ValueError as e:
+        raise AgentSpecError(f"--policy {path}: {e}") from None
 
 
 def load_agents(specs: Sequence[str] | None) -> list[Agent]:
@@ -716,7 +755,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Before anything connects or starts a server, so that a typo fails at once. Registering
         # the search attributes hosts nothing: it runs from any folder, with no agents named and
         # whatever AGENT_MODULES says (a container's, naming modules that are not there).
-        agents = [] if args.setup_search_attributes else load_agents(args.agents)
+        agents = (
+            []
+            if args.setup_search_attributes
+            else with_policy(load_agents(args.agents), args.policy)
+        )
     except AgentSpecError as e:
         _usage_error(str(e))
     from temporal_agent_interrupts.client.api import (

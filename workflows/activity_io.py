@@ -21,6 +21,7 @@ from temporal_agent_interrupts.workflows.types import (
     InterruptRequest,
     JsonObject,
     Message,
+    PolicyDecision,
     Seal,
     TurnResult,
     _Wire,
@@ -192,5 +193,49 @@ class ToolResult(_Wire):
     output: JsonObject | None = None
     metadata: JsonObject | None = None
     message: str | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class PolicyRequester(_Wire):
+    """Who asked for the calls a policy decides: the message's sender, as the turn recorded it.
+
+    ``groups`` count only when ``verified`` (a token from the agent's trusted issuer): the
+    policy activity drops an asserted identity's groups, as the approver check does.
+    """
+
+    identity: str
+    verified: bool = False
+    groups: list[str] = Field(default_factory=list)
+
+
+class PolicyCall(_Wire):
+    """One tool call for the policy to decide: its ref, the tool's name on the agent, and the
+    call's validated input."""
+
+    ref: str
+    tool: str
+    input: JsonObject = Field(default_factory=dict)
+    # The tool's MCP annotations (``readOnlyHint``, ``destructiveHint``, ...), when it is an MCP
+    # server's tool; the policy reads them as ``resource.annotations``.
+    annotations: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class PolicyInput(_Wire):
+    """The ``policy_decide`` activity (``config.POLICY_ACTIVITY``): decide a model message's
+    tool calls with the policy set the worker holds for ``agent``."""
+
+    chat_id: str
+    agent: str
+    calls: list[PolicyCall] = Field(default_factory=list)
+    requester: PolicyRequester | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class PolicyResult(_Wire):
+    """Each call's decision, by ref, and the hash of the policy set that made them (the same
+    as each decision's ``policy_hash``)."""
+
+    decisions: dict[str, PolicyDecision] = Field(default_factory=dict)
+    policy_hash: str
     # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
     seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
+from os import PathLike
 from typing import Any, Literal, Protocol, cast
 
 from temporal_agent_interrupts.workflows.identity import check_trust
@@ -57,6 +58,22 @@ class ToolsetDeclaration(Protocol):
 
     @property
     def toolset(self) -> str: ...
+
+
+class PolicyDeclaration(Protocol):
+    """What an agent needs of a policy set: its name, its hash, and the approvers its asks name.
+
+    ``activities.policy.Policy`` is the real thing (Cedar, a native extension the workflow must
+    never import); naming only this here keeps ``workflows/`` free of it.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def hash(self) -> str: ...
+
+    def approvers(self) -> list[str]: ...
 
 
 def is_toolset(declared: object) -> bool:
@@ -255,6 +272,10 @@ class Agent:
         trust: Verify who answers (:class:`TrustedIssuer`); without it, identity is what the
             caller asserts, and the trust boundary is whoever holds Temporal credentials
             for the namespace.
+        policy: A Cedar policy set that decides each tool call, allow, ask or deny
+            (``Policy.from_file(path)`` from ``temporal_agent_interrupts.policies``); its hash
+            goes into the agent's definition. A path is not taken here: the file is parsed by
+            Cedar, which only the worker's side of the package imports.
     """
 
     name: str
@@ -268,6 +289,7 @@ class Agent:
     on_interrupt_timeout: OnTimeout | None = None
     interrupt_reminders: Sequence[Remind] = ()
     trust: TrustedIssuer | None = None
+    policy: PolicyDeclaration | None = None
     _spec: AgentSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -288,6 +310,13 @@ class Agent:
             raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        if isinstance(self.policy, str | PathLike):
+            # Parsing needs Cedar, a native extension this module (which the workflow sandbox
+            # imports) must not: the caller's side loads the file.
+            raise ValueError(
+                f"agent {self.name!r}: policy= takes a Policy: "
+                "Policy.from_file(path), from temporal_agent_interrupts.policies"
+            )
         timeout_answer, _, _ = timeout_policy(
             self.on_interrupt_timeout, what=f"agent {self.name!r}"
         )
@@ -323,6 +352,8 @@ class Agent:
         lists = [t.approvers for t in spec.tools]
         if spec.approval is not None:
             lists.append(spec.approval.approvers)
+        if self.policy is not None:
+            lists.append(self.policy.approvers())
         groups = sorted({a for approvers in lists for a in approvers if a.startswith("group:")})
         if groups and self.trust is None:
             raise ValueError(
@@ -396,6 +427,7 @@ class Agent:
             interrupt_escalate=escalate,
             interrupt_reminders=[r.spec() for r in self.interrupt_reminders],
             trust=self.trust.spec() if self.trust else None,
+            policy_hash=self.policy.hash if self.policy is not None else None,
         )
         spec.digest = spec_digest(spec)
         return spec

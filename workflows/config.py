@@ -24,6 +24,12 @@ name. A bare ``tool_call`` of the team's would otherwise stop the worker from st
 MODEL_ACTIVITY = ACTIVITY_PREFIX + "model_call"
 TOOL_ACTIVITY = ACTIVITY_PREFIX + "tool_call"
 MCP_ACTIVITY = ACTIVITY_PREFIX + "mcp_call"
+POLICY_ACTIVITY = f"{ACTIVITY_PREFIX}policy_decide"
+"""Decide a model message's tool calls with the agent's Cedar policy set (``activities.policy``):
+the decision is recorded in history, so a replay never evaluates the policy again."""
+POLICY_START_TO_CLOSE = timedelta(seconds=30)
+"""Evaluation is in-process and bounded (``activities.policy``): milliseconds for a message's
+calls; the rest is a worker being slow to pick it up."""
 SUB_AGENT_PENDING_ACTIVITY = ACTIVITY_PREFIX + "sub_agent_pending"
 SUB_AGENT_RESUME_ACTIVITY = ACTIVITY_PREFIX + "sub_agent_resume"
 """Read a sub-agent's pending interrupts, and pass it an answer given to its caller: the

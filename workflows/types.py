@@ -198,6 +198,32 @@ class ApprovalSpec(_Wire):
     quorum: int = 1
 
 
+PolicyEffect = Literal["allow", "ask", "deny"]
+"""What a policy set decides of one tool call (``activities.policy``): run it, pause it for
+approval, or refuse it (the model hears the reason; nothing runs)."""
+
+
+class PolicyDecision(_Wire):
+    """A policy set's decision on one tool call (Cedar, ``activities.policy``).
+
+    Made by an activity and recorded in history with the hash of the policy set that made it: a
+    replay reads this and never evaluates the policy again. An ``ask`` names who may approve
+    (identities or ``group:NAME``; empty: anyone who may answer), how many distinct approvals
+    settle the call, and how long they have.
+    """
+
+    effect: PolicyEffect
+    reason: str = ""
+    approvers: list[str] = Field(default_factory=list)
+    quorum: int = Field(default=1, ge=1)
+    deadline_seconds: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The sha256 of the policy set that decided (``Policy.hash``): a new set re-decides.
+    policy_hash: str
+    # The policies that decided, by their ``@id`` (else Cedar's ``policyN``, N its position in
+    # the set), the one whose annotations were applied first.
+    policy_ids: list[str] = Field(default_factory=list)
+
+
 class TrustSpec(_Wire):
     """Whose identity tokens a conversation accepts (``TrustedIssuer`` as data).
 
@@ -234,6 +260,11 @@ class AgentSpec(_Wire):
     # Answers carry identity tokens from this issuer (None: identity is what the caller says).
     trust: TrustSpec | None = None
     digest: str = ""
+    # The sha256 of the Cedar policy set the worker decides this agent's tool calls with
+    # (``Agent(policy=)``, ``agent-worker --policy``): the workflow asks the policy activity
+    # before a call runs. Left off the wire when unset, so specs without a policy (and their
+    # digests) are what they were.
+    policy_hash: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
