@@ -51,6 +51,7 @@ from temporal_agent_interrupts.workflows.types import (
     GateDecision,
     GrantScope,
     JsonObject,
+    PolicyDecision,
     ResumeInput,
     Vote,
     input_digest,
@@ -63,6 +64,9 @@ GROUP_PREFIX = "group:"
 
 REQUEST_APPROVERS_BYTES = 1024
 """What one pending call's approver list may take wherever it is shown (the rest counted)."""
+
+MAX_ENTRIES = 8
+"""Approver entries kept for one grantor (their identity and the groups that admitted them)."""
 
 VOTE_BYTES = 400
 """What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
@@ -97,12 +101,13 @@ class Who:
 
 
 def approvers(spec: AgentSpec | None, call: CallState) -> list[str]:
-    """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused,
-    the tool's own for an interrupt-only tool."""
+    """Who may answer ``call`` (empty: anyone): the gate's approvers for a call it paused (a
+    policy's ask's, when it names any: see :func:`held_by`), the tool's own for an
+    interrupt-only tool."""
     if spec is None:
         return []
     if call.source == "approval" or _gated_tool(spec, call):
-        held = gate_of(spec, call.name)
+        held = held_by(spec, call)
         return held[0] if held else []
     tool = spec.tool(call.name)
     return tool.approvers if tool is not None and call.source == "interrupt" else []
@@ -121,7 +126,7 @@ def quorum(spec: AgentSpec | None, call: CallState) -> int:
     if spec is None:
         return 1
     if call.source == "approval" or _gated_tool(spec, call):
-        held = gate_of(spec, call.name)
+        held = held_by(spec, call)
         return held[1] if held else 1
     tool = spec.tool(call.name)
     return tool.quorum if tool is not None and call.source == "interrupt" else 1
@@ -155,6 +160,71 @@ def gate_of(spec: AgentSpec, name: str) -> tuple[list[str], int] | None:
     return (own[0] or agent[0]), max(own[1], agent[1])
 
 
+def policy_ask(call: CallState) -> PolicyDecision | None:
+    """The policy set's ask on ``call``, if that is what it decided."""
+    decided = call.policy
+    return decided if decided is not None and decided.effect == "ask" else None
+
+
+def held_by(spec: AgentSpec | None, call: CallState) -> tuple[list[str], int] | None:
+    """The approvers and quorum of everything that holds ``call`` until someone approves it:
+    the gates of its tool (:func:`gate_of`) and the policy set's ask, or None if nothing does.
+
+    Combined the strict way: the larger quorum; the ask's approvers when it names any (what
+    is shown, and checked first), and an answer must also be admitted by the gate's own list
+    when that names any (:func:`admitted`)."""
+    gate = gate_of(spec, call.name) if spec is not None else None
+    ask = policy_ask(call)
+    if ask is None:
+        return gate
+    if gate is None:
+        return list(ask.approvers), ask.quorum
+    return (list(ask.approvers) or gate[0]), max(ask.quorum, gate[1])
+
+
+def lists(spec: AgentSpec | None, call: CallState) -> list[list[str]]:
+    """Every approver list that must admit an answer to ``call`` (each non-empty): the one
+    :func:`approvers` shows, and the gate's when a policy's ask shows its own."""
+    if call.source == "approval" or (spec is not None and _gated_tool(spec, call)):
+        return held_lists(spec, call)
+    shown = approvers(spec, call)
+    return [shown] if shown else []
+
+
+def held_lists(spec: AgentSpec | None, call: CallState) -> list[list[str]]:
+    """The approver lists of what holds ``call`` (:func:`held_by`), each non-empty, whatever
+    it is paused on now (a grant asks this of a call not paused yet)."""
+    held = held_by(spec, call)
+    found = [held[0]] if held and held[0] else []
+    gate = gate_of(spec, call.name) if spec is not None else None
+    if policy_ask(call) is not None and gate is not None and gate[0] and gate[0] not in found:
+        found.append(gate[0])
+    return found
+
+
+def entries_of(who: Who, among: list[list[str]]) -> list[str]:
+    """The approver entries that admit ``who`` in any of ``among``: their identity, and each
+    ``group:NAME`` a verified token's groups give them that a list names (kept with a grant,
+    so its grantors can be checked again against the lists of a later call)."""
+    found = [who.identity] if who.identity is not None else []
+    if who.verified:
+        named = {a for allowed in among for a in allowed if a.startswith(GROUP_PREFIX)}
+        found.extend(
+            sorted(f"{GROUP_PREFIX}{g}" for g in who.groups if f"{GROUP_PREFIX}{g}" in named)
+        )
+    return found[:MAX_ENTRIES]
+
+
+def entries_admit(entries: list[str], among: list[list[str]]) -> bool:
+    """Whether a grantor, by the entries that admitted them, is admitted by every list."""
+    return all(any(e in allowed for e in entries) for allowed in among if allowed)
+
+
+def admitted(spec: AgentSpec | None, call: CallState, who: Who) -> bool:
+    """Whether every approver list of ``call`` admits ``who``."""
+    return all(who.may_answer(allowed) for allowed in lists(spec, call))
+
+
 def gate_decision(spec: AgentSpec | None, name: str) -> GateDecision | None:
     """What holds a call of an MCP tool (shown on its interrupt, kept in its audit record);
     None for other tools, whose gate is the agent's ToolApproval and says so in its message."""
@@ -169,7 +239,7 @@ def gate_decision(spec: AgentSpec | None, name: str) -> GateDecision | None:
 def gate_holds(spec: AgentSpec | None, call: CallState) -> bool:
     """Whether a gate (the ToolApproval, or an MCP tool's own) holds a ready call until someone
     approves it."""
-    if spec is None or gate_of(spec, call.name) is None:
+    if spec is None or held_by(spec, call) is None:
         return False
     if call.edit_passes_gate is not None:
         # Edited: the gate decides afresh, for the edited input (see edit_passes_gate).
@@ -180,11 +250,11 @@ def gate_holds(spec: AgentSpec | None, call: CallState) -> bool:
 def edit_passes_gate(spec: AgentSpec | None, call: CallState, *, approved: bool, who: Who) -> bool:
     """Whether an edited call runs without the gate pausing it again: only as an approval the
     gate itself would take (approvals of the old input do not carry over)."""
-    held = gate_of(spec, call.name) if spec else None
+    held = held_by(spec, call) if spec else None
     if held is None:
         return True
-    allowed, needed = held
-    return approved and needed <= 1 and who.may_answer(allowed)
+    _, needed = held
+    return approved and needed <= 1 and admitted(spec, call, who)
 
 
 # -- who sent an answer ------------------------------------------------------------------------
@@ -321,13 +391,17 @@ def check_approvers(
 ) -> None:
     """Check that ``who`` may answer every call the resume answers."""
     for kind, name, ref in entries(resume):
-        allowed = approvers(spec, pending[ref])
-        if not who.may_answer(allowed):
+        call = pending[ref]
+        needed = lists(spec, call)
+        if not admitted(spec, call, who):
+            allowed = [a for each in needed for a in each]
             sender = repr(who.identity) if who.identity else "an answer with no identity"
             groups = " (groups count only from a verified identity token)"
             unverified = not who.verified and any(a.startswith(GROUP_PREFIX) for a in allowed)
+            # Two lists (a policy's ask and the gate's): an answer needs one of each.
+            who_may = " and also by one of ".join(", ".join(each) for each in needed)
             raise ResumeError(
-                f"{name!r} (ref {ref!r}) may be answered only by {', '.join(allowed)}; "
+                f"{name!r} (ref {ref!r}) may be answered only by {who_may}; "
                 f"{sender} may not ({kind}){groups if unverified else ''}",
                 code="forbidden",
             )
@@ -411,6 +485,9 @@ def vote(
             at=at,
             subject=who.subject,
             remember=remember,
+            groups=[e for e in entries_of(who, lists(spec, call)) if e != who.identity]
+            if remember is not None
+            else [],
         )
     )
     return len(call.votes) < needed

@@ -31,7 +31,7 @@ workflow's, passed in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -172,15 +172,19 @@ def find(
     *,
     spec: AgentSpec | None,
     now: datetime,
+    admits: Callable[[Grant], bool] = lambda _: True,
     budget: SchemaBudget | None = None,
 ) -> Grant | None:
     """The first grant in force that lets ``call`` run unasked, or None.
 
-    The input must fit the tool's input schema (checked once, and only when some grant of the
-    tool is in force; ``budget`` is shared with the message's other checks, see
-    :class:`~workflows.answers.SchemaBudget`).
+    Args:
+        admits: Whether the grant's grantors could approve ``call`` themselves now (its
+            approver lists admit enough of them: see ``InterruptBook.find_grant``).
+        budget: Shared with the message's other checks (see
+            :class:`~workflows.answers.SchemaBudget`): the input must fit the tool's input
+            schema, checked once, and only when some grant of the tool is in force.
     """
-    candidates = [g for g in grants if g.tool == call.name and live(g, now)]
+    candidates = [g for g in grants if g.tool == call.name and live(g, now) and admits(g)]
     tool = spec.tool(call.name) if spec else None
     if not candidates or tool is None:
         return None
@@ -222,6 +226,7 @@ def make(
     scope: GrantScope,
     *,
     granted_by: list[str],
+    admitted: list[list[str]],
     verified: bool,
     now: datetime,
 ) -> Grant:
@@ -233,6 +238,7 @@ def make(
         match=list(scope.match),
         until=scope.until,
         granted_by=granted_by,
+        admitted=admitted,
         verified=verified,
         at=now,
         ref=call.ref,

@@ -492,7 +492,7 @@ class InterruptBook:
             if (
                 spec is None
                 or call.source != "approval"
-                or governance.gate_of(spec, call.name) is None
+                or governance.held_by(spec, call) is None
             ):
                 raise ResumeError(
                     f"remember on {where}: only the approval of a call a gate paused can be "
@@ -529,14 +529,29 @@ class InterruptBook:
         if self.quorum(call) > 1:
             scope = grants.quorum_scope([v.remember for v in call.votes])
             by = [v.identity for v in call.votes]
+            admitted = [[v.identity, *v.groups] for v in call.votes]
             verified = bool(call.votes) and all(v.verified for v in call.votes)
         else:
             scope = remember
             by = [who.identity] if who.identity is not None else []
+            admitted = [governance.entries_of(who, governance.lists(self.spec, call))]
             verified = who.verified
         if scope is None or not by:
             return None
-        return grants.make(state, call, scope, granted_by=by, verified=verified, now=now)
+        return grants.make(
+            state, call, scope, granted_by=by, admitted=admitted, verified=verified, now=now
+        )
+
+    def _grantors_admit(self, grant: Grant, call: CallState) -> bool:
+        """Whether ``grant``'s grantors could approve ``call`` themselves now: as many as its
+        quorum are admitted by each of its approver lists, as they stand for this call (a
+        policy's ask may name others, a worker may have narrowed its lists since)."""
+        spec = self.spec
+        held = governance.held_by(spec, call)
+        needed = held[1] if held else 1
+        among = governance.held_lists(spec, call)
+        entries = grant.admitted or [[g] for g in grant.granted_by]
+        return sum(1 for e in entries if governance.entries_admit(e, among)) >= needed
 
     def _apply_to_pending(self, grant: Grant, *, now: datetime) -> list[CallState]:
         """A new grant answers the pending calls it matches, each with its own record."""
@@ -545,7 +560,8 @@ class InterruptBook:
         for call in self.pending():
             if call.source != "approval":
                 continue
-            if grants.find([grant], call, spec=spec, now=now) is None:
+            admits = lambda g, call=call: self._grantors_admit(g, call)  # noqa: E731  # bound per call
+            if grants.find([grant], call, spec=spec, now=now, admits=admits) is None:
                 continue
             self.lifecycle.restart(call, grants.let_through_metadata(grant))
             call.granted = grant.id
@@ -560,7 +576,14 @@ class InterruptBook:
         state = self._state()
         if state is None or not state.grants:
             return None
-        return grants.find(state.grants, call, spec=self.spec, now=now, budget=budget)
+        return grants.find(
+            state.grants,
+            call,
+            spec=self.spec,
+            now=now,
+            admits=lambda g: self._grantors_admit(g, call),
+            budget=budget,
+        )
 
     def let_through(self, call: CallState, grant: Grant) -> None:
         """Run a call the gate holds as approved by ``grant``, recorded as such."""

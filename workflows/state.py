@@ -26,6 +26,7 @@ from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
     Message,
+    PolicyDecision,
     Rejection,
     TurnEvent,
     TurnResult,
@@ -90,6 +91,10 @@ class CallState(_Wire):
     # The grant that approved this run (workflows.grants), checked again just before it runs;
     # None: a person's approval, or none. Left off the wire when unset.
     granted: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The agent's policy set's decision on this call (activities.policy, recorded in history by
+    # its activity's result): a deny refuses it, an ask holds it like a gate. Left off the wire
+    # when unset.
+    policy: PolicyDecision | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):

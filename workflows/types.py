@@ -438,6 +438,10 @@ class Grant(_Wire):
     until: datetime | None = None
     # Who approved it: one approver, or every approval of a quorum.
     granted_by: list[str] = Field(default_factory=list)
+    # For each of ``granted_by``, the approver entries that admitted them (their identity and
+    # ``group:NAME``s): a later call runs unasked only if its approver lists still admit as many
+    # grantors as its quorum needs.
+    admitted: list[list[str]] = Field(default_factory=list, exclude_if=lambda v: not v)
     verified: bool = False
     at: datetime
     # The call whose approval made it.
@@ -487,6 +491,9 @@ class Vote(_Wire):
     # The grant this approval asked for (a quorum tool's grant needs every approval to ask for
     # the same one). Left off the wire when unset.
     remember: GrantScope | None = Field(default=None, exclude_if=lambda v: v is None)
+    # With ``remember``: the ``group:NAME`` entries of the approver lists that admitted this
+    # voter (a grant checks its grantors again on each later call). Left off when empty.
+    groups: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class InterruptRequest(_Wire):
