@@ -107,6 +107,7 @@ from temporal_agent_interrupts.workflows.types import (
     HistoryResult,
     InterruptRequest,
     JsonObject,
+    PolicyReviewResult,
     Rejection,
     ResumeInput,
     RevokeGrantInput,
@@ -768,6 +769,21 @@ class Chat:
             worker_timeout=worker_timeout,
         )
         return result.grants
+
+    async def review_policy(
+        self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT
+    ) -> PolicyReviewResult:
+        """Decide the calls paused on the agent's policy set again, with the set the worker
+        holds now (after a deploy that changed it): those it now allows run, those it denies
+        end refused (each recorded with both sets' hashes), asks show the new approvers.
+
+        Raises:
+            AgentError: the agent has no policy set, a review is under way, or the policy
+                could not decide (``code`` says which).
+            ChatNotFound: no conversation has this chat id.
+            NoWorkerAnswered: no worker accepted the review within ``worker_timeout``.
+        """
+        return await self._update(AgentWorkflow.review_policy, None, worker_timeout=worker_timeout)
 
     async def status(self, *, worker_timeout: timedelta | None = WORKER_TIMEOUT) -> StatusResult:
         """Where the conversation stands: ``closed`` (nothing pending) once its workflow has

@@ -69,6 +69,7 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
                 "close",
                 "await_turn",
                 "revoke_grant",
+                "review_policy",
                 "__temporal_workflow_stream_poll",
             }
         ),

@@ -270,3 +270,119 @@ async def test_a_grant_expires_on_its_timer_in_skipped_time(skipping, model):
     assert [p for p, _ in payments] == [1, 2]
     ended = hist.answers[-1]
     assert (ended.kind, ended.decision, ended.ref) == ("revoked", "expired", "e1")
+
+
+PAYMENTS_POLICY = """
+@id("small")
+permit (principal, action == Action::"call", resource == Tool::"pay")
+when { context.input.amount <= 100 };
+
+@id("medium")
+@effect("ask")
+@approvers("controller@example.com")
+@deadline("3600")
+@reason("payments over 100 need the controller")
+permit (principal, action == Action::"call", resource == Tool::"pay")
+when { context.input.amount > 100 && context.input.amount <= 10000 };
+
+@id("limit")
+@reason("payments over 10,000 are made by treasury")
+forbid (principal, action, resource == Tool::"pay")
+when { context.input.amount > 10000 };
+"""
+
+
+def _governed(policy_text: str) -> Agent:
+    from temporal_agent_interrupts.policies import Policy
+
+    return Agent(
+        "ruled",
+        model="gemini-test",
+        tools=[pay],
+        policy=Policy.from_text(policy_text, name="payments.cedar"),
+    )
+
+
+async def test_a_cedar_policy_gives_three_calls_three_outcomes(run_worker, model, client):
+    model.reply(calls(_pay(50, "s1"), _pay(500, "m1"), _pay(50000, "l1")), text("done"))
+    model.reply(text("all answered"))
+    agent = _governed(PAYMENTS_POLICY)
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat("ruled")
+        paused = await chat.send("pay three")
+        (medium,) = paused.interrupts
+        assert medium.ref == "m1" and medium.approvers == ["controller@example.com"]
+        assert medium.metadata["reason"] == "policy"
+        assert medium.metadata["message"] == "payments over 100 need the controller"
+        assert medium.deadline is not None and medium.since is not None
+        assert medium.deadline - medium.since == timedelta(hours=1)
+        # The small payment ran at once, the huge one never will.
+        assert payments == [(50, None)]
+        with pytest.raises(ResumeRejected, match=r"only by controller@example\.com"):
+            await chat.resume(answers=[approve(medium)], identity=CFO)
+        done = await chat.resume(answers=[approve(medium)], identity="controller@example.com")
+        hist = await chat.history()
+    assert done.finish_reason == FinishReason.STOP
+    assert sorted(payments) == [(50, None), (500, None)]
+    refused = next(
+        p
+        for m in hist.messages
+        for p in m.parts
+        if p.function_response and p.function_response.id == "l1"
+    )
+    assert refused.function_response is not None
+    assert refused.function_response.response == {
+        "error": "denied by policy",
+        "reason": "payments over 10,000 are made by treasury",
+    }
+    records = {(a.ref, a.kind, a.decision, a.identity) for a in hist.answers}
+    assert records == {
+        ("s1", "policy", "approved", "system:policy"),
+        ("l1", "policy", "denied", "system:policy"),
+        ("m1", "restart", "approved", "controller@example.com"),
+    }
+    denied = next(a for a in hist.answers if a.ref == "l1")
+    assert denied.metadata is not None and denied.metadata["policy_ids"] == ["limit"]
+    assert denied.metadata["policy_hash"] == agent.spec().policy_hash
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+NEW_POLICY = """
+@id("up-to-1000")
+permit (principal, action == Action::"call", resource == Tool::"pay")
+when { context.input.amount <= 1000 };
+
+@id("over-1000")
+@reason("payments over 1,000 are no longer made by this agent")
+forbid (principal, action, resource == Tool::"pay")
+when { context.input.amount > 1000 };
+"""
+
+
+async def test_a_new_policy_set_releases_one_pending_call_and_denies_another(client, model):
+    model.reply(calls(_pay(500, "m1"), _pay(5000, "m2")), text("done"))
+    model.reply(text("one paid, one refused"))
+    queue = f"tq-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue=queue)
+    old, new = _governed(PAYMENTS_POLICY), _governed(NEW_POLICY)
+    async with build_worker(client, agents=[old], task_queue=queue, gemini=model.client()):
+        chat = await agents.chat("ruled")
+        paused = await chat.send("pay two")
+        assert [i.ref for i in paused.interrupts] == ["m1", "m2"]
+        unchanged = await chat.review_policy()
+        assert unchanged.changed == {} and unchanged.policy_hash == old.spec().policy_hash
+    async with build_worker(client, agents=[new], task_queue=queue, gemini=model.client()):
+        review = await chat.review_policy()
+        assert review.changed == {"m1": "allow", "m2": "deny"}
+        done = await eventually(chat.last_turn, lambda t: t is not None and t.text != "")
+        hist = await chat.history()
+    assert done is not None and done.finish_reason == FinishReason.STOP
+    assert payments == [(500, None)]
+    records = {a.ref: a for a in hist.answers}
+    assert (records["m1"].kind, records["m1"].decision) == ("policy", "approved")
+    assert (records["m2"].kind, records["m2"].decision) == ("policy", "denied")
+    for ref in ("m1", "m2"):
+        metadata = records[ref].metadata or {}
+        assert metadata["policy_hash"] == new.spec().policy_hash
+        assert metadata["previous_policy_hash"] == old.spec().policy_hash
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -168,6 +168,12 @@ class Lifecycle:
         call.deadline = call.deadline + extend
         self.emit(events.interrupt(call, self._show(call)))
 
+    def reshow(self, call: CallState) -> None:
+        """What a pending call waits on changed (a new policy set's ask): its votes start
+        afresh, and an ``interrupt`` event shows it as it stands."""
+        call.votes = []
+        self.emit(events.interrupt(call, self._show(call)))
+
     def expire(
         self,
         expired: list[CallState],

@@ -27,6 +27,9 @@ MCP_ACTIVITY = ACTIVITY_PREFIX + "mcp_call"
 POLICY_ACTIVITY = f"{ACTIVITY_PREFIX}policy_decide"
 """Decide a model message's tool calls with the agent's Cedar policy set (``activities.policy``):
 the decision is recorded in history, so a replay never evaluates the policy again."""
+POLICY_ATTEMPTS = 3
+"""Attempts at a message's policy decision before its calls are denied (evaluation is pure: a
+failure is a lost worker or a set that cannot load, which a retry may outlast)."""
 POLICY_START_TO_CLOSE = timedelta(seconds=30)
 """Evaluation is in-process and bounded (``activities.policy``): milliseconds for a message's
 calls; the rest is a worker being slow to pick it up."""

@@ -89,6 +89,7 @@ from temporal_agent_interrupts.workflows.types import (
     MessagesInput,
     MessagesResult,
     PendingResult,
+    PolicyReviewResult,
     RejectionsResult,
     RevokeGrantInput,
     SendInput,
@@ -420,6 +421,16 @@ class AgentWorkflow:
     @cancel.validator
     def validate_cancel(self, input: CancelInput) -> None:
         self._updates.validate_cancel(input)
+
+    @workflow.update
+    async def review_policy(self) -> PolicyReviewResult:
+        """Decide the paused calls again with the policy set the worker holds now
+        (``Chat.review_policy``, ``agentctl review-policy``): released, refused or re-asked."""
+        return await self._updates.review_policy()
+
+    @review_policy.validator
+    def validate_review_policy(self) -> None:
+        self._updates.validate_review_policy()
 
     @workflow.update
     def revoke_grant(self, input: RevokeGrantInput) -> GrantsResult:

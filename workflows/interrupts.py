@@ -30,7 +30,7 @@ on replay.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporal_agent_interrupts.workflows import answers, deadlines, events, governance, grants
@@ -54,12 +54,15 @@ from temporal_agent_interrupts.workflows.governance import (
     token_facts,
 )
 from temporal_agent_interrupts.workflows.identity import VerifiedIdentity
+from temporal_agent_interrupts.workflows.limits import cut_stored
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
     SpentToken,
 )
 from temporal_agent_interrupts.workflows.types import (
+    POLICY_IDENTITY,
+    TOOL_APPROVED,
     AgentSpec,
     AnswerKind,
     AnswerVia,
@@ -71,6 +74,7 @@ from temporal_agent_interrupts.workflows.types import (
     InterruptRequest,
     InterruptSource,
     JsonObject,
+    PolicyDecision,
     ReminderSpec,
     ResumeInput,
     gate_metadata,
@@ -379,13 +383,26 @@ class InterruptBook:
     ) -> None:
         """Mark a call pending, with its deadline from the agent definition."""
         deadline = deadlines.deadline(self.spec, call.name, now=now)
+        ask = governance.policy_ask(call) if source == "approval" else None
+        if ask is not None and ask.deadline_seconds:
+            # A policy's ask may shorten the deadline, never lengthen it.
+            asked = now + timedelta(seconds=ask.deadline_seconds)
+            deadline = asked if deadline is None else min(deadline, asked)
         self.lifecycle.pause(call, source=source, metadata=metadata, now=now, deadline=deadline)
 
     def gate(self, call: CallState, *, now: datetime) -> None:
         """Pause a call a gate holds (the ToolApproval, an MCP tool's own) until someone
         approves it; an MCP tool's metadata says what decided it."""
-        decision = governance.gate_decision(self.spec, call.name)
-        self.pause(call, source="approval", metadata=gate_metadata(call.name, decision), now=now)
+        ask = governance.policy_ask(call)
+        if ask is not None:
+            metadata: JsonObject = {
+                "message": ask.reason or f"A policy asks for approval of {call.name}",
+                "reason": "policy",
+                "policy": policy_record(ask),
+            }
+        else:
+            metadata = gate_metadata(call.name, governance.gate_decision(self.spec, call.name))
+        self.pause(call, source="approval", metadata=metadata, now=now)
 
     def resume(
         self, resume: ResumeInput, *, via: AnswerVia, now: datetime | None = None
@@ -489,11 +506,7 @@ class InterruptBook:
             decision = events.decision(
                 call, kind="restart", output=None, metadata=r.resumed_metadata
             )
-            if (
-                spec is None
-                or call.source != "approval"
-                or governance.held_by(spec, call) is None
-            ):
+            if spec is None or call.source != "approval" or governance.held_by(spec, call) is None:
                 raise ResumeError(
                     f"remember on {where}: only the approval of a call a gate paused can be "
                     "remembered (an interrupt's answer is for that call alone)"
@@ -633,6 +646,79 @@ class InterruptBook:
         metadata = {**gate_metadata(call.name, decision), "reason": "stale", "stale": reason}
         self.pause(call, source="approval", metadata=metadata, now=now)
 
+    # -- the policy set's decisions (activities.policy) ----------------------------------------
+
+    def by_policy(self, call: CallState) -> None:
+        """Record that the policy set decided ``call`` by itself: a deny answers it with the
+        policy's refusal (nothing runs), an allow lets it run unasked."""
+        decided = call.policy
+        assert decided is not None and decided.effect != "ask"
+        denied = decided.effect == "deny"
+        self.lifecycle.answered(
+            call,
+            kind="policy",
+            via="policy",
+            decision="denied" if denied else "approved",
+            identity=POLICY_IDENTITY,
+            verified=False,
+            metadata=policy_record(decided),
+        )
+        if denied:
+            self.complete(
+                call,
+                {
+                    "error": "denied by policy",
+                    "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
+                },
+            )
+
+    def redecide(self, call: CallState, decided: PolicyDecision) -> bool:
+        """A new policy set's decision on a call paused on the last one's: released to run
+        when allowed (and no other gate holds it), answered with the refusal when denied, or
+        still paused with the new ask's approvers. Released and denied calls each get a record
+        with both sets' hashes. Returns whether anything changed."""
+        previous = call.policy
+        if previous is not None and same_json(
+            previous.model_dump(mode="json"), decided.model_dump(mode="json")
+        ):
+            return False
+        call.policy = decided
+        record = {
+            **policy_record(decided),
+            "previous_policy_hash": previous.policy_hash if previous else None,
+        }
+        spec = self.spec
+        if decided.effect == "deny":
+            output = {
+                "error": "denied by policy",
+                "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
+            }
+            self.lifecycle.respond(call, output)
+            self.lifecycle.answered(
+                call,
+                kind="policy",
+                via="policy",
+                decision="denied",
+                identity=POLICY_IDENTITY,
+                verified=False,
+                metadata=record,
+                output=output,
+            )
+        elif decided.effect == "allow" and governance.held_by(spec, call) is None:
+            self.lifecycle.restart(call, {TOOL_APPROVED: True})
+            self.lifecycle.answered(
+                call,
+                kind="policy",
+                via="policy",
+                decision="approved",
+                identity=POLICY_IDENTITY,
+                verified=False,
+                metadata=record,
+            )
+        else:
+            self.lifecycle.reshow(call)
+        return True
+
     def settle(self) -> None:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
         self.lifecycle.settle()
@@ -647,3 +733,12 @@ class InterruptBook:
         """Give every call of a failed step a response (see
         :meth:`workflows.calls.Lifecycle.abandon`)."""
         self.lifecycle.abandon(error)
+
+
+def policy_record(decided: PolicyDecision) -> JsonObject:
+    """What a record or a paused call keeps of a policy's decision: the set's hash, the
+    policies that decided, and the reason."""
+    kept: JsonObject = {"policy_hash": decided.policy_hash, "policy_ids": decided.policy_ids[:8]}
+    if decided.reason:
+        kept["reason"] = cut_stored(decided.reason, 400)
+    return kept

@@ -24,6 +24,9 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from temporal_agent_interrupts.workflows import config
 from temporal_agent_interrupts.workflows.activity_io import (
     MCPCallInput,
+    PolicyCall,
+    PolicyInput,
+    PolicyResult,
     ToolInput,
     ToolResult,
 )
@@ -45,6 +48,7 @@ from temporal_agent_interrupts.workflows.state import (
 )
 from temporal_agent_interrupts.workflows.subagents import SubAgentCalls
 from temporal_agent_interrupts.workflows.types import (
+    PolicyDecision,
     ToolSpec,
 )
 
@@ -83,6 +87,7 @@ class ToolStep:
 
         Returns whether any call paused just now.
         """
+        await self._decide_by_policy(turn)
         spec = self.s.spec
         book = self._book(turn)
         now = workflow.now()
@@ -112,6 +117,8 @@ class ToolStep:
                     metadata = call.resumed_metadata if call.resumed else {}
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
                     paused.append(call)
+            elif call.policy is not None and call.policy.effect == "deny" and not call.resumed:
+                book.by_policy(call)  # the model hears the policy's refusal; nothing runs
             elif book.gate_holds(call):
                 # A grant in force that matches lets it run unasked, recorded as its decision.
                 grant = book.find_grant(call, now=now, budget=budget)
@@ -127,6 +134,8 @@ class ToolStep:
                 book.void(call, why, now=now)
                 paused.append(call)
             else:
+                if call.policy is not None and not call.resumed:
+                    book.by_policy(call)  # allowed by the policy set alone: on record
                 call.edit_passes_gate = None  # spent: the edited call runs
                 runnable.append(call)
         if runnable:
@@ -140,6 +149,68 @@ class ToolStep:
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
         return any(c.status == "pending" for c in [*paused, *runnable])
+
+    async def _decide_by_policy(self, turn: TurnState) -> None:
+        """The agent's policy set decides each ready call it has not decided yet, in one
+        activity for the message (``config.POLICY_ACTIVITY``): its result, sealed, is in
+        history, so a replay reads the decisions and never evaluates the policy. Calls a person
+        already approved (a restart), sub-agents under way and interrupt-only tools are not
+        asked. A decision that cannot be had (the activity failed, a worker without the set,
+        a result without a worker's seal) is a deny: nothing runs that the policy did not see.
+        """
+        spec = self.s.spec
+        if spec is None or spec.policy_hash is None:
+            return
+        undecided = [
+            c
+            for c in turn.calls
+            if c.status == "ready"
+            and c.policy is None
+            and not c.resumed
+            and c.child is None
+            and (tool := spec.tool(c.name)) is not None
+            and not tool.interrupt_only
+        ]
+        if not undecided:
+            return
+        result = await self.decide(undecided)
+        if isinstance(result, str):
+            for c in undecided:
+                c.policy = PolicyDecision(
+                    effect="deny",
+                    reason=f"the agent's policy could not decide this call: {result}",
+                    policy_hash=spec.policy_hash,
+                )
+            return
+        for c in undecided:
+            c.policy = result.decisions.get(c.ref) or PolicyDecision(
+                effect="deny",
+                reason="the agent's policy gave no decision for this call",
+                policy_hash=result.policy_hash,
+            )
+
+    async def decide(self, calls: list[CallState]) -> PolicyResult | str:
+        """The policy set's decisions on ``calls`` (one activity, its result sealed), or why
+        there are none (the activity failed, or its result had no worker's seal)."""
+        arg = PolicyInput(
+            chat_id=workflow.info().workflow_id,
+            agent=self.s.agent,
+            calls=[PolicyCall(ref=c.ref, tool=c.name, input=c.args) for c in calls],
+        )
+        try:
+            result: PolicyResult = await self._runner.execute(
+                config.POLICY_ACTIVITY,
+                arg,
+                result_type=PolicyResult,
+                start_to_close_timeout=config.POLICY_START_TO_CLOSE,
+                retry_policy=RetryPolicy(maximum_attempts=config.POLICY_ATTEMPTS),
+                summary="policy",
+            )
+        except Unsealed as e:
+            return self._cut(e.reason)
+        except ActivityError as e:
+            return self._runner.error(e, what="policy").message
+        return result
 
     def _cut(self, text: str) -> str:
         """Text from the model or a tool, cut to a bounded size (it names keys the model made

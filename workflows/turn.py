@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.workflows import audit, events, grants
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed
@@ -60,6 +61,8 @@ from temporal_agent_interrupts.workflows.types import (
     FunctionResponse,
     Message,
     Part,
+    PolicyEffect,
+    PolicyReviewResult,
     ResumeInput,
     TurnEvent,
     TurnResult,
@@ -310,6 +313,38 @@ class TurnMachine:
             )
         if ended:
             self._publish()
+
+    async def review_policy(self) -> PolicyReviewResult:
+        """Decide the paused calls again with the policy set the worker holds now (one
+        policy activity): those now allowed run, those now denied end refused, asks show
+        their new approvers (see ``InterruptBook.redecide``). Nothing changes when the set is
+        the one that decided them."""
+        turn = self.s.turn
+        if turn is None:
+            return PolicyReviewResult()
+        asked = [c for c in self.book(turn).pending() if c.policy is not None]
+        if not asked:
+            return PolicyReviewResult()
+        result = await self.tools.decide(asked)
+        if isinstance(result, str):
+            raise ApplicationError(
+                f"the policy could not decide again: {result}",
+                {"code": "conflict"},
+                type=ErrorKind.REVIEW_REJECTED,
+                non_retryable=True,
+            )
+        changed: dict[str, PolicyEffect] = {}
+        book = self.book(turn) if self.s.turn is turn else None
+        for call in asked:
+            decided = result.decisions.get(call.ref)
+            # Answered while the policy decided: the answer stands.
+            if book is None or decided is None or call.status != "pending":
+                continue
+            if book.redecide(call, decided):
+                changed[call.ref] = decided.effect
+        if changed:
+            self._publish()
+        return PolicyReviewResult(policy_hash=result.policy_hash, changed=changed)
 
     def streaming(self) -> bool:
         """Whether a model call is under way whose text is published as it arrives."""

@@ -310,6 +310,9 @@ DEADLINE_IDENTITY = "system:deadline"
 """The identity on record for what a deadline did (answered with its default, or cancelled)."""
 
 HISTORY_IDENTITY = "system:history"
+
+POLICY_IDENTITY = "system:policy"
+"""The identity on the record of a call the agent's policy set allowed or denied by itself."""
 """The identity on record when a running turn was stopped because the run's history neared
 Temporal's limits (see ``AgentWorkflow._guard_history``)."""
 
@@ -356,6 +359,7 @@ class ErrorKind(StrEnum):
     RESUME_REJECTED = "ResumeRejected"
     CANCEL_REJECTED = "CancelRejected"
     GRANT_REJECTED = "GrantRejected"
+    REVIEW_REJECTED = "PolicyReviewRejected"
     TOO_MANY_WAITING = "TooManyWaiting"
     NOT_A_CONVERSATION = "NotScheduledByConversation"
     """An activity that acts on the world was started other than by a conversation's own
@@ -452,6 +456,15 @@ class Grant(_Wire):
 
 class GrantsResult(_Wire):
     grants: list[Grant] = Field(default_factory=list)
+
+
+class PolicyReviewResult(_Wire):
+    """What the ``review_policy`` update did: the hash of the policy set the worker holds now,
+    and each pending call whose decision changed, by ref (``allow``: released to run; ``deny``:
+    refused; ``ask``: still paused, its approvers as the new set names them)."""
+
+    policy_hash: str | None = None
+    changed: dict[str, PolicyEffect] = Field(default_factory=dict)
 
 
 class RevokeGrantInput(_Wire):
@@ -776,16 +789,19 @@ AnswerKind = Literal[
     "granted",
     "revoked",
     "voided",
+    "policy",
 ]
 """``granted``: a call a grant let through, or re-approved when the grant was made while it was
 pending (the record names the grant and who gave it). ``revoked``: a grant ended, by a revoke or
 its expiry (the record's ``ref`` is the call whose approval made it). ``voided``: an approval
 checked again just before its call ran no longer held (``stale``); the call paused again.
+``policy``: the agent's policy set allowed a call to run unasked, or denied it (the record's
+``metadata`` has the set's hash, the deciding policies and the reason).
 ``forwarded``: a caller's record of an answer given on its chat for a sub-agent's interrupt
 and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
 the answer as applied)."""
 ForwardVerdict = Literal["applied", "refused"]
-AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant"]
+AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant", "policy"]
 Decision = Literal[
     "approved",
     "denied",

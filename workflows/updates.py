@@ -34,6 +34,7 @@ from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     GrantsResult,
     JsonObject,
+    PolicyReviewResult,
     RevokeGrantInput,
     SendInput,
     TurnResult,
@@ -65,6 +66,8 @@ class Updates:
         self._door = door
         self._h = handling
         self._result = result
+        # A policy review under way (one at a time: each schedules an activity).
+        self._reviewing = False
 
     @contextmanager
     def _working(self) -> Iterator[None]:
@@ -241,6 +244,30 @@ class Updates:
         if self._m.cancel is not None:
             raise rejected(ErrorKind.CANCEL_REJECTED, "a cancellation is already under way")
         self._door.check_cancel_input(input)
+
+    def validate_review_policy(self) -> None:
+        spec = self.s.spec
+        if spec is None or spec.policy_hash is None:
+            raise rejected(
+                ErrorKind.REVIEW_REJECTED,
+                "this conversation's agent has no policy set (as of its last model call)",
+            )
+        if self._reviewing:
+            raise rejected(
+                ErrorKind.REVIEW_REJECTED, "a policy review is already under way", "conflict"
+            )
+
+    async def review_policy(self) -> PolicyReviewResult:
+        """Decide the paused calls again with the worker's policy set (see
+        ``TurnMachine.review_policy``). Only a worker's set decides: the update names none."""
+        with self._working():
+            # Also checked here: validators of one task may all run before any handler.
+            self.validate_review_policy()
+            self._reviewing = True
+            try:
+                return await self._m.review_policy()
+            finally:
+                self._reviewing = False
 
     def validate_revoke_grant(self, input: RevokeGrantInput) -> None:
         try:
