@@ -70,6 +70,7 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         input=_kept(event.input, what="edited input") if edit else None,
         original_input=_kept(answer.original_input, what="original input") if edit else None,
         gate=answer.gate,
+        requester=answer.requester,
     )
     state.answers.append(record)
     state.audit_outbox.append(record)

@@ -120,6 +120,7 @@ def answer(
             decision=decision or _decision(call, kind=kind, output=output),
             original_input=original_input,
             gate=gate_of_call(call),
+            requester=call.requester,
         ),
     )
 
@@ -204,6 +205,7 @@ def to_request(
         output_schema=output_schema,
         gate=gate,
         issuer=issuer,
+        requester=call.requester,
     )
 
 

@@ -329,6 +329,7 @@ class InterruptBook:
         who = self.who(resume, now=now)
         governance.check_binding(resume, pending, who=who, chats=self._chats())
         governance.check_approvers(resume, pending, spec=spec, who=who)
+        governance.check_duties(resume, pending, spec=spec, who=who)
         # One budget for every schema check of the answer: many entries share the bound.
         budget = answers.SchemaBudget()
         answers.check_restarts(resume, pending, spec=spec, schemas=schemas, budget=budget)

@@ -26,6 +26,7 @@ from temporal_agent_interrupts.workflows.types import (
     JsonObject,
     Message,
     Rejection,
+    Requester,
     TurnEvent,
     TurnResult,
     Vote,
@@ -86,6 +87,9 @@ class CallState(_Wire):
     # run that continues as new while the call waits on it re-attaches instead of starting
     # another. Left off the wire when unset.
     child: SubAgentLink | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message of the turn that made this call (TurnState.requester), kept with
+    # the call: separation of duties and what approvers are shown read it here.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):
@@ -115,6 +119,24 @@ class TurnState(_Wire):
     held: int = 0
     # The model's text is published on the stream as it arrives (asked by send or resume).
     stream: bool = False
+    # Who sent the turn's message, as checked (see workflows.requesters). Left off the wire
+    # when unset.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What the message said of its sender when the agent's definition was not yet known (a
+    # conversation's first turn: it comes with the first model call's result): checked as
+    # soon as it is, before any call of the turn is decided.
+    claim: RequesterClaim | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class RequesterClaim(_Wire):
+    """A message's word of who sent it, not yet checked against the agent's rules."""
+
+    identity: str | None = None
+    # Never shown in a repr: a credential until it is spent.
+    token: str | None = Field(default=None, repr=False)
+    # The message's digest (workflows.ids.message_digest): a token made for one message
+    # (``identity.SEND_CLAIM``) sends only that one.
+    message: str = ""
 
 
 class SpentToken(_Wire):

@@ -42,9 +42,11 @@ from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
 from temporal_agent_interrupts.workflows.pauses import PauseReports
+from temporal_agent_interrupts.workflows.requesters import RequesterError, settle
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
+    RequesterClaim,
     SentMessage,
     TurnState,
 )
@@ -59,7 +61,9 @@ from temporal_agent_interrupts.workflows.types import (
     FunctionResponse,
     Message,
     Part,
+    Requester,
     ResumeInput,
+    Status,
     TurnEvent,
     TurnResult,
 )
@@ -249,14 +253,38 @@ class TurnMachine:
     # ------------------------------------------------------------------------------------------
     # What the handlers do
 
-    def start(self, text: str, *, stream: bool = False, message_id: str | None = None) -> None:
+    def start(
+        self,
+        text: str,
+        *,
+        stream: bool = False,
+        message_id: str | None = None,
+        sender: RequesterClaim | None = None,
+    ) -> None:
         """Begin a turn with a user message (checked by the handler).
 
         Args:
             stream: Publish the model's text as it arrives, not only once each reply is in.
             message_id: The caller's id for the message, remembered so that the same message
                 sent again joins this turn instead of starting another.
+            sender: What the message says of its sender (``Door.sender``, checked): settled
+                now, its token spent, when the agent's definition is known; else kept on the
+                turn until it is (see :meth:`_settle_sender`).
+
+        Raises:
+            RequesterError: the sender is refused (only where the handler's check and this
+                one disagree); nothing has changed.
         """
+        requester: Requester | None = None
+        if sender is not None and self.s.spec is not None:
+            requester = settle(
+                sender,
+                spec=self.s.spec,
+                spent=self.s.spent_tokens,
+                now=workflow.now(),
+                chat=workflow.info().workflow_id,
+            )
+            sender = None
         self.s.turns += 1
         if message_id is not None:
             sent = [m for m in self.s.sent if m.message_id != message_id]
@@ -270,6 +298,8 @@ class TurnMachine:
             base_len=len(self.s.messages),
             held=0,
             stream=stream,
+            requester=requester,
+            claim=sender,
         )
         self._append(Message(role="user", parts=[Part(text=text)]))
         self.telemetry.turn_started(self.s.turns)
@@ -317,6 +347,10 @@ class TurnMachine:
                         self._finish(FinishReason.MAX_TURNS)
                         return "done"
                     message = await self.model.call(turn)
+                    refused = self._settle_sender(turn)
+                    if refused is not None:
+                        self._refuse_sender(turn, refused)
+                        return "done"
                     calls = [p.function_call for p in message.parts if p.function_call]
                     if not calls:
                         self._finish(FinishReason.STOP)
@@ -324,7 +358,11 @@ class TurnMachine:
                     self.book(turn).request(
                         [
                             CallState(
-                                ref=self._new_ref(fc.id), call_id=fc.id, name=fc.name, args=fc.args
+                                ref=self._new_ref(fc.id),
+                                call_id=fc.id,
+                                name=fc.name,
+                                args=fc.args,
+                                requester=turn.requester,
                             )
                             for fc in calls
                         ]
@@ -367,6 +405,37 @@ class TurnMachine:
                 raise  # the workflow is being cancelled, not just this turn
             self.finish_cancelled()
             return "done"
+
+    def _settle_sender(self, turn: TurnState) -> ErrorInfo | None:
+        """Decide the sender a message said it had before the agent's definition was known (a
+        conversation's first message), now that the model's result has brought it and before
+        any call of the turn is decided; the refusal, if it is refused."""
+        claim = turn.claim
+        if claim is None:
+            return None
+        turn.claim = None  # decided once, whatever the verdict; its token is not kept
+        try:
+            turn.requester = settle(
+                claim,
+                spec=self.s.spec,
+                spent=self.s.spent_tokens,
+                now=workflow.now(),
+                chat=workflow.info().workflow_id,
+            )
+        except RequesterError as e:
+            return ErrorInfo(
+                status=Status.PERMISSION_DENIED,
+                message=f"the message was refused: {e.reason}",
+                kind=ErrorKind.SEND_REJECTED,
+            )
+        return None
+
+    def _refuse_sender(self, turn: TurnState, error: ErrorInfo) -> None:
+        """End a turn whose sender was refused once the definition came: nothing ran but the
+        model call, so the message and the model's reply are taken back (as a send refused at
+        the door leaves the conversation) and the turn fails with why."""
+        turn.model_calls = 0  # as if the model was never asked: _fail takes the message back
+        self._fail(error)
 
     def _max_turns(self) -> int:
         return self.s.spec.max_turns if self.s.spec else 10

@@ -188,6 +188,9 @@ class ToolSpec(_Wire):
     # Another agent as this tool (``agent_tool``): its calls are child conversations, not
     # activities. Left off the wire when unset, like ``mcp``.
     agent: SubAgentRef | None = Field(default=None, exclude_if=lambda v: v is None)
+    # For interrupt-only tools, as ApprovalSpec.separate_duties: the requester of a call may
+    # not answer it. Left off the wire when off.
+    separate_duties: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class ApprovalSpec(_Wire):
@@ -196,6 +199,10 @@ class ApprovalSpec(_Wire):
     # anyone), and how many distinct approvals let it run.
     approvers: list[str] = Field(default_factory=list)
     quorum: int = 1
+    # Separation of duties: whoever sent the message a call came from may not answer it.
+    # Left off the wire when off, so the specs (and digests) of agents without it stay as
+    # they were.
+    separate_duties: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class TrustSpec(_Wire):
@@ -378,6 +385,22 @@ class ToolRestart(_Wire):
     input_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class Requester(_Wire):
+    """Who sent the message a turn answers (``SendInput.identity``), as the conversation
+    recorded it: on the turn, on each call the turn raised, on its interrupts and in the audit
+    record of their answers.
+
+    ``verified``: proven by an identity token from the agent's trusted issuer (``trust``),
+    checked as an answer's is; otherwise what the sender asserted, which proves nothing.
+    """
+
+    identity: str
+    verified: bool = False
+    # A verified requester's account (a fingerprint of the token's ``sub``, as Vote.subject):
+    # separation of duties refuses the same account under another spelling of the identity.
+    subject: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class Vote(_Wire):
     """One approval of a call that needs a quorum (a denial settles the call at once)."""
 
@@ -427,6 +450,9 @@ class InterruptRequest(_Wire):
     # caller shown a sub-agent's interrupt, whose rules it cannot read (the details panel
     # suggests a token then, not an identity).
     issuer: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message whose turn raised this call (None: nobody said). Left off the wire
+    # when unset.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -609,6 +635,12 @@ class SendInput(_Wire):
     # send that may or may not have got in) joins the turn the first one started, instead of
     # starting another with the same message.
     message_id: str | None = None
+    # Who sends it (recorded as the turn's requester), and for an agent that verifies identity
+    # (``trust``) the JWT that proves it, checked and spent as an answer's is. The token is
+    # never shown in a repr: it is a credential until it is spent. Both are left off the wire
+    # when unset, so the sends recorded before them decode and replay as they were.
+    identity: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    identity_token: str | None = Field(default=None, repr=False, exclude_if=lambda v: v is None)
 
 
 class ResumeInput(BaseModel):
@@ -673,6 +705,8 @@ class AnswerRecord(_Wire):
     # A ``forwarded`` record: what the sub-agent made of the answer, and why it refused it.
     verdict: ForwardVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
     verdict_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message whose turn raised the answered call (None: nobody said).
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
@@ -689,6 +723,8 @@ class TurnAnswer(_Wire):
     original_input: JsonObject | None = None
     # As AnswerRecord.gate.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # As AnswerRecord.requester.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):
