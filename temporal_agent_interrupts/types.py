@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         PendingResult,
         Rejection,
         RejectionsResult,
+        Requester,
         Status,
         StatusResult,
         ToolResponse,
@@ -54,6 +55,7 @@ _HOME = {
     "ErrorInfo": "workflows.types",
     "InterruptRequest": "workflows.types",
     "Vote": "workflows.types",
+    "Requester": "workflows.types",
     # The answers approve(), deny() and respond() build.
     "ToolResponse": "workflows.types",
     "ToolRestart": "workflows.types",
@@ -107,6 +109,7 @@ __all__ = [
     "PendingResult",
     "Rejection",
     "RejectionsResult",
+    "Requester",
     "Status",
     "StatusResult",
     "Tool",

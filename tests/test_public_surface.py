@@ -72,6 +72,7 @@ NAMESPACES = {
         "ErrorInfo",
         "InterruptRequest",
         "Vote",
+        "Requester",
         "ToolResponse",
         "ToolRestart",
         "TurnStream",
