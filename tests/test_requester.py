@@ -15,11 +15,15 @@ one).
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import httpx2
 import pytest
 
 from temporal_agent_interrupts import FinishReason, interrupt
+from temporal_agent_interrupts.client.login import jwt_login
+from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import ResumeRejected, SendRejected
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import TokenIssuer
@@ -45,6 +49,8 @@ from temporal_agent_interrupts.workflows.types import (
 )
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, current_details, eventually
+from tests.test_web_login import IDP, exchange_for, history_events, scan
+from tests.web import answer, frames, run_input, served
 
 ISSUER = TokenIssuer("ES256")
 ROGUE = TokenIssuer("ES256", kid=ISSUER.kid)  # the same key id, another key: a forger
@@ -356,3 +362,81 @@ def test_new_fields_stay_off_the_wire_when_unset():
     sent = SendInput(text="hi", identity_token="secret.token.value")
     assert "secret.token.value" not in repr(sent)
     assert "requester" not in CallState(ref="r", name="n").model_dump()
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the web app's login.
+
+
+async def test_a_logged_in_users_message_carries_a_verified_requester(run_worker, model, client):
+    """Behind the app's login, an AG-UI message carries an assertion made for that message: the
+    requester is the login's, verified, on the interrupt's AG-UI metadata; the same person may
+    not approve it (separation of duties), someone else may; no login reaches history, and the
+    message's assertion, read from history, answers nothing."""
+    exchange = exchange_for(
+        jwt_login(
+            IDP.private_key.public_key(), algorithms=["RS256"], issuer=IDP.issuer,
+            audience=IDP.audience,
+        )
+    )  # fmt: skip
+    agent = Agent(
+        "loginPayments",
+        model="gemini-test",
+        tools=[t.lookup],
+        middleware=[ToolApproval(separate_duties=True)],
+        trust=exchange.trusted_issuer(),
+    )
+    model.reply(calls(("lookup", {"key": "k"}, "w1")), text("looked"))
+    ann = IDP.mint("ann@example.com", expires_in=timedelta(hours=1))
+    bob = IDP.mint("bob@example.com", expires_in=timedelta(hours=1))
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_app(agents, identity=exchange)
+        chat_id = f"chat-{uuid.uuid4()}"
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            seen = await frames(
+                http,
+                f"{base}/agui/{agent.name}",
+                run_input(chat_id, "look k up"),
+                headers={"Authorization": f"Bearer {ann}"},
+            )
+            finished = seen[-1].event
+            assert finished["type"] == "RUN_FINISHED", [f.event for f in seen]
+            (shown,) = finished["outcome"]["interrupts"]
+            assert shown["metadata"]["requester"] == {
+                "identity": "ann@example.com", "verified": True,
+            }  # fmt: skip
+            body = {"action": "approve", "input_digest": shown["metadata"]["inputDigest"]}
+            mine = await answer(
+                http, base, chat_id, "w1", body, headers={"Authorization": f"Bearer {ann}"}
+            )
+            assert mine.status_code == 403 and "separates duties" in mine.text, mine.text
+            # The message's own assertion, copied from history, is no answer either.
+            chat = await agents.chat(agent.name, chat_id=chat_id)
+            sent = await _send_token_in_history(client, chat_id)
+            (gated,) = await chat.pending()
+            with pytest.raises(ResumeRejected, match="made for sending a message"):
+                await chat.resume(answers=[gated.approve()], identity_token=sent)
+            theirs = await answer(
+                http, base, chat_id, "w1", body, headers={"Authorization": f"Bearer {bob}"}
+            )
+            assert theirs.status_code == 200, theirs.text
+        (record,) = await chat.audit()
+        assert record.identity == "bob@example.com"
+        assert record.requester is not None and record.requester.verified
+        assert record.requester.identity == "ann@example.com"
+        events = await history_events(client, chat_id)
+        assert scan(events, ann) == [] and scan(events, bob) == []
+    assert t.RUNS["lookup"] == 1
+    await assert_no_workflow_task_failed(client, chat_id)
+
+
+async def _send_token_in_history(client, chat_id: str) -> str:
+    """The identity token the chat's first send carried, as anyone who reads history finds it."""
+    async for event in client.get_workflow_handle(chat_id).fetch_history_events():
+        attrs = event.workflow_execution_update_accepted_event_attributes
+        if attrs.accepted_request.input.name == "send":
+            (payload,) = attrs.accepted_request.input.args.payloads
+            token = json.loads(payload.data).get("identity_token")
+            assert isinstance(token, str)
+            return token
+    raise AssertionError("no send in the chat's history")
