@@ -192,6 +192,11 @@ class ConversationState(_Wire):
     audit_outbox: list[AnswerRecord] = Field(default_factory=list)
     # The newest message ids sends carried (HELD.sent_kept), oldest first.
     sent: list[SentMessage] = Field(default_factory=list)
+    # What messages said of their senders that no turn could decide (it ended before the
+    # agent's definition came: a first turn whose model call failed or was cancelled): their
+    # tokens are in history, so they are spent (as refused answers' are) once the definition
+    # comes. The newest few; left off the wire when empty.
+    claims_left: list[RequesterClaim] = Field(default_factory=list, exclude_if=lambda v: not v)
     # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
     one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
     depth: int = Field(default=0, exclude_if=lambda v: not v)

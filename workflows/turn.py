@@ -71,6 +71,10 @@ from temporal_agent_interrupts.workflows.waits import AnswerWait
 
 Outcome = Literal["done", "continue_as_new"]
 
+CLAIMS_LEFT_KEPT = 8
+"""Undecided senders' claims kept until the agent's definition comes (see ``_drop_claim``): a
+conversation whose model never answered takes few messages before it is closed or fixed."""
+
 
 class TurnMachine:
     """Drives the conversation's turns; the workflow's handlers start, answer and cancel them.
@@ -347,6 +351,7 @@ class TurnMachine:
                         self._finish(FinishReason.MAX_TURNS)
                         return "done"
                     message = await self.model.call(turn)
+                    self._spend_claims_left()
                     refused = self._settle_sender(turn)
                     if refused is not None:
                         self._refuse_sender(turn, refused)
@@ -423,12 +428,33 @@ class TurnMachine:
                 chat=workflow.info().workflow_id,
             )
         except RequesterError as e:
+            # Its token is in history now: one that could answer here must not, later.
+            self.spend_refused(claim.token)
             return ErrorInfo(
                 status=Status.PERMISSION_DENIED,
                 message=f"the message was refused: {e.reason}",
                 kind=ErrorKind.SEND_REJECTED,
             )
         return None
+
+    def _drop_claim(self, turn: TurnState) -> None:
+        """A turn that ends with its sender undecided (before the definition came): its token,
+        in history now, must answer nothing later. Spent at once when the definition is known,
+        else when it comes (``claims_left``)."""
+        claim, turn.claim = turn.claim, None
+        if claim is None or claim.token is None:
+            return
+        if self.s.spec is not None:
+            self.spend_refused(claim.token)
+            return
+        self.s.claims_left = [*self.s.claims_left, claim][-CLAIMS_LEFT_KEPT:]
+
+    def _spend_claims_left(self) -> None:
+        """Spend the tokens of the senders earlier turns could not decide (see _drop_claim),
+        now that the definition is known."""
+        left, self.s.claims_left = self.s.claims_left, []
+        for claim in left:
+            self.spend_refused(claim.token)
 
     def _refuse_sender(self, turn: TurnState, error: ErrorInfo) -> None:
         """End a turn whose sender was refused once the definition came: nothing ran but the
@@ -523,6 +549,7 @@ class TurnMachine:
     def _fail(self, error: ErrorInfo) -> None:
         turn = self.s.turn
         assert turn is not None
+        self._drop_claim(turn)
         if turn.phase == "tools":
             # Interrupts raised and never to be answered: counted as withdrawn.
             now = workflow.now()
@@ -563,6 +590,7 @@ class TurnMachine:
         identity = self.cancel.identity if self.cancel else None
         via, self._cancel_via = self._cancel_via, "cancel"
         self.cancel = None
+        self._drop_claim(turn)
         if turn.phase == "tools" and turn.calls:
             # Before the calls are withdrawn: only those still pending were waiting on a human.
             pending = self.book(turn).pending()
