@@ -150,6 +150,7 @@ class Tool(Generic[M]):
     quorum: int = 1
     editable: bool = False
     reminders: tuple[Remind, ...] = ()
+    separate_duties: bool = False
 
     @property
     def deadline_policies(self) -> tuple[object, ...]:
@@ -186,6 +187,7 @@ class Tool(Generic[M]):
             timeout_cancel=cancel,
             escalate=escalate,
             reminders=[r.spec() for r in self.reminders],
+            separate_duties=self.separate_duties,
         )
 
     async def invoke(self, args: M, ctx: ToolContext) -> Any:
@@ -304,6 +306,7 @@ def interrupt(
     quorum: int = 1,
     reminders: Sequence[Remind] = (),
     editable: bool = False,
+    separate_duties: bool = False,
 ) -> Tool[M]:
     """Declare an interrupt-only tool: calling it always pauses for a human.
 
@@ -322,6 +325,8 @@ def interrupt(
             settles it as denied.
         reminders: ``Remind(notify=TOOL, before=...)`` s ahead of the deadline.
         editable: A restart may change the input (shown to the human again).
+        separate_duties: Whoever sent the message a call came from (its requester) may not
+            answer it; binding with verified identity (``trust``), advisory without.
 
     Raises:
         ValueError: ``on_timeout`` or ``reminders`` without ``timeout``; an ``on_timeout``
@@ -355,6 +360,7 @@ def interrupt(
         quorum=quorum,
         reminders=tuple(reminders),
         editable=editable,
+        separate_duties=separate_duties,
     )
 
 

@@ -159,6 +159,11 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
             "approvers": request.approvers,
             "quorum": request.quorum,
             "votes": [v.model_dump(mode="json") for v in request.votes],
+            "requester": (
+                request.requester.model_dump(mode="json", include={"identity", "verified"})
+                if request.requester is not None
+                else None
+            ),
             "since": request.since.isoformat() if request.since else None,
             "details": request.metadata,
             **({"path": list(request.path), "chatId": request.chat_id} if request.path else {}),

@@ -93,6 +93,7 @@ from temporal_agent_interrupts.workflows.limits import (
     human_size,
 )
 from temporal_agent_interrupts.workflows.payloads import RawResume, raw_resume, raw_start
+from temporal_agent_interrupts.workflows.requesters import check_shape
 from temporal_agent_interrupts.workflows.state import (
     ConversationInput,
 )
@@ -425,12 +426,23 @@ class Chat:
         text: str,
         *,
         message_id: str | None = None,
+        identity: str | None = None,
+        identity_token: str | None = None,
         worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnResult:
         """Send a user message and wait for the turn to end or pause.
 
         Args:
             text: The user's message.
+            identity: Who sends it: recorded as the turn's requester, on every call it raises,
+                shown to approvers and in the audit record of their answers. Without ``trust``
+                on the agent it is asserted (``verified=False``), and proves nothing.
+            identity_token: For an agent that verifies identity (``trust``): a fresh JWT from
+                its trusted issuer that proves who sends (``identity`` may be left out: the
+                token names them). Spent once per conversation, as an answer's; a token for an
+                agent without ``trust`` is refused. On a conversation's first message it is
+                checked once the agent's definition arrives (with the first model call), and a
+                refusal ends the turn ``failed`` with nothing run.
             message_id: Your id for this message, to send it again safely: a send that raised
                 (a timeout, a server that went away) may still have got in, and the same
                 message sent again with the same id joins the turn the first one started,
@@ -444,7 +456,8 @@ class Chat:
 
         Raises:
             SendRejected: the chat is paused on interrupts, busy, closed, or another agent's;
-                or ``message_id`` is malformed, or was used before as said above.
+                or ``message_id`` is malformed, or was used before as said above; or the agent's
+                rules refuse ``identity`` or ``identity_token`` (``code`` ``forbidden``).
             UnknownAgent: the chat is new and the worker that took it hosts no agent of this
                 name (``hosted`` names those it does, ``suggestion`` the closest); the
                 conversation was closed, so nothing is left running. A chat that already had
@@ -452,7 +465,12 @@ class Chat:
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
         """
         return await self._send(
-            text, stream=False, message_id=message_id, worker_timeout=worker_timeout
+            text,
+            stream=False,
+            message_id=message_id,
+            identity=identity,
+            identity_token=identity_token,
+            worker_timeout=worker_timeout,
         )
 
     def send_stream(
@@ -460,6 +478,8 @@ class Chat:
         text: str,
         *,
         message_id: str | None = None,
+        identity: str | None = None,
+        identity_token: str | None = None,
         worker_timeout: timedelta | None = WORKER_TIMEOUT,
     ) -> TurnStream:
         """Send a user message and follow the turn as it happens.
@@ -470,8 +490,9 @@ class Chat:
         until one of the two is used. Raises as :meth:`send` does, from either (an
         :class:`UnknownAgent` after the ``turn_end`` event it closed on). ``message_id`` is as
         for :meth:`send` (a repeat's stream follows the turn the first send started, from where
-        that turn stands); ``worker_timeout`` is :data:`WORKER_TIMEOUT` (60 s) unless given,
-        as for :meth:`send`.
+        that turn stands); ``identity`` and ``identity_token`` say who sends, as for
+        :meth:`send`; ``worker_timeout`` is :data:`WORKER_TIMEOUT` (60 s) unless given, as for
+        :meth:`send`.
         """
         return TurnStream(
             self,
@@ -479,6 +500,8 @@ class Chat:
                 text,
                 stream=True,
                 message_id=message_id,
+                identity=identity,
+                identity_token=identity_token,
                 worker_timeout=worker_timeout,
                 on_accept=accepted,
             ),
@@ -492,6 +515,8 @@ class Chat:
         stream: bool,
         message_id: str | None,
         worker_timeout: timedelta | None,
+        identity: str | None = None,
+        identity_token: str | None = None,
         on_accept: asyncio.Event | None = None,
     ) -> TurnResult:
         # Checked here as well as in the workflow: the first send also starts the conversation,
@@ -504,6 +529,7 @@ class Chat:
                 if not message_id:
                     raise SendRejected("the message id is empty: give one, or none")
                 check_label(message_id, what="the message id", limit=DOOR.message_id)
+            check_shape(identity, identity_token)
         except Refused as e:
             raise SendRejected(e.reason) from None
         start = WithStartWorkflowOperation(
@@ -527,7 +553,14 @@ class Chat:
             ),
             static_summary=f"{self.agent} conversation",
         )
-        send_input = SendInput(text=text, agent=self.agent, stream=stream, message_id=message_id)
+        send_input = SendInput(
+            text=text,
+            agent=self.agent,
+            stream=stream,
+            message_id=message_id,
+            identity=identity,
+            identity_token=identity_token,
+        )
         try:
             if worker_timeout is None and on_accept is None:
                 return _checked(

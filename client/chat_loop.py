@@ -56,18 +56,22 @@ class ChatSession:
         identity: str | None,
         wait: timedelta,
         token: Callable[[], str] | None = None,
+        requester: bool = False,
     ) -> None:
         """
         Args:
             identity: Who answers, as asserted (None: the identity token's holder).
             token: Reads the identity token each answer carries (for an agent that verifies
                 who answers); read again for every answer, since each token answers once.
+            requester: Each message says who sends it too (``identity``, or a token read
+                afresh for it), recorded as its turn's requester; off, messages name nobody.
         """
         self.chat = chat
         self.task_queue = task_queue
         self.identity = identity
         self.wait = wait
         self.token = token
+        self.requester = requester
 
     async def run(self) -> None:
         try:
@@ -90,7 +94,14 @@ class ChatSession:
                     continue
                 try:
                     res, streamed = await self._follow(
-                        self.chat.send_stream(line, worker_timeout=self.wait)
+                        self.chat.send_stream(
+                            line,
+                            identity=self.identity if self.requester else None,
+                            identity_token=(
+                                self.token() if self.requester and self.token else None
+                            ),
+                            worker_timeout=self.wait,
+                        )
                     )
                 except SendRejected as e:
                     out.print(f"[red]refused:[/] {safe(str(e))}")

@@ -912,6 +912,15 @@ def chat(
     ] = None,
     identity: IdentityOption = None,
     identity_token_file: TokenFileOption = None,
+    requester: Annotated[
+        bool,
+        typer.Option(
+            "--requester",
+            help="Each message says who sends it too (the identity, or a token read from "
+            "--identity-token-file for each message), recorded as its turn's requester and "
+            "shown to approvers. A tool that separates duties then refuses your own answers.",
+        ),
+    ] = False,
     wait: WaitOption = DEFAULT_WAIT,
 ) -> None:
     """Talk to an agent; when a turn pauses, answer each interrupt here. Ctrl-D leaves.
@@ -934,6 +943,7 @@ def chat(
             identity=asserted,
             wait=_wait(wait),
             token=token,
+            requester=requester,
         )
         try:
             await session.run()

@@ -46,6 +46,7 @@ from temporal_agent_interrupts.workflows.types import (
     GrantScope,
     InterruptSource,
     JsonObject,
+    Requester,
     ToolResponse,
     ToolRestart,
     approval,
@@ -119,6 +120,9 @@ class PausedInterrupt(BaseModel):
     chat_id: str | None = None
     """The sub-agent's chat the call waits in (its rules decide; it may be answered there as
     well as here). None: a call of this chat's own."""
+    requester: Requester | None = None
+    """Who sent the message the call came from (``verified``: proven by a token of the
+    agent's issuer; else asserted). None: the message did not say."""
 
     def approve(self, *, remember: GrantScope | None = None) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with

@@ -47,7 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from temporal_agent_interrupts.workflows.agent import TrustedIssuer
-from temporal_agent_interrupts.workflows.identity import ANSWER_CLAIM, MAX_BOUND_CALLS
+from temporal_agent_interrupts.workflows.identity import ANSWER_CLAIM, MAX_BOUND_CALLS, SEND_CLAIM
+from temporal_agent_interrupts.workflows.ids import message_digest
 
 ASSERTION_LIFE = timedelta(minutes=2)
 """How long an answer's assertion is valid: long enough to reach a worker, short enough that a
@@ -189,6 +190,16 @@ class LoginExchange:
         """
         if not calls or len(calls) > MAX_BOUND_CALLS:
             raise ValueError(f"an assertion answers 1 to {MAX_BOUND_CALLS} calls")
+        return self._sign(login, {ANSWER_CLAIM: {"chat": chat_id, "calls": dict(calls)}})
+
+    def send_assertion(self, login: Login, *, chat_id: str, text: str) -> str:
+        """An assertion that ``login`` sends the message ``text`` in chat ``chat_id``, and
+        nothing else, for :attr:`lifetime`: the message's requester, verified. It answers
+        nothing (:data:`~workflows.identity.SEND_CLAIM`), and an answer's assertion sends
+        nothing, so neither can stand in for the other."""
+        return self._sign(login, {SEND_CLAIM: {"chat": chat_id, "message": message_digest(text)}})
+
+    def _sign(self, login: Login, bound: dict[str, Any]) -> str:
         # To the millisecond, and with a jti: two answers of one person in the same second are
         # two tokens, and an account's folded spent tokens ("every one issued by T") never
         # take in one issued after them.
@@ -204,7 +215,7 @@ class LoginExchange:
             "nbf": now,
             "exp": round(now + self.lifetime.total_seconds(), 3),
             "jti": uuid.uuid4().hex,
-            ANSWER_CLAIM: {"chat": chat_id, "calls": dict(calls)},
+            **bound,
         }
         return jwt.encode(claims, self._key, algorithm=self._alg, headers={"kid": self.kid})
 

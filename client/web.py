@@ -892,10 +892,15 @@ class _App:
                 raise Problem(400, "malformed", str(e)) from None
         answering = bool(run.resume) and resume_from is None
         who = await self.who(request) if answering else None
+        sender: Login | None = None
         if answering:
             action: Action = "answer"
         elif resume_from is None and agui.user_text(run.messages) is not None:
             action = "send"
+            # Behind a login, the message says who sends it (its turn's requester, verified by
+            # an assertion made for this message alone); without one it names nobody, as ever.
+            if isinstance(self.identity, LoginExchange):
+                sender = await self.identity.login(request)
         else:
             action = "read"  # a reconnect: the thread's messages and stream
         await self.allow(
@@ -932,7 +937,9 @@ class _App:
                     async for frame in self._resume(chat, run, who, show_messages=readable):
                         yield frame
                 else:
-                    async for frame in self._send_or_connect(chat, run, show_messages=readable):
+                    async for frame in self._send_or_connect(
+                        chat, run, show_messages=readable, sender=sender
+                    ):
                         yield frame
             except Problem as p:
                 yield agui.refusal(p.detail, p.code)
@@ -953,19 +960,33 @@ class _App:
         )
 
     async def _send_or_connect(
-        self, chat: Chat, run: RunAgentInput, *, show_messages: bool
+        self, chat: Chat, run: RunAgentInput, *, show_messages: bool, sender: Login | None = None
     ) -> AsyncIterator[str]:
         text = agui.user_text(run.messages)
         if text is None:
             async for frame in self._connect(chat, run):
                 yield frame
             return
+        token = await self._send_token(chat, sender, text) if sender is not None else None
         turn = chat.send_stream(
-            text, message_id=agui.user_message_id(run.messages), worker_timeout=self.worker_timeout
+            text,
+            message_id=agui.user_message_id(run.messages),
+            identity_token=token,
+            worker_timeout=self.worker_timeout,
         )
         await turn.accepted()
         async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
+
+    async def _send_token(self, chat: Chat, sender: Login, text: str) -> str:
+        """The assertion a logged-in user's message carries: made for this message in this
+        chat alone (it answers nothing), sent only to a chat on a task queue the app trusts
+        (``may_receive_token``). A chat that does not exist yet is started by this send on the
+        app's own task queue."""
+        assert isinstance(self.identity, LoginExchange)
+        with contextlib.suppress(ChatNotFound):
+            await self.may_receive_token(chat)
+        return self.identity.send_assertion(sender, chat_id=chat.id, text=text)
 
     async def _resume(
         self, chat: Chat, run: RunAgentInput, who: _Identity, *, show_messages: bool

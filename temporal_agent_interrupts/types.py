@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         PendingResult,
         Rejection,
         RejectionsResult,
+        Requester,
         Status,
         StatusResult,
         ToolResponse,
@@ -57,6 +58,7 @@ _HOME = {
     "ErrorInfo": "workflows.types",
     "InterruptRequest": "workflows.types",
     "Vote": "workflows.types",
+    "Requester": "workflows.types",
     # The answers approve(), deny() and respond() build.
     "ToolResponse": "workflows.types",
     "ToolRestart": "workflows.types",
@@ -118,6 +120,7 @@ __all__ = [
     "PendingResult",
     "Rejection",
     "RejectionsResult",
+    "Requester",
     "Status",
     "StatusResult",
     "Tool",

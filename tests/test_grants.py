@@ -386,3 +386,29 @@ async def test_a_new_policy_set_releases_one_pending_call_and_denies_another(cli
         assert metadata["policy_hash"] == new.spec().policy_hash
         assert metadata["previous_policy_hash"] == old.spec().policy_hash
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+four_eyes = Agent(
+    "fourEyes",
+    model="gemini-test",
+    tools=[pay],
+    middleware=[
+        ToolApproval(approvers=["alice@example.com", "bob@example.com"], separate_duties=True)
+    ],
+)
+
+
+async def test_a_grant_never_lets_through_a_call_its_grantor_requested(run_worker, model):
+    model.reply(calls(_pay(10, "f1")), text("paid"))
+    model.reply(calls(_pay(11, "f2")), text("paid"))
+    model.reply(calls(_pay(12, "f3")), text("asked"))
+    async with run_worker(agents=[four_eyes]) as agents:
+        chat = await agents.chat("fourEyes")
+        (f1,) = (await chat.send("pay", identity="alice@example.com")).interrupts
+        await chat.resume(answers=[approve(f1, remember=GrantScope())], identity="bob@example.com")
+        # Alice's next request runs on Bob's grant; Bob's own does not: it waits for Alice.
+        assert (await chat.send("pay", identity="alice@example.com")).interrupts == []
+        (f3,) = (await chat.send("pay", identity="bob@example.com")).interrupts
+    assert f3.ref == "f3" and f3.requester is not None
+    assert f3.requester.identity == "bob@example.com"
+    assert [p for p, _ in payments] == [10, 11]

@@ -73,6 +73,7 @@ NAMESPACES = {
         "ErrorInfo",
         "InterruptRequest",
         "Vote",
+        "Requester",
         "ToolResponse",
         "ToolRestart",
         "GrantScope",

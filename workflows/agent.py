@@ -96,12 +96,17 @@ class ToolApproval:
 
     ``approvers``: the identities that may answer a call the gate paused (empty: anyone who can
     answer). An answer from anyone else is rejected like any bad resume.
+
+    ``separate_duties``: whoever sent the message a paused call came from (its requester,
+    ``Chat.send(identity=...)``) may not answer it: approve, deny, edit or vote. Binding with
+    verified identity (``trust``); with asserted identities it is advisory.
     """
 
     _: KW_ONLY
     allow: Sequence[str] = ()
     approvers: Sequence[str] = ()
     quorum: int = 1
+    separate_duties: bool = False
 
     def __post_init__(self) -> None:
         check_approvers(self.approvers, what="ToolApproval", quorum=self.quorum)
@@ -411,7 +416,11 @@ class Agent:
                     ]
                 )
                 quorum = m.quorum if approval is None else max(approval.quorum, m.quorum)
-                approval = ApprovalSpec(allow=allow, approvers=approvers, quorum=quorum)
+                # The stricter wins, as for the quorum.
+                separate = m.separate_duties or (approval is not None and approval.separate_duties)
+                approval = ApprovalSpec(
+                    allow=allow, approvers=approvers, quorum=quorum, separate_duties=separate
+                )
         spec = AgentSpec(
             name=self.name,
             model=self.model.removeprefix("googleai/"),

@@ -72,6 +72,7 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         gate=answer.gate,
         grant=answer.grant,
         granted_by=answer.granted_by,
+        requester=answer.requester,
     )
     state.answers.append(record)
     state.audit_outbox.append(record)

@@ -312,6 +312,9 @@ def resume_command(workflow_id: str, answer: JsonObject, *, namespace: str) -> s
 def _who_may(request: InterruptRequest) -> list[str]:
     """Who may answer a paused call, and the votes so far, as panel lines."""
     lines = []
+    if request.requester is not None:
+        proof = "verified" if request.requester.verified else "asserted, not verified"
+        lines.append(f"- requested by {code(truncate(request.requester.identity, 80))} ({proof})")
     if request.approvers:
         names = ", ".join(code(truncate(a, 80)) for a in request.approvers[:10])
         more = len(request.approvers) - 10
@@ -454,10 +457,15 @@ def render_details(
             proof = ", verified" if a.identity_verified else ""
             # An answer passed on to a sub-agent: where it went, and what the sub-agent decided.
             where = f" in sub-agent {code(truncate(a.chat_id, 120))}" if a.chat_id else ""
+            asked = (
+                f", requested by {code(truncate(a.requester.identity, 80))}"
+                if a.requester is not None
+                else ""
+            )
             lines.append(
                 f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}"
                 f"{where}): **{a.verdict or a.decision or a.kind}** by {code(truncate(who, 80))} "
-                f"({a.via}{proof})"
+                f"({a.via}{proof}){asked}"
             )
     if rejections:
         lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]

@@ -31,8 +31,11 @@ from temporal_agent_interrupts.workflows.limits import (
     check_text,
 )
 from temporal_agent_interrupts.workflows.payloads import RawResume, payload_json, rejected
+from temporal_agent_interrupts.workflows.requesters import check as check_requester
+from temporal_agent_interrupts.workflows.requesters import check_shape
 from temporal_agent_interrupts.workflows.state import (
     ConversationState,
+    RequesterClaim,
     SentMessage,
 )
 from temporal_agent_interrupts.workflows.subagents import SubAgentChild, refused_early
@@ -135,6 +138,34 @@ class Door:
                 )
             return "a turn is already running; wait for it to finish"
         return None
+
+    def sender(self, input: SendInput) -> RequesterClaim | None:
+        """What a message (not a repeat) says of its sender, checked as far as can be now: by
+        the agent's rules once its definition is known (``workflows.requesters``), else its
+        shape only (the turn decides the rest when the definition arrives). Spends nothing.
+
+        Raises:
+            RequesterError: refused, and why (``forbidden`` for a token or identity the
+                agent's rules do not accept).
+        """
+        if input.identity is None and input.identity_token is None:
+            return None
+        claim = RequesterClaim(
+            identity=input.identity,
+            token=input.identity_token,
+            message=message_digest(input.text),
+        )
+        if self.s.spec is None:
+            check_shape(claim.identity, claim.token)
+        else:
+            check_requester(
+                claim,
+                spec=self.s.spec,
+                spent=self.s.spent_tokens,
+                now=workflow.now(),
+                chat=workflow.info().workflow_id,
+            )
+        return claim
 
     def pending_listing(self) -> str:
         """What the turn waits on, for a refusal: its own calls, then its sub-agents' (with

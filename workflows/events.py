@@ -125,6 +125,7 @@ def answer(
             gate=gate_of_call(call),
             grant=grant,
             granted_by=granted_by,
+            requester=call.requester,
         ),
     )
 
@@ -235,6 +236,7 @@ def to_request(
         output_schema=output_schema,
         gate=gate,
         issuer=issuer,
+        requester=call.requester,
     )
 
 

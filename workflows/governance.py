@@ -308,6 +308,14 @@ def who(
             f"with {GROUP_PREFIX!r}, which names a group",
             code="forbidden",
         )
+    if verified.send is not None:
+        # Made by the web app for one message of its sender: an answer with it would let
+        # whoever reads the send in history answer as the requester.
+        raise ResumeError(
+            "the identity token was made for sending a message: it answers nothing; each "
+            "answer needs a token of its own",
+            code="forbidden",
+        )
     if resume.identity is not None and resume.identity != verified.identity:
         raise ResumeError(
             f"identity {resume.identity!r} does not match the identity token's "
@@ -403,6 +411,59 @@ def check_approvers(
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) may be answered only by {who_may}; "
                 f"{sender} may not ({kind}){groups if unverified else ''}",
+                code="forbidden",
+            )
+
+
+# -- separation of duties ----------------------------------------------------------------------
+
+
+def duties_separated(spec: AgentSpec | None, call: CallState) -> bool:
+    """Whether ``call``'s requester is kept from answering it: the gate that paused it (the
+    agent's ToolApproval) or its interrupt-only tool says ``separate_duties``."""
+    if spec is None:
+        return False
+    tool = spec.tool(call.name)
+    if call.source == "approval" or _gated_tool(spec, call):
+        gate = spec.approval
+        by_gate = gate is not None and call.name not in gate.allow and gate.separate_duties
+        return by_gate or (tool is not None and tool.separate_duties)
+    return call.source == "interrupt" and tool is not None and tool.separate_duties
+
+
+def duties_separated_when_held(spec: AgentSpec | None, call: CallState) -> bool:
+    """Whether a gate that holds ``call`` (paused or not yet) separates duties: what a grant
+    asks of a call before it lets it through."""
+    if spec is None:
+        return False
+    tool = spec.tool(call.name)
+    gate = spec.approval
+    by_gate = gate is not None and call.name not in gate.allow and gate.separate_duties
+    return by_gate or (tool is not None and tool.separate_duties)
+
+
+def check_duties(
+    resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None, who: Who
+) -> None:
+    """Check that ``who`` did not send the message whose turn raised a call it answers, where
+    duties are separated (:func:`duties_separated`): the same identity, or the same verified
+    account (``subject``) under another spelling. Every kind of answer counts (an approval, a
+    denial, an edit, a vote): the requester decides nothing about their own request.
+
+    Only as strong as the identities: with asserted ones (no ``trust``) anyone may say they
+    are someone else, so this is advisory there (docs/governance.md).
+    """
+    for kind, name, ref in entries(resume):
+        call = pending[ref]
+        requester = call.requester
+        if requester is None or not duties_separated(spec, call):
+            continue
+        same = who.identity is not None and who.identity == requester.identity
+        account = who.subject is not None and who.subject == requester.subject
+        if same or account:
+            raise ResumeError(
+                f"{name!r} (ref {ref!r}) was raised by a message {requester.identity!r} sent, "
+                f"and this tool separates duties: someone else must answer it ({kind})",
                 code="forbidden",
             )
 
@@ -571,6 +632,12 @@ def token_facts(verified: VerifiedIdentity) -> TokenFacts:
     return TokenFacts(
         digest=verified.digest, subject=account, until=verified.expires, issued=verified.issued
     )
+
+
+def fingerprint(subject: str | None) -> str | None:
+    """What names an account (a token's ``sub``) in votes and requesters: 32 hex digits of its
+    SHA-256 (a ``sub`` may be kilobytes)."""
+    return _fingerprint(subject)
 
 
 def _fingerprint(subject: str | None) -> str | None:

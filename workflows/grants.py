@@ -227,6 +227,7 @@ def make(
     *,
     granted_by: list[str],
     admitted: list[list[str]],
+    subjects: list[str],
     verified: bool,
     now: datetime,
 ) -> Grant:
@@ -239,6 +240,7 @@ def make(
         until=scope.until,
         granted_by=granted_by,
         admitted=admitted,
+        subjects=subjects,
         verified=verified,
         at=now,
         ref=call.ref,

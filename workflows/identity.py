@@ -67,6 +67,13 @@ The web app's login exchange (``client/login.py``) puts it in every assertion it
 that has it answers only those calls, with those inputs, in that chat (or through it, for a
 sub-agent's calls). Identity providers' tokens have none, and are taken as before."""
 
+SEND_CLAIM = "agent_send"
+"""The claim that binds a token to sending one message: ``{"chat": CHAT_ID, "message":
+MESSAGE_DIGEST}`` (``workflows.ids.message_digest`` of its text). The web app's login exchange
+puts it in the assertion a logged-in user's message carries; a token that has it sends only
+that message in that chat, and answers nothing (a token with :data:`ANSWER_CLAIM` sends
+nothing). A token with both claims is refused."""
+
 MAX_BOUND_CALLS = 64
 """The most calls one token may be bound to (an AG-UI run answers several at once)."""
 
@@ -107,6 +114,16 @@ class AnswerBinding:
 
 
 @dataclass(frozen=True)
+class SendBinding:
+    """What a token bound to a message may send (its :data:`SEND_CLAIM`)."""
+
+    chat: str
+    """The chat the message was sent to."""
+    message: str
+    """The message's digest (``workflows.ids.message_digest``)."""
+
+
+@dataclass(frozen=True)
 class VerifiedIdentity:
     """Who a verified token names, and the facts about the token that outlive it."""
 
@@ -129,6 +146,9 @@ class VerifiedIdentity:
     into "every token issued by then" (``workflows.tokens``)."""
     binding: AnswerBinding | None = None
     """The one answer it was made for, if it says (:data:`ANSWER_CLAIM`); None: any answer."""
+    send: SendBinding | None = None
+    """The one message it was made to send, if it says (:data:`SEND_CLAIM`): it answers
+    nothing then."""
 
 
 @dataclass(frozen=True)
@@ -375,6 +395,13 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         valid = _datetime(nbf, "nbf").isoformat(timespec="seconds")
         raise IdentityError(f"the identity token is not valid yet: not before {valid}")
 
+    if ANSWER_CLAIM in claims and SEND_CLAIM in claims:
+        # Made for one answer and for one message at once: no issuer of ours makes such a
+        # token, and either use would have to ignore half of what it says.
+        raise IdentityError(
+            f"the identity token is malformed: it has both {ANSWER_CLAIM!r} and "
+            f"{SEND_CLAIM!r}; a token is made for one answer or one message"
+        )
     identity = _identity(claims, trust.identity_claim)
     try:
         check_label(identity, what="the identity the token names", limit=DOOR.identity)
@@ -389,6 +416,20 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         subject=sub if isinstance(sub := claims.get("sub"), str) and sub else None,
         issued=_datetime(iat, "iat") if (iat := _time_claim(claims, "iat")) is not None else None,
         binding=_binding(claims.get(ANSWER_CLAIM, None)) if ANSWER_CLAIM in claims else None,
+        send=_send_binding(claims.get(SEND_CLAIM, None)) if SEND_CLAIM in claims else None,
+    )
+
+
+def _send_binding(value: Any) -> SendBinding:
+    """The message a token is bound to; a claim of any other shape refuses the token (as
+    :func:`_binding`)."""
+    if isinstance(value, Mapping):
+        chat, message = value.get("chat"), value.get("message")
+        if isinstance(chat, str) and chat and isinstance(message, str) and message:
+            return SendBinding(chat=chat, message=message)
+    raise IdentityError(
+        f"the identity token is malformed: its {SEND_CLAIM!r} claim is not "
+        '{"chat": ..., "message": message digest}'
     )
 
 
@@ -557,8 +598,10 @@ __all__ = [
     "ACCEPTED_ALGORITHMS",
     "ANSWER_CLAIM",
     "MAX_TOKEN_BYTES",
+    "SEND_CLAIM",
     "AnswerBinding",
     "IdentityError",
+    "SendBinding",
     "VerifiedIdentity",
     "check_trust",
     "verify_token",

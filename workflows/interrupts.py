@@ -339,6 +339,7 @@ class InterruptBook:
         who = self.who(resume, now=now)
         governance.check_binding(resume, pending, who=who, chats=self._chats())
         governance.check_approvers(resume, pending, spec=spec, who=who)
+        governance.check_duties(resume, pending, spec=spec, who=who)
         # One budget for every schema check of the answer: many entries share the bound.
         budget = answers.SchemaBudget()
         answers.check_restarts(resume, pending, spec=spec, schemas=schemas, budget=budget)
@@ -543,16 +544,25 @@ class InterruptBook:
             scope = grants.quorum_scope([v.remember for v in call.votes])
             by = [v.identity for v in call.votes]
             admitted = [[v.identity, *v.groups] for v in call.votes]
+            subjects = [v.subject or "" for v in call.votes]
             verified = bool(call.votes) and all(v.verified for v in call.votes)
         else:
             scope = remember
             by = [who.identity] if who.identity is not None else []
             admitted = [governance.entries_of(who, governance.lists(self.spec, call))]
+            subjects = [who.subject or ""]
             verified = who.verified
         if scope is None or not by:
             return None
         return grants.make(
-            state, call, scope, granted_by=by, admitted=admitted, verified=verified, now=now
+            state,
+            call,
+            scope,
+            granted_by=by,
+            admitted=admitted,
+            subjects=subjects,
+            verified=verified,
+            now=now,
         )
 
     def _grantors_admit(self, grant: Grant, call: CallState) -> bool:
@@ -564,7 +574,16 @@ class InterruptBook:
         needed = held[1] if held else 1
         among = governance.held_lists(spec, call)
         entries = grant.admitted or [[g] for g in grant.granted_by]
-        return sum(1 for e in entries if governance.entries_admit(e, among)) >= needed
+        subjects = grant.subjects or [""] * len(entries)
+        requester = call.requester if governance.duties_separated_when_held(spec, call) else None
+        count = 0
+        for identity, entry, subject in zip(grant.granted_by, entries, subjects, strict=False):
+            if requester is not None and (
+                identity == requester.identity or (subject != "" and subject == requester.subject)
+            ):
+                continue  # the grantor asked for this call: they decide nothing about it
+            count += governance.entries_admit(entry, among)
+        return count >= needed
 
     def _apply_to_pending(self, grant: Grant, *, now: datetime) -> list[CallState]:
         """A new grant answers the pending calls it matches, each with its own record."""

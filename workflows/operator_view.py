@@ -153,6 +153,12 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
             entry["approvers_omitted"] = request.approvers_omitted
     if request.quorum > 1:
         entry["quorum"] = request.quorum
+    if request.requester is not None:
+        # Who sent the message the call came from, for the approver to see (an identity is
+        # at most 256 bytes: DOOR.identity).
+        entry["requester"] = request.requester.model_dump(
+            mode="json", include={"identity", "verified"}
+        )
     if request.votes:
         voters = [v.identity for v in request.votes]
         entry["votes"] = names_within(voters, MEMO_LIST_BYTES)

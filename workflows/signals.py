@@ -187,7 +187,12 @@ class Signals:
                 f"a repeat of message {repeat.message_id!r}, which started turn {repeat.turn}: "
                 "nothing to do"
             )
-        self._m.start(input.text, stream=input.stream, message_id=input.message_id)
+        self._m.start(
+            input.text,
+            stream=input.stream,
+            message_id=input.message_id,
+            sender=self._door.sender(input),
+        )
 
     def reject(
         self,
@@ -209,7 +214,7 @@ class Signals:
         )
         audit.reject(self.s, record)
         self._m.telemetry.rejected(handler, via=via)
-        if handler == "resume":
+        if handler in ("resume", "send"):
             # The payload is in history now: its token, if valid, must answer nothing later.
             self._m.spend_refused(claimed_token(payload))
         workflow.logger.warning(

@@ -28,6 +28,7 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     PolicyDecision,
     Rejection,
+    Requester,
     TurnEvent,
     TurnResult,
     Vote,
@@ -95,6 +96,9 @@ class CallState(_Wire):
     # its activity's result): a deny refuses it, an ask holds it like a gate. Left off the wire
     # when unset.
     policy: PolicyDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message of the turn that made this call (TurnState.requester), kept with
+    # the call: separation of duties and what approvers are shown read it here.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):
@@ -124,6 +128,24 @@ class TurnState(_Wire):
     held: int = 0
     # The model's text is published on the stream as it arrives (asked by send or resume).
     stream: bool = False
+    # Who sent the turn's message, as checked (see workflows.requesters). Left off the wire
+    # when unset.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What the message said of its sender when the agent's definition was not yet known (a
+    # conversation's first turn: it comes with the first model call's result): checked as
+    # soon as it is, before any call of the turn is decided.
+    claim: RequesterClaim | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class RequesterClaim(_Wire):
+    """A message's word of who sent it, not yet checked against the agent's rules."""
+
+    identity: str | None = None
+    # Never shown in a repr: a credential until it is spent.
+    token: str | None = Field(default=None, repr=False)
+    # The message's digest (workflows.ids.message_digest): a token made for one message
+    # (``identity.SEND_CLAIM``) sends only that one.
+    message: str = ""
 
 
 class SpentToken(_Wire):
@@ -179,6 +201,11 @@ class ConversationState(_Wire):
     audit_outbox: list[AnswerRecord] = Field(default_factory=list)
     # The newest message ids sends carried (HELD.sent_kept), oldest first.
     sent: list[SentMessage] = Field(default_factory=list)
+    # What messages said of their senders that no turn could decide (it ended before the
+    # agent's definition came: a first turn whose model call failed or was cancelled): their
+    # tokens are in history, so they are spent (as refused answers' are) once the definition
+    # comes. The newest few; left off the wire when empty.
+    claims_left: list[RequesterClaim] = Field(default_factory=list, exclude_if=lambda v: not v)
     # A sub-agent's conversation (ConversationInput.task): it closes when its turn ends.
     one_turn: bool = Field(default=False, exclude_if=lambda v: not v)
     depth: int = Field(default=0, exclude_if=lambda v: not v)

@@ -26,6 +26,7 @@ from temporal_agent_interrupts.workflows.activity_io import (
     MCPCallInput,
     PolicyCall,
     PolicyInput,
+    PolicyRequester,
     PolicyResult,
     ToolInput,
     ToolResult,
@@ -192,10 +193,19 @@ class ToolStep:
     async def decide(self, calls: list[CallState]) -> PolicyResult | str:
         """The policy set's decisions on ``calls`` (one activity, its result sealed), or why
         there are none (the activity failed, or its result had no worker's seal)."""
+        # The calls of one message share its turn's requester (who sent the message).
+        requester = next((c.requester for c in calls if c.requester is not None), None)
         arg = PolicyInput(
             chat_id=workflow.info().workflow_id,
             agent=self.s.agent,
             calls=[PolicyCall(ref=c.ref, tool=c.name, input=c.args) for c in calls],
+            requester=PolicyRequester(
+                identity=requester.identity,
+                verified=requester.verified,
+                groups=list(requester.groups) if requester.verified else [],
+            )
+            if requester is not None
+            else None,
         )
         try:
             result: PolicyResult = await self._runner.execute(

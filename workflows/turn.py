@@ -43,9 +43,11 @@ from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
 from temporal_agent_interrupts.workflows.pauses import PauseReports
+from temporal_agent_interrupts.workflows.requesters import RequesterError, settle
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
+    RequesterClaim,
     SentMessage,
     TurnState,
 )
@@ -63,13 +65,19 @@ from temporal_agent_interrupts.workflows.types import (
     Part,
     PolicyEffect,
     PolicyReviewResult,
+    Requester,
     ResumeInput,
+    Status,
     TurnEvent,
     TurnResult,
 )
 from temporal_agent_interrupts.workflows.waits import AnswerWait
 
 Outcome = Literal["done", "continue_as_new"]
+
+CLAIMS_LEFT_KEPT = 8
+"""Undecided senders' claims kept until the agent's definition comes (see ``_drop_claim``): a
+conversation whose model never answered takes few messages before it is closed or fixed."""
 
 
 class TurnMachine:
@@ -253,14 +261,38 @@ class TurnMachine:
     # ------------------------------------------------------------------------------------------
     # What the handlers do
 
-    def start(self, text: str, *, stream: bool = False, message_id: str | None = None) -> None:
+    def start(
+        self,
+        text: str,
+        *,
+        stream: bool = False,
+        message_id: str | None = None,
+        sender: RequesterClaim | None = None,
+    ) -> None:
         """Begin a turn with a user message (checked by the handler).
 
         Args:
             stream: Publish the model's text as it arrives, not only once each reply is in.
             message_id: The caller's id for the message, remembered so that the same message
                 sent again joins this turn instead of starting another.
+            sender: What the message says of its sender (``Door.sender``, checked): settled
+                now, its token spent, when the agent's definition is known; else kept on the
+                turn until it is (see :meth:`_settle_sender`).
+
+        Raises:
+            RequesterError: the sender is refused (only where the handler's check and this
+                one disagree); nothing has changed.
         """
+        requester: Requester | None = None
+        if sender is not None and self.s.spec is not None:
+            requester = settle(
+                sender,
+                spec=self.s.spec,
+                spent=self.s.spent_tokens,
+                now=workflow.now(),
+                chat=workflow.info().workflow_id,
+            )
+            sender = None
         self.s.turns += 1
         if message_id is not None:
             sent = [m for m in self.s.sent if m.message_id != message_id]
@@ -274,6 +306,8 @@ class TurnMachine:
             base_len=len(self.s.messages),
             held=0,
             stream=stream,
+            requester=requester,
+            claim=sender,
         )
         self._append(Message(role="user", parts=[Part(text=text)]))
         self.telemetry.turn_started(self.s.turns)
@@ -379,6 +413,11 @@ class TurnMachine:
                         self._finish(FinishReason.MAX_TURNS)
                         return "done"
                     message = await self.model.call(turn)
+                    self._spend_claims_left()
+                    refused = self._settle_sender(turn)
+                    if refused is not None:
+                        self._refuse_sender(turn, refused)
+                        return "done"
                     calls = [p.function_call for p in message.parts if p.function_call]
                     if not calls:
                         self._finish(FinishReason.STOP)
@@ -386,7 +425,11 @@ class TurnMachine:
                     self.book(turn).request(
                         [
                             CallState(
-                                ref=self._new_ref(fc.id), call_id=fc.id, name=fc.name, args=fc.args
+                                ref=self._new_ref(fc.id),
+                                call_id=fc.id,
+                                name=fc.name,
+                                args=fc.args,
+                                requester=turn.requester,
                             )
                             for fc in calls
                         ]
@@ -429,6 +472,58 @@ class TurnMachine:
                 raise  # the workflow is being cancelled, not just this turn
             self.finish_cancelled()
             return "done"
+
+    def _settle_sender(self, turn: TurnState) -> ErrorInfo | None:
+        """Decide the sender a message said it had before the agent's definition was known (a
+        conversation's first message), now that the model's result has brought it and before
+        any call of the turn is decided; the refusal, if it is refused."""
+        claim = turn.claim
+        if claim is None:
+            return None
+        turn.claim = None  # decided once, whatever the verdict; its token is not kept
+        try:
+            turn.requester = settle(
+                claim,
+                spec=self.s.spec,
+                spent=self.s.spent_tokens,
+                now=workflow.now(),
+                chat=workflow.info().workflow_id,
+            )
+        except RequesterError as e:
+            # Its token is in history now: one that could answer here must not, later.
+            self.spend_refused(claim.token)
+            return ErrorInfo(
+                status=Status.PERMISSION_DENIED,
+                message=f"the message was refused: {e.reason}",
+                kind=ErrorKind.SEND_REJECTED,
+            )
+        return None
+
+    def _drop_claim(self, turn: TurnState) -> None:
+        """A turn that ends with its sender undecided (before the definition came): its token,
+        in history now, must answer nothing later. Spent at once when the definition is known,
+        else when it comes (``claims_left``)."""
+        claim, turn.claim = turn.claim, None
+        if claim is None or claim.token is None:
+            return
+        if self.s.spec is not None:
+            self.spend_refused(claim.token)
+            return
+        self.s.claims_left = [*self.s.claims_left, claim][-CLAIMS_LEFT_KEPT:]
+
+    def _spend_claims_left(self) -> None:
+        """Spend the tokens of the senders earlier turns could not decide (see _drop_claim),
+        now that the definition is known."""
+        left, self.s.claims_left = self.s.claims_left, []
+        for claim in left:
+            self.spend_refused(claim.token)
+
+    def _refuse_sender(self, turn: TurnState, error: ErrorInfo) -> None:
+        """End a turn whose sender was refused once the definition came: nothing ran but the
+        model call, so the message and the model's reply are taken back (as a send refused at
+        the door leaves the conversation) and the turn fails with why."""
+        turn.model_calls = 0  # as if the model was never asked: _fail takes the message back
+        self._fail(error)
 
     def _max_turns(self) -> int:
         return self.s.spec.max_turns if self.s.spec else 10
@@ -516,6 +611,7 @@ class TurnMachine:
     def _fail(self, error: ErrorInfo) -> None:
         turn = self.s.turn
         assert turn is not None
+        self._drop_claim(turn)
         if turn.phase == "tools":
             # Interrupts raised and never to be answered: counted as withdrawn.
             now = workflow.now()
@@ -556,6 +652,7 @@ class TurnMachine:
         identity = self.cancel.identity if self.cancel else None
         via, self._cancel_via = self._cancel_via, "cancel"
         self.cancel = None
+        self._drop_claim(turn)
         if turn.phase == "tools" and turn.calls:
             # Before the calls are withdrawn: only those still pending were waiting on a human.
             pending = self.book(turn).pending()

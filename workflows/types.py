@@ -188,6 +188,9 @@ class ToolSpec(_Wire):
     # Another agent as this tool (``agent_tool``): its calls are child conversations, not
     # activities. Left off the wire when unset, like ``mcp``.
     agent: SubAgentRef | None = Field(default=None, exclude_if=lambda v: v is None)
+    # For interrupt-only tools, as ApprovalSpec.separate_duties: the requester of a call may
+    # not answer it. Left off the wire when off.
+    separate_duties: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class ApprovalSpec(_Wire):
@@ -196,6 +199,10 @@ class ApprovalSpec(_Wire):
     # anyone), and how many distinct approvals let it run.
     approvers: list[str] = Field(default_factory=list)
     quorum: int = 1
+    # Separation of duties: whoever sent the message a call came from may not answer it.
+    # Left off the wire when off, so the specs (and digests) of agents without it stay as
+    # they were.
+    separate_duties: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 PolicyEffect = Literal["allow", "ask", "deny"]
@@ -446,6 +453,9 @@ class Grant(_Wire):
     # ``group:NAME``s): a later call runs unasked only if its approver lists still admit as many
     # grantors as its quorum needs.
     admitted: list[list[str]] = Field(default_factory=list, exclude_if=lambda v: not v)
+    # For each of ``granted_by``, their verified account's fingerprint ("" when asserted): a
+    # grant never lets through a call its grantor requested, where duties are separated.
+    subjects: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
     verified: bool = False
     at: datetime
     # The call whose approval made it.
@@ -490,6 +500,25 @@ class ToolRestart(_Wire):
     # An approval that also grants: later (and pending) calls of the tool within the scope
     # run without asking (see workflows.grants). Left off the wire when unset.
     remember: GrantScope | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class Requester(_Wire):
+    """Who sent the message a turn answers (``SendInput.identity``), as the conversation
+    recorded it: on the turn, on each call the turn raised, on its interrupts and in the audit
+    record of their answers.
+
+    ``verified``: proven by an identity token from the agent's trusted issuer (``trust``),
+    checked as an answer's is; otherwise what the sender asserted, which proves nothing.
+    """
+
+    identity: str
+    verified: bool = False
+    # A verified requester's account (a fingerprint of the token's ``sub``, as Vote.subject):
+    # separation of duties refuses the same account under another spelling of the identity.
+    subject: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A verified requester's groups (the token's groups claim; at most 16, each at most 128
+    # bytes): what a policy set reads as the principal's groups. Left off when empty.
+    groups: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class Vote(_Wire):
@@ -547,6 +576,9 @@ class InterruptRequest(_Wire):
     # caller shown a sub-agent's interrupt, whose rules it cannot read (the details panel
     # suggests a token then, not an identity).
     issuer: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message whose turn raised this call (None: nobody said). Left off the wire
+    # when unset.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
@@ -753,6 +785,12 @@ class SendInput(_Wire):
     # send that may or may not have got in) joins the turn the first one started, instead of
     # starting another with the same message.
     message_id: str | None = None
+    # Who sends it (recorded as the turn's requester), and for an agent that verifies identity
+    # (``trust``) the JWT that proves it, checked and spent as an answer's is. The token is
+    # never shown in a repr: it is a credential until it is spent. Both are left off the wire
+    # when unset, so the sends recorded before them decode and replay as they were.
+    identity: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    identity_token: str | None = Field(default=None, repr=False, exclude_if=lambda v: v is None)
 
 
 class ResumeInput(BaseModel):
@@ -849,6 +887,8 @@ class AnswerRecord(_Wire):
     # (``revoked``), and who gave it.
     grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Who sent the message whose turn raised the answered call (None: nobody said).
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
@@ -868,6 +908,8 @@ class TurnAnswer(_Wire):
     # As AnswerRecord.grant and granted_by.
     grant: str | None = Field(default=None, exclude_if=lambda v: v is None)
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # As AnswerRecord.requester.
+    requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):

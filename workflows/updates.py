@@ -121,8 +121,24 @@ class Updates:
                     )
                 return result.model_copy(update={"repeat": True})
             seen = self._m.stops
-            self._m.start(input.text, stream=input.stream, message_id=input.message_id)
+            try:
+                # Checked by validate_send just above, with no await between: this settles it.
+                self._m.start(
+                    input.text,
+                    stream=input.stream,
+                    message_id=input.message_id,
+                    sender=self._door.sender(input),
+                )
+            except Refused as e:
+                raise self._refused_send(input, e) from None
             return await self._stopped_since(seen)
+
+    def _refused_send(self, input: SendInput, refusal: Refused) -> Exception:
+        """A send refused in its handler, once accepted (its payload is in history): its token,
+        if it could answer something here, is spent (``spend_refused``)."""
+        self._m.spend_refused(input.identity_token)
+        self._m.telemetry.rejected("send", via="update")
+        return rejected(ErrorKind.SEND_REJECTED, refusal.reason, refusal.code)
 
     def validate_send(self, input: SendInput) -> None:
         reason = self._door.send_problem(
@@ -135,6 +151,11 @@ class Updates:
             raise rejected(ErrorKind.SEND_REJECTED, reason)
         if self._door.repeat(input) is not None:
             self._door.check_turn_waiters()
+            return  # a repeat joins its turn: what it says of its sender is not asked again
+        try:
+            self._door.sender(input)
+        except Refused as e:
+            raise rejected(ErrorKind.SEND_REJECTED, e.reason, e.code) from None
 
     async def resume(self, payload: RawResume) -> TurnResult:
         """Answer pending interrupts; returns when the turn ends or pauses again.
