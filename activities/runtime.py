@@ -107,6 +107,7 @@ from temporal_agent_interrupts.workflows.types import (
     Message,
     Status,
     ToolSpec,
+    input_digest,
 )
 
 if TYPE_CHECKING:
@@ -381,6 +382,16 @@ class AgentActivities:
                     non_retryable=True,
                 )
             self._check_gate(agent, input)
+            stale = _stale_approval(agent, input)
+            if stale is not None:
+                log.warning(
+                    "did not run tool call %r for chat %s: its approval is stale (%s)",
+                    input.tool[:100],
+                    input.chat_id[:100],
+                    stale,
+                )
+                count_tool_call(agent=agent.name, tool=tool.name, outcome="stale")
+                return ToolResult(kind="stale", message=stale)
             outcome: ToolOutcome = "error"
             try:
                 result = await self._tool_call(input, agent, tool)
@@ -841,6 +852,36 @@ def _as_tool(declared: object, *, agent: str) -> Tool[Any]:
             "activities.tool or activities.interrupt"
         )
     return declared
+
+
+def _stale_approval(agent: Agent, input: ToolInput) -> str | None:
+    """Why an approved run may no longer run on this worker (None: it may): checked just
+    before the tool runs, against this worker's own ``ToolApproval``, whatever the
+    conversation recorded. Its approvers (each by the entries that admitted them: identity,
+    ``group:NAME``) must still be admitted, as many as the gate's quorum; and the input must be
+    the one they approved. A deploy that narrowed the list between the approval and the run
+    voids it: the conversation asks again (``stale``), and nothing runs."""
+    if not input.resumed or input.approved_by is None:
+        return None
+    if input.approved_digest is not None and input_digest(input.args) != input.approved_digest:
+        return "its input is not the one that was approved"
+    gates = [
+        m for m in agent.middleware if isinstance(m, ToolApproval) and input.tool not in m.allow
+    ]
+    for gate in gates:
+        listed = set(gate.approvers)
+        admitted = [
+            entries
+            for entries in input.approved_by
+            if not listed or any(e in listed for e in entries)
+        ]
+        if len(admitted) < gate.quorum:
+            who = ", ".join(e[0] for e in input.approved_by if e)[:200] or "nobody named"
+            return (
+                f"approved by {who}, but this worker's gate now needs {gate.quorum} of "
+                f"{', '.join(gate.approvers)[:300] or 'anyone'}"
+            )
+    return None
 
 
 def _held_unapproved(agent: Agent, input: ToolInput, *, gated: bool = False) -> bool:

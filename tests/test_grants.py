@@ -412,3 +412,36 @@ async def test_a_grant_never_lets_through_a_call_its_grantor_requested(run_worke
     assert f3.ref == "f3" and f3.requester is not None
     assert f3.requester.identity == "bob@example.com"
     assert [p for p, _ in payments] == [10, 11]
+
+
+async def test_an_approval_whose_approver_left_the_list_before_the_run_is_stale(client, model):
+    model.reply(calls(_pay(10, "x1"), ("wire", {"amount": 7, "payee": "y"}, "x2")), text("done"))
+    model.reply(text("paid after all"))
+    queue = f"tq-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue=queue)
+    narrowed = Agent(
+        "payer",
+        model="gemini-test",
+        tools=[pay, wire, t.lookup, t.approve],
+        middleware=[ToolApproval(allow=["lookup"], approvers=[CFO])],
+    )
+    async with build_worker(client, agents=[payer], task_queue=queue, gemini=model.client()):
+        chat = await agents.chat("payer")
+        x1, x2 = (await chat.send("pay and wire")).interrupts
+        # ops approves the payment; it waits for the wire's answer before it runs.
+        waiting = await chat.resume(answers=[approve(x1)], identity="ops@example.com")
+        assert [i.ref for i in waiting.interrupts] == ["x2"]
+    # A deploy takes ops off the gate's list before the payment has run.
+    async with build_worker(client, agents=[narrowed], task_queue=queue, gemini=model.client()):
+        stale = await chat.resume(answers=[approve(x2)], identity=CFO)
+        (again,) = stale.interrupts
+        assert again.ref == "x1" and again.metadata["reason"] == "stale"
+        assert "ops@example.com" in again.metadata["stale"]
+        assert payments == [(-7, None)]  # the wire ran; the payment did not
+        done = await chat.resume(answers=[approve(again)], identity=CFO)
+        hist = await chat.history()
+    assert done.finish_reason == FinishReason.STOP
+    assert payments == [(-7, None), (10, None)]
+    voided = [a for a in hist.answers if a.kind == "voided"]
+    assert [(a.ref, a.decision, a.via) for a in voided] == [("x1", "stale", "recheck")]
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -178,6 +178,12 @@ class ToolInput(_Wire):
     idempotency_key: str | None = None
     # An edited call: the model's input (``args`` is the edited one).
     original_args: JsonObject | None = None
+    # An approved run of a gated tool: who approved it (each approver's admitting entries:
+    # identity and ``group:NAME``s) and the digest of the input they approved. The activity
+    # checks both against the worker's own gate before the tool runs (``stale`` if either no
+    # longer holds). Left off the wire when unset.
+    approved_by: list[list[str]] | None = Field(default=None, exclude_if=lambda v: v is None)
+    approved_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class MCPCallInput(ToolInput):
@@ -189,7 +195,9 @@ class MCPCallInput(ToolInput):
 
 
 class ToolResult(_Wire):
-    kind: Literal["output", "interrupt", "invalid_input"]
+    # "stale": an approved run the worker's gate no longer accepts (its approvers no longer
+    # admitted, or another input than the one approved): nothing ran, ``message`` says why.
+    kind: Literal["output", "interrupt", "invalid_input", "stale"]
     output: JsonObject | None = None
     metadata: JsonObject | None = None
     message: str | None = None

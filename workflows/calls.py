@@ -153,6 +153,8 @@ class Lifecycle:
         call.votes = []
         call.edit_passes_gate = None
         call.granted = None
+        call.approved_by = None
+        call.approved_digest = None
         call.reminded = 0
         call.escalated = False
         self.emit(events.interrupt(call, self._show(call)))

@@ -65,11 +65,12 @@ GROUP_PREFIX = "group:"
 REQUEST_APPROVERS_BYTES = 1024
 """What one pending call's approver list may take wherever it is shown (the rest counted)."""
 
-MAX_ENTRIES = 8
+MAX_ENTRIES = 5
 """Approver entries kept for one grantor (their identity and the groups that admitted them)."""
 
-VOTE_BYTES = 400
-"""What one kept vote may take as stored JSON (a 256-byte identity, its time and flag)."""
+VOTE_BYTES = 5 * 1024
+"""What one kept vote may take as stored JSON (a 256-byte identity, its time and flag, the
+grant it asks for, and the group entries that admitted it)."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,11 @@ def edit_passes_gate(spec: AgentSpec | None, call: CallState, *, approved: bool,
     if held is None:
         return True
     _, needed = held
-    return approved and needed <= 1 and admitted(spec, call, who)
+    return (
+        approved
+        and needed <= 1
+        and all(who.may_answer(allowed) for allowed in held_lists(spec, call))
+    )
 
 
 # -- who sent an answer ------------------------------------------------------------------------
@@ -546,9 +551,7 @@ def vote(
             at=at,
             subject=who.subject,
             remember=remember,
-            groups=[e for e in entries_of(who, lists(spec, call)) if e != who.identity]
-            if remember is not None
-            else [],
+            groups=[e for e in entries_of(who, lists(spec, call)) if e != who.identity],
         )
     )
     return len(call.votes) < needed

@@ -78,6 +78,7 @@ from temporal_agent_interrupts.workflows.types import (
     ReminderSpec,
     ResumeInput,
     gate_metadata,
+    input_digest,
 )
 
 __all__ = [
@@ -458,6 +459,11 @@ class InterruptBook:
                 continue
             self.lifecycle.restart(call, r.resumed_metadata)
             answered.append(call)
+            approving = (kind == "restart" and decision == "approved") or (
+                kind == "edit" and call.edit_passes_gate is True
+            )
+            if approving:
+                self._approved(call, who)
             if kind == "restart" and decision == "approved":
                 grant = self._remember(call, r.remember, who=who, now=now)
                 if grant is not None:
@@ -565,6 +571,15 @@ class InterruptBook:
             now=now,
         )
 
+    def _approved(self, call: CallState, who: Who) -> None:
+        """Keep who approved ``call``'s coming run, and the input they approved: the tool
+        activity checks both against the worker's own gate just before the tool runs."""
+        if self.quorum(call) > 1:
+            call.approved_by = [[v.identity, *v.groups] for v in call.votes]
+        else:
+            call.approved_by = [governance.entries_of(who, governance.lists(self.spec, call))]
+        call.approved_digest = input_digest(call.args)
+
     def _grantors_admit(self, grant: Grant, call: CallState) -> bool:
         """Whether ``grant``'s grantors could approve ``call`` themselves now: as many as its
         quorum are admitted by each of its approver lists, as they stand for this call (a
@@ -597,6 +612,8 @@ class InterruptBook:
                 continue
             self.lifecycle.restart(call, grants.let_through_metadata(grant))
             call.granted = grant.id
+            call.approved_by = list(grant.admitted) or [[g] for g in grant.granted_by]
+            call.approved_digest = input_digest(call.args)
             self._granted(call, grant)
             taken.append(call)
         return taken
@@ -622,6 +639,8 @@ class InterruptBook:
         call.resumed = True
         call.resumed_metadata = grants.let_through_metadata(grant)
         call.granted = grant.id
+        call.approved_by = list(grant.admitted) or [[g] for g in grant.granted_by]
+        call.approved_digest = input_digest(call.args)
         self._granted(call, grant)
 
     def _granted(self, call: CallState, grant: Grant) -> None:
@@ -642,6 +661,8 @@ class InterruptBook:
         """Why a ready, approved call may no longer run (None: it may); see
         :func:`workflows.grants.stale`."""
         state = self._state()
+        if call.approved_digest is not None and input_digest(call.args) != call.approved_digest:
+            return "its input is not the one that was approved"
         return grants.stale(call, state.grants if state else [], now=now)
 
     def void(self, call: CallState, reason: str, *, now: datetime) -> None:
@@ -651,7 +672,7 @@ class InterruptBook:
         self.lifecycle.answered(
             call,
             kind="voided",
-            via="grant" if grant else "update",
+            via="recheck",
             decision="stale",
             identity=None,
             verified=False,
@@ -661,6 +682,8 @@ class InterruptBook:
         call.resumed = False
         call.resumed_metadata = {}
         call.granted = None
+        call.approved_by = None
+        call.approved_digest = None
         decision = governance.gate_decision(self.spec, call.name)
         metadata = {**gate_metadata(call.name, decision), "reason": "stale", "stale": reason}
         self.pause(call, source="approval", metadata=metadata, now=now)

@@ -96,6 +96,12 @@ class CallState(_Wire):
     # its activity's result): a deny refuses it, an ask holds it like a gate. Left off the wire
     # when unset.
     policy: PolicyDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An approved run (a person's approval, a quorum's, a grant's): each approver's entries
+    # that admitted them (identity, ``group:NAME``), and the digest of the input approved. The
+    # tool activity checks them against the worker's own gate just before the tool runs, and a
+    # changed list or input voids the approval (``stale``). Left off the wire when unset.
+    approved_by: list[list[str]] | None = Field(default=None, exclude_if=lambda v: v is None)
+    approved_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # Who sent the message of the turn that made this call (TurnState.requester), kept with
     # the call: separation of duties and what approvers are shown read it here.
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)

@@ -274,6 +274,8 @@ class ToolStep:
             resumed_metadata=call.resumed_metadata,
             idempotency_key=idempotency_key(chat_id, call.ref, run),
             original_args=call.original_args,
+            approved_by=call.approved_by if call.resumed else None,
+            approved_digest=call.approved_digest if call.resumed else None,
         )
         if tool is not None and tool.agent is not None:
             await self._sub_agents.run(call, tool.agent, run=run)
@@ -342,6 +344,9 @@ class ToolStep:
             if json_size(metadata) > self._room(turn):
                 metadata = omitted(metadata, why=over_turn_budget("this interrupt's metadata"))
             book.pause(call, source="tool", metadata=metadata, now=workflow.now())
+        elif result.kind == "stale":
+            # The worker's gate no longer takes this approval: nothing ran; it asks again.
+            book.void(call, self._cut(result.message or "stale"), now=workflow.now())
         elif result.kind == "invalid_input":
             book.complete(call, {"error": f"invalid arguments: {self._cut(result.message or '')}"})
         else:

@@ -839,7 +839,7 @@ checked again just before its call ran no longer held (``stale``); the call paus
 and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
 the answer as applied)."""
 ForwardVerdict = Literal["applied", "refused"]
-AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant", "policy"]
+AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant", "policy", "recheck"]
 Decision = Literal[
     "approved",
     "denied",
