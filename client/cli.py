@@ -104,6 +104,7 @@ from temporal_agent_interrupts.search_attributes import (
     setup_search_attributes,
 )
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
+from temporal_agent_interrupts.workflows.details import shell_word
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     FinishReason,
@@ -559,6 +560,8 @@ def _answer(
             f"{escape(answer_words(answer))} as {escape(by)}"
         )
         print_turn(res)
+        if isinstance(answer, ToolRestart) and answer.remember is not None:
+            out.print(f"grants in force: agentctl grants {escape(shell_word(chat_id))}")
         again = next((i for i in res.interrupts if i.ref == ref), None)
         if res.finish_reason == FinishReason.INTERRUPTED and again is not None:
             # Printed as it is, "answered ... turn N is paused" reads as a success.

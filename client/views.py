@@ -396,7 +396,14 @@ def answer_words(answer: ToolResponse | ToolRestart) -> str:
     """An answer in words, for "answered NAME with ..."."""
     if isinstance(answer, ToolResponse):
         return f"respond {_compact(answer.output, None)}"
-    return f"restart with metadata {_compact(answer.resumed_metadata, None)}"
+    words = f"restart with metadata {_compact(answer.resumed_metadata, None)}"
+    if answer.remember is not None:
+        until = answer.remember.until
+        words += (
+            f", remembering: {visible(describe_match(answer.remember.match))}"
+            f" {'until ' + _deadline(until) if until else 'until revoked'}"
+        )
+    return words
 
 
 def closed_as(desc: WorkflowExecutionDescription) -> str | None:
