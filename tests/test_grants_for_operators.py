@@ -108,15 +108,15 @@ def test_conditions_read_as_an_operator_says_them():
 
 
 def _grant(n: int, **more: Any) -> Grant:
-    return Grant(
-        id=f"grant-{n}",
-        tool="pay",
-        match=UNDER_100.match,
-        granted_by=[CFO],
-        at=datetime(2026, 1, 1, tzinfo=UTC),
-        ref=f"p{n}",
-        **more,
-    )
+    fields: dict[str, Any] = {
+        "id": f"grant-{n}",
+        "tool": "pay",
+        "match": UNDER_100.match,
+        "granted_by": [CFO],
+        "at": datetime(2026, 1, 1, tzinfo=UTC),
+        "ref": f"p{n}",
+    }
+    return Grant.model_validate({**fields, **more})
 
 
 def _details(grants: list[Grant]) -> str:
