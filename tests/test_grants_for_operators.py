@@ -10,11 +10,13 @@ here each surface is shown to make, list and end the same grant the API does.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import typer
+from playwright.async_api import expect
 
 from temporal_agent_interrupts.client.cli import remember_scope
 from temporal_agent_interrupts.client.views import grant_condition, grant_until
@@ -23,8 +25,18 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.details import render_details
 from temporal_agent_interrupts.workflows.grants import describe_match
 from temporal_agent_interrupts.workflows.types import Grant, GrantCondition, GrantScope
+from tests import agents as t
+from tests.browser import UI_TIMEOUT_MS, browser_context, first_page
 from tests.helpers import assert_no_workflow_task_failed, current_details, eventually
 from tests.test_grants import CFO, UNDER_100, _pay, payer, payments
+from tests.test_inbox_page import (
+    DEV_IDENTITY,
+    click_and_answer,
+    inbox_url,
+    page_errors,
+    release_agent,
+    row_of,
+)
 from tests.test_operator import agentctl
 from tests.web import served
 
@@ -362,3 +374,63 @@ async def test_the_ui_details_show_a_grant_and_stop_once_it_is_revoked(run_worke
 
 def _reply(amount: float, ref: str) -> dict[str, Any]:
     return calls(_pay(amount, ref))
+
+
+# ----------------------------------------------------------------------------------------------
+# The inbox page, in Chromium
+
+
+async def test_the_inbox_page_remembers_an_approval_shows_the_grant_and_revokes_it(
+    browser: str, run_worker, model, client, tmp_path: Path
+) -> None:
+    agent = release_agent()
+    release = ("release", {"service": "api", "version": "2"})
+    model.reply(calls((*release, "r1")), text("released"))
+    model.reply(calls((*release, "r2")), text("released again"))
+    async with (
+        run_worker(agents=[agent]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-grant")
+        assert (await chat.send("Release api 2.")).interrupts
+        page = await first_page(context)
+        errors = page_errors(page)
+        await page.goto(inbox_url(origin, agent))
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+
+        # Approve, remembering: the page then shows the grant it made.
+        await row.get_by_label("Remember for this tool").check()
+        approve = row.get_by_role("button", name=f"Approve release in {chat.id}")
+        answered = await click_and_answer(page, approve)
+        assert answered.status == 200, await answered.text()
+        (grant,) = await chat.grants()
+        shown = page.locator("#grant-entries tr")
+        await expect(shown).to_have_count(1)
+        await expect(shown.locator("td.grant-id")).to_have_text(grant.id)
+        await expect(shown.locator("td.tool")).to_have_text("release")
+        await expect(shown.locator("td.when")).to_have_text("every call")
+        await expect(shown.locator("td.until")).to_have_text("until revoked")
+        await expect(shown.locator("td.by")).to_have_text(f"{DEV_IDENTITY} (asserted)")
+
+        # It lets the next call through; the page's count says so once asked again.
+        assert (await chat.send("Again.")).interrupts == []
+        assert t.RUNS["release"] == 2
+        await page.get_by_role("button", name="Show grants").click()
+        await expect(shown.locator("td.uses")).to_have_text("1")
+
+        # Revoke: the grant ends, and the next call asks again.
+        revoke = shown.get_by_role("button", name=f"Revoke {grant.id} in {chat.id}")
+        async with page.expect_response(lambda r: r.url.endswith("/revoke")) as posted:
+            await revoke.click()
+        assert (await posted.value).status == 200
+        await expect(page.locator("#grants-status")).to_have_text(
+            f"No grants in force on {chat.id}."
+        )
+        await expect(page.locator("#results li").first).to_contain_text("revoked")
+        assert await chat.grants() == []
+        assert not errors, errors
+        hist = await chat.history()
+    (ended,) = [a for a in hist.answers if a.kind == "revoked"]
+    assert (ended.identity, ended.grant) == (DEV_IDENTITY, grant.id)
