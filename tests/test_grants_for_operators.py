@@ -66,7 +66,8 @@ def _paid() -> None:
     ],
 )
 def test_a_remember_if_condition_is_read_strictly(typed: str, field: str, op: str, value: Any):
-    assert grant_condition(typed) == GrantCondition(field=field, op=op, value=value)  # type: ignore[arg-type]  # op is a GrantOp
+    expected = GrantCondition.model_validate({"field": field, "op": op, "value": value})
+    assert grant_condition(typed) == expected
 
 
 @pytest.mark.parametrize(
