@@ -75,17 +75,22 @@ from temporal_agent_interrupts.client.inbox import PausedChat, check_agent_name
 from temporal_agent_interrupts.client.views import (
     AuditOutput,
     CancelOutput,
+    GrantsOutput,
     PendingOutput,
     ResumeOutput,
+    RevokeGrantOutput,
     ShowOutput,
     answer_words,
     closed_as,
     err,
+    grant_condition,
+    grant_until,
     json_object,
     out,
     paused_again,
     print_audit,
     print_event,
+    print_grants,
     print_json,
     print_paused,
     print_status,
@@ -93,15 +98,18 @@ from temporal_agent_interrupts.client.views import (
     safe,
     who,
 )
-from temporal_agent_interrupts.errors import ChatNotFound, UnknownAgent
+from temporal_agent_interrupts.errors import ChatNotFound, GrantRejected, UnknownAgent
 from temporal_agent_interrupts.search_attributes import (
     SearchAttributesRefused,
     setup_search_attributes,
 )
 from temporal_agent_interrupts.workflows.config import AGENT_NAME
+from temporal_agent_interrupts.workflows.details import shell_word
 from temporal_agent_interrupts.workflows.types import (
     AnswerRecord,
     FinishReason,
+    Grant,
+    GrantScope,
     InterruptRequest,
     Rejection,
     StatusResult,
@@ -464,7 +472,7 @@ def _failure(e: AgentError) -> _Fail:
         if isinstance(e, SendRejected) or e.__cause__.status == RPCStatusCode.NOT_FOUND:
             return _Fail(ExitCode.USAGE, str(e))
         return _Fail(ExitCode.UNREACHABLE, str(e))
-    if isinstance(e, ResumeRejected | SendRejected):
+    if isinstance(e, ResumeRejected | SendRejected | GrantRejected):
         return _Fail(ExitCode.REFUSED, f"rejected: {e}")
     if isinstance(e.__cause__, WorkflowQueryFailedError):
         # The conversation could not answer (its code raised, or its workflow task is failing):
@@ -552,6 +560,8 @@ def _answer(
             f"{escape(answer_words(answer))} as {escape(by)}"
         )
         print_turn(res)
+        if isinstance(answer, ToolRestart) and answer.remember is not None:
+            out.print(f"grants in force: agentctl grants {escape(shell_word(chat_id))}")
         again = next((i for i in res.interrupts if i.ref == ref), None)
         if res.finish_reason == FinishReason.INTERRUPTED and again is not None:
             # Printed as it is, "answered ... turn N is paused" reads as a success.
@@ -766,6 +776,35 @@ def approve_command(
     ctx: typer.Context,
     chat_id: ChatIdArg,
     ref: RefArg,
+    remember_tool: Annotated[
+        bool,
+        typer.Option(
+            "--remember-tool",
+            help="Also grant: every later call of this tool in this conversation runs without "
+            "asking (until --remember-until, or agentctl revoke-grant).",
+        ),
+    ] = False,
+    remember_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--remember-if",
+            metavar="CONDITION",
+            help="Also grant, for the calls of this tool whose input meets CONDITION (repeat "
+            "for several, all must hold): field<=n, field<n, field>=n, field>n, "
+            'field==JSON (a number, "quoted string", true, false, null), field^=prefix.',
+            show_default=False,
+        ),
+    ] = None,
+    remember_until: Annotated[
+        str | None,
+        typer.Option(
+            "--remember-until",
+            metavar="ISO8601",
+            help="The grant ends at this instant (with its offset: 2026-12-31T18:00:00Z); "
+            "without it, it lasts until revoked.",
+            show_default=False,
+        ),
+    ] = None,
     identity: IdentityOption = None,
     identity_token_file: TokenFileOption = None,
     wait: WaitOption = DEFAULT_WAIT,
@@ -776,16 +815,54 @@ def approve_command(
     An interrupt-only tool gets respond {"approved": true}; a gated or conditional tool is
     restarted with resume metadata {"tool_approved": true}, so it runs with its original input.
     Where a quorum is needed, this is one vote.
+
+    With --remember-tool or --remember-if (a gated call only) the approval is also remembered:
+    a grant that lets matching calls of the tool, pending now or later, run without asking.
     """
+    scope = remember_scope(tool=remember_tool, conditions=remember_if or [], until=remember_until)
+
+    def build(interrupt: InterruptRequest) -> ToolResponse | ToolRestart:
+        try:
+            return approve(interrupt, remember=scope)
+        except ValueError as e:  # remember on an interrupt-only tool: its answer is one call's
+            raise _Fail(ExitCode.REFUSED, f"rejected: {e}") from None
+
     _answer(
         ctx,
         chat_id,
         ref,
-        approve,
+        build,
         identity=identity,
         token_file=identity_token_file,
         wait=wait,
         as_json=as_json,
+    )
+
+
+def remember_scope(*, tool: bool, conditions: list[str], until: str | None) -> GrantScope | None:
+    """The grant ``approve``'s --remember options ask for (None: this call only).
+
+    A grant is asked for explicitly, by --remember-tool (the whole tool) or --remember-if (a
+    pattern), never implied by --remember-until alone: a script that mistyped its condition
+    option must not grant the whole tool.
+
+    Raises:
+        typer.BadParameter: both --remember-tool and --remember-if, --remember-until alone, or
+            a condition or time that does not parse.
+    """
+    if tool and conditions:
+        raise typer.BadParameter(
+            "--remember-tool grants every call of the tool and --remember-if only some: give one"
+        )
+    if not tool and not conditions:
+        if until is not None:
+            raise typer.BadParameter(
+                "--remember-until needs --remember-tool or --remember-if (what is remembered)"
+            )
+        return None
+    return GrantScope(
+        match=[grant_condition(c) for c in conditions],
+        until=grant_until(until) if until is not None else None,
     )
 
 
@@ -840,6 +917,79 @@ def cancel(
             return
         out.print(f"cancelled turn {res.turn} of {safe(chat_id)} as {safe(who)}")
         print_turn(res)
+
+    _run(ctx, command)
+
+
+@app.command()
+def grants(
+    ctx: typer.Context,
+    chat_id: ChatIdArg,
+    as_json: JsonFlag = False,
+    wait: WaitOption = DEFAULT_WAIT,
+) -> None:
+    """The grants in force on a conversation: remembered approvals that let matching calls of a
+    tool run without asking (id, tool, conditions, until, granted by, uses)."""
+
+    async def command(agents: AgentClient) -> None:
+        chat, desc = await _open(agents, chat_id, running=False)
+        held: list[Grant] = await _ask(
+            chat, desc, lambda: chat.grants(worker_timeout=_wait(wait)), answering=False
+        )
+        if as_json:
+            print_json(GrantsOutput(chat_id=chat_id, grants=held))
+            return
+        print_grants(chat_id, held, closed=closed_as(desc) is not None)
+
+    _run(ctx, command)
+
+
+@app.command(name="revoke-grant")
+def revoke_grant(
+    ctx: typer.Context,
+    chat_id: ChatIdArg,
+    grant_id: Annotated[
+        str, typer.Argument(metavar="GRANT_ID", help="The grant's id (agentctl grants lists them).")
+    ],
+    reason: Annotated[str, typer.Option(help="Why, for the audit log.")] = "",
+    identity: IdentityOption = None,
+    wait: WaitOption = DEFAULT_WAIT,
+    as_json: JsonFlag = False,
+) -> None:
+    """End a grant now: matching calls ask again. A call it let through that has not run yet
+    pauses again (stale). Recorded in the audit log with --identity and --reason."""
+    who = identity or _default_identity()
+
+    async def command(agents: AgentClient) -> None:
+        chat, desc = await _open(agents, chat_id, running=True)
+        # A query first: when no worker runs it fails without leaving a queued update behind,
+        # and it says what is being revoked.
+        before: list[Grant] = await _ask(
+            chat, desc, lambda: chat.grants(worker_timeout=_wait(wait)), answering=True
+        )
+        revoked = next((g for g in before if g.id == grant_id), None)
+        remaining: list[Grant] = await _ask(
+            chat,
+            desc,
+            lambda: chat.revoke_grant(
+                grant_id, reason=reason, identity=who, worker_timeout=_wait(wait)
+            ),
+            answering=True,
+        )
+        if as_json:
+            print_json(
+                RevokeGrantOutput(
+                    chat_id=chat_id,
+                    revoked=revoked,
+                    identity=who,
+                    reason=reason,
+                    grants=remaining,
+                )
+            )
+            return
+        what = f" ({safe(revoked.tool)})" if revoked is not None else ""
+        out.print(f"revoked grant {safe(grant_id)}{what} on {safe(chat_id)} as {safe(who)}")
+        print_grants(chat_id, remaining)
 
     _run(ctx, command)
 

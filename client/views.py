@@ -10,6 +10,8 @@ Everything shown comes from a conversation, and so from whoever talked to it: it
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -27,11 +29,15 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 from temporal_agent_interrupts.client.audit import UntrustedRun
 from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt
 from temporal_agent_interrupts.workflows.details import shell_word, visible
+from temporal_agent_interrupts.workflows.grants import describe_match
 from temporal_agent_interrupts.workflows.limits import human_size
 from temporal_agent_interrupts.workflows.types import (
     AgentStatus,
     AnswerRecord,
     FinishReason,
+    Grant,
+    GrantCondition,
+    GrantOp,
     InterruptRequest,
     JsonObject,
     Rejection,
@@ -100,6 +106,22 @@ class AuditOutput(BaseModel):
     untrusted: list[UntrustedRun] = Field(default_factory=list, exclude_if=lambda runs: not runs)
     # Runs the trail continued from that Temporal no longer has (only there when there are any).
     gone: list[str] = Field(default_factory=list, exclude_if=lambda runs: not runs)
+
+
+class GrantsOutput(BaseModel):
+    chat_id: str
+    # The grants in force, oldest first, as the conversation's ``grants`` query has them.
+    grants: list[Grant] = []
+
+
+class RevokeGrantOutput(BaseModel):
+    chat_id: str
+    # The grant as it stood just before the revoke (None when it could not be read first).
+    revoked: Grant | None
+    identity: str
+    reason: str
+    # The grants still in force after it.
+    grants: list[Grant] = []
 
 
 def print_json(model: BaseModel) -> None:
@@ -374,7 +396,14 @@ def answer_words(answer: ToolResponse | ToolRestart) -> str:
     """An answer in words, for "answered NAME with ..."."""
     if isinstance(answer, ToolResponse):
         return f"respond {_compact(answer.output, None)}"
-    return f"restart with metadata {_compact(answer.resumed_metadata, None)}"
+    words = f"restart with metadata {_compact(answer.resumed_metadata, None)}"
+    if answer.remember is not None:
+        until = answer.remember.until
+        words += (
+            f", remembering: {visible(describe_match(answer.remember.match))}"
+            f" {'until ' + _deadline(until) if until else 'until revoked'}"
+        )
+    return words
 
 
 def closed_as(desc: WorkflowExecutionDescription) -> str | None:
@@ -632,6 +661,123 @@ def json_object(value: str, *, what: str) -> JsonObject:
     if not isinstance(parsed, dict):
         raise typer.BadParameter(f"{what} must be a JSON object, like '{{\"approved\": true}}'")
     return parsed
+
+
+# The operators of ``--remember-if``, two-character ones first so ``<=`` is not read as ``<``.
+_CONDITION_OPS: tuple[tuple[str, GrantOp], ...] = (
+    ("<=", "le"),
+    (">=", "ge"),
+    ("==", "eq"),
+    ("^=", "prefix"),
+    ("<", "lt"),
+    (">", "gt"),
+)
+# A dotted path of plain keys: a typo such as "amount =<100" must fail here, not become a field
+# named "amount =" that no input has (the workflow would refuse it, further from the cause).
+_FIELD_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")
+_NOT_JSON = object()
+CONDITION_FORMS = "field<=n, field<n, field>=n, field>n, field==JSON, field^=prefix"
+
+
+def grant_condition(text: str) -> GrantCondition:
+    """One ``--remember-if`` condition: ``amount<=100``, ``payee^=NL``, ``currency=="EUR"``.
+
+    A bound takes a JSON number, ``==`` a JSON scalar (so a string is quoted: the grant compares
+    types strictly, and ``100`` would not match ``"100"``), ``^=`` the rest of the text as the
+    prefix.
+
+    Raises:
+        typer.BadParameter: no operator, a field that is not a dotted path of keys, a bound that
+            is not a number, an ``==`` value that is not a JSON scalar, an empty prefix.
+    """
+    where = f"--remember-if {text!r}"
+    # The first operator in the text splits it (a prefix may hold "<=" itself); at one place
+    # the two-character one wins, as _CONDITION_OPS lists them.
+    found = [(text.find(symbol), n) for n, (symbol, _) in enumerate(_CONDITION_OPS)]
+    first = min(((at, n) for at, n in found if at >= 0), default=None)
+    if first is not None:
+        at, n = first
+        symbol, op = _CONDITION_OPS[n]
+        field, raw = text[:at].strip(), text[at + len(symbol) :]
+        if not _FIELD_PATH.fullmatch(field):
+            raise typer.BadParameter(
+                f"{where}: {field!r} is not a field path (keys joined by dots, like payee.country)"
+            )
+        if op == "prefix":
+            if not raw:
+                raise typer.BadParameter(f"{where}: the prefix is empty")
+            return GrantCondition(field=field, op=op, value=raw)
+        try:
+            value: object = json.loads(raw)
+        except ValueError:
+            value = _NOT_JSON
+        if op == "eq":
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not isinstance(value, str | int | float | bool | None) or not finite:
+                raise typer.BadParameter(
+                    f"{where}: the value after == is a JSON number, string, true, false or null "
+                    f"(quote a string: 'field==\"text\"')"
+                )
+            return GrantCondition(field=field, op=op, value=value)
+        # A boolean is an int to Python, never a bound to a grant (workflows.grants.holds).
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise typer.BadParameter(f"{where}: the bound after {symbol} is not a number")
+        return GrantCondition(field=field, op=op, value=value)
+    raise typer.BadParameter(f"{where}: no operator; use one of {CONDITION_FORMS}")
+
+
+def grant_until(text: str) -> datetime:
+    """``--remember-until``: an ISO 8601 instant with its UTC offset (``2026-12-31T18:00Z``).
+
+    Raises:
+        typer.BadParameter: not ISO 8601, or no offset (whose time zone would it be?).
+    """
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"--remember-until {text!r} is not an ISO 8601 time, like 2026-12-31T18:00:00Z"
+        ) from None
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise typer.BadParameter(
+            f"--remember-until {text!r} has no UTC offset: add Z or +HH:MM, so it names one "
+            "instant wherever agentctl runs"
+        )
+    return at
+
+
+def print_grants(chat_id: str, grants: Sequence[Grant], *, closed: bool = False) -> None:
+    """``agentctl grants``'s answer for a person: the grants in force and how to revoke one."""
+    if not grants:
+        note = " (the conversation is closed)" if closed else ""
+        out.print(f"No grants in force on {safe(chat_id)}{note}.")
+        return
+    table = Table(
+        title=visible(f"Grants in force on {chat_id}: {len(grants)}"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("ID", "TOOL", "WHEN", "UNTIL", "GRANTED BY", "USES"):
+        no_wrap = column in ("ID", "TOOL")
+        table.add_column(column, overflow="fold", no_wrap=no_wrap)
+    for g in grants:
+        by = ", ".join(visible(b) for b in g.granted_by) or "-"
+        table.add_row(
+            Text(visible(g.id)),
+            Text(visible(g.tool), style="bold"),
+            Text(visible(describe_match(g.match))),
+            Text(_deadline(g.until) if g.until else "until revoked"),
+            Text(f"{by} ({'verified' if g.verified else 'asserted'})"),
+            Text(str(g.uses)),
+        )
+    out.print(table)
+    out.print(
+        f"Revoke with: agentctl revoke-grant {escape(shell_word(chat_id))} GRANT_ID [--reason TEXT]"
+    )
 
 
 def print_event(ev: TurnEvent, *, as_json: bool) -> None:

@@ -14,7 +14,10 @@ Routes:
                                                (``?agent=&approver=&limit=&cursor=``)
     ``GET  /api/chats/{chat_id}/pending``      one chat's pending calls
     ``GET  /api/chats/{chat_id}/audit``        its audit trail
-    ``POST /api/chats/{chat_id}/interrupts/{ref}``   answer one call
+    ``POST /api/chats/{chat_id}/interrupts/{ref}``   answer one call (an approval may carry
+                                               ``remember``, a grant's scope)
+    ``GET  /api/chats/{chat_id}/grants``       its grants in force (remembered decisions)
+    ``POST /api/chats/{chat_id}/grants/{grant_id}/revoke``   end one (body: optional reason)
     ``GET  /api/whoami``                       who this request answers as
     ``GET  /inbox``                            the approver's inbox page
 
@@ -71,6 +74,7 @@ from temporal_agent_interrupts.errors import (
     AgentError,
     CancelRejected,
     ChatNotFound,
+    GrantRejected,
     NoWorkerAnswered,
     ResumeRejected,
     SendRejected,
@@ -91,6 +95,7 @@ from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
+    GrantScope,
     InterruptRequest,
     JsonObject,
     StatusResult,
@@ -274,6 +279,10 @@ def agent_problem(error: AgentError) -> Problem:
     if isinstance(error, ResumeRejected):
         code = error.code or "invalid"
         return Problem(_STATUS_OF_CODE.get(code, 422), code, reason)
+    if isinstance(error, GrantRejected):
+        # No grant with that id in force: 404; a malformed id or reason: 422.
+        code = error.code or "invalid"
+        return Problem(_STATUS_OF_CODE.get(code, 422), code, reason)
     if isinstance(error, (SendRejected, CancelRejected)):
         return Problem(409, "conflict", reason)
     return Problem(502, "temporal", reason, title="Temporal refused")
@@ -295,6 +304,21 @@ class AnswerBody(BaseModel):
     input: JsonObject | None = None
     reason: str = Field(default="", max_length=1024)
     metadata: JsonObject | None = None
+    remember: GrantScope | None = None
+    """With ``approve`` only: also grant, for the calls of the tool in this scope (the
+    conversation checks it: only an approver of a gated call may grant)."""
+
+
+class RevokeGrantBody(BaseModel):
+    """``POST /api/chats/{chat_id}/grants/{grant_id}/revoke``: why, for the audit log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=1024)
+
+
+REVOKE_BODY = 4 * KiB
+"""The most a revoke's body may be: a reason of 1,024 characters, escaped, and its braces."""
 
 
 async def read_body(request: Request, *, limit: int) -> bytes:
@@ -866,6 +890,50 @@ class _App:
             )
         return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
 
+    async def grants(self, request: Request) -> Response:
+        """The chat's grants in force: a read, as its pending calls are."""
+        chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        agent = await self.agent_of(chat_id)
+        await self.allow(request, Access(action="read", chat_id=chat_id, agent=agent))
+        if agent is None:
+            # grants() answers [] for a chat that is gone or closed; no such chat is a 404.
+            raise Problem(404, "not_found", f"no chat {chat_id[:100]!r}")
+        held = await self.chat(chat_id).grants(worker_timeout=self.worker_timeout)
+        return JSONResponse(
+            {"chat_id": chat_id, "grants": [g.model_dump(mode="json") for g in held]}
+        )
+
+    async def revoke_grant(self, request: Request) -> Response:
+        """End one grant. Authorized as an answer (revoking narrows what runs unasked, but it
+        still changes what the conversation does, and its record names who did it): the
+        identity on record is the request's, when the app's mode has one (a bearer token is
+        the agent's to verify, and a revoke carries none: it is recorded with no identity)."""
+        chat_id = _path_id(request.path_params["chat_id"], what="the chat id")
+        grant_id = _path_id(request.path_params["grant_id"], what="the grant id")
+        raw = await read_json(request, limit=min(self.max_body, REVOKE_BODY))
+        try:
+            body = RevokeGrantBody.model_validate(raw)
+        except ValidationError as e:
+            raise _validation_problem(e, what="the revoke") from None
+        who = await self.who(request)
+        agent = await self.agent_of(chat_id)
+        await self.allow(
+            request, Access(action="answer", chat_id=chat_id, agent=agent, identity=who.identity)
+        )
+        remaining = await self.chat(chat_id).revoke_grant(
+            grant_id,
+            reason=body.reason,
+            identity=who.identity,
+            worker_timeout=self.worker_timeout,
+        )
+        return JSONResponse(
+            {
+                "chat_id": chat_id,
+                "revoked": grant_id,
+                "grants": [g.model_dump(mode="json") for g in remaining],
+            }
+        )
+
     # -- AG-UI ---------------------------------------------------------------------------------
 
     async def agui_run(self, request: Request) -> Response:
@@ -1262,8 +1330,13 @@ def _same_agent(chat: Chat, status: StatusResult) -> None:
 
 
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:
+    if body.remember is not None and body.action != "approve":
+        raise Problem(400, "malformed", "remember goes with an approval only")
     if body.action == "approve":
-        return shown.approve()
+        try:
+            return shown.approve(remember=body.remember)
+        except ValueError as e:  # remember on an interrupt-only tool: its answer is one call's
+            raise Problem(422, "invalid", str(e)) from None
     if body.action == "deny":
         return shown.deny(body.reason)
     if body.action == "respond":
@@ -1406,6 +1479,12 @@ def agents_app(
         Route("/api/chats/{chat_id}/pending", guarded(state.pending), methods=["GET"]),
         Route("/api/chats/{chat_id}/audit", guarded(state.audit), methods=["GET"]),
         Route("/api/chats/{chat_id}/interrupts/{ref}", guarded(state.answer), methods=["POST"]),
+        Route("/api/chats/{chat_id}/grants", guarded(state.grants), methods=["GET"]),
+        Route(
+            "/api/chats/{chat_id}/grants/{grant_id}/revoke",
+            guarded(state.revoke_grant),
+            methods=["POST"],
+        ),
         Route("/inbox", guarded(_static("inbox.html", "text/html; charset=utf-8"))),
         Route("/inbox/inbox.js", guarded(_static("inbox.js", "text/javascript; charset=utf-8"))),
         Route("/inbox/inbox.css", guarded(_static("inbox.css", "text/css; charset=utf-8"))),

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from temporal_agent_interrupts.workflows.grants import describe_match
 from temporal_agent_interrupts.workflows.interrupts import schema_error
 from temporal_agent_interrupts.workflows.state import (
     CallState,
@@ -36,6 +37,7 @@ from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AgentStatus,
     AnswerRecord,
+    Grant,
     InterruptRequest,
     JsonObject,
     Rejection,
@@ -45,6 +47,9 @@ from temporal_agent_interrupts.workflows.types import (
 
 MAX_TEXT_IN_DETAILS = 400
 MAX_INTERRUPTS_IN_DETAILS = 20
+MAX_GRANTS_IN_DETAILS = 10
+"""Grants the panel lists (a conversation holds up to ``grants.MAX_GRANTS``); ``agentctl grants``
+and the ``grants`` query have them all."""
 
 # Bidirectional controls, line separators and zero-width characters: invisible, and able to
 # reorder or break what an operator reads, or to make two ids look the same.
@@ -407,6 +412,7 @@ def render_details(
     answers: Sequence[AnswerRecord] = (),
     requests: Sequence[InterruptRequest],
     delegated: Sequence[InterruptRequest] = (),
+    grants: Sequence[Grant] = (),
 ) -> str:
     """The Markdown of the UI's current details: what the conversation waits on and how to
     answer it, how the last turn ended, what was decided and what was refused lately.
@@ -415,7 +421,7 @@ def render_details(
     ``requests``: the pending calls as requests (who may answer, quorum, votes), in the same
     order. ``delegated``: the interrupts this turn's sub-agents wait on (``agent_tool``), with
     their paths, shown after this conversation's own; :data:`MAX_INTERRUPTS_IN_DETAILS` counts
-    both.
+    both. ``grants``: the grants in force (see :func:`_grant_lines`).
     """
     lines = [f"{code(agent)} · status **{status}** · turn {turns}"]
     asked = {r.ref: r for r in requests}
@@ -467,6 +473,7 @@ def render_details(
                 f"{where}): **{a.verdict or a.decision or a.kind}** by {code(truncate(who, 80))} "
                 f"({a.via}{proof}){asked}"
             )
+    lines += _grant_lines(grants, chat_id=chat_id)
     if rejections:
         lines += ["", f"### Recent rejected answers ({rejections_total} in all)"]
         for r in rejections[-5:]:
@@ -475,3 +482,37 @@ def render_details(
                 f"{code(truncate(r.reason, 200))}"
             )
     return "\n".join(lines)
+
+
+def _grant_lines(grants: Sequence[Grant], *, chat_id: str) -> list[str]:
+    """The grants in force as panel lines, and the command that ends one.
+
+    Each line is bounded (a grant's conditions may hold 8 values of 256 bytes), and at most
+    :data:`MAX_GRANTS_IN_DETAILS` are listed, so the panel stays about the size it was. The
+    panel is rewritten at the workflow's publish points (a grant made, used, revoked or
+    expired), so an ``until`` is given as an instant, never as time left.
+    """
+    if not grants:
+        return []
+    lines = ["", f"### Grants in force ({len(grants)})"]
+    for g in grants[:MAX_GRANTS_IN_DETAILS]:
+        by = ", ".join(truncate(b, 80) for b in g.granted_by[:5]) or "unknown"
+        more = len(g.granted_by) - 5
+        until = f"until {utc(g.until)}" if g.until else "until revoked"
+        lines.append(
+            f"- {code(truncate(g.id, 60))}: {code(truncate(g.tool, 60))} when "
+            f"{code(truncate(describe_match(g.match), 200))}, {until}, granted by {code(by)}"
+            f"{f' (+{more} more)' if more > 0 else ''} "
+            f"({'verified' if g.verified else 'asserted'}), used {g.uses} times"
+        )
+    if len(grants) > MAX_GRANTS_IN_DETAILS:
+        lines.append(
+            f"- … and {len(grants) - MAX_GRANTS_IN_DETAILS} more "
+            f"(agentctl grants {shell_word(chat_id)})"
+        )
+    lines += [
+        "- revoke one (matching calls ask again):",
+        "",
+        fence(f"agentctl revoke-grant {shell_word(chat_id)} GRANT_ID --reason TEXT"),
+    ]
+    return lines

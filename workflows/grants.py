@@ -31,6 +31,7 @@ workflow's, passed in.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -294,3 +295,21 @@ def _lookup(args: JsonObject, path: str) -> tuple[bool, Any]:
             return False, None
         value = value[part]
     return True, value
+
+
+_SHOWN_OPS = {"eq": "=", "prefix": "starts with", "le": "≤", "lt": "<", "ge": "≥", "gt": ">"}
+
+
+def describe_condition(condition: GrantCondition) -> str:
+    """One condition as an operator reads it (``amount ≤ 100``, ``payee starts with "NL"``).
+
+    The value is shown as JSON, so ``100`` and ``"100"`` (which match different inputs, see
+    :func:`holds`) read differently. Not escaped: each surface escapes for its own medium.
+    """
+    value = json.dumps(condition.value, ensure_ascii=False)
+    return f"{condition.field} {_SHOWN_OPS.get(condition.op, condition.op)} {value}"
+
+
+def describe_match(match: Sequence[GrantCondition]) -> str:
+    """A grant's pattern in words: its conditions joined by "and", or "every call"."""
+    return " and ".join(describe_condition(c) for c in match) if match else "every call"

@@ -116,6 +116,7 @@ def project(
             answers=state.answers,
             requests=requests,
             delegated=delegated,
+            grants=state.grants,
         ),
     )
 

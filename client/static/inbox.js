@@ -172,6 +172,10 @@
     setButtons(row, false, "Sending…");
     const body = { action, input_digest: str(entry.input_digest) };
     if (action === "deny") body.reason = reason;
+    // "Remember for this tool": a grant with no conditions, until revoked (the conversation
+    // checks that this approver may grant it).
+    const remember = action === "approve" && row.remember !== undefined && row.remember.checked;
+    if (remember) body.remember = { match: [] };
     let response;
     try {
       response = await fetch(
@@ -206,6 +210,7 @@
       answered.add(row.key);
       setButtons(row, false, "Answered");
       showTurn(what, reply && reply.result);
+      if (remember) showGrants(chatId);
     } else {
       const problem = await problemOf(response);
       const item = addResult(
@@ -327,6 +332,22 @@
     // runs nothing, and needs no more than the listing shows.)
     row.approvable = answerable && (!entry.input_cut || row.whole !== undefined);
     const cell = el("td", { class: "actions" }, approve, " ", deny, form, note);
+    // Only the approval of a call a gate paused can be remembered (not an interrupt's answer,
+    // and not a sub-agent's call, which its own chat's rules decide).
+    const own = !entry.chat_id || entry.chat_id === chatId;
+    if (entry.source === "approval" && own) {
+      const rememberId = `remember-${row.serial}`;
+      row.remember = el("input", { type: "checkbox", id: rememberId, class: "remember" });
+      cell.append(
+        el(
+          "div",
+          { class: "remember" },
+          row.remember,
+          " ",
+          el("label", { for: rememberId }, "Remember for this tool")
+        )
+      );
+    }
     if (answerable && !row.approvable) {
       const show = button("Show the whole input", {
         class: "show-whole",
@@ -380,11 +401,22 @@
   }
 
   function dataCells(chat, entry, whole) {
+    const grantsButton = el(
+      "button",
+      {
+        type: "button",
+        class: "show-grants",
+        "aria-label": `Show the grants of ${str(chat.chat_id)}`,
+      },
+      "Grants"
+    );
+    grantsButton.addEventListener("click", () => showGrants(str(chat.chat_id)));
     const chatCell = el(
       "td",
       { class: "chat" },
       el("code", {}, str(chat.chat_id)),
-      chat.agent ? el("div", { class: "agent" }, "agent ", el("code", {}, str(chat.agent))) : null
+      chat.agent ? el("div", { class: "agent" }, "agent ", el("code", {}, str(chat.agent))) : null,
+      grantsButton
     );
     const toolCell = el(
       "td",
@@ -498,6 +530,123 @@
   }
 
   // ---------------------------------------------------------------------------------------
+  // Grants: one chat's remembered decisions, each with Revoke. Read when asked for (a button,
+  // ?chat=, an approval that remembered), not polled: each read asks the chat's worker.
+
+  const OPS = { eq: "=", prefix: "starts with", le: "≤", lt: "<", ge: "≥", gt: ">" };
+
+  /** A grant's conditions in words, as agentctl and the UI's details panel show them. */
+  function describeMatch(match) {
+    if (!Array.isArray(match) || !match.length) return "every call";
+    const one = (c) => {
+      const condition = c && typeof c === "object" ? c : {};
+      const op = OPS[condition.op] || str(condition.op);
+      return `${str(condition.field)} ${op} ${JSON.stringify(condition.value ?? null)}`;
+    };
+    return match.map(one).join(" and ");
+  }
+
+  let grantsChat = null;
+
+  async function showGrants(chatId) {
+    grantsChat = chatId;
+    $("grants-chat").value = chatId;
+    const status = $("grants-status");
+    status.textContent = "Loading the grants…";
+    let listing;
+    try {
+      const response = await fetch(api(`chats/${encodeURIComponent(chatId)}/grants`), {
+        headers: { Accept: "application/json" },
+      });
+      if (!response.ok) {
+        const problem = await problemOf(response);
+        status.textContent = `Could not read the grants of ${chatId}: ${problem.detail}`;
+        $("grants").hidden = true;
+        return;
+      }
+      listing = await response.json();
+    } catch (error) {
+      const why = str(error && error.message);
+      status.textContent = `Could not read the grants of ${chatId}: ${why}`;
+      return;
+    }
+    if (grantsChat !== chatId) return; // another chat was asked for since
+    const grants = Array.isArray(listing.grants) ? listing.grants : [];
+    $("grant-entries").replaceChildren(...grants.map((g) => grantRow(chatId, g)));
+    $("grants-caption").textContent = `Grants in force on ${chatId}`;
+    $("grants").hidden = !grants.length;
+    status.textContent = grants.length
+      ? `${grants.length} grant${grants.length === 1 ? "" : "s"} in force on ${chatId}.`
+      : `No grants in force on ${chatId}.`;
+  }
+
+  function grantRow(chatId, grant) {
+    const id = str(grant.id);
+    const by = Array.isArray(grant.granted_by) ? grant.granted_by.map(str).join(", ") : "";
+    const proof = grant.verified ? "verified" : "asserted";
+    const revoke = el(
+      "button",
+      { type: "button", class: "revoke", "aria-label": `Revoke ${id} in ${chatId}` },
+      "Revoke"
+    );
+    const note = el("span", { class: "note", role: "status" });
+    revoke.addEventListener("click", () => revokeGrant(chatId, id, revoke, note));
+    return el(
+      "tr",
+      { "data-grant": id },
+      el("td", { class: "grant-id" }, el("code", {}, id)),
+      el("td", { class: "tool" }, el("code", {}, str(grant.tool))),
+      el("td", { class: "when" }, describeMatch(grant.match)),
+      el("td", { class: "until" }, grant.until ? timeEl(grant.until) : "until revoked"),
+      el("td", { class: "by" }, `${by || "unknown"} (${proof})`),
+      el("td", { class: "uses" }, String(Number(grant.uses ?? 0))),
+      el("td", { class: "actions" }, revoke, " ", note)
+    );
+  }
+
+  async function revokeGrant(chatId, grantId, button, note) {
+    button.disabled = true;
+    note.textContent = "Revoking…";
+    const what = `revoke ${grantId} in ${chatId}`;
+    let response;
+    try {
+      response = await fetch(
+        api(`chats/${encodeURIComponent(chatId)}/grants/${encodeURIComponent(grantId)}/revoke`),
+        {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json" },
+          body: JSON.stringify({ reason: "revoked from the inbox page" }),
+        }
+      );
+    } catch (error) {
+      addResult("unknown", what, `no answer from the app (${str(error && error.message)})`);
+      button.disabled = false;
+      note.textContent = "";
+      return;
+    }
+    if (response.ok) {
+      addResult("ok", what, "revoked: matching calls ask again");
+    } else {
+      const problem = await problemOf(response);
+      const item = addResult(
+        "refused",
+        what,
+        el("span", { class: "status" }, `${problem.status} ${problem.title}`),
+        " — ",
+        el("span", { class: "detail" }, problem.detail)
+      );
+      if (problem.code) item.dataset.code = problem.code;
+    }
+    showGrants(chatId);
+  }
+
+  $("grants-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const chatId = $("grants-chat").value.trim();
+    if (chatId) showGrants(chatId);
+  });
+
+  // ---------------------------------------------------------------------------------------
   // Polling.
 
   const filters = new URLSearchParams();
@@ -557,6 +706,9 @@
       refreshSoon();
     }
   });
+
+  const asked = new URLSearchParams(window.location.search).get("chat");
+  if (asked) showGrants(asked);
 
   showWhoami().finally(refresh);
 })();
