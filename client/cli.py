@@ -77,6 +77,7 @@ from temporal_agent_interrupts.client.views import (
     CancelOutput,
     GrantsOutput,
     PendingOutput,
+    PolicyReviewOutput,
     ResumeOutput,
     RevokeGrantOutput,
     ShowOutput,
@@ -111,6 +112,7 @@ from temporal_agent_interrupts.workflows.types import (
     Grant,
     GrantScope,
     InterruptRequest,
+    PolicyReviewResult,
     Rejection,
     StatusResult,
     ToolResponse,
@@ -990,6 +992,42 @@ def revoke_grant(
         what = f" ({safe(revoked.tool)})" if revoked is not None else ""
         out.print(f"revoked grant {safe(grant_id)}{what} on {safe(chat_id)} as {safe(who)}")
         print_grants(chat_id, remaining)
+
+    _run(ctx, command)
+
+
+@app.command(name="review-policy")
+def review_policy(
+    ctx: typer.Context,
+    chat_id: ChatIdArg,
+    wait: WaitOption = DEFAULT_WAIT,
+    as_json: JsonFlag = False,
+) -> None:
+    """Decide the calls paused on the agent's policy set again, with the set the worker holds
+    now (after a deploy that changed it): allowed ones run, denied ones end refused, asks show
+    their new approvers. The command names no policy: only the worker's set decides."""
+
+    async def command(agents: AgentClient) -> None:
+        chat, desc = await _open(agents, chat_id, running=True)
+        # A query first: when no worker runs it fails without leaving a queued update behind.
+        await _ask(chat, desc, lambda: chat.status(worker_timeout=_wait(wait)), answering=True)
+        review: PolicyReviewResult = await _ask(
+            chat, desc, lambda: chat.review_policy(worker_timeout=_wait(wait)), answering=True
+        )
+        if as_json:
+            print_json(
+                PolicyReviewOutput(
+                    chat_id=chat_id,
+                    policy_hash=review.policy_hash,
+                    changed={ref: str(effect) for ref, effect in review.changed.items()},
+                )
+            )
+            return
+        if not review.changed:
+            out.print(f"{safe(chat_id)}: no paused call's decision changed")
+            return
+        for ref, effect in review.changed.items():
+            out.print(f"{safe(ref)}: {safe(str(effect))}")
 
     _run(ctx, command)
 

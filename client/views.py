@@ -124,6 +124,14 @@ class RevokeGrantOutput(BaseModel):
     grants: list[Grant] = []
 
 
+class PolicyReviewOutput(BaseModel):
+    chat_id: str
+    # The hash of the policy set the worker holds now (None: nothing was paused on a policy).
+    policy_hash: str | None = None
+    # Each paused call whose decision changed, by ref: allow (released), deny (refused) or ask.
+    changed: dict[str, str] = {}
+
+
 def print_json(model: BaseModel) -> None:
     """One ``--json`` answer on stdout."""
     # Plain text, not rich: the output is for programs, and must not wrap or carry styles.

@@ -33,6 +33,7 @@ from temporal_agent_interrupts.workflows.types import GrantCondition, GrantScope
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_deadlines import _test_server
+from tests.test_operator import agentctl
 
 payments: list[tuple[float, object]] = []
 
@@ -372,8 +373,11 @@ async def test_a_new_policy_set_releases_one_pending_call_and_denies_another(cli
         unchanged = await chat.review_policy()
         assert unchanged.changed == {} and unchanged.policy_hash == old.spec().policy_hash
     async with build_worker(client, agents=[new], task_queue=queue, gemini=model.client()):
-        review = await chat.review_policy()
-        assert review.changed == {"m1": "allow", "m2": "deny"}
+        # As an operator runs it after the deploy.
+        review = await agentctl(client, "review-policy", chat.id, "--json", task_queue=queue)
+        assert review.code == 0, review
+        assert review.json()["changed"] == {"m1": "allow", "m2": "deny"}
+        assert review.json()["policy_hash"] == new.spec().policy_hash
         done = await eventually(chat.last_turn, lambda t: t is not None and t.text != "")
         hist = await chat.history()
     assert done is not None and done.finish_reason == FinishReason.STOP
