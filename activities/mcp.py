@@ -286,6 +286,19 @@ class MCPToolset:
         """The durable key of this toolset (``mcp:SERVER``)."""
         return f"mcp:{self.server.name}"
 
+    def _hints(self, annotations: mcp_types.ToolAnnotations | None) -> JsonObject | None:
+        """The tool's boolean hints, for a policy set to read (only where this toolset trusts
+        annotations: a policy must not read what the gate was told to ignore)."""
+        if not self.trust_annotations or annotations is None:
+            return None
+        hints = {
+            "readOnlyHint": annotations.read_only_hint,
+            "destructiveHint": annotations.destructive_hint,
+            "idempotentHint": annotations.idempotent_hint,
+            "openWorldHint": annotations.open_world_hint,
+        }
+        return {k: v for k, v in hints.items() if isinstance(v, bool)}
+
     def decide(self, name: str, annotations: mcp_types.ToolAnnotations | None) -> GateDecision:
         """Whether calls of the server's tool ``name`` pause for approval, and why."""
         if name in self.gate:
@@ -371,6 +384,7 @@ class MCPToolset:
                     editable=editable,
                     mcp=MCPToolRef(server=self.server.name, tool=name),
                     gate=decision,
+                    annotations=self._hints(t.annotations),
                 )
             )
         return specs, problems

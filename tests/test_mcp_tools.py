@@ -663,3 +663,16 @@ def test_the_gate_decides_as_the_docs_table_says(annotations, lists, expected):
     said = None if annotations is None else mcp_types.ToolAnnotations(**annotations)
     decision = toolset.decide("t", said)
     assert (decision.gated, decision.reason, decision.detail) == expected
+
+
+def test_a_listing_keeps_the_boolean_hints_a_policy_reads_only_where_trusted():
+    hints = mcp_types.ToolAnnotations(read_only_hint=True, open_world_hint=False, title="Read")
+    trusted = mcp_tools(MCPServerHTTP("docs", "http://127.0.0.1:1/mcp"))
+    (spec,), _ = trusted.specs([listed("read", annotations=hints)])
+    assert spec.annotations == {"readOnlyHint": True, "openWorldHint": False}
+    (bare,), _ = trusted.specs([listed("bare")])
+    assert bare.annotations is None
+    # Told not to trust annotations, the gate ignores them, and so does a policy set.
+    untrusted = mcp_tools(MCPServerHTTP("docs", "http://127.0.0.1:1/mcp"), trust_annotations=False)
+    (ignored,), _ = untrusted.specs([listed("read", annotations=hints)])
+    assert ignored.annotations is None

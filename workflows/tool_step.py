@@ -49,6 +49,7 @@ from temporal_agent_interrupts.workflows.state import (
 )
 from temporal_agent_interrupts.workflows.subagents import SubAgentCalls
 from temporal_agent_interrupts.workflows.types import (
+    JsonObject,
     PolicyDecision,
     ToolSpec,
 )
@@ -198,7 +199,10 @@ class ToolStep:
         arg = PolicyInput(
             chat_id=workflow.info().workflow_id,
             agent=self.s.agent,
-            calls=[PolicyCall(ref=c.ref, tool=c.name, input=c.args) for c in calls],
+            calls=[
+                PolicyCall(ref=c.ref, tool=c.name, input=c.args, annotations=self._hints(c.name))
+                for c in calls
+            ],
             requester=PolicyRequester(
                 identity=requester.identity,
                 verified=requester.verified,
@@ -221,6 +225,12 @@ class ToolStep:
         except ActivityError as e:
             return self._runner.error(e, what="policy").message
         return result
+
+    def _hints(self, name: str) -> JsonObject | None:
+        """An MCP tool's hints as its listing recorded them (None for other tools)."""
+        spec = self.s.spec
+        tool = spec.tool(name) if spec else None
+        return tool.annotations if tool is not None else None
 
     def _cut(self, text: str) -> str:
         """Text from the model or a tool, cut to a bounded size (it names keys the model made

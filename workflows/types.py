@@ -185,6 +185,11 @@ class ToolSpec(_Wire):
     # what they were.
     mcp: MCPToolRef | None = Field(default=None, exclude_if=lambda v: v is None)
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An MCP tool's boolean hints as its server listed them (``readOnlyHint``,
+    # ``destructiveHint``, ``idempotentHint``, ``openWorldHint``), which a policy set reads as
+    # ``resource.annotations``; None where its toolset does not trust annotations. Left off the
+    # wire when unset.
+    annotations: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
     # Another agent as this tool (``agent_tool``): its calls are child conversations, not
     # activities. Left off the wire when unset, like ``mcp``.
     agent: SubAgentRef | None = Field(default=None, exclude_if=lambda v: v is None)
