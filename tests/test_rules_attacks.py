@@ -1,0 +1,161 @@
+"""Attacks on issue 47's rules (grants, policies, requesters, approvals checked again), each
+against a real dev server, as someone holding the namespace's credentials or reaching the web
+app would try them. Each test asserts what held, or what a fix made hold (NOTES-attack.md, not
+in the repository, has every attempt).
+
+- A web login's assertion, copied, asks for no grant the approver did not choose: it binds the
+  grant's scope as it binds the call and the input.
+- A grant ``until`` with no UTC offset is refused with a reason, by update and by signal, and
+  the pause still answers.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import httpx2
+import pytest
+
+from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts.client.login import Login, jwt_login
+from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.types import (
+    GrantCondition,
+    GrantScope,
+    remember_digest,
+)
+from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
+from tests.test_grants import CFO, _pay, payer, payments
+from tests.test_web_login import IDP, TWO, exchange_for, gated, paused
+from tests.web import answer, served
+
+ANN = Login(identity="ann@example.com")
+ONLY_KEY = GrantScope(match=[GrantCondition(field="key", op="eq", value="k")])
+
+
+# ----------------------------------------------------------------------------------------------
+# Defect: a web login's assertion bound the call and the input, not the grant (remember).
+
+
+async def test_an_assertion_for_a_plain_approval_grants_nothing_when_copied(
+    run_worker, model, client
+):
+    """An approver behind the web app's login approves one call and remembers nothing. A copy
+    of the assertion (read in flight, or from a caller's history on its way to a sub-agent)
+    used to make a grant for every call of the tool for as long as the conversation lives,
+    in the approver's verified name: it is refused, and the approval as made still applies."""
+    exchange = exchange_for(lambda request: None)
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, TWO)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        (g1, _r1) = await chat.pending()
+        made = exchange.assertion(ANN, chat_id=chat.id, calls={"g1": digest["g1"]})
+        for wider in (GrantScope(), ONLY_KEY):
+            with pytest.raises(ResumeRejected, match="remembers nothing") as refused:
+                await chat.resume(answers=[approve(g1, remember=wider)], identity_token=made)
+            assert refused.value.code == "forbidden"
+        assert await chat.grants() == []
+        # The answer the approver chose still applies with the same assertion.
+        result = await chat.resume(answers=[approve(g1)], identity_token=made)
+        assert [i.ref for i in result.interrupts] == ["r1"]
+        assert await chat.grants() == []
+        await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_an_assertion_for_one_grant_makes_that_grant_and_no_wider_one(
+    run_worker, model, client
+):
+    exchange = exchange_for(lambda request: None)
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, TWO)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        (g1, _r1) = await chat.pending()
+        made = exchange.assertion(
+            ANN,
+            chat_id=chat.id,
+            calls={"g1": digest["g1"]},
+            remember={"g1": remember_digest(ONLY_KEY)},
+        )
+        with pytest.raises(ResumeRejected, match="remembers another scope"):
+            await chat.resume(answers=[approve(g1, remember=GrantScope())], identity_token=made)
+        await chat.resume(answers=[approve(g1, remember=ONLY_KEY)], identity_token=made)
+        (grant,) = await chat.grants()
+        assert (grant.tool, grant.match, grant.granted_by) == (
+            "lookup",
+            ONLY_KEY.match,
+            [ANN.identity],
+        )
+        await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_the_web_app_binds_the_remember_it_was_asked_for(run_worker, model, client):
+    """Behind a login, the approvals API's approve with ``remember`` makes that grant: the app's
+    assertion names the scope, and the workflow takes it."""
+    exchange = exchange_for(
+        jwt_login(IDP.private_key.public_key(), algorithms=["RS256"], issuer=IDP.issuer,
+                  audience=IDP.audience)
+    )  # fmt: skip
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        as_ann = {
+            "Authorization": f"Bearer {IDP.mint(ANN.identity, expires_in=timedelta(hours=1))}"
+        }
+        async with (
+            served(agents_app(agents, identity=exchange)) as base,
+            httpx2.AsyncClient(timeout=60) as http,
+        ):
+            body = {
+                "action": "approve",
+                "input_digest": digest["g1"],
+                "remember": ONLY_KEY.model_dump(mode="json"),
+            }
+            r = await answer(http, base, chat.id, "g1", body, headers=as_ann)
+            assert r.status_code == 200, r.text
+        (grant,) = await chat.grants()
+        assert (grant.match, grant.granted_by, grant.verified) == (
+            ONLY_KEY.match,
+            [ANN.identity],
+            True,
+        )
+        await assert_no_workflow_task_failed(client, chat.id)
+
+
+# ----------------------------------------------------------------------------------------------
+# Defect: an ``until`` with no UTC offset raised a TypeError in the workflow (an internal error).
+
+
+async def test_an_until_without_an_offset_is_refused_with_a_reason(run_worker, model, client):
+    model.reply(calls(_pay(80, "p1")), text("paid 80"))
+    async with run_worker(agents=[payer]) as agents:
+        chat = await agents.chat("payer")
+        (first,) = (await chat.send("pay 80")).interrupts
+        naive = GrantScope(until=datetime(2030, 1, 1))
+        with pytest.raises(ResumeRejected, match="no UTC offset"):
+            await chat.resume(answers=[approve(first, remember=naive)], identity=CFO)
+        entry = {
+            "name": "pay",
+            "ref": "p1",
+            "resumed_metadata": {"tool_approved": True},
+            "input_digest": first.input_digest,
+            "remember": {"match": [], "until": "2030-01-01T00:00:00"},
+        }
+        rc, out = await cli_signal(
+            client, chat.id, "resume", json.dumps({"restart": [entry], "identity": CFO})
+        )
+        assert rc == 0, out
+
+        seen = await eventually(
+            chat.rejections, lambda rs: any("no UTC offset" in r.reason for r in rs)
+        )
+        assert any("no UTC offset" in r.reason for r in seen), [r.reason for r in seen]
+        assert await chat.grants() == [] and payments == []
+        done = await chat.resume(answers=[approve(first)], identity=CFO)
+        assert done.finish_reason == FinishReason.STOP and payments == [(80, None)]
+        await assert_no_workflow_task_failed(client, chat.id)
