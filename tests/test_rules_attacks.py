@@ -17,16 +17,21 @@ from datetime import datetime, timedelta
 import httpx2
 import pytest
 
-from temporal_agent_interrupts import FinishReason, approve
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, approve
+from temporal_agent_interrupts.activities.runtime import _stale_approval  # pyright: ignore[reportPrivateUsage]
 from temporal_agent_interrupts.client.login import Login, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import governance
+from temporal_agent_interrupts.workflows.activity_io import ToolInput
 from temporal_agent_interrupts.workflows.types import (
     GrantCondition,
     GrantScope,
+    input_digest,
     remember_digest,
 )
+from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
 from tests.test_grants import CFO, _pay, payer, payments
 from tests.test_web_login import IDP, TWO, exchange_for, gated, paused
@@ -159,3 +164,31 @@ async def test_an_until_without_an_offset_is_refused_with_a_reason(run_worker, m
         done = await chat.resume(answers=[approve(first)], identity=CFO)
         assert done.finish_reason == FinishReason.STOP and payments == [(80, None)]
         await assert_no_workflow_task_failed(client, chat.id)
+
+
+# ----------------------------------------------------------------------------------------------
+# Defect: an approver admitted by a group the cut of their entries dropped was voided forever.
+
+
+def test_an_approver_s_entries_keep_one_for_every_list_that_admits_them():
+    """A verified approver in many groups, where a policy's ask names four of them and the
+    gate names a fifth (sorting after them): the entries kept with the approval (five at most)
+    used to hold the ask's four and drop the gate's, so the tool activity, which checks the
+    worker's gate, found no approver it admits and voided the approval (``stale``) at every
+    run, however often it was given again; a grant made by them let nothing through."""
+    who = governance.Who(
+        identity="ann@example.com", verified=True, groups=("a", "b", "c", "d", "z")
+    )
+    ask = ["group:a", "group:b", "group:c", "group:d"]
+    gate = ["group:z"]
+    entries = governance.entries_of(who, [ask, gate])
+    assert len(entries) <= governance.MAX_ENTRIES
+    assert governance.entries_admit(entries, [ask, gate])
+    agent = Agent("ent", model="gemini-test", tools=[t.lookup],
+                  middleware=[ToolApproval(approvers=gate)],
+                  trust=exchange_for(lambda request: None).trusted_issuer())  # fmt: skip
+    args = {"key": "k"}
+    run = ToolInput(agent="ent", chat_id="c", tool="lookup", ref="g1", args=args,
+                    resumed=True, resumed_metadata={"tool_approved": True},
+                    approved_by=[entries], approved_digest=input_digest(args))  # fmt: skip
+    assert _stale_approval(agent, run) is None

@@ -211,9 +211,19 @@ def entries_of(who: Who, among: list[list[str]]) -> list[str]:
     found = [who.identity] if who.identity is not None else []
     if who.verified:
         named = {a for allowed in among for a in allowed if a.startswith(GROUP_PREFIX)}
-        found.extend(
-            sorted(f"{GROUP_PREFIX}{g}" for g in who.groups if f"{GROUP_PREFIX}{g}" in named)
-        )
+        mine = sorted(f"{GROUP_PREFIX}{g}" for g in who.groups if f"{GROUP_PREFIX}{g}" in named)
+        # First one entry for each list that admits them (at most two lists: a policy's ask
+        # and the gate's), so the cut below never drops the only one a list knows: the tool
+        # activity checks the gate's list alone, and an approval it could not place would be
+        # voided (stale) at every run, however often it is given again.
+        kept: list[str] = []
+        for allowed in among:
+            if any(e in allowed for e in [*found, *kept]):
+                continue
+            first = next((g for g in mine if g in allowed), None)
+            if first is not None:
+                kept.append(first)
+        found.extend([*kept, *(g for g in mine if g not in kept)])
     return found[:MAX_ENTRIES]
 
 
