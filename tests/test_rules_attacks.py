@@ -18,7 +18,7 @@ import httpx2
 import pytest
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, approve
-from temporal_agent_interrupts.activities.runtime import _stale_approval  # pyright: ignore[reportPrivateUsage]
+from temporal_agent_interrupts.activities.runtime import _stale_approval
 from temporal_agent_interrupts.client.login import Login, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.errors import ResumeRejected
@@ -38,6 +38,13 @@ from tests.test_web_login import IDP, TWO, exchange_for, gated, paused
 from tests.web import answer, served
 
 ANN = Login(identity="ann@example.com")
+
+
+@pytest.fixture(autouse=True)
+def _paid() -> None:
+    payments.clear()  # test_grants' tools record here; its own fixture clears it only there
+
+
 ONLY_KEY = GrantScope(match=[GrantCondition(field="key", op="eq", value="k")])
 
 
@@ -192,3 +199,40 @@ def test_an_approver_s_entries_keep_one_for_every_list_that_admits_them():
                     resumed=True, resumed_metadata={"tool_approved": True},
                     approved_by=[entries], approved_digest=input_digest(args))  # fmt: skip
     assert _stale_approval(agent, run) is None
+
+
+# ----------------------------------------------------------------------------------------------
+# Held: a grant lets through only the tool, and the typed input, it names; a revoke is bounded.
+
+
+async def test_a_grant_lets_through_only_its_tool_and_typed_inputs_and_a_revoke_is_bounded(
+    run_worker, model, client
+):
+    model.reply(calls(_pay(80, "p1")), text("paid"))
+    wire = ("wire", {"amount": 50, "payee": "NL91ABNA0417164300"}, "w1")
+    model.reply(calls(wire), text("asked"))
+    model.reply(calls(("pay", {"amount": True, "payee": "x"}, "p2")), text("asked"))
+    async with run_worker(agents=[payer]) as agents:
+        chat = await agents.chat("payer")
+        (first,) = (await chat.send("pay 80")).interrupts
+        # Type confusion in the scope itself: a bound that is a boolean is refused.
+        for bad in ({"field": "amount", "op": "le", "value": True}, {"field": "nope"}):
+            scope = GrantScope.model_validate({"match": [bad]})
+            with pytest.raises(ResumeRejected):
+                await chat.resume(answers=[approve(first, remember=scope)], identity=CFO)
+        await chat.resume(
+            answers=[approve(first, remember=GrantScope.model_validate(
+                {"match": [{"field": "amount", "op": "le", "value": 100}]}))],
+            identity=CFO,
+        )  # fmt: skip
+        (grant,) = await chat.grants()
+        # Another tool, and an input the schema refuses (true is no amount), still pause.
+        (w1,) = (await chat.send("wire 50")).interrupts
+        assert w1.ref == "w1"
+        await chat.resume(answers=[w1.deny("no")], identity=CFO)
+        assert [i.ref for i in (await chat.send("pay true")).interrupts] == ["p2"]
+        assert payments == [(80, None)]
+        with pytest.raises(Exception, match="reason"):
+            await chat.revoke_grant(grant.id, reason="x" * 100_000)
+        assert [g.id for g in await chat.grants()] == [grant.id]
+        await assert_no_workflow_task_failed(client, chat.id)
