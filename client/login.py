@@ -181,16 +181,28 @@ class LoginExchange:
             raise TypeError("the login hook returns a Login or None")
         return found
 
-    def assertion(self, login: Login, *, chat_id: str, calls: Mapping[str, str]) -> str:
+    def assertion(
+        self,
+        login: Login,
+        *,
+        chat_id: str,
+        calls: Mapping[str, str],
+        remember: Mapping[str, str] | None = None,
+    ) -> str:
         """An assertion that ``login`` answers ``calls`` (ref: the digest of the input shown) in
-        chat ``chat_id``, and nothing else, for :attr:`lifetime`.
+        chat ``chat_id``, and nothing else, for :attr:`lifetime`; an approval of one of them
+        may make a grant only of the scope ``remember`` names for it (ref: its
+        ``types.remember_digest``), none without.
 
         Raises:
             ValueError: no calls, or more than one token may be bound to.
         """
         if not calls or len(calls) > MAX_BOUND_CALLS:
             raise ValueError(f"an assertion answers 1 to {MAX_BOUND_CALLS} calls")
-        return self._sign(login, {ANSWER_CLAIM: {"chat": chat_id, "calls": dict(calls)}})
+        bound: dict[str, Any] = {"chat": chat_id, "calls": dict(calls)}
+        if remember:
+            bound["remember"] = dict(remember)
+        return self._sign(login, {ANSWER_CLAIM: bound})
 
     def send_assertion(self, login: Login, *, chat_id: str, text: str) -> str:
         """An assertion that ``login`` sends the message ``text`` in chat ``chat_id``, and

@@ -103,6 +103,7 @@ from temporal_agent_interrupts.workflows.types import (
     ToolRestart,
     TurnEvent,
     TurnResult,
+    remember_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -665,9 +666,16 @@ class _App:
             )
         return described.run_id or ""
 
-    def token_for(self, who: _Identity, chat: Chat, calls: dict[str, str]) -> str | None:
+    def token_for(
+        self,
+        who: _Identity,
+        chat: Chat,
+        calls: dict[str, str],
+        remember: dict[str, str] | None = None,
+    ) -> str | None:
         """The identity token an answer to ``calls`` (ref: the input digest shown) carries: the
-        bearer token as sent, or, for a login, an assertion made for that answer alone."""
+        bearer token as sent, or, for a login, an assertion made for that answer alone, and
+        for the grant it asks for (``remember``, ref: the scope's digest), if any."""
         if who.login is not None:
             assert isinstance(self.identity, LoginExchange)
             if len(calls) > MAX_BOUND_CALLS:
@@ -677,7 +685,9 @@ class _App:
                     f"answer at most {MAX_BOUND_CALLS} calls at once behind a login (one "
                     f"assertion each time; {len(calls)} were given)",
                 )
-            return self.identity.assertion(who.login, chat_id=chat.id, calls=calls)
+            return self.identity.assertion(
+                who.login, chat_id=chat.id, calls=calls, remember=remember
+            )
         return who.token
 
     async def resume_checked(
@@ -859,7 +869,8 @@ class _App:
             )
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
-        token = self.token_for(who, chat, {ref: body.input_digest})
+        remember = {ref: remember_digest(body.remember)} if body.remember is not None else None
+        token = self.token_for(who, chat, {ref: body.input_digest}, remember)
         result = await self.resume_checked(
             chat,
             who,

@@ -55,6 +55,7 @@ from temporal_agent_interrupts.workflows.types import (
     ResumeInput,
     Vote,
     input_digest,
+    remember_digest,
 )
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -210,9 +211,19 @@ def entries_of(who: Who, among: list[list[str]]) -> list[str]:
     found = [who.identity] if who.identity is not None else []
     if who.verified:
         named = {a for allowed in among for a in allowed if a.startswith(GROUP_PREFIX)}
-        found.extend(
-            sorted(f"{GROUP_PREFIX}{g}" for g in who.groups if f"{GROUP_PREFIX}{g}" in named)
-        )
+        mine = sorted(f"{GROUP_PREFIX}{g}" for g in who.groups if f"{GROUP_PREFIX}{g}" in named)
+        # First one entry for each list that admits them (at most two lists: a policy's ask
+        # and the gate's), so the cut below never drops the only one a list knows: the tool
+        # activity checks the gate's list alone, and an approval it could not place would be
+        # voided (stale) at every run, however often it is given again.
+        kept: list[str] = []
+        for allowed in among:
+            if any(e in allowed for e in [*found, *kept]):
+                continue
+            first = next((g for g in mine if g in allowed), None)
+            if first is not None:
+                kept.append(first)
+        found.extend([*kept, *(g for g in mine if g not in kept)])
     return found[:MAX_ENTRIES]
 
 
@@ -368,7 +379,8 @@ def check_binding(
 ) -> None:
     """Check that a token made for one answer (``who.binding``) is used for that answer: sent
     to the chat it names (or through it: a sub-agent's ``chats`` include its caller's), for
-    calls it names, whose input is the one it names. A token that names no answer may answer
+    calls it names, whose input is the one it names, remembering (a grant) only the scope it
+    names for that call. A token that names no answer may answer
     anything (an identity provider's own, made for the person, not the answer).
 
     Raises:
@@ -396,6 +408,19 @@ def check_binding(
                 f"the identity token was made for another input of {name!r} (ref {ref!r}) "
                 "than it has now (it was edited since): answer the input it has now",
                 code="conflict",
+            )
+    for r in resume.restart:
+        # The grant an approval makes is the approver's choice as much as the call is: a copy
+        # of the token (read in flight, or from a caller's history on its way to a sub-agent)
+        # must not widen "this call" into "every call of the tool". Asking for less (no
+        # grant) only narrows.
+        if r.remember is not None and binding.remember_of(r.ref) != remember_digest(r.remember):
+            raise ResumeError(
+                f"the identity token was made for an answer to {r.name!r} (ref {r.ref!r}) that "
+                "remembers "
+                f"{'another scope' if binding.remember_of(r.ref) else 'nothing'}: it grants "
+                "only what the approver chose",
+                code="forbidden",
             )
 
 

@@ -87,7 +87,7 @@ def check_scope(
     Raises:
         ResumeError: too many conditions, a field path or value too large, a bound that is not
             a number, a prefix that is not a string, a field the tool's input does not have,
-            or an ``until`` in the past or more than :data:`MAX_LIFE` ahead.
+            or an ``until`` with no UTC offset, in the past or more than :data:`MAX_LIFE` ahead.
     """
     name = call.name
     if len(scope.match) > MAX_CONDITIONS:
@@ -120,6 +120,13 @@ def check_scope(
             raise ResumeError(
                 f"remember on {name!r}: its input has no field {head!r} (it has: {known})"
             )
+    if scope.until is not None and scope.until.utcoffset() is None:
+        # A time with no offset is no instant: comparing it with the workflow's (UTC) time
+        # would raise, refusing the answer with an internal error instead of a reason.
+        raise ResumeError(
+            f"remember on {name!r}: until {scope.until.isoformat()} has no UTC offset; give "
+            "one (2026-12-31T18:00:00Z)"
+        )
     if scope.until is not None and now is not None:
         if scope.until <= now:
             raise ResumeError(f"remember on {name!r}: until {scope.until.isoformat()} has passed")

@@ -108,9 +108,16 @@ class AnswerBinding:
     """The chat the answer was sent to."""
     calls: tuple[tuple[str, str], ...]
     """Each call it may answer: its ref, and the digest of the input the approver was shown."""
+    remember: tuple[tuple[str, str], ...] = ()
+    """Each call whose approval the approver chose to remember: its ref, and the digest of the
+    grant's scope (``types.remember_digest``). An approval of any other call, or with another
+    scope, may remember nothing: a copy of the token must not turn one approval into a grant."""
 
     def digest_of(self, ref: str) -> str | None:
         return next((digest for r, digest in self.calls if r == ref), None)
+
+    def remember_of(self, ref: str) -> str | None:
+        return next((digest for r, digest in self.remember if r == ref), None)
 
 
 @dataclass(frozen=True)
@@ -438,7 +445,7 @@ def _binding(value: Any) -> AnswerBinding:
     that says it is bound, and cannot be read, must not answer as if it were not)."""
     malformed = IdentityError(
         f"the identity token is malformed: its {ANSWER_CLAIM!r} claim is not "
-        '{"chat": ..., "calls": {ref: input digest}}'
+        '{"chat": ..., "calls": {ref: input digest}, "remember": {ref: scope digest}}'
     )
     if not isinstance(value, Mapping):
         raise malformed
@@ -449,12 +456,22 @@ def _binding(value: Any) -> AnswerBinding:
         raise IdentityError(
             f"the identity token is bound to {len(calls)} calls; at most {MAX_BOUND_CALLS}"
         )
+    remember = value.get("remember", {})
+    if not isinstance(remember, Mapping) or len(remember) > len(calls):
+        raise malformed
+    return AnswerBinding(
+        chat=chat, calls=_pairs(calls, malformed), remember=_pairs(remember, malformed)
+    )
+
+
+def _pairs(mapping: Mapping[Any, Any], malformed: IdentityError) -> tuple[tuple[str, str], ...]:
+    """A bound token's ``{ref: digest}`` map, each a non-empty string."""
     pairs: list[tuple[str, str]] = []
-    for ref, digest in calls.items():
+    for ref, digest in mapping.items():
         if not isinstance(ref, str) or not ref or not isinstance(digest, str) or not digest:
             raise malformed
         pairs.append((ref, digest))
-    return AnswerBinding(chat=chat, calls=tuple(pairs))
+    return tuple(pairs)
 
 
 def _choose_key(keys: tuple[_Key, ...], kid: Any) -> _Key:

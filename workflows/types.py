@@ -444,6 +444,13 @@ class GrantScope(_Wire):
     until: datetime | None = None
 
 
+def remember_digest(scope: GrantScope) -> str:
+    """What names a grant's scope exactly (as :func:`input_digest` names an input): a token made
+    for one answer (the web app's assertion) carries it, so a copy of the token can ask for no
+    other grant than the one the approver chose."""
+    return input_digest(scope.model_dump(mode="json"))
+
+
 class Grant(_Wire):
     """A remembered decision: calls of ``tool`` matching ``match`` run without asking, until
     ``until`` or a revoke (the ``grants`` query, ``Chat.grants()``, ``agentctl grants``)."""
