@@ -188,11 +188,13 @@ class LoginExchange:
         chat_id: str,
         calls: Mapping[str, str],
         remember: Mapping[str, str] | None = None,
+        answers: Mapping[str, str] | None = None,
     ) -> str:
         """An assertion that ``login`` answers ``calls`` (ref: the digest of the input shown) in
         chat ``chat_id``, and nothing else, for :attr:`lifetime`; an approval of one of them
         may make a grant only of the scope ``remember`` names for it (ref: its
-        ``types.remember_digest``), none without.
+        ``types.remember_digest``), none without; and, given ``answers`` (ref: its
+        ``types.answer_digest``), only with that answer: an approval's assertion denies nothing.
 
         Raises:
             ValueError: no calls, or more than one token may be bound to.
@@ -202,6 +204,8 @@ class LoginExchange:
         bound: dict[str, Any] = {"chat": chat_id, "calls": dict(calls)}
         if remember:
             bound["remember"] = dict(remember)
+        if answers:
+            bound["answers"] = dict(answers)
         return self._sign(login, {ANSWER_CLAIM: bound})
 
     def send_assertion(self, login: Login, *, chat_id: str, text: str) -> str:

@@ -103,6 +103,7 @@ from temporal_agent_interrupts.workflows.types import (
     ToolRestart,
     TurnEvent,
     TurnResult,
+    answer_digest,
     remember_digest,
 )
 
@@ -672,10 +673,12 @@ class _App:
         chat: Chat,
         calls: dict[str, str],
         remember: dict[str, str] | None = None,
+        answers: dict[str, str] | None = None,
     ) -> str | None:
         """The identity token an answer to ``calls`` (ref: the input digest shown) carries: the
-        bearer token as sent, or, for a login, an assertion made for that answer alone, and
-        for the grant it asks for (``remember``, ref: the scope's digest), if any."""
+        bearer token as sent, or, for a login, an assertion made for that answer alone (each
+        call's ``answers``, ref: its ``answer_digest``), and for the grant it asks for
+        (``remember``, ref: the scope's digest), if any."""
         if who.login is not None:
             assert isinstance(self.identity, LoginExchange)
             if len(calls) > MAX_BOUND_CALLS:
@@ -686,7 +689,7 @@ class _App:
                     f"assertion each time; {len(calls)} were given)",
                 )
             return self.identity.assertion(
-                who.login, chat_id=chat.id, calls=calls, remember=remember
+                who.login, chat_id=chat.id, calls=calls, remember=remember, answers=answers
             )
         return who.token
 
@@ -870,7 +873,9 @@ class _App:
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
         remember = {ref: remember_digest(body.remember)} if body.remember is not None else None
-        token = self.token_for(who, chat, {ref: body.input_digest}, remember)
+        token = self.token_for(
+            who, chat, {ref: body.input_digest}, remember, {ref: answer_digest(answer)}
+        )
         result = await self.resume_checked(
             chat,
             who,
@@ -1081,7 +1086,10 @@ class _App:
         except agui.BadResume as e:
             raise Problem(_STATUS_OF_CODE.get(e.code, 422), e.code, str(e)) from None
         token = self.token_for(
-            who, chat, {a.ref: a.input_digest or pending[a.ref].input_digest for a in answers}
+            who,
+            chat,
+            {a.ref: a.input_digest or pending[a.ref].input_digest for a in answers},
+            answers={a.ref: answer_digest(a) for a in answers},
         )
 
         async def accepted(run_id: str | None) -> TurnStream:

@@ -28,6 +28,7 @@ from temporal_agent_interrupts.workflows.activity_io import ToolInput
 from temporal_agent_interrupts.workflows.types import (
     GrantCondition,
     GrantScope,
+    answer_digest,
     input_digest,
     remember_digest,
 )
@@ -103,6 +104,41 @@ async def test_an_assertion_for_one_grant_makes_that_grant_and_no_wider_one(
             [ANN.identity],
         )
         await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_copied_approval_assertion_cannot_deny_and_a_denial_s_cannot_approve(
+    run_worker, model, client
+):
+    """An assertion the app makes names the answer the approver gave (its digest): a copy read
+    in flight or from history gives that answer or none, never the opposite decision."""
+    exchange = exchange_for(lambda request: None)
+    agent = gated(exchange.trusted_issuer())
+    model.reply(TWO, TWO)
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        (g1, r1) = await chat.pending()
+        approval, denial = approve(g1), g1.deny("no")
+        made = exchange.assertion(
+            ANN,
+            chat_id=chat.id,
+            calls={"g1": digest["g1"]},
+            answers={"g1": answer_digest(approval)},
+        )
+        with pytest.raises(ResumeRejected, match="another answer") as refused:
+            await chat.resume(answers=[denial], identity_token=made)
+        assert refused.value.code == "forbidden"
+        await chat.resume(answers=[approval], identity_token=made)
+        no = exchange.assertion(
+            ANN,
+            chat_id=chat.id,
+            calls={"r1": digest["r1"]},
+            answers={"r1": answer_digest(r1.deny())},
+        )
+        with pytest.raises(ResumeRejected, match="another answer"):
+            await chat.resume(answers=[approve(r1)], identity_token=no)
+        hist = await chat.history()
+    assert [(a.ref, a.decision) for a in hist.answers] == [("g1", "approved")]
+    await assert_no_workflow_task_failed(client, chat.id)
 
 
 async def test_the_web_app_binds_the_remember_it_was_asked_for(run_worker, model, client):

@@ -54,6 +54,7 @@ from temporal_agent_interrupts.workflows.types import (
     PolicyDecision,
     ResumeInput,
     Vote,
+    answer_digest,
     input_digest,
     remember_digest,
 )
@@ -422,6 +423,19 @@ def check_binding(
                 "only what the approver chose",
                 code="forbidden",
             )
+    if binding.answers:
+        # The answer itself is the approver's choice too: a copy of an approval's token must
+        # not deny, nor a denial's approve, nor either respond with other data.
+        given: list[tuple[str, str, str]] = [
+            (r.name, r.ref, answer_digest(r)) for r in [*resume.respond, *resume.restart]
+        ]
+        for name, ref, digest in given:
+            if binding.answer_of(ref) != digest:
+                raise ResumeError(
+                    f"the identity token was made for another answer to {name!r} (ref "
+                    f"{ref!r}): it gives only the answer the approver chose",
+                    code="forbidden",
+                )
 
 
 def check_approvers(

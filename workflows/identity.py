@@ -116,8 +116,16 @@ class AnswerBinding:
     def digest_of(self, ref: str) -> str | None:
         return next((digest for r, digest in self.calls if r == ref), None)
 
+    answers: tuple[tuple[str, str], ...] = ()
+    """Each call's answer as the approver gave it: its ref, and the answer's digest
+    (``types.answer_digest``). Empty in a token that does not say (it binds the calls and
+    inputs only); else any other answer to a call is refused."""
+
     def remember_of(self, ref: str) -> str | None:
         return next((digest for r, digest in self.remember if r == ref), None)
+
+    def answer_of(self, ref: str) -> str | None:
+        return next((digest for r, digest in self.answers if r == ref), None)
 
 
 @dataclass(frozen=True)
@@ -445,7 +453,8 @@ def _binding(value: Any) -> AnswerBinding:
     that says it is bound, and cannot be read, must not answer as if it were not)."""
     malformed = IdentityError(
         f"the identity token is malformed: its {ANSWER_CLAIM!r} claim is not "
-        '{"chat": ..., "calls": {ref: input digest}, "remember": {ref: scope digest}}'
+        '{"chat": ..., "calls": {ref: input digest}, "remember": {ref: scope digest}, '
+        '"answers": {ref: answer digest}}'
     )
     if not isinstance(value, Mapping):
         raise malformed
@@ -459,8 +468,14 @@ def _binding(value: Any) -> AnswerBinding:
     remember = value.get("remember", {})
     if not isinstance(remember, Mapping) or len(remember) > len(calls):
         raise malformed
+    answers = value.get("answers", {})
+    if not isinstance(answers, Mapping) or len(answers) > len(calls):
+        raise malformed
     return AnswerBinding(
-        chat=chat, calls=_pairs(calls, malformed), remember=_pairs(remember, malformed)
+        chat=chat,
+        calls=_pairs(calls, malformed),
+        remember=_pairs(remember, malformed),
+        answers=_pairs(answers, malformed),
     )
 
 

@@ -451,6 +451,15 @@ def remember_digest(scope: GrantScope) -> str:
     return input_digest(scope.model_dump(mode="json"))
 
 
+def answer_digest(entry: ToolResponse | ToolRestart) -> str:
+    """What names one answer exactly: respond or restart, its output or metadata, an edit's
+    input and the grant it asks for (the shown input's digest aside, which a token binds on its
+    own). A token made for one answer (the web app's assertion) carries it, so a copy of the
+    token can give no other answer: an approval's cannot deny, a denial's cannot approve."""
+    kind = "respond" if isinstance(entry, ToolResponse) else "restart"
+    return input_digest({"kind": kind, **entry.model_dump(mode="json", exclude={"input_digest"})})
+
+
 class Grant(_Wire):
     """A remembered decision: calls of ``tool`` matching ``match`` run without asking, until
     ``until`` or a revoke (the ``grants`` query, ``Chat.grants()``, ``agentctl grants``)."""
