@@ -207,6 +207,20 @@ class AgentActivities:
             input, SubAgentResumeInput, lambda inp: sub_agent_resume(inp, keys=keys)
         )
 
+    def _stale_policy(self, agent: Agent, input: ToolInput) -> str | None:
+        """Why an approval a policy's ask held no longer stands on this worker: its policy set
+        is another one now (a deploy changed it), whose decision on the call nobody has asked
+        for yet. The call asks again, and ``review_policy`` decides it with the set as it is."""
+        if input.policy_hash is None or not input.resumed:
+            return None
+        held = self._policies.get(agent.name)
+        if held is not None and held.hash == input.policy_hash:
+            return None
+        return (
+            "the agent's policy set changed after this call was decided and approved: decide it "
+            "again (agentctl review-policy)"
+        )
+
     @activity.defn(name=POLICY_ACTIVITY)
     async def policy_decide(self, input: RawValue) -> PolicyResult:
         """Decide a message's tool calls with the agent's Cedar policy set
@@ -382,7 +396,7 @@ class AgentActivities:
                     non_retryable=True,
                 )
             self._check_gate(agent, input)
-            stale = _stale_approval(agent, input)
+            stale = _stale_approval(agent, input) or self._stale_policy(agent, input)
             if stale is not None:
                 log.warning(
                     "did not run tool call %r for chat %s: its approval is stale (%s)",

@@ -184,6 +184,10 @@ class ToolInput(_Wire):
     # longer holds). Left off the wire when unset.
     approved_by: list[list[str]] | None = Field(default=None, exclude_if=lambda v: v is None)
     approved_digest: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The hash of the policy set whose decision held this approved run (a policy's ask): a
+    # worker whose set is another one no longer takes the approval (``stale``), and the call
+    # waits for a review (``review_policy``). Left off the wire when unset.
+    policy_hash: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class MCPCallInput(ToolInput):

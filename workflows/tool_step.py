@@ -286,6 +286,11 @@ class ToolStep:
             original_args=call.original_args,
             approved_by=call.approved_by if call.resumed else None,
             approved_digest=call.approved_digest if call.resumed else None,
+            policy_hash=(
+                call.policy.policy_hash
+                if call.resumed and call.policy is not None and call.policy.effect == "ask"
+                else None
+            ),
         )
         if tool is not None and tool.agent is not None:
             await self._sub_agents.run(call, tool.agent, run=run)
