@@ -78,6 +78,7 @@ from temporal_agent_interrupts.client.views import (
     GrantsOutput,
     PendingOutput,
     PolicyReviewOutput,
+    PolicyReviewsOutput,
     ResumeOutput,
     RevokeGrantOutput,
     ShowOutput,
@@ -1028,6 +1029,60 @@ def review_policy(
             return
         for ref, effect in review.changed.items():
             out.print(f"{safe(ref)}: {safe(str(effect))}")
+
+    _run(ctx, command)
+
+
+@app.command(name="review-policies")
+def review_policies(
+    ctx: typer.Context,
+    agent: Annotated[
+        str,
+        typer.Option(help="Review every paused conversation of this agent.", show_default=False),
+    ],
+    wait: WaitOption = DEFAULT_WAIT,
+    as_json: JsonFlag = False,
+) -> None:
+    """After a deploy that changed an agent's policy set: agentctl review-policy for every
+    paused conversation of the agent (found in visibility, as agentctl pending finds them).
+    One that cannot be reviewed (no set, closed, no worker) is reported and the rest go on."""
+    try:
+        check_agent_name(agent)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+
+    async def command(agents: AgentClient) -> None:
+        try:
+            found: list[PausedChat] = await agents.pending(agent=agent)
+        except RPCError as e:
+            raise _Fail(ExitCode.UNREACHABLE, f"visibility query failed: {e.message}") from None
+        reviewed: list[PolicyReviewOutput] = []
+        failed: dict[str, str] = {}
+        for paused in found:
+            chat = await agents.chat(paused.agent, chat_id=paused.chat_id)
+            try:
+                review = await chat.review_policy(worker_timeout=_wait(wait))
+            except AgentError as e:
+                failed[paused.chat_id] = str(e)[:300]
+                continue
+            reviewed.append(
+                PolicyReviewOutput(
+                    chat_id=paused.chat_id,
+                    policy_hash=review.policy_hash,
+                    changed={ref: str(effect) for ref, effect in review.changed.items()},
+                )
+            )
+        if as_json:
+            print_json(PolicyReviewsOutput(agent=agent, reviewed=reviewed, failed=failed))
+        else:
+            for r in reviewed:
+                changes = ", ".join(f"{ref}: {e}" for ref, e in r.changed.items()) or "unchanged"
+                out.print(f"{safe(r.chat_id)}: {safe(changes)}")
+            for chat_id, why in failed.items():
+                out.print(f"{safe(chat_id)}: not reviewed: {safe(why)}")
+            out.print(f"{len(reviewed)} reviewed, {len(failed)} not")
+        if failed:
+            raise _Fail(ExitCode.REFUSED, f"{len(failed)} conversations were not reviewed")
 
     _run(ctx, command)
 

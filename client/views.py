@@ -132,6 +132,14 @@ class PolicyReviewOutput(BaseModel):
     changed: dict[str, str] = {}
 
 
+class PolicyReviewsOutput(BaseModel):
+    agent: str
+    # One entry per paused conversation reviewed (its changes may be none).
+    reviewed: list[PolicyReviewOutput] = []
+    # The conversations that could not be reviewed, by chat id: why.
+    failed: dict[str, str] = {}
+
+
 def print_json(model: BaseModel) -> None:
     """One ``--json`` answer on stdout."""
     # Plain text, not rich: the output is for programs, and must not wrap or carry styles.

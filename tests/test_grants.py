@@ -468,8 +468,24 @@ async def test_an_approval_a_replaced_policy_asked_for_is_decided_again_before_i
         assert sorted(i.ref for i in stale.interrupts) == ["n1", "n2"]
         assert all(i.metadata["reason"] == "stale" for i in stale.interrupts)
         assert payments == []
-        review = await chat.review_policy()
-        assert review.changed == {"n1": "allow", "n2": "allow"}
+
+        # As an operator runs it after the deploy, for every paused chat of the agent (found in
+        # visibility, which may lag a moment behind the pause).
+        async def review_all() -> dict[str, object]:
+            ran = await agentctl(
+                client, "review-policies", "--agent", "ruled", "--json", task_queue=queue
+            )
+            assert ran.code == 0, ran
+            return ran.json()
+
+        review = await eventually(review_all, lambda r: bool(r["reviewed"]), timeout=20)
+        assert review["reviewed"] == [
+            {
+                "chat_id": chat.id,
+                "policy_hash": new.spec().policy_hash,
+                "changed": {"n1": "allow", "n2": "allow"},
+            }
+        ]
         done = await eventually(chat.last_turn, lambda t: t is not None and t.text == "both paid")
     assert done is not None and sorted(p for p, _ in payments) == [500, 600]
     await assert_no_workflow_task_failed(client, chat.id)
