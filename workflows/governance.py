@@ -30,7 +30,7 @@ from temporal_agent_interrupts.workflows.identity import (
     VerifiedIdentity,
     verify_token,
 )
-from temporal_agent_interrupts.workflows.limits import names_within
+from temporal_agent_interrupts.workflows.limits import Refused, names_within
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     SpentToken,
@@ -333,33 +333,10 @@ def who(
             "answer needs a token of its own",
             code="forbidden",
         )
-    if resume.identity is not None and resume.identity != verified.identity:
-        raise ResumeError(
-            f"identity {resume.identity!r} does not match the identity token's "
-            f"{verified.identity!r}: leave out identity, or send your own token",
-            code="forbidden",
-        )
-    facts = token_facts(verified)
-    if is_spent(spent, facts):
-        raise ResumeError(
-            "this identity token was already used or offered to answer in this "
-            "conversation: each answer needs a fresh token (the one used is in the "
-            "conversation's history)",
-            code="forbidden",
-        )
-    if verified.expires - now > MAX_TOKEN_LIFE:
-        # Every token is remembered until it expires, so their number stays bounded.
-        raise ResumeError(
-            "the identity token is valid for more than a day: use a short-lived token "
-            "(minutes), as identity providers issue for this",
-            code="forbidden",
-        )
-    if not has_room(spent, facts, now=now):
-        raise ResumeError(
-            f"{MAX_SPENT_TOKENS} different accounts have answered here with identity tokens "
-            "not yet expired: try again once the oldest have expired",
-            code="forbidden",
-        )
+    try:
+        facts = spendable(verified, asserted=resume.identity, spent=spent, now=now, by="answer")
+    except Refused as e:
+        raise ResumeError(e.reason, code=e.code) from None
     return Who(
         identity=verified.identity,
         verified=True,
@@ -369,6 +346,52 @@ def who(
         subject=_fingerprint(verified.subject),
         binding=verified.binding,
     )
+
+
+def spendable(
+    verified: VerifiedIdentity,
+    *,
+    asserted: str | None,
+    spent: list[SpentToken],
+    now: datetime,
+    by: Literal["answer", "message"],
+) -> TokenFacts:
+    """The checks a verified token passes before an answer or a message spends it here: the
+    identity it carries beside it is the token's own, the token was not used here before, it
+    lives at most a day (every token is remembered until it expires, so their number stays
+    bounded), and the spent book has room for its account. Returns what it leaves in the book.
+
+    Raises:
+        Refused: ``forbidden``, saying which, never quoting the token.
+    """
+    if asserted is not None and asserted != verified.identity:
+        raise Refused(
+            f"identity {asserted!r} does not match the identity token's "
+            f"{verified.identity!r}: leave out identity, or send your own token",
+            code="forbidden",
+        )
+    facts = token_facts(verified)
+    if is_spent(spent, facts):
+        used = "used or offered to answer" if by == "answer" else "used"
+        raise Refused(
+            f"this identity token was already {used} in this conversation: each {by} needs a "
+            "fresh token (the one used is in the conversation's history)",
+            code="forbidden",
+        )
+    if verified.expires - now > MAX_TOKEN_LIFE:
+        raise Refused(
+            "the identity token is valid for more than a day: use a short-lived token "
+            "(minutes), as identity providers issue for this",
+            code="forbidden",
+        )
+    if not has_room(spent, facts, now=now):
+        done = "answered here with" if by == "answer" else "used"
+        raise Refused(
+            f"{MAX_SPENT_TOKENS} different accounts have {done} identity tokens here not yet "
+            "expired: try again once the oldest have expired",
+            code="forbidden",
+        )
+    return facts
 
 
 def check_binding(

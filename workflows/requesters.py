@@ -34,7 +34,7 @@ from datetime import datetime
 from temporal_agent_interrupts.workflows.governance import (
     GROUP_PREFIX,
     fingerprint,
-    token_facts,
+    spendable,
 )
 from temporal_agent_interrupts.workflows.identity import (
     MAX_TOKEN_BYTES,
@@ -44,11 +44,7 @@ from temporal_agent_interrupts.workflows.identity import (
 from temporal_agent_interrupts.workflows.limits import DOOR, Refused, check_label
 from temporal_agent_interrupts.workflows.state import RequesterClaim, SpentToken
 from temporal_agent_interrupts.workflows.tokens import (
-    MAX_SPENT_TOKENS,
-    MAX_TOKEN_LIFE,
     TokenFacts,
-    has_room,
-    is_spent,
     spend,
 )
 from temporal_agent_interrupts.workflows.types import AgentSpec, Requester
@@ -160,12 +156,6 @@ def _decide(
             f"{GROUP_PREFIX!r}, which names a group",
             code="forbidden",
         )
-    if claim.identity is not None and claim.identity != verified.identity:
-        raise RequesterError(
-            f"identity {claim.identity!r} does not match the identity token's "
-            f"{verified.identity!r}: leave out identity, or send your own token",
-            code="forbidden",
-        )
     if verified.binding is not None:
         raise RequesterError(
             "the identity token was made for an answer: it sends no message (the web app "
@@ -184,25 +174,10 @@ def _decide(
             "the identity token was made for another message: it sends only that one",
             code="forbidden",
         )
-    facts = token_facts(verified)
-    if is_spent(spent, facts):
-        raise RequesterError(
-            "this identity token was already used in this conversation: each message needs a "
-            "fresh token (the one used is in the conversation's history)",
-            code="forbidden",
-        )
-    if verified.expires - now > MAX_TOKEN_LIFE:
-        raise RequesterError(
-            "the identity token is valid for more than a day: use a short-lived token "
-            "(minutes), as identity providers issue for this",
-            code="forbidden",
-        )
-    if not has_room(spent, facts, now=now):
-        raise RequesterError(
-            f"{MAX_SPENT_TOKENS} different accounts have used identity tokens here not yet "
-            "expired: try again once the oldest have expired",
-            code="forbidden",
-        )
+    try:
+        facts = spendable(verified, asserted=claim.identity, spent=spent, now=now, by="message")
+    except Refused as e:
+        raise RequesterError(e.reason, code=e.code) from None
     requester = Requester(
         identity=verified.identity,
         verified=True,
