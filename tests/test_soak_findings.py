@@ -63,7 +63,12 @@ from typing import Any
 import httpx2
 from temporalio.api.enums.v1 import EventType
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -111,6 +116,52 @@ async def soak_worker(
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.strip() == b"ready", line
     return proc
+
+
+class QueriesSent(Interceptor):
+    """Counts the queries a client has sent: ``sent`` goes up as a query's request is handed to
+    the SDK's connection (nothing is awaited in between), so a test that sees it go up knows the
+    query is on its way to the server, ahead of whatever it sends next on that connection."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _CountQueries(next, self)
+
+
+class _CountQueries(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, counter: QueriesSent) -> None:
+        super().__init__(next)
+        self._counter = counter
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        self._counter.sent += 1
+        return await super().query_workflow(input)
+
+
+async def query_then_signal_a_dead_workers_run(
+    client: Client, chat_id: str, ask: Any, sent: QueriesSent, *, gate: Any
+) -> asyncio.Task[Any]:
+    """Starts ``ask`` (a query of the chat through a client counted by ``sent``), waits until
+    its request has gone out, then signals the approval of ``gate`` as a script sends it;
+    returns the query's task.
+
+    Waited for, not slept for: the query must reach the server first, while no task is
+    pending, so that it goes to the dead worker's sticky queue directly and only then (some
+    seconds later) to the fresh worker, with the signal in the history it replays. A signal
+    that got in first would leave a task pending, and the query would wait for that task.
+    """
+    before = sent.sent
+    query = asyncio.create_task(ask())
+    await eventually(lambda: asyncio.sleep(0, sent.sent), lambda n: n > before, timeout=30)
+    body = {
+        "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
+        "identity": "ann@soak",
+    }
+    # Awaited: once it returns, the server has the signal in the run's history.
+    await client.get_workflow_handle(chat_id).signal("resume", body)
+    return query
 
 
 async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_replays(env, tmp_path):
@@ -173,7 +224,9 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
     Ledger(tmp_path / "ledger.sqlite").create()
     ModelCalls(tmp_path / "model-calls.sqlite").create()
     address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
-    agents = AgentClient(env.client, task_queue=queue)
+    sent = QueriesSent()
+    asking = Client(**{**env.client.config(), "interceptors": [sent]})
+    agents = AgentClient(asking, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
     log = tmp_path / "second-worker.log"
     first = await soak_worker(address, queue, tmp_path)
@@ -185,22 +238,20 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         assert paused.finish_reason == FinishReason.INTERRUPTED
         [gate] = paused.interrupts
         assert gate.name == "transfer"
+        # The fresh worker is up before the first dies: the server takes the dead worker's
+        # sticky queue for a live one only for a while after its last poll (10 s), and a
+        # worker's start can take that long on a loaded machine.
+        second = await soak_worker(address, queue, tmp_path, log=log)
         first.send_signal(signal.SIGKILL)  # no graceful shutdown: the run stays on its queue
         await first.wait()
-        second = await soak_worker(address, queue, tmp_path, log=log)
         # A query first: no task is pending, so the server sends it to the worker directly,
-        # to the dead worker's sticky queue first, where it waits some seconds.
-        status = asyncio.create_task(chat.status())
-        await asyncio.sleep(0.5)
-        # Meanwhile the approval, as a script sends it: its task too goes to the dead worker's
-        # queue and waits there until it times out. The query reaches the fresh worker first,
-        # with the signal in the history it replays.
-        body = {
-            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
-            "identity": "ann@soak",
-        }
-        await env.client.get_workflow_handle(chat.id).signal("resume", body)
-        await asyncio.sleep(0.5)
+        # to the dead worker's sticky queue first, where it waits some seconds. Meanwhile the
+        # approval: its task too goes to the dead worker's queue and waits there until it
+        # times out. The query reaches the fresh worker first, with the signal in the
+        # history it replays.
+        status = await query_then_signal_a_dead_workers_run(
+            env.client, chat.id, chat.status, sent, gate=gate
+        )
         # Then the caller waits for the turn (an update), which comes with the task that
         # brings the signal.
         turn = await asyncio.wait_for(chat.last_turn(), 120)
@@ -304,7 +355,9 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
     Ledger(tmp_path / "ledger.sqlite").create()
     ModelCalls(tmp_path / "model-calls.sqlite").create()
     address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
-    agents = AgentClient(env.client, task_queue=queue)
+    sent = QueriesSent()
+    asking = Client(**{**env.client.config(), "interceptors": [sent]})
+    agents = AgentClient(asking, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
     log = tmp_path / "second-worker.log"
     first = await soak_worker(address, queue, tmp_path)
@@ -314,17 +367,14 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
         )
         [gate] = paused.interrupts
+        # As in the second finding's test: the fresh worker up first, then the kill, the
+        # offset query on its way, and the approval.
+        second = await soak_worker(address, queue, tmp_path, log=log)
         first.send_signal(signal.SIGKILL)
         await first.wait()
-        second = await soak_worker(address, queue, tmp_path, log=log)
-        offset = asyncio.create_task(next_offset(chat))  # as in the second finding's test
-        await asyncio.sleep(0.5)
-        body = {
-            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
-            "identity": "ann@soak",
-        }
-        await env.client.get_workflow_handle(chat.id).signal("resume", body)
-        await asyncio.sleep(0.5)
+        offset = await query_then_signal_a_dead_workers_run(
+            env.client, chat.id, partial(next_offset, chat), sent, gate=gate
+        )
         turn = await asyncio.wait_for(chat.last_turn(), 120)
         assert turn is not None and turn.finish_reason == FinishReason.STOP
         got = await asyncio.wait_for(offset, 120)
