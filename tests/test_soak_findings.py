@@ -54,6 +54,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 import uuid
 from functools import partial
@@ -70,7 +71,7 @@ from temporalio.client import (
     QueryWorkflowInput,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, Worker
 
 from bench.soak.agent import AGENT, TIMED_OUT
 from bench.soak.ledger import Ledger, ModelCalls
@@ -118,6 +119,13 @@ async def soak_worker(
     return proc
 
 
+STICKY_TIMEOUT: float = (
+    inspect.signature(Worker).parameters["sticky_queue_schedule_to_start_timeout"].default
+).total_seconds()
+"""How long the server holds a task or a query on a worker's sticky queue before it gives up on
+that worker (the SDK's default, which the soak's worker keeps)."""
+
+
 class QueriesSent(Interceptor):
     """Counts the queries a client has sent: ``sent`` goes up as a query's request is handed to
     the SDK's connection (nothing is awaited in between), so a test that sees it go up knows the
@@ -144,23 +152,34 @@ async def query_then_signal_a_dead_workers_run(
     client: Client, chat_id: str, ask: Any, sent: QueriesSent, *, gate: Any
 ) -> asyncio.Task[Any]:
     """Starts ``ask`` (a query of the chat through a client counted by ``sent``), waits until
-    its request has gone out, then signals the approval of ``gate`` as a script sends it;
-    returns the query's task.
+    its request has gone out, then signals the approval of ``gate`` as a script sends it, half
+    the sticky queue's timeout later; returns the query's task.
 
-    Waited for, not slept for: the query must reach the server first, while no task is
-    pending, so that it goes to the dead worker's sticky queue directly and only then (some
-    seconds later) to the fresh worker, with the signal in the history it replays. A signal
-    that got in first would leave a task pending, and the query would wait for that task.
+    The query must reach the server first, while no task is pending, so that it goes to the
+    dead worker's sticky queue directly (a signal that got in first would leave a task pending,
+    and the query would wait for that task). The server holds it there for
+    :data:`STICKY_TIMEOUT`, then gives it to the fresh worker, which must find the signal in
+    the history it replays: the signal goes within that time. The signal's own task waits out
+    the same timeout on the dead queue, from the signal on: the later the signal, the longer
+    the fresh worker has the query to itself before that task comes. Halfway leaves both
+    sides half the timeout (a 0.5 s sleep from the query's start left the second side 0.5 s,
+    less than a loaded machine's delays, and the test failed). What is waited for is the
+    query's request going out (state), then the server's timer.
     """
+    loop = asyncio.get_running_loop()
     before = sent.sent
     query = asyncio.create_task(ask())
     await eventually(lambda: asyncio.sleep(0, sent.sent), lambda n: n > before, timeout=30)
+    went_out = loop.time()
+    await asyncio.sleep(STICKY_TIMEOUT / 2)
     body = {
         "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
         "identity": "ann@soak",
     }
     # Awaited: once it returns, the server has the signal in the run's history.
     await client.get_workflow_handle(chat_id).signal("resume", body)
+    signalled = loop.time() - went_out
+    assert signalled < STICKY_TIMEOUT - 1, f"signalled {signalled:.1f} s after the query: too late"
     return query
 
 
