@@ -148,6 +148,19 @@ class _CountQueries(OutboundInterceptor):
         return await super().query_workflow(input)
 
 
+async def holder_of(
+    client: Client, chat_id: str, workers: list[asyncio.subprocess.Process]
+) -> asyncio.subprocess.Process:
+    """The worker that completed the chat's last workflow task: the one whose sticky queue the
+    server sends the run's next task and query to (its identity is the SDK's ``pid@host``)."""
+    hist = await history(client, chat_id)
+    *_, last = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    identity = last.workflow_task_completed_event_attributes.identity
+    found = [w for w in workers if identity.split("@")[0] == str(w.pid)]
+    assert len(found) == 1, (identity, [w.pid for w in workers])
+    return found[0]
+
+
 async def query_then_signal_a_dead_workers_run(
     client: Client, chat_id: str, ask: Any, sent: QueriesSent, *, gate: Any
 ) -> asyncio.Task[Any]:
@@ -165,6 +178,11 @@ async def query_then_signal_a_dead_workers_run(
     sides half the timeout (a 0.5 s sleep from the query's start left the second side 0.5 s,
     less than a loaded machine's delays, and the test failed). What is waited for is the
     query's request going out (state), then the server's timer.
+
+    The server takes the dead worker's sticky queue for a live one only while that worker
+    polled it within the last 10 s (its last poll began when it finished the run's last task):
+    the caller kills it, and calls this, at once after that task, with the fresh worker
+    already up (a worker's start took most of those 10 s on a loaded machine).
     """
     loop = asyncio.get_running_loop()
     before = sent.sent
@@ -247,9 +265,10 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
     asking = Client(**{**env.client.config(), "interceptors": [sent]})
     agents = AgentClient(asking, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
-    log = tmp_path / "second-worker.log"
-    first = await soak_worker(address, queue, tmp_path)
-    second: asyncio.subprocess.Process | None = None
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    # Both up before the chat starts: whichever takes its tasks is killed, the other is the
+    # fresh worker (query_then_signal_a_dead_workers_run says why it must be up already).
+    workers = [await soak_worker(address, queue, tmp_path, log=log) for log in logs]
     try:
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
@@ -257,10 +276,8 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         assert paused.finish_reason == FinishReason.INTERRUPTED
         [gate] = paused.interrupts
         assert gate.name == "transfer"
-        # The fresh worker is up before the first dies: the server takes the dead worker's
-        # sticky queue for a live one only for a while after its last poll (10 s), and a
-        # worker's start can take that long on a loaded machine.
-        second = await soak_worker(address, queue, tmp_path, log=log)
+        first = await holder_of(env.client, chat.id, workers)
+        log = logs[1 - workers.index(first)]  # the fresh worker's
         first.send_signal(signal.SIGKILL)  # no graceful shutdown: the run stays on its queue
         await first.wait()
         # A query first: no task is pending, so the server sends it to the worker directly,
@@ -278,8 +295,8 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         # Put off by the worker, and asked again by the client: answered, not failed.
         assert (await asyncio.wait_for(status, 120)).chat_id == chat.id
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.returncode is None:
+        for proc in workers:
+            if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
     hist = await history(env.client, chat.id)
@@ -378,17 +395,17 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
     asking = Client(**{**env.client.config(), "interceptors": [sent]})
     agents = AgentClient(asking, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
-    log = tmp_path / "second-worker.log"
-    first = await soak_worker(address, queue, tmp_path)
-    second: asyncio.subprocess.Process | None = None
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    # As in the second finding's test: both workers up first, the one holding the chat killed,
+    # the offset query on its way, and the approval.
+    workers = [await soak_worker(address, queue, tmp_path, log=log) for log in logs]
     try:
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
         )
         [gate] = paused.interrupts
-        # As in the second finding's test: the fresh worker up first, then the kill, the
-        # offset query on its way, and the approval.
-        second = await soak_worker(address, queue, tmp_path, log=log)
+        first = await holder_of(env.client, chat.id, workers)
+        log = logs[1 - workers.index(first)]  # the fresh worker's
         first.send_signal(signal.SIGKILL)
         await first.wait()
         offset = await query_then_signal_a_dead_workers_run(
@@ -398,8 +415,8 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
         assert turn is not None and turn.finish_reason == FinishReason.STOP
         got = await asyncio.wait_for(offset, 120)
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.returncode is None:
+        for proc in workers:
+            if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
     assert "refused to run the workflow on events no workflow task has brought" in log.read_text()
