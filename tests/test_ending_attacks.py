@@ -316,6 +316,20 @@ async def _scheduled_id(client: Client, chat_id: str, activity: str) -> str:
     return found
 
 
+async def _heartbeat_recorded(client: Client, chat_id: str, activity_id: str) -> None:
+    """Until the server has a heartbeat of the pending activity ``activity_id``: scheduled is
+    not started, and on a loaded machine the worker's first heartbeat can come late."""
+
+    async def pending() -> Any:
+        described = await client.get_workflow_handle(chat_id).describe()
+        found = described.raw_description.pending_activities
+        return next((a for a in found if a.activity_id == activity_id), None)
+
+    await eventually(
+        pending, lambda a: a is not None and a.HasField("last_heartbeat_time"), timeout=30
+    )
+
+
 class _HoldAfterArmed:
     """The offline model, whose first call after ``armed`` is set waits until ``release``."""
 
@@ -345,7 +359,7 @@ async def test_a_heartbeat_overwritten_by_id_does_not_turn_a_taken_answer_into_a
         resumed = asyncio.create_task(parent.resume(answers=[approve(i)], identity="alice"))
         try:
             resume_id = await _scheduled_id(client, parent.id, SUB_AGENT_RESUME_ACTIVITY)
-            await asyncio.sleep(1.0)  # its first heartbeat (at once) is on the server
+            await _heartbeat_recorded(client, parent.id, resume_id)  # its first, at once
             run_id = (await client.get_workflow_handle(parent.id).describe()).run_id or ""
             await client.workflow_service.record_activity_task_heartbeat_by_id(
                 RecordActivityTaskHeartbeatByIdRequest(
