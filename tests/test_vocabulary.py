@@ -110,6 +110,8 @@ def test_error_kinds_are_the_strings_on_the_wire() -> None:
         "SEND_REJECTED": "SendRejected",
         "RESUME_REJECTED": "ResumeRejected",
         "CANCEL_REJECTED": "CancelRejected",
+        "GRANT_REJECTED": "GrantRejected",
+        "REVIEW_REJECTED": "PolicyReviewRejected",
         "TOO_MANY_WAITING": "TooManyWaiting",
         "NOT_A_CONVERSATION": "NotScheduledByConversation",
         # The class name of client.codec.PayloadKeyMissing, as a worker records it.

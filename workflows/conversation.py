@@ -40,7 +40,6 @@ Determinism and replay contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,7 +51,6 @@ from temporal_agent_interrupts.workflows.activity_io import (
     SubAgentReport,
 )
 from temporal_agent_interrupts.workflows.door import Door, Handling
-from temporal_agent_interrupts.workflows.grants import next_expiry
 from temporal_agent_interrupts.workflows.history import carry
 from temporal_agent_interrupts.workflows.ids import idempotency_key
 from temporal_agent_interrupts.workflows.limits import (
@@ -193,7 +191,7 @@ class AgentWorkflow:
                 self._m.start(self._task)
         self._publish()
         # Grants with an ``until`` end on a durable timer (no timer while none has one).
-        self._keep(asyncio.create_task(self._grant_timer()))
+        self._keep(asyncio.create_task(self._m.rules.grant_timer()))
         try:
             while True:
                 await workflow.wait_condition(
@@ -273,24 +271,6 @@ class AgentWorkflow:
         self._publish()
         await self._report_end()
         return self._result()
-
-    async def _grant_timer(self) -> None:
-        """End each grant when its ``until`` comes, recorded, whatever the conversation is doing
-        (the grants query, the memo and the UI stop showing it then). A call a grant would let
-        through after its ``until`` is never let through, timer or not (workflows.grants)."""
-        while True:
-            seen = (self._s.grants_made, len(self._s.grants))
-            changed = lambda: (self._s.grants_made, len(self._s.grants)) != seen  # noqa: E731, B023  # read at once, in this iteration
-            due = next_expiry(self._s.grants)
-            if due is None:
-                await workflow.wait_condition(changed)
-                continue
-            delay = due - workflow.now()
-            if delay.total_seconds() > 0:
-                with contextlib.suppress(TimeoutError):  # its time came: expire it next
-                    await workflow.wait_condition(changed, timeout=delay)
-                continue
-            self._m.expire_grants()
 
     async def _report_end(self) -> None:
         """A sub-agent's conversation tells its caller it is closing: a caller that continued

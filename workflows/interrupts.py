@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from temporal_agent_interrupts.workflows import answers, deadlines, events, governance, grants
+from temporal_agent_interrupts.workflows import answers, deadlines, events, governance
 from temporal_agent_interrupts.workflows.answers import (
     ENTRY_KEYS,
     ResumeError,
@@ -45,6 +45,7 @@ from temporal_agent_interrupts.workflows.answers import (
 )
 from temporal_agent_interrupts.workflows.calls import Emit, Lifecycle
 from temporal_agent_interrupts.workflows.deadlines import Due
+from temporal_agent_interrupts.workflows.decisions import Decisions, policy_record
 from temporal_agent_interrupts.workflows.governance import (
     EPOCH,
     GROUP_PREFIX,
@@ -54,15 +55,12 @@ from temporal_agent_interrupts.workflows.governance import (
     token_facts,
 )
 from temporal_agent_interrupts.workflows.identity import VerifiedIdentity
-from temporal_agent_interrupts.workflows.limits import cut_stored
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
     SpentToken,
 )
 from temporal_agent_interrupts.workflows.types import (
-    POLICY_IDENTITY,
-    TOOL_APPROVED,
     AgentSpec,
     AnswerKind,
     AnswerVia,
@@ -70,15 +68,12 @@ from temporal_agent_interrupts.workflows.types import (
     ErrorInfo,
     EscalateSpec,
     Grant,
-    GrantScope,
     InterruptRequest,
     InterruptSource,
     JsonObject,
-    PolicyDecision,
     ReminderSpec,
     ResumeInput,
     gate_metadata,
-    input_digest,
 )
 
 __all__ = [
@@ -139,6 +134,10 @@ class InterruptBook:
         self._state: Callable[[], ConversationState | None] = lambda: None
         self.known_refs = known_refs
         self.lifecycle = Lifecycle(calls, emit=emit, show=self.request_for)
+        # Grants, the re-check before a run, and the policy set's decisions (workflows.decisions).
+        self.decisions = Decisions(
+            self.lifecycle, spec=lambda: self.spec, state=lambda: self._state(), pause=self.pause
+        )
 
     @classmethod
     def of_turn(
@@ -345,7 +344,7 @@ class InterruptBook:
         budget = answers.SchemaBudget()
         answers.check_restarts(resume, pending, spec=spec, schemas=schemas, budget=budget)
         governance.check_votes(resume, pending, spec=spec, who=who)
-        self._check_remember(resume, pending, who=who, now=now)
+        self.decisions.check_remember(resume, pending, who=who, now=now)
         if schemas:
             answers.check_outputs(resume, pending, spec=spec, budget=budget)
         if room is not None:
@@ -463,9 +462,9 @@ class InterruptBook:
                 kind == "edit" and call.edit_passes_gate is True
             )
             if approving:
-                self._approved(call, who)
+                self.decisions.approved(call, who)
             if kind == "restart" and decision == "approved":
-                grant = self._remember(call, r.remember, who=who, now=now)
+                grant = self.decisions.remember(call, r.remember, who=who, now=now)
                 if grant is not None:
                     made[call.ref] = grant
             said.append((call, kind, decision, None, original))
@@ -486,280 +485,8 @@ class InterruptBook:
             )
         if now is not None:
             for grant in made.values():
-                answered.extend(self._apply_to_pending(grant, now=now))
+                answered.extend(self.decisions.apply_to_pending(grant, now=now))
         return answered
-
-    # -- grants (workflows.grants) ----------------------------------------------------------
-
-    def _check_remember(
-        self,
-        resume: ResumeInput,
-        pending: dict[str, CallState],
-        *,
-        who: Who,
-        now: datetime | None,
-    ) -> None:
-        """Check each ``remember`` of the resume: only on an approval of a call a gate paused,
-        from someone named, within the grant bounds and the conversation's room for grants."""
-        asked = [r for r in resume.restart if r.remember is not None]
-        if not asked:
-            return
-        spec = self.spec
-        state = self._state()
-        for r in asked:
-            call, scope = pending[r.ref], r.remember
-            assert scope is not None  # filtered above
-            where = f"{r.name!r} (ref {r.ref!r})"
-            decision = events.decision(
-                call, kind="restart", output=None, metadata=r.resumed_metadata
-            )
-            if spec is None or call.source != "approval" or governance.held_by(spec, call) is None:
-                raise ResumeError(
-                    f"remember on {where}: only the approval of a call a gate paused can be "
-                    "remembered (an interrupt's answer is for that call alone)"
-                )
-            if decision != "approved" or (r.input is not None and self.is_edit(call, r.input)):
-                raise ResumeError(
-                    f"remember on {where}: only an approval of the input as it is can be "
-                    "remembered (not an edit, and not a restart without tool_approved)"
-                )
-            if who.identity is None:
-                raise ResumeError(
-                    f"remember on {where}: a grant names who gave it: say who you are (identity)",
-                    code="forbidden",
-                )
-            if state is None:
-                raise ResumeError(f"remember on {where}: only a conversation keeps grants")
-            grants.check_scope(scope, call, spec=spec, now=now)
-        if state is not None and not grants.room(state, adding=len(asked)):
-            raise ResumeError(
-                f"{grants.MAX_GRANTS} grants are in force in this conversation: revoke one "
-                "before remembering another",
-                code="conflict",
-            )
-
-    def _remember(
-        self, call: CallState, remember: GrantScope | None, *, who: Who, now: datetime | None
-    ) -> Grant | None:
-        """The grant an applied approval of ``call`` makes, if it asked for one (a quorum's:
-        only if every approval asked for the same)."""
-        state = self._state()
-        if state is None or now is None:
-            return None
-        if self.quorum(call) > 1:
-            scope = grants.quorum_scope([v.remember for v in call.votes])
-            by = [v.identity for v in call.votes]
-            admitted = [[v.identity, *v.groups] for v in call.votes]
-            subjects = [v.subject or "" for v in call.votes]
-            verified = bool(call.votes) and all(v.verified for v in call.votes)
-        else:
-            scope = remember
-            by = [who.identity] if who.identity is not None else []
-            admitted = [governance.entries_of(who, governance.lists(self.spec, call))]
-            subjects = [who.subject or ""]
-            verified = who.verified
-        if scope is None or not by:
-            return None
-        return grants.make(
-            state,
-            call,
-            scope,
-            granted_by=by,
-            admitted=admitted,
-            subjects=subjects,
-            verified=verified,
-            now=now,
-        )
-
-    def _approved(self, call: CallState, who: Who) -> None:
-        """Keep who approved ``call``'s coming run, and the input they approved: the tool
-        activity checks both against the worker's own gate just before the tool runs."""
-        if self.quorum(call) > 1:
-            call.approved_by = [[v.identity, *v.groups] for v in call.votes]
-        else:
-            call.approved_by = [governance.entries_of(who, governance.lists(self.spec, call))]
-        call.approved_digest = input_digest(call.args)
-
-    def _grantors_admit(self, grant: Grant, call: CallState) -> bool:
-        """Whether ``grant``'s grantors could approve ``call`` themselves now: as many as its
-        quorum are admitted by each of its approver lists, as they stand for this call (a
-        policy's ask may name others, a worker may have narrowed its lists since)."""
-        spec = self.spec
-        held = governance.held_by(spec, call)
-        needed = held[1] if held else 1
-        among = governance.held_lists(spec, call)
-        entries = grant.admitted or [[g] for g in grant.granted_by]
-        subjects = grant.subjects or [""] * len(entries)
-        requester = call.requester if governance.duties_separated_when_held(spec, call) else None
-        count = 0
-        for identity, entry, subject in zip(grant.granted_by, entries, subjects, strict=False):
-            if requester is not None and (
-                identity == requester.identity or (subject != "" and subject == requester.subject)
-            ):
-                continue  # the grantor asked for this call: they decide nothing about it
-            count += governance.entries_admit(entry, among)
-        return count >= needed
-
-    def _apply_to_pending(self, grant: Grant, *, now: datetime) -> list[CallState]:
-        """A new grant answers the pending calls it matches, each with its own record."""
-        spec = self.spec
-        taken = []
-        for call in self.pending():
-            if call.source != "approval":
-                continue
-            admits = lambda g, call=call: self._grantors_admit(g, call)  # noqa: E731  # bound per call
-            if grants.find([grant], call, spec=spec, now=now, admits=admits) is None:
-                continue
-            self.lifecycle.restart(call, grants.let_through_metadata(grant))
-            call.granted = grant.id
-            call.approved_by = list(grant.admitted) or [[g] for g in grant.granted_by]
-            call.approved_digest = input_digest(call.args)
-            self._granted(call, grant)
-            taken.append(call)
-        return taken
-
-    def find_grant(
-        self, call: CallState, *, now: datetime, budget: answers.SchemaBudget | None = None
-    ) -> Grant | None:
-        """The grant in force that lets a call the gate holds run unasked (None: it pauses)."""
-        state = self._state()
-        if state is None or not state.grants:
-            return None
-        return grants.find(
-            state.grants,
-            call,
-            spec=self.spec,
-            now=now,
-            admits=lambda g: self._grantors_admit(g, call),
-            budget=budget,
-        )
-
-    def let_through(self, call: CallState, grant: Grant) -> None:
-        """Run a call the gate holds as approved by ``grant``, recorded as such."""
-        call.resumed = True
-        call.resumed_metadata = grants.let_through_metadata(grant)
-        call.granted = grant.id
-        call.approved_by = list(grant.admitted) or [[g] for g in grant.granted_by]
-        call.approved_digest = input_digest(call.args)
-        self._granted(call, grant)
-
-    def _granted(self, call: CallState, grant: Grant) -> None:
-        grant.uses += 1
-        self.lifecycle.answered(
-            call,
-            kind="granted",
-            via="grant",
-            decision="approved",
-            identity=grant.granted_by[0] if grant.granted_by else None,
-            verified=grant.verified,
-            metadata=None,
-            grant=grant.id,
-            granted_by=list(grant.granted_by),
-        )
-
-    def stale(self, call: CallState, *, now: datetime) -> str | None:
-        """Why a ready, approved call may no longer run (None: it may); see
-        :func:`workflows.grants.stale`."""
-        state = self._state()
-        if call.approved_digest is not None and input_digest(call.args) != call.approved_digest:
-            return "its input is not the one that was approved"
-        return grants.stale(call, state.grants if state else [], now=now)
-
-    def void(self, call: CallState, reason: str, *, now: datetime) -> None:
-        """An approval that no longer holds: recorded (``voided``, ``stale``), and the call
-        pauses again for a fresh one; nothing runs."""
-        grant = call.granted
-        self.lifecycle.answered(
-            call,
-            kind="voided",
-            via="recheck",
-            decision="stale",
-            identity=None,
-            verified=False,
-            metadata={"reason": reason},
-            grant=grant,
-        )
-        call.resumed = False
-        call.resumed_metadata = {}
-        call.granted = None
-        call.approved_by = None
-        call.approved_digest = None
-        decision = governance.gate_decision(self.spec, call.name)
-        metadata = {**gate_metadata(call.name, decision), "reason": "stale", "stale": reason}
-        self.pause(call, source="approval", metadata=metadata, now=now)
-
-    # -- the policy set's decisions (activities.policy) ----------------------------------------
-
-    def by_policy(self, call: CallState) -> None:
-        """Record that the policy set decided ``call`` by itself: a deny answers it with the
-        policy's refusal (nothing runs), an allow lets it run unasked."""
-        decided = call.policy
-        assert decided is not None and decided.effect != "ask"
-        denied = decided.effect == "deny"
-        self.lifecycle.answered(
-            call,
-            kind="policy",
-            via="policy",
-            decision="denied" if denied else "approved",
-            identity=POLICY_IDENTITY,
-            verified=False,
-            metadata=policy_record(decided),
-        )
-        if denied:
-            self.complete(
-                call,
-                {
-                    "error": "denied by policy",
-                    "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
-                },
-            )
-
-    def redecide(self, call: CallState, decided: PolicyDecision) -> bool:
-        """A new policy set's decision on a call paused on the last one's: released to run
-        when allowed (and no other gate holds it), answered with the refusal when denied, or
-        still paused with the new ask's approvers. Released and denied calls each get a record
-        with both sets' hashes. Returns whether anything changed."""
-        previous = call.policy
-        if previous is not None and same_json(
-            previous.model_dump(mode="json"), decided.model_dump(mode="json")
-        ):
-            return False
-        call.policy = decided
-        record = {
-            **policy_record(decided),
-            "previous_policy_hash": previous.policy_hash if previous else None,
-        }
-        spec = self.spec
-        if decided.effect == "deny":
-            output = {
-                "error": "denied by policy",
-                "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
-            }
-            self.lifecycle.respond(call, output)
-            self.lifecycle.answered(
-                call,
-                kind="policy",
-                via="policy",
-                decision="denied",
-                identity=POLICY_IDENTITY,
-                verified=False,
-                metadata=record,
-                output=output,
-            )
-        elif decided.effect == "allow" and governance.held_by(spec, call) is None:
-            self.lifecycle.restart(call, {TOOL_APPROVED: True})
-            self.lifecycle.answered(
-                call,
-                kind="policy",
-                via="policy",
-                decision="approved",
-                identity=POLICY_IDENTITY,
-                verified=False,
-                metadata=record,
-            )
-        else:
-            self.lifecycle.reshow(call)
-        return True
 
     def settle(self) -> None:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
@@ -775,12 +502,3 @@ class InterruptBook:
         """Give every call of a failed step a response (see
         :meth:`workflows.calls.Lifecycle.abandon`)."""
         self.lifecycle.abandon(error)
-
-
-def policy_record(decided: PolicyDecision) -> JsonObject:
-    """What a record or a paused call keeps of a policy's decision: the set's hash, the
-    policies that decided, and the reason."""
-    kept: JsonObject = {"policy_hash": decided.policy_hash, "policy_ids": decided.policy_ids[:8]}
-    if decided.reason:
-        kept["reason"] = cut_stored(decided.reason, 400)
-    return kept

@@ -94,7 +94,7 @@ class Signals:
                     payload, early=claimed_token([payload]) is None
                 )
                 if target is not None:
-                    self._m.spend_refused(claimed_token([payload]))  # as by update
+                    self._m.senders.spend_refused(claimed_token([payload]))  # as by update
                     self._forward(payload, target)
                 else:
                     self._m.resume(self._door.check_resume(payload), via="signal")
@@ -216,7 +216,7 @@ class Signals:
         self._m.telemetry.rejected(handler, via=via)
         if handler in ("resume", "send"):
             # The payload is in history now: its token, if valid, must answer nothing later.
-            self._m.spend_refused(claimed_token(payload))
+            self._m.senders.spend_refused(claimed_token(payload))
         workflow.logger.warning(
             "rejected %r %s from %r: %s",
             record.handler,

@@ -120,24 +120,24 @@ class ToolStep:
                     book.pause(call, source="interrupt", metadata=metadata, now=now)
                     paused.append(call)
             elif call.policy is not None and call.policy.effect == "deny" and not call.resumed:
-                book.by_policy(call)  # the model hears the policy's refusal; nothing runs
+                book.decisions.by_policy(call)  # the model hears the policy's refusal; nothing runs
             elif book.gate_holds(call):
                 # A grant in force that matches lets it run unasked, recorded as its decision.
-                grant = book.find_grant(call, now=now, budget=budget)
+                grant = book.decisions.find_grant(call, now=now, budget=budget)
                 if grant is None:
                     book.gate(call, now=now)
                     paused.append(call)
                 else:
-                    book.let_through(call, grant)
+                    book.decisions.let_through(call, grant)
                     call.edit_passes_gate = None
                     runnable.append(call)
-            elif (why := book.stale(call, now=now)) is not None:
+            elif (why := book.decisions.stale(call, now=now)) is not None:
                 # Approved by a grant that has ended since: the approval is void, it asks again.
-                book.void(call, why, now=now)
+                book.decisions.void(call, why, now=now)
                 paused.append(call)
             else:
                 if call.policy is not None and not call.resumed:
-                    book.by_policy(call)  # allowed by the policy set alone: on record
+                    book.decisions.by_policy(call)  # allowed by the policy set alone: on record
                 call.edit_passes_gate = None  # spent: the edited call runs
                 runnable.append(call)
         if runnable:
@@ -361,7 +361,7 @@ class ToolStep:
             book.pause(call, source="tool", metadata=metadata, now=workflow.now())
         elif result.kind == "stale":
             # The worker's gate no longer takes this approval: nothing ran; it asks again.
-            book.void(call, self._cut(result.message or "stale"), now=workflow.now())
+            book.decisions.void(call, self._cut(result.message or "stale"), now=workflow.now())
         elif result.kind == "invalid_input":
             book.complete(call, {"error": f"invalid arguments: {self._cut(result.message or '')}"})
         else:

@@ -33,9 +33,8 @@ from collections.abc import Callable
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts.workflows import audit, events, grants
+from temporal_agent_interrupts.workflows import audit, events
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
@@ -43,7 +42,8 @@ from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
 from temporal_agent_interrupts.workflows.pauses import PauseReports
-from temporal_agent_interrupts.workflows.requesters import RequesterError, settle
+from temporal_agent_interrupts.workflows.rules import Rules
+from temporal_agent_interrupts.workflows.senders import Senders
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
@@ -55,7 +55,6 @@ from temporal_agent_interrupts.workflows.subagents import Children, SubAgentCall
 from temporal_agent_interrupts.workflows.telemetry import Telemetry
 from temporal_agent_interrupts.workflows.tool_step import ToolStep
 from temporal_agent_interrupts.workflows.types import (
-    DEADLINE_IDENTITY,
     CancelInput,
     ErrorInfo,
     ErrorKind,
@@ -63,21 +62,13 @@ from temporal_agent_interrupts.workflows.types import (
     FunctionResponse,
     Message,
     Part,
-    PolicyEffect,
-    PolicyReviewResult,
-    Requester,
     ResumeInput,
-    Status,
     TurnEvent,
     TurnResult,
 )
 from temporal_agent_interrupts.workflows.waits import AnswerWait
 
 Outcome = Literal["done", "continue_as_new"]
-
-CLAIMS_LEFT_KEPT = 8
-"""Undecided senders' claims kept until the agent's definition comes (see ``_drop_claim``): a
-conversation whose model never answered takes few messages before it is closed or fixed."""
 
 
 class TurnMachine:
@@ -159,6 +150,10 @@ class TurnMachine:
             append=self._append,
             room=self.room,
             signals_taken=signals_taken,
+        )
+        self.senders = Senders(state)
+        self.rules = Rules(
+            state, emit=self.emit, publish=publish, book=self.book, decide=self.tools.decide
         )
         self.waits = AnswerWait(
             state,
@@ -242,7 +237,7 @@ class TurnMachine:
         return TurnResult(
             turn=turn.turn,
             finish_reason=FinishReason.INTERRUPTED,
-            text=self._turn_text(turn),
+            text=turn_text(self.s, turn),
             interrupts=[*self.book(turn).requests(), *self.children.delegated()],
         )
 
@@ -277,22 +272,13 @@ class TurnMachine:
                 sent again joins this turn instead of starting another.
             sender: What the message says of its sender (``Door.sender``, checked): settled
                 now, its token spent, when the agent's definition is known; else kept on the
-                turn until it is (see :meth:`_settle_sender`).
+                turn until it is (see ``Senders.settle``).
 
         Raises:
             RequesterError: the sender is refused (only where the handler's check and this
                 one disagree); nothing has changed.
         """
-        requester: Requester | None = None
-        if sender is not None and self.s.spec is not None:
-            requester = settle(
-                sender,
-                spec=self.s.spec,
-                spent=self.s.spent_tokens,
-                now=workflow.now(),
-                chat=workflow.info().workflow_id,
-            )
-            sender = None
+        requester, sender = self.senders.at_start(sender)
         self.s.turns += 1
         if message_id is not None:
             sent = [m for m in self.s.sent if m.message_id != message_id]
@@ -322,64 +308,6 @@ class TurnMachine:
         self._publish()
         return turn
 
-    def revoke_grant(self, grant_id: str, *, identity: str | None, reason: str) -> bool:
-        """End grant ``grant_id`` now, recorded; False if none in force has that id. A call it
-        let through that has not run yet asks again when its turn reaches it (``stale``)."""
-        grant = grants.revoke(self.s, grant_id)
-        if grant is None:
-            return False
-        self.emit(
-            events.grant_ended(
-                grant, via="update", identity=identity, decision="revoked", reason=reason
-            )
-        )
-        self._publish()
-        return True
-
-    def expire_grants(self) -> None:
-        """End, recorded, every grant whose ``until`` has come (the grant timer's work)."""
-        ended = grants.expire(self.s, workflow.now())
-        for grant in ended:
-            self.emit(
-                events.grant_ended(
-                    grant, via="deadline", identity=DEADLINE_IDENTITY, decision="expired"
-                )
-            )
-        if ended:
-            self._publish()
-
-    async def review_policy(self) -> PolicyReviewResult:
-        """Decide the paused calls again with the policy set the worker holds now (one
-        policy activity): those now allowed run, those now denied end refused, asks show
-        their new approvers (see ``InterruptBook.redecide``). Nothing changes when the set is
-        the one that decided them."""
-        turn = self.s.turn
-        if turn is None:
-            return PolicyReviewResult()
-        asked = [c for c in self.book(turn).pending() if c.policy is not None]
-        if not asked:
-            return PolicyReviewResult()
-        result = await self.tools.decide(asked)
-        if isinstance(result, str):
-            raise ApplicationError(
-                f"the policy could not decide again: {result}",
-                {"code": "conflict"},
-                type=ErrorKind.REVIEW_REJECTED,
-                non_retryable=True,
-            )
-        changed: dict[str, PolicyEffect] = {}
-        book = self.book(turn) if self.s.turn is turn else None
-        for call in asked:
-            decided = result.decisions.get(call.ref)
-            # Answered while the policy decided: the answer stands.
-            if book is None or decided is None or call.status != "pending":
-                continue
-            if book.redecide(call, decided):
-                changed[call.ref] = decided.effect
-        if changed:
-            self._publish()
-        return PolicyReviewResult(policy_hash=result.policy_hash, changed=changed)
-
     def streaming(self) -> bool:
         """Whether a model call is under way whose text is published as it arrives."""
         turn = self.s.turn
@@ -388,12 +316,6 @@ class TurnMachine:
     def streaming_key(self) -> str | None:
         """The publisher id the streaming model call publishes with (None: none streams)."""
         return self.model.stream_key if self.streaming() else None
-
-    def spend_refused(self, token: str | None) -> None:
-        """Spend the identity token of an answer refused after it reached history, if it could
-        answer something here (see ``InterruptBook.spend_refused``)."""
-        book = InterruptBook([], spec=self.s.spec, spent=self.s.spent_tokens)
-        book.spend_refused(token, now=workflow.now())
 
     # ------------------------------------------------------------------------------------------
     # The machine
@@ -409,12 +331,11 @@ class TurnMachine:
                     self.finish_cancelled()
                     return "done"
                 if turn.phase == "model":
-                    if turn.model_calls >= self._max_turns():
+                    if turn.model_calls >= (self.s.spec.max_turns if self.s.spec else 10):
                         self._finish(FinishReason.MAX_TURNS)
                         return "done"
                     message = await self.model.call(turn)
-                    self._spend_claims_left()
-                    refused = self._settle_sender(turn)
+                    refused = self.senders.settle(turn)
                     if refused is not None:
                         self._refuse_sender(turn, refused)
                         return "done"
@@ -425,7 +346,7 @@ class TurnMachine:
                     self.book(turn).request(
                         [
                             CallState(
-                                ref=self._new_ref(fc.id),
+                                ref=new_ref(self.s, self.refs, self.ref_order, fc.id),
                                 call_id=fc.id,
                                 name=fc.name,
                                 args=fc.args,
@@ -461,7 +382,7 @@ class TurnMachine:
                         return outcome
                     book.settle()
                     continue
-                self._append(self._tool_message(turn))
+                self._append(tool_message(turn))
                 book.clear()
                 turn.phase = "model"
         except TurnFailed as f:
@@ -473,71 +394,12 @@ class TurnMachine:
             self.finish_cancelled()
             return "done"
 
-    def _settle_sender(self, turn: TurnState) -> ErrorInfo | None:
-        """Decide the sender a message said it had before the agent's definition was known (a
-        conversation's first message), now that the model's result has brought it and before
-        any call of the turn is decided; the refusal, if it is refused."""
-        claim = turn.claim
-        if claim is None:
-            return None
-        turn.claim = None  # decided once, whatever the verdict; its token is not kept
-        try:
-            turn.requester = settle(
-                claim,
-                spec=self.s.spec,
-                spent=self.s.spent_tokens,
-                now=workflow.now(),
-                chat=workflow.info().workflow_id,
-            )
-        except RequesterError as e:
-            # Its token is in history now: one that could answer here must not, later.
-            self.spend_refused(claim.token)
-            return ErrorInfo(
-                status=Status.PERMISSION_DENIED,
-                message=f"the message was refused: {e.reason}",
-                kind=ErrorKind.SEND_REJECTED,
-            )
-        return None
-
-    def _drop_claim(self, turn: TurnState) -> None:
-        """A turn that ends with its sender undecided (before the definition came): its token,
-        in history now, must answer nothing later. Spent at once when the definition is known,
-        else when it comes (``claims_left``)."""
-        claim, turn.claim = turn.claim, None
-        if claim is None or claim.token is None:
-            return
-        if self.s.spec is not None:
-            self.spend_refused(claim.token)
-            return
-        self.s.claims_left = [*self.s.claims_left, claim][-CLAIMS_LEFT_KEPT:]
-
-    def _spend_claims_left(self) -> None:
-        """Spend the tokens of the senders earlier turns could not decide (see _drop_claim),
-        now that the definition is known."""
-        left, self.s.claims_left = self.s.claims_left, []
-        for claim in left:
-            self.spend_refused(claim.token)
-
     def _refuse_sender(self, turn: TurnState, error: ErrorInfo) -> None:
         """End a turn whose sender was refused once the definition came: nothing ran but the
         model call, so the message and the model's reply are taken back (as a send refused at
         the door leaves the conversation) and the turn fails with why."""
         turn.model_calls = 0  # as if the model was never asked: _fail takes the message back
         self._fail(error)
-
-    def _max_turns(self) -> int:
-        return self.s.spec.max_turns if self.s.spec else 10
-
-    def _new_ref(self, call_id: str | None) -> str:
-        usable = bool(call_id) and call_id not in self.refs
-        if usable:
-            # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
-            small = stored_size(call_id or "") <= DOOR.ref
-            usable = small and not self.s.refs_forgotten
-        ref = call_id if usable and call_id else str(workflow.uuid4())
-        self.refs.add(ref)
-        self.ref_order.append(ref)
-        return ref
 
     def _append(self, message: Message) -> None:
         """Add a message to the conversation, counting it against the turn's budget."""
@@ -566,28 +428,8 @@ class TurnMachine:
         self.cancel = cancel
         self._cancel_via = "deadline"
 
-    def _tool_message(self, turn: TurnState) -> Message:
-        # One tool message holding every response of the message's calls, in call order.
-        return Message(
-            role="user",
-            parts=[
-                Part(
-                    function_response=FunctionResponse(
-                        id=c.call_id, name=c.name, response=c.output or {}
-                    )
-                )
-                for c in turn.calls
-            ],
-        )
-
     # ------------------------------------------------------------------------------------------
     # Stop points: the turn pauses or ends, and whoever waits on it gets its result.
-
-    def _turn_text(self, turn: TurnState) -> str:
-        for m in reversed(self.s.messages[turn.base_len :]):
-            if m.role == "model":
-                return m.text()
-        return ""
 
     def _stop(self, result: TurnResult) -> None:
         self.s.last_turn = result
@@ -604,14 +446,14 @@ class TurnMachine:
     def _finish(self, reason: FinishReason) -> None:
         turn = self.s.turn
         assert turn is not None
-        result = TurnResult(turn=turn.turn, finish_reason=reason, text=self._turn_text(turn))
+        result = TurnResult(turn=turn.turn, finish_reason=reason, text=turn_text(self.s, turn))
         self.s.turn = None
         self._stop(result)
 
     def _fail(self, error: ErrorInfo) -> None:
         turn = self.s.turn
         assert turn is not None
-        self._drop_claim(turn)
+        self.senders.drop(turn)
         if turn.phase == "tools":
             # Interrupts raised and never to be answered: counted as withdrawn.
             now = workflow.now()
@@ -622,7 +464,7 @@ class TurnMachine:
             # its failure or that it never ran.
             if turn.phase == "tools" and turn.calls:
                 self.book(turn).abandon(error)
-                self._append(self._tool_message(turn))
+                self._append(tool_message(turn))
         else:
             # Nothing happened yet (the model never answered): the conversation is left as it
             # was before the turn.
@@ -652,21 +494,21 @@ class TurnMachine:
         identity = self.cancel.identity if self.cancel else None
         via, self._cancel_via = self._cancel_via, "cancel"
         self.cancel = None
-        self._drop_claim(turn)
+        self.senders.drop(turn)
         if turn.phase == "tools" and turn.calls:
             # Before the calls are withdrawn: only those still pending were waiting on a human.
             pending = self.book(turn).pending()
             self.telemetry.withdrawn(pending, now=workflow.now(), by_deadline=via == "deadline")
             self.book(turn).cancel(reason, identity=identity, via=via)
             # Every call keeps a response, so the history stays valid for the model.
-            self._append(self._tool_message(turn))
+            self._append(tool_message(turn))
         elif turn.model_calls == 0:
             # Cancelled before the model answered: as if the message was never sent.
             self.cut_messages(turn.base_len)
         # Otherwise tools already ran this turn: their results stay in the conversation, so
         # the model knows on the next turn what was done.
         result = TurnResult(
-            turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=self._turn_text(turn)
+            turn=turn.turn, finish_reason=FinishReason.CANCELLED, text=turn_text(self.s, turn)
         )
         self.s.turn = None
         self._stop(result)
@@ -675,3 +517,40 @@ class TurnMachine:
         del self.s.messages[n:]
         self.digests.cut(n)
         self.s.model_seen = min(self.s.model_seen, n)
+
+
+def tool_message(turn: TurnState) -> Message:
+    """One tool message holding every response of the message's calls, in call order."""
+    return Message(
+        role="user",
+        parts=[
+            Part(
+                function_response=FunctionResponse(
+                    id=c.call_id, name=c.name, response=c.output or {}
+                )
+            )
+            for c in turn.calls
+        ],
+    )
+
+
+def turn_text(state: ConversationState, turn: TurnState) -> str:
+    """The turn's last text from the model (a paused or ended turn's result shows it)."""
+    for m in reversed(state.messages[turn.base_len :]):
+        if m.role == "model":
+            return m.text()
+    return ""
+
+
+def new_ref(state: ConversationState, refs: set[str], order: list[str], call_id: str | None) -> str:
+    """A new call's ref: the model's call id when it is usable, else a fresh uuid; added to
+    the run's ``refs`` and ``order``."""
+    usable = bool(call_id) and call_id not in refs
+    if usable:
+        # Once old refs are forgotten, a model's id might repeat one; a fresh uuid cannot.
+        small = stored_size(call_id or "") <= DOOR.ref
+        usable = small and not state.refs_forgotten
+    ref = call_id if usable and call_id else str(workflow.uuid4())
+    refs.add(ref)
+    order.append(ref)
+    return ref

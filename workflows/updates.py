@@ -136,7 +136,7 @@ class Updates:
     def _refused_send(self, input: SendInput, refusal: Refused) -> Exception:
         """A send refused in its handler, once accepted (its payload is in history): its token,
         if it could answer something here, is spent (``spend_refused``)."""
-        self._m.spend_refused(input.identity_token)
+        self._m.senders.spend_refused(input.identity_token)
         self._m.telemetry.rejected("send", via="update")
         return rejected(ErrorKind.SEND_REJECTED, refusal.reason, refusal.code)
 
@@ -176,7 +176,7 @@ class Updates:
                 # Its token is in this conversation's history now (the update, the forwarding
                 # activity's input), whatever the sub-agent makes of it: spent here too, and
                 # the sub-agent spends it too, whatever its verdict (sub_agent_resume).
-                self._m.spend_refused(claimed_token([payload]))
+                self._m.senders.spend_refused(claimed_token([payload]))
                 return await self._forward_update(target)
             try:
                 resume = self._door.check_resume(payload)
@@ -193,7 +193,7 @@ class Updates:
         passed validation in the same task, or when the validator let it through (an answer a
         caller passed on, see validate_resume). Its payload is in history: its token is spent.
         """
-        self._m.spend_refused(claimed_token([payload]))
+        self._m.senders.spend_refused(claimed_token([payload]))
         self._m.telemetry.rejected("resume", via="update")
         return rejected(ErrorKind.RESUME_REJECTED, refusal.reason, refusal.code)
 
@@ -286,7 +286,7 @@ class Updates:
             self.validate_review_policy()
             self._reviewing = True
             try:
-                return await self._m.review_policy()
+                return await self._m.rules.review_policy()
             finally:
                 self._reviewing = False
 
@@ -312,7 +312,7 @@ class Updates:
         with self._working():
             # Also checked here: validators of one task may all run before any handler.
             self.validate_revoke_grant(input)
-            self._m.revoke_grant(input.id, identity=input.identity, reason=input.reason)
+            self._m.rules.revoke_grant(input.id, identity=input.identity, reason=input.reason)
             return GrantsResult(grants=list(self.s.grants))
 
     async def await_turn(self) -> TurnResult | None:
