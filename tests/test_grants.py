@@ -225,28 +225,46 @@ async def test_grants_are_refused_where_they_cannot_apply(run_worker, model, cli
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-async def test_a_grant_survives_continue_as_new_and_its_revoke_too(small_histories, model):
+async def test_a_grant_survives_continue_as_new_and_its_revoke_and_expiry_too(
+    small_histories, model
+):
     client = small_histories.client
     queue = f"tq-{uuid.uuid4()}"
     model.reply(calls(_pay(1, "c1")), text("paid"))
+    model.reply(calls(("wire", {"amount": 5, "payee": "x"}, "w0")), text("wired"))
     for n in range(8):
         model.reply(calls(("lookup", {"key": f"k{n}"}, f"l{n}")), text(f"looked {n}"))
     model.reply(calls(_pay(2, "c2")), text("paid"))
     model.reply(calls(_pay(3, "c3")), text("asked"))
+    model.reply(calls(("wire", {"amount": 6, "payee": "x"}, "w9")), text("asked"))
     async with build_worker(client, agents=[payer], task_queue=queue, gemini=model.client()):
         chat = await AgentClient(client, task_queue=queue).chat("payer")
         (c1,) = (await chat.send("pay")).interrupts
         first_run = (await client.get_workflow_handle(chat.id).describe()).run_id
         await chat.resume(answers=[approve(c1, remember=GrantScope())], identity=CFO)
+        # A second grant, on the wire, that ends a few seconds from now: its timer is set in
+        # this run and must fire in the next.
+        (w0,) = (await chat.send("wire")).interrupts
+        assert w0.since is not None
+        soon = GrantScope(until=w0.since + timedelta(seconds=12))
+        await chat.resume(answers=[approve(w0, remember=soon)], identity=CFO)
         for n in range(8):
             await chat.send(f"look {n}")
         later = await client.get_workflow_handle(chat.id).describe()
         assert later.run_id != first_run
         assert (await chat.send("pay again")).interrupts == []
-        (grant,) = await chat.grants()
+        held = await chat.grants()
+        assert sorted(g.tool for g in held) == ["pay", "wire"]
+        (grant,) = [g for g in held if g.tool == "pay"]
         await chat.revoke_grant(grant.id)
         (c3,) = (await chat.send("pay once more")).interrupts
-    assert c3.ref == "c3" and [p for p, _ in payments] == [1, 2]
+        await chat.resume(answers=[c3.deny("not now")], identity=CFO)
+        await eventually(chat.grants, lambda g: g == [], timeout=30)
+        (w9,) = (await chat.send("wire again")).interrupts
+        hist = await chat.history()
+    assert c3.ref == "c3" and w9.ref == "w9" and [p for p, _ in payments] == [1, -5, 2]
+    ended = [(a.decision, a.ref) for a in hist.answers if a.kind == "revoked"]
+    assert sorted(ended) == [("expired", "w0"), ("revoked", "c1")]
 
 
 async def test_a_grant_expires_on_its_timer_in_skipped_time(skipping, model):
