@@ -673,12 +673,17 @@ class _App:
         chat: Chat,
         calls: dict[str, str],
         remember: dict[str, str] | None = None,
-        answers: dict[str, str] | None = None,
+        answers: Sequence[ToolResponse | ToolRestart] = (),
     ) -> str | None:
         """The identity token an answer to ``calls`` (ref: the input digest shown) carries: the
         bearer token as sent, or, for a login, an assertion made for that answer alone (each
-        call's ``answers``, ref: its ``answer_digest``), and for the grant it asks for
-        (``remember``, ref: the scope's digest), if any."""
+        call's answer in ``answers``, by its digest), and for the grant it asks for
+        (``remember``, ref: the scope's digest), if any.
+
+        Raises:
+            Problem: 422, an answer that cannot be written as JSON (too deep: the conversation
+                would refuse it anyway), so no assertion can name it.
+        """
         if who.login is not None:
             assert isinstance(self.identity, LoginExchange)
             if len(calls) > MAX_BOUND_CALLS:
@@ -688,8 +693,14 @@ class _App:
                     f"answer at most {MAX_BOUND_CALLS} calls at once behind a login (one "
                     f"assertion each time; {len(calls)} were given)",
                 )
+            try:
+                named = {a.ref: answer_digest(a) for a in answers}
+            except (ValueError, RecursionError):
+                raise Problem(
+                    422, "invalid", "the answer cannot be written as JSON (nested too deep)"
+                ) from None
             return self.identity.assertion(
-                who.login, chat_id=chat.id, calls=calls, remember=remember, answers=answers
+                who.login, chat_id=chat.id, calls=calls, remember=remember, answers=named
             )
         return who.token
 
@@ -873,9 +884,7 @@ class _App:
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
         remember = {ref: remember_digest(body.remember)} if body.remember is not None else None
-        token = self.token_for(
-            who, chat, {ref: body.input_digest}, remember, {ref: answer_digest(answer)}
-        )
+        token = self.token_for(who, chat, {ref: body.input_digest}, remember, [answer])
         result = await self.resume_checked(
             chat,
             who,
@@ -1089,7 +1098,7 @@ class _App:
             who,
             chat,
             {a.ref: a.input_digest or pending[a.ref].input_digest for a in answers},
-            answers={a.ref: answer_digest(a) for a in answers},
+            answers=answers,
         )
 
         async def accepted(run_id: str | None) -> TurnStream:

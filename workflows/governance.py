@@ -449,9 +449,12 @@ def check_binding(
     if binding.answers:
         # The answer itself is the approver's choice too: a copy of an approval's token must
         # not deny, nor a denial's approve, nor either respond with other data.
-        given: list[tuple[str, str, str]] = [
-            (r.name, r.ref, answer_digest(r)) for r in [*resume.respond, *resume.restart]
-        ]
+        try:
+            given: list[tuple[str, str, str]] = [
+                (r.name, r.ref, answer_digest(r)) for r in [*resume.respond, *resume.restart]
+            ]
+        except (ValueError, RecursionError):  # parse_resume refuses these first; never a crash
+            raise ResumeError("the answer cannot be written as JSON") from None
         for name, ref, digest in given:
             if binding.answer_of(ref) != digest:
                 raise ResumeError(
