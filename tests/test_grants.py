@@ -507,3 +507,21 @@ async def test_an_approval_a_replaced_policy_asked_for_is_decided_again_before_i
         done = await eventually(chat.last_turn, lambda t: t is not None and t.text == "both paid")
     assert done is not None and sorted(p for p, _ in payments) == [500, 600]
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_policy_is_asked_only_about_an_input_the_tool_would_take(run_worker, model):
+    model.reply(calls(("pay", {"amount": "lots", "payee": "x"}, "b1"), _pay(5, "b2")), text("ok"))
+    async with run_worker(agents=[_governed(PAYMENTS_POLICY)]) as agents:
+        chat = await agents.chat("ruled")
+        done = await chat.send("pay")
+        hist = await chat.history()
+    assert done.interrupts == [] and payments == [(5, None)]
+    responses = {
+        p.function_response.id: p.function_response.response
+        for m in hist.messages
+        for p in m.parts
+        if p.function_response is not None
+    }
+    assert str(responses["b1"]["error"]).startswith("invalid arguments")
+    # Only the valid call was decided (and allowed) by the policy; b1 has no policy record.
+    assert [(a.ref, a.kind, a.decision) for a in hist.answers] == [("b2", "policy", "approved")]

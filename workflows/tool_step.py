@@ -173,6 +173,15 @@ class ToolStep:
             and (tool := spec.tool(c.name)) is not None
             and not tool.interrupt_only
         ]
+        # The policy reads a call's input as the tool would take it: the model hears at once of
+        # an input the tool's schema refuses (as the tool would tell it), and nothing is asked.
+        budget, book = SchemaBudget(), self._book(turn)
+        for c in list(undecided):
+            tool = spec.tool(c.name)
+            problem = schema_error(c.args, tool.input_schema, budget=budget) if tool else None
+            if problem is not None:
+                undecided.remove(c)
+                book.complete(c, {"error": f"invalid arguments: {self._cut(problem)}"})
         if not undecided:
             return
         result = await self.decide(undecided)
