@@ -127,4 +127,5 @@ async def test_a_start_can_narrow_a_sub_agents_budget_but_never_widen_it(client)
         assert share is not None and share < MAX_SUB_AGENTS_PER_TREE
     assert len(spent(model)) == WIDE - 1
     for chat_id in (narrow, wide):
-        await assert_no_workflow_task_failed(client, chat_id)
+        # Each closes when its turn ends, while its own sub-agent's report may still arrive.
+        await assert_no_workflow_task_failed(client, chat_id, racing_signals=True)
