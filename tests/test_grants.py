@@ -15,24 +15,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from temporal_agent_interrupts import AgentClient, FinishReason, ToolContext, approve, tool
 from temporal_agent_interrupts.errors import GrantRejected, ResumeRejected
 from temporal_agent_interrupts.worker import build_worker
-from temporal_agent_interrupts.worker.search_attributes import register_search_attributes
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.types import GrantCondition, GrantScope
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, cli_signal, eventually
-from tests.test_deadlines import _test_server
 from tests.test_operator import agentctl
 
 payments: list[tuple[float, object]] = []
@@ -74,16 +70,6 @@ UNDER_100 = GrantScope(match=[GrantCondition(field="amount", op="le", value=100)
 @pytest.fixture(autouse=True)
 def _paid() -> None:
     payments.clear()
-
-
-@pytest.fixture(scope="module")
-async def skipping() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=_test_server(), data_converter=pydantic_data_converter
-    )
-    async with env:
-        await register_search_attributes(env.client)
-        yield env
 
 
 def _pay(amount: float, ref: str) -> tuple[str, dict[str, object], str]:

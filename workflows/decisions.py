@@ -274,24 +274,9 @@ class Decisions:
         policy's refusal (nothing runs), an allow lets it run unasked."""
         decided = call.policy
         assert decided is not None and decided.effect != "ask"
-        denied = decided.effect == "deny"
-        self.lifecycle.answered(
-            call,
-            kind="policy",
-            via="policy",
-            decision="denied" if denied else "approved",
-            identity=POLICY_IDENTITY,
-            verified=False,
-            metadata=policy_record(decided),
-        )
-        if denied:
-            self.lifecycle.complete(
-                call,
-                {
-                    "error": "denied by policy",
-                    "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
-                },
-            )
+        self._record(call, decided, policy_record(decided))
+        if decided.effect == "deny":
+            self.lifecycle.complete(call, refusal(decided))
 
     def redecide(self, call: CallState, decided: PolicyDecision) -> bool:
         """A new policy set's decision on a call paused on the last one's: released to run
@@ -308,37 +293,44 @@ class Decisions:
             **policy_record(decided),
             "previous_policy_hash": previous.policy_hash if previous else None,
         }
-        spec = self.spec
         if decided.effect == "deny":
-            output = {
-                "error": "denied by policy",
-                "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
-            }
+            output = refusal(decided)
             self.lifecycle.respond(call, output)
-            self.lifecycle.answered(
-                call,
-                kind="policy",
-                via="policy",
-                decision="denied",
-                identity=POLICY_IDENTITY,
-                verified=False,
-                metadata=record,
-                output=output,
-            )
-        elif decided.effect == "allow" and governance.held_by(spec, call) is None:
+            self._record(call, decided, record, output=output)
+        elif decided.effect == "allow" and governance.held_by(self.spec, call) is None:
             self.lifecycle.restart(call, {TOOL_APPROVED: True})
-            self.lifecycle.answered(
-                call,
-                kind="policy",
-                via="policy",
-                decision="approved",
-                identity=POLICY_IDENTITY,
-                verified=False,
-                metadata=record,
-            )
+            self._record(call, decided, record)
         else:
             self.lifecycle.reshow(call)
         return True
+
+    def _record(
+        self,
+        call: CallState,
+        decided: PolicyDecision,
+        metadata: JsonObject,
+        *,
+        output: JsonObject | None = None,
+    ) -> None:
+        """The audit record of a call the policy set allowed or denied by itself."""
+        self.lifecycle.answered(
+            call,
+            kind="policy",
+            via="policy",
+            decision="denied" if decided.effect == "deny" else "approved",
+            identity=POLICY_IDENTITY,
+            verified=False,
+            metadata=metadata,
+            output=output,
+        )
+
+
+def refusal(decided: PolicyDecision) -> JsonObject:
+    """What the model is told of a call the policy set denied."""
+    return {
+        "error": "denied by policy",
+        "reason": cut_stored(decided.reason or "a policy forbids this call", 400),
+    }
 
 
 def policy_record(decided: PolicyDecision) -> JsonObject:

@@ -53,6 +53,7 @@ from temporal_agent_interrupts.workflows.types import (
     JsonObject,
     PolicyDecision,
     ResumeInput,
+    TrustSpec,
     Vote,
     answer_digest,
     input_digest,
@@ -316,15 +317,9 @@ def who(
     if now is None:
         raise ResumeError("identity tokens cannot be checked here")  # never in the workflow
     try:
-        verified = verify_token(token, trust, now=now)
-    except IdentityError as e:
-        raise ResumeError(f"identity token refused: {e.reason}", code="forbidden") from None
-    if verified.identity.startswith(GROUP_PREFIX):
-        raise ResumeError(
-            f"the identity token names {verified.identity!r}: an identity may not begin "
-            f"with {GROUP_PREFIX!r}, which names a group",
-            code="forbidden",
-        )
+        verified = verified_person(token, trust, now=now)
+    except Refused as e:
+        raise ResumeError(e.reason, code=e.code) from None
     if verified.send is not None:
         # Made by the web app for one message of its sender: an answer with it would let
         # whoever reads the send in history answer as the requester.
@@ -346,6 +341,27 @@ def who(
         subject=_fingerprint(verified.subject),
         binding=verified.binding,
     )
+
+
+def verified_person(token: str, trust: TrustSpec, *, now: datetime) -> VerifiedIdentity:
+    """The person a token proves, under ``trust``: what an answer's or a message's token is
+    checked for first.
+
+    Raises:
+        Refused: ``forbidden``: the token is not valid here, or it names a group (an identity
+            may not begin with ``group:``), never quoting the token.
+    """
+    try:
+        verified = verify_token(token, trust, now=now)
+    except IdentityError as e:
+        raise Refused(f"identity token refused: {e.reason}", code="forbidden") from None
+    if verified.identity.startswith(GROUP_PREFIX):
+        raise Refused(
+            f"the identity token names {verified.identity!r}: an identity may not begin "
+            f"with {GROUP_PREFIX!r}, which names a group",
+            code="forbidden",
+        )
+    return verified
 
 
 def spendable(

@@ -35,11 +35,10 @@ from temporal_agent_interrupts.workflows.governance import (
     GROUP_PREFIX,
     fingerprint,
     spendable,
+    verified_person,
 )
 from temporal_agent_interrupts.workflows.identity import (
     MAX_TOKEN_BYTES,
-    IdentityError,
-    verify_token,
 )
 from temporal_agent_interrupts.workflows.limits import DOOR, Refused, check_label
 from temporal_agent_interrupts.workflows.state import RequesterClaim, SpentToken
@@ -147,15 +146,9 @@ def _decide(
             code="forbidden",
         )
     try:
-        verified = verify_token(claim.token, trust, now=now)
-    except IdentityError as e:
-        raise RequesterError(f"identity token refused: {e.reason}", code="forbidden") from None
-    if verified.identity.startswith(GROUP_PREFIX):
-        raise RequesterError(
-            f"the identity token names {verified.identity!r}: an identity may not begin with "
-            f"{GROUP_PREFIX!r}, which names a group",
-            code="forbidden",
-        )
+        verified = verified_person(claim.token, trust, now=now)
+    except Refused as e:
+        raise RequesterError(e.reason, code=e.code) from None
     if verified.binding is not None:
         raise RequesterError(
             "the identity token was made for an answer: it sends no message (the web app "
