@@ -17,6 +17,7 @@ from temporal_agent_interrupts import Agent, FinishReason, ToolError, agent_tool
 from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.types import GrantScope
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import text
 from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
@@ -440,4 +441,21 @@ async def test_an_answer_the_sub_agent_surely_refuses_costs_the_caller_no_histor
         assert done.finish_reason == FinishReason.STOP, done
         assert await _forwarded(client, parent.id) == 1
     assert RUNS["xena"] == 1
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_a_grant_asked_for_through_the_caller_is_refused_and_the_approval_still_stands(
+    client, offline
+):
+    """A sub-agent's conversation answers one call and closes: a grant made there would let
+    nothing through and be out of the caller's sight. Asked for through the caller, it is
+    refused, saying so; the approval without it goes through."""
+    async with hosted(client, agents=[supervisor], model=offline) as agents:
+        parent = await agents.chat("supervisor")
+        (i,) = (await parent.send(delegate("bob", 5))).interrupts
+        with pytest.raises(ResumeRejected, match="keeps no grant"):
+            await parent.resume(answers=[approve(i, remember=GrantScope())], identity="alice")
+        assert RUNS["bob"] == 0 and await parent.grants() == []
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+    assert done.finish_reason == FinishReason.STOP and RUNS["bob"] == 1
     await assert_no_workflow_task_failed(client, parent.id)

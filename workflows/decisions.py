@@ -109,6 +109,13 @@ class Decisions:
                 )
             if state is None:
                 raise ResumeError(f"remember on {where}: only a conversation keeps grants")
+            if state.one_turn:
+                # A sub-agent's conversation answers one call and closes: a grant made here
+                # would let nothing through, and its caller could neither see nor revoke it.
+                raise ResumeError(
+                    f"remember on {where}: this is a sub-agent's conversation, which answers "
+                    "one call and closes, so it keeps no grant; approve without remember"
+                )
             grants.check_scope(scope, call, spec=spec, now=now)
         if state is not None and not grants.room(state, adding=len(asked)):
             raise ResumeError(
