@@ -1,4 +1,4 @@
-"""How ``make test`` shares the suite between its pytest-xdist workers (``-n 3 --dist loadfile``).
+"""How ``make test`` shares the suite between its pytest-xdist workers (``-n 2 --dist loadfile``).
 
 Each worker is a pytest session of its own, with its own dev servers (conftest's ``env`` and
 ``small_histories``): a file's tests run on one worker, after one another, as they do in a serial
