@@ -54,7 +54,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import signal
 import uuid
 from functools import partial
@@ -64,14 +63,9 @@ from typing import Any
 import httpx2
 from temporalio.api.enums.v1 import EventType
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
-from temporalio.client import (
-    Client,
-    Interceptor,
-    OutboundInterceptor,
-    QueryWorkflowInput,
-)
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from bench.soak.agent import AGENT, TIMED_OUT
 from bench.soak.ledger import Ledger, ModelCalls
@@ -117,88 +111,6 @@ async def soak_worker(
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line.strip() == b"ready", line
     return proc
-
-
-STICKY_TIMEOUT: float = (
-    inspect.signature(Worker).parameters["sticky_queue_schedule_to_start_timeout"].default
-).total_seconds()
-"""How long the server holds a task or a query on a worker's sticky queue before it gives up on
-that worker (the SDK's default, which the soak's worker keeps)."""
-
-
-class QueriesSent(Interceptor):
-    """Counts the queries a client has sent: ``sent`` goes up as a query's request is handed to
-    the SDK's connection (nothing is awaited in between), so a test that sees it go up knows the
-    query is on its way to the server, ahead of whatever it sends next on that connection."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _CountQueries(next, self)
-
-
-class _CountQueries(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, counter: QueriesSent) -> None:
-        super().__init__(next)
-        self._counter = counter
-
-    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
-        self._counter.sent += 1
-        return await super().query_workflow(input)
-
-
-async def holder_of(
-    client: Client, chat_id: str, workers: list[asyncio.subprocess.Process]
-) -> asyncio.subprocess.Process:
-    """The worker that completed the chat's last workflow task: the one whose sticky queue the
-    server sends the run's next task and query to (its identity is the SDK's ``pid@host``)."""
-    hist = await history(client, chat_id)
-    *_, last = events_of(hist, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-    identity = last.workflow_task_completed_event_attributes.identity
-    found = [w for w in workers if identity.split("@")[0] == str(w.pid)]
-    assert len(found) == 1, (identity, [w.pid for w in workers])
-    return found[0]
-
-
-async def query_then_signal_a_dead_workers_run(
-    client: Client, chat_id: str, ask: Any, sent: QueriesSent, *, gate: Any
-) -> asyncio.Task[Any]:
-    """Starts ``ask`` (a query of the chat through a client counted by ``sent``), waits until
-    its request has gone out, then signals the approval of ``gate`` as a script sends it, half
-    the sticky queue's timeout later; returns the query's task.
-
-    The query must reach the server first, while no task is pending, so that it goes to the
-    dead worker's sticky queue directly (a signal that got in first would leave a task pending,
-    and the query would wait for that task). The server holds it there for
-    :data:`STICKY_TIMEOUT`, then gives it to the fresh worker, which must find the signal in
-    the history it replays: the signal goes within that time. The signal's own task waits out
-    the same timeout on the dead queue, from the signal on: the later the signal, the longer
-    the fresh worker has the query to itself before that task comes. Halfway leaves both
-    sides half the timeout (a 0.5 s sleep from the query's start left the second side 0.5 s,
-    less than a loaded machine's delays, and the test failed). What is waited for is the
-    query's request going out (state), then the server's timer.
-
-    The server takes the dead worker's sticky queue for a live one only while that worker
-    polled it within the last 10 s (its last poll began when it finished the run's last task):
-    the caller kills it, and calls this, at once after that task, with the fresh worker
-    already up (a worker's start took most of those 10 s on a loaded machine).
-    """
-    loop = asyncio.get_running_loop()
-    before = sent.sent
-    query = asyncio.create_task(ask())
-    await eventually(lambda: asyncio.sleep(0, sent.sent), lambda n: n > before, timeout=30)
-    went_out = loop.time()
-    await asyncio.sleep(STICKY_TIMEOUT / 2)
-    body = {
-        "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
-        "identity": "ann@soak",
-    }
-    # Awaited: once it returns, the server has the signal in the run's history.
-    await client.get_workflow_handle(chat_id).signal("resume", body)
-    signalled = loop.time() - went_out
-    assert signalled < STICKY_TIMEOUT - 1, f"signalled {signalled:.1f} s after the query: too late"
-    return query
 
 
 async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_replays(env, tmp_path):
@@ -261,14 +173,11 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
     Ledger(tmp_path / "ledger.sqlite").create()
     ModelCalls(tmp_path / "model-calls.sqlite").create()
     address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
-    sent = QueriesSent()
-    asking = Client(**{**env.client.config(), "interceptors": [sent]})
-    agents = AgentClient(asking, task_queue=queue)
+    agents = AgentClient(env.client, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
-    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    # Both up before the chat starts: whichever takes its tasks is killed, the other is the
-    # fresh worker (query_then_signal_a_dead_workers_run says why it must be up already).
-    workers = [await soak_worker(address, queue, tmp_path, log=log) for log in logs]
+    log = tmp_path / "second-worker.log"
+    first = await soak_worker(address, queue, tmp_path)
+    second: asyncio.subprocess.Process | None = None
     try:
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
@@ -276,18 +185,22 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         assert paused.finish_reason == FinishReason.INTERRUPTED
         [gate] = paused.interrupts
         assert gate.name == "transfer"
-        first = await holder_of(env.client, chat.id, workers)
-        log = logs[1 - workers.index(first)]  # the fresh worker's
         first.send_signal(signal.SIGKILL)  # no graceful shutdown: the run stays on its queue
         await first.wait()
+        second = await soak_worker(address, queue, tmp_path, log=log)
         # A query first: no task is pending, so the server sends it to the worker directly,
-        # to the dead worker's sticky queue first, where it waits some seconds. Meanwhile the
-        # approval: its task too goes to the dead worker's queue and waits there until it
-        # times out. The query reaches the fresh worker first, with the signal in the
-        # history it replays.
-        status = await query_then_signal_a_dead_workers_run(
-            env.client, chat.id, chat.status, sent, gate=gate
-        )
+        # to the dead worker's sticky queue first, where it waits some seconds.
+        status = asyncio.create_task(chat.status())
+        await asyncio.sleep(0.5)
+        # Meanwhile the approval, as a script sends it: its task too goes to the dead worker's
+        # queue and waits there until it times out. The query reaches the fresh worker first,
+        # with the signal in the history it replays.
+        body = {
+            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
+            "identity": "ann@soak",
+        }
+        await env.client.get_workflow_handle(chat.id).signal("resume", body)
+        await asyncio.sleep(0.5)
         # Then the caller waits for the turn (an update), which comes with the task that
         # brings the signal.
         turn = await asyncio.wait_for(chat.last_turn(), 120)
@@ -295,8 +208,8 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         # Put off by the worker, and asked again by the client: answered, not failed.
         assert (await asyncio.wait_for(status, 120)).chat_id == chat.id
     finally:
-        for proc in workers:
-            if proc.returncode is None:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
                 proc.kill()
                 await proc.wait()
     hist = await history(env.client, chat.id)
@@ -391,32 +304,33 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
     Ledger(tmp_path / "ledger.sqlite").create()
     ModelCalls(tmp_path / "model-calls.sqlite").create()
     address, queue = server_address(env.client), f"tq-{uuid.uuid4()}"
-    sent = QueriesSent()
-    asking = Client(**{**env.client.config(), "interceptors": [sent]})
-    agents = AgentClient(asking, task_queue=queue)
+    agents = AgentClient(env.client, task_queue=queue)
     chat = await agents.chat(AGENT, chat_id=f"soak-finding-{uuid.uuid4().hex[:8]}")
-    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    # As in the second finding's test: both workers up first, the one holding the chat killed,
-    # the offset query on its way, and the approval.
-    workers = [await soak_worker(address, queue, tmp_path, log=log) for log in logs]
+    log = tmp_path / "second-worker.log"
+    first = await soak_worker(address, queue, tmp_path)
+    second: asyncio.subprocess.Process | None = None
     try:
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
         )
         [gate] = paused.interrupts
-        first = await holder_of(env.client, chat.id, workers)
-        log = logs[1 - workers.index(first)]  # the fresh worker's
         first.send_signal(signal.SIGKILL)
         await first.wait()
-        offset = await query_then_signal_a_dead_workers_run(
-            env.client, chat.id, partial(next_offset, chat), sent, gate=gate
-        )
+        second = await soak_worker(address, queue, tmp_path, log=log)
+        offset = asyncio.create_task(next_offset(chat))  # as in the second finding's test
+        await asyncio.sleep(0.5)
+        body = {
+            "restart": [gate.approve().model_dump(mode="json", exclude_none=True)],
+            "identity": "ann@soak",
+        }
+        await env.client.get_workflow_handle(chat.id).signal("resume", body)
+        await asyncio.sleep(0.5)
         turn = await asyncio.wait_for(chat.last_turn(), 120)
         assert turn is not None and turn.finish_reason == FinishReason.STOP
         got = await asyncio.wait_for(offset, 120)
     finally:
-        for proc in workers:
-            if proc.returncode is None:
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
                 proc.kill()
                 await proc.wait()
     assert "refused to run the workflow on events no workflow task has brought" in log.read_text()
