@@ -73,6 +73,7 @@ from temporal_agent_interrupts.errors import (
     SendRejected,
     ServerNotAnswering,
     UnknownAgent,
+    closing,
     gave_up,
     no_worker,
     raise_update_error,
@@ -129,6 +130,12 @@ _QUERY_RETRY_INTERVAL = 1.0
 # apart: it is answered once the run's workflow task has run, which can wait out a dead worker's
 # sticky queue (5 s) and the task's own timeout (10 s).
 _PUT_OFF_TRIES = 30
+
+# How often an update the server refused while the run was closing (its continue-as-new task in
+# flight) is sent again, _CLOSING_PAUSE seconds more apart each time: the next run is there
+# once that task completes, in milliseconds.
+_CLOSING_RETRIES = 5
+_CLOSING_PAUSE = 0.05
 
 
 WORKER_TIMEOUT = timedelta(seconds=60)
@@ -973,6 +980,34 @@ class Chat:
         on_accept: asyncio.Event | None = None,
         run_id: str | None = None,
     ) -> Any:
+        for attempt in range(_CLOSING_RETRIES + 1):
+            try:
+                return await self._update_once(
+                    update, arg, worker_timeout=worker_timeout, on_accept=on_accept, run_id=run_id
+                )
+            except RPCError as e:
+                if not closing(e):
+                    raise rpc_error(e, self.id) from e
+                if run_id is not None:
+                    # The run the answer was pinned to is ending (continued as new, most
+                    # likely): to its caller that is a closed run, checked again and re-sent.
+                    raise SendRejected(f"chat {self.id!r} is closed") from None
+                if attempt == _CLOSING_RETRIES:
+                    raise rpc_error(e, self.id) from e
+                # The server refuses an update while the run's last task is completing (a
+                # continue-as-new); nothing was applied, and the chat's next run takes it.
+                await asyncio.sleep(_CLOSING_PAUSE * (attempt + 1))
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _update_once(
+        self,
+        update: Any,
+        arg: Any,
+        *,
+        worker_timeout: timedelta | None,
+        on_accept: asyncio.Event | None,
+        run_id: str | None,
+    ) -> Any:
         handle = self.handle
         if run_id is not None:
             handle = self._client.temporal.get_workflow_handle_for(
@@ -1000,8 +1035,6 @@ class Chat:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
             raise_update_error(e)
-        except RPCError as e:
-            raise rpc_error(e, self.id) from e
 
     async def _query(
         self,

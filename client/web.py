@@ -62,7 +62,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import RPCError
+from temporalio.client import RPCError, WorkflowExecutionStatus
 from temporalio.service import RPCStatusCode
 
 from temporal_agent_interrupts.client import agui
@@ -211,6 +211,10 @@ its history records nothing of it); each time nothing has changed, it waits twic
 
 FOLLOW_CHECK_MAX_SECONDS = 8.0
 """The longest a stream with nothing to send waits between two asks."""
+
+# How often an answer pinned to a checked run is checked and sent again when that run refused
+# it as closed: a continue-as-new in between moves the chat to a new run once.
+_PINNED_TRIES = 5
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
@@ -714,9 +718,14 @@ class _App:
             return await send(None)
         refused: SendRejected | None = None
         tried: str | None = None
-        for _ in range(3):
+        for attempt in range(_PINNED_TRIES):
             run_id = await self.may_receive_token(chat)
             if refused is not None and run_id == tried:
+                if attempt < _PINNED_TRIES - 1 and await _still_running(chat):
+                    # Refused while its continue-as-new was completing: the next run is
+                    # there in milliseconds.
+                    await asyncio.sleep(0.05 * attempt)
+                    continue
                 raise refused  # the run that was checked is closed, and no other took over
             try:
                 return await send(run_id)
@@ -1336,6 +1345,16 @@ class _App:
             return False
         status = await chat.status(worker_timeout=self.worker_timeout)
         return status.status == "interrupted" and bool(status.pending)
+
+
+async def _still_running(chat: Chat) -> bool:
+    """Whether the run the chat id names is still open, as the server says (a run whose
+    continue-as-new is completing is, for a few milliseconds)."""
+    try:
+        described = await chat.handle.describe()
+    except RPCError:
+        return False
+    return described.status == WorkflowExecutionStatus.RUNNING
 
 
 def _same_agent(chat: Chat, status: StatusResult) -> None:

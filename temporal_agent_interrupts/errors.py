@@ -236,6 +236,13 @@ def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
     raise AgentError(str(cause or err)) from err
 
 
+def closing(err: RPCError) -> bool:
+    """Whether the server refused an update because the run is completing (its last workflow
+    task, a continue-as-new most often, is in flight): nothing was applied, and the chat's next
+    run, if any, can take it."""
+    return "workflow is closing" in err.message
+
+
 def rpc_error(err: RPCError, chat_id: str) -> AgentError:
     # The server reports an update to a finished workflow as NOT_FOUND too, so the message
     # decides first: a closed chat is not a missing one.

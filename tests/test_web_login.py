@@ -39,7 +39,7 @@ from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import AgentClient, Chat, approve
 from temporal_agent_interrupts.client.login import Login, LoginExchange, jwt_login
 from temporal_agent_interrupts.client.web import agents_app
-from temporal_agent_interrupts.errors import ResumeRejected
+from temporal_agent_interrupts.errors import ResumeRejected, SendRejected
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
@@ -546,3 +546,30 @@ async def test_a_nested_sub_agents_call_is_answered_through_the_top_callers_chat
         (record,) = await agents.audit(i.chat_id)
         assert (record.identity, record.identity_verified) == ("cfo@example.com", True)
     await assert_no_workflow_task_failed(client, top.id)
+
+
+async def test_an_update_refused_while_its_run_closes_goes_to_the_next_run_or_back_to_the_pin(
+    small_histories, monkeypatch
+):
+    """The server refuses an update while the run's continue-as-new task completes ("workflow
+    is closing"; seen once in a clean-clone run of the test above). Nothing was applied: an
+    unpinned answer is sent again, to the chat's next run; a pinned one is refused as a closed
+    run, which the approvals app checks and sends again."""
+    agents = AgentClient(small_histories.client, task_queue=f"tq-{uuid.uuid4()}")
+    chat = await agents.chat("anyone")
+    closing = RPCError("workflow operation can not be applied because workflow is closing", 9, b"")
+    sent: list[str | None] = []
+
+    async def once(self: Chat, update: Any, arg: Any, **kwargs: Any) -> Any:
+        sent.append(kwargs["run_id"])
+        if len(sent) < 3:
+            raise closing
+        return "taken"
+
+    monkeypatch.setattr(Chat, "_update_once", once)
+    assert await chat._update(None, None, worker_timeout=None) == "taken"
+    assert sent == [None, None, None]
+    sent.clear()
+    with pytest.raises(SendRejected, match="is closed"):
+        await chat._update(None, None, worker_timeout=None, run_id="run-1")
+    assert sent == ["run-1"]
