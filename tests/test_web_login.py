@@ -31,7 +31,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from temporal_agent_interrupts import Agent, ToolApproval, agent_tool
@@ -557,7 +557,11 @@ async def test_an_update_refused_while_its_run_closes_goes_to_the_next_run_or_ba
     run, which the approvals app checks and sends again."""
     agents = AgentClient(small_histories.client, task_queue=f"tq-{uuid.uuid4()}")
     chat = await agents.chat("anyone")
-    closing = RPCError("workflow operation can not be applied because workflow is closing", 9, b"")
+    closing = RPCError(
+        "workflow operation can not be applied because workflow is closing",
+        RPCStatusCode.FAILED_PRECONDITION,
+        b"",
+    )
     sent: list[str | None] = []
 
     async def once(self: Chat, update: Any, arg: Any, **kwargs: Any) -> Any:
