@@ -39,6 +39,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from ag_ui.core import (
     AssistantMessage,
@@ -191,9 +192,21 @@ def to_answer(
         if not isinstance(shown, str):
             raise BadResume(f"metadata.{DIGEST_KEY} must be a string")
         request = request.model_copy(update={"input_digest": shown})
-    payload = entry.payload
     if entry.status == "cancelled":
         return request.deny("cancelled")
+    return answer_from(request, entry.payload, digest_shown=shown is not None)
+
+
+def answer_from(
+    request: InterruptRequest, payload: Any, *, digest_shown: bool
+) -> ToolResponse | ToolRestart:
+    """A payload (an object fitting :func:`approval_schema`, or an interrupt-only tool's
+    output) as the answer it gives to ``request`` (whose ``input_digest`` is the one shown, when
+    ``digest_shown``): the one reading of an approval for AG-UI and the MCP server alike.
+
+    Raises:
+        BadResume: the payload is not an answer to it.
+    """
     if not isinstance(payload, dict):
         raise BadResume(
             f"the payload for {request.name!r} ({request.ref}) must be an object "
@@ -224,7 +237,7 @@ def to_answer(
         if not isinstance(edited, dict):
             raise BadResume("the payload's input must be an object (the tool's whole input)")
         return request.restart({TOOL_APPROVED: True}, input=edited)
-    if request.editable and shown is None:
+    if request.editable and not digest_shown:
         # An editable call's input may have changed since the run that showed it (an edit
         # the gate holds for more approvals keeps the ref): only the digest says which input
         # this approval is for. A non-editable call's input is the one it paused with.

@@ -877,19 +877,7 @@ class _App:
         if who.carries_token:
             await self.may_receive_token(chat)
         status = await chat.status(worker_timeout=self.worker_timeout)
-        if status.status == "closed":
-            raise Problem(409, "conflict", f"chat {chat_id[:100]!r} is closed")
-        request_for = {i.ref: i for i in status.pending}.get(ref)
-        if request_for is None:
-            # (A caller's record of an answer a sub-agent refused answered nothing.)
-            answered = any(a.ref == ref and a.verdict != "refused" for a in status.recent_answers)
-            if answered:
-                raise Problem(
-                    409, "conflict", f"ref {ref[:100]!r} is not pending: it was already answered"
-                )
-            raise Problem(
-                404, "not_found", f"chat {chat_id[:100]!r} has no pending call {ref[:100]!r}"
-            )
+        request_for = pending_call(status, ref)
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
         remember = {ref: remember_digest(body.remember)} if body.remember is not None else None
@@ -1069,7 +1057,7 @@ class _App:
             async for frame in self._connect(chat, run):
                 yield frame
             return
-        token = await self._send_token(chat, sender, text) if sender is not None else None
+        token = await self.send_token(chat, sender, text) if sender is not None else None
         turn = chat.send_stream(
             text,
             message_id=agui.user_message_id(run.messages),
@@ -1080,7 +1068,7 @@ class _App:
         async for frame in self._live(chat, run, turn.offset, turn, show_messages=show_messages):
             yield frame
 
-    async def _send_token(self, chat: Chat, sender: Login, text: str) -> str:
+    async def send_token(self, chat: Chat, sender: Login, text: str) -> str:
         """The assertion a logged-in user's message carries: made for this message in this
         chat alone (it answers nothing), sent only to a chat on a task queue the app trusts
         (``may_receive_token``). A chat that does not exist yet is started by this send on the
@@ -1374,6 +1362,29 @@ def _same_agent(chat: Chat, status: StatusResult) -> None:
             "not_found",
             f"agent {chat.agent[:100]!r} has no conversation {chat.id[:100]!r}",
         )
+
+
+def pending_call(status: StatusResult, ref: str) -> InterruptRequest:
+    """The call ``ref`` the chat is paused on now, as ``status`` says: what an answer to it is
+    built from (the approvals API's, the MCP server's).
+
+    Raises:
+        Problem: 409, the chat is closed, or the call was answered already; 404, the chat has
+            no such pending call.
+    """
+    chat_id = status.chat_id
+    if status.status == "closed":
+        raise Problem(409, "conflict", f"chat {chat_id[:100]!r} is closed")
+    request_for = {i.ref: i for i in status.pending}.get(ref)
+    if request_for is None:
+        # (A caller's record of an answer a sub-agent refused answered nothing.)
+        answered = any(a.ref == ref and a.verdict != "refused" for a in status.recent_answers)
+        if answered:
+            raise Problem(
+                409, "conflict", f"ref {ref[:100]!r} is not pending: it was already answered"
+            )
+        raise Problem(404, "not_found", f"chat {chat_id[:100]!r} has no pending call {ref[:100]!r}")
+    return request_for
 
 
 def _answer_of(body: AnswerBody, shown: InterruptRequest) -> ToolResponse | ToolRestart:

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
         agents_app,
         serve,
     )
+    from temporal_agent_interrupts.client.mcp_server import agents_mcp_app
 
 _HOME = {
     "agents_app": "client.web",
+    "agents_mcp_app": "client.mcp_server",
     "serve": "client.web",
     "Access": "client.web",
     "Authorize": "client.web",
@@ -51,6 +53,7 @@ __all__ = [
     "LoginExchange",
     "LoginHook",
     "agents_app",
+    "agents_mcp_app",
     "jwt_login",
     "serve",
 ]
