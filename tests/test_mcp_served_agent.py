@@ -19,6 +19,7 @@ import base64
 import secrets
 import sys
 import uuid
+from datetime import timedelta
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +31,6 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from starlette.requests import Request
 
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
@@ -39,7 +39,8 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import tool_runs
 from tests import agents as t
 from tests.helpers import free_port, server_address
-from tests.test_worker_process import Process, bare_environ
+from tests.mcp_identity import bearer_name
+from tests.test_worker_process import ROOT, Process, bare_environ
 from tests.web import served
 
 KEY = secrets.token_bytes(32)
@@ -54,13 +55,6 @@ def served_agent() -> Agent:
         tools=[t.lookup],
         middleware=[ToolApproval(allow=[], approvers=[ANN])],
     )
-
-
-def bearer_name(request: Request) -> str | None:
-    """The test's identity function: the name after ``Bearer`` (an application would verify a
-    login here; what matters is that it reads the request, not the body)."""
-    scheme, _, name = request.headers.get("authorization", "").partition(" ")
-    return name.strip() or None if scheme.lower() == "bearer" else None
 
 
 def app_for(agents: AgentClient, agent: Agent, **kwargs: Any) -> Any:
@@ -129,3 +123,163 @@ async def test_a_pause_asks_one_form_per_call_and_the_approval_runs_the_tool_onc
         chat = await agents.chat(agent.name, chat_id=chat_id)
         assert (await tool_runs(chat))["lookup"] == 2
         assert t.RUNS["lookup"] == 2
+
+
+async def paused_call(
+    session: ClientSession, agent: Agent, chat_id: str, message: str = "look k up"
+) -> types.InputRequiredResult:
+    arguments = {"message": message, "chat_id": chat_id}
+    paused = await session.call_tool(agent.name, arguments, allow_input_required=True)
+    assert isinstance(paused, types.InputRequiredResult), paused
+    assert paused.input_requests is not None and paused.request_state
+    return paused
+
+
+async def retry(
+    session: ClientSession,
+    agent: Agent,
+    chat_id: str,
+    paused: types.InputRequiredResult,
+    responses: dict[str, types.ElicitResult],
+    *,
+    message: str = "look k up",
+    state: str | None = None,
+) -> types.CallToolResult | types.InputRequiredResult:
+    """The same call again, with the form's responses and the state echoed."""
+    return await session.call_tool(
+        agent.name,
+        {"message": message, "chat_id": chat_id},
+        input_responses=dict(responses),
+        request_state=paused.request_state if state is None else state,
+        allow_input_required=True,
+    )
+
+
+def chat_id() -> str:
+    return f"mcp-test-{uuid.uuid4().hex[:12]}"
+
+
+YES = {"g1": approval({"approved": True})}
+
+
+async def test_a_declined_form_denies_the_call_and_the_model_hears_it(run_worker, model):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("as you wish"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+            done = await retry(session, agent, cid, paused, {"g1": approval(action="decline")})
+        assert isinstance(done, types.CallToolResult) and not done.is_error
+        assert done.structured_content["chat_id"] == cid
+        chat = await agents.chat(agent.name, chat_id=cid)
+        assert (await tool_runs(chat))["lookup"] == 0 and t.RUNS["lookup"] == 0
+        (heard,) = model.requests[-1].function_responses()
+        assert heard["name"] == "lookup"
+        assert "declined through MCP" in str(heard["response"])
+
+
+async def test_a_tampered_an_expired_and_a_replayed_state_are_refused(run_worker, model):
+    agent, cid, other = served_agent(), chat_id(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    model.reply(calls(("lookup", {"key": "j"}, "g2")))
+    async with run_worker(agents=[agent]) as agents:
+        fleeting = app_for(agents, agent, state_ttl=timedelta(milliseconds=1))
+        async with served(app_for(agents, agent)) as base, served(fleeting) as short:
+            async with mcp(base) as session:
+                paused = await paused_call(session, agent, cid)
+                state = paused.request_state
+                assert state is not None
+                # One character of the sealed state changed: refused before anything reads it.
+                flipped = state[:-3] + ("A" if state[-3] != "A" else "B") + state[-2:]
+                with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                    await retry(session, agent, cid, paused, YES, state=flipped)
+                # The same state for other arguments (it is bound to them).
+                with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                    await retry(session, agent, cid, paused, YES, message="look k up, please")
+                chat = await agents.chat(agent.name, chat_id=cid)
+                assert [i.ref for i in await chat.pending()] == ["g1"]
+                assert (await tool_runs(chat))["lookup"] == 0
+
+                done = await retry(session, agent, cid, paused, YES)
+                assert isinstance(done, types.CallToolResult) and not done.is_error
+                # The same retry again: the call is no longer pending, nothing runs twice.
+                with pytest.raises(MCPError, match="already answered"):
+                    await retry(session, agent, cid, paused, YES)
+                with pytest.raises(MCPError, match="already answered"):
+                    await retry(session, agent, cid, paused, {"g1": approval(action="decline")})
+                assert (await tool_runs(chat))["lookup"] == 1 and t.RUNS["lookup"] == 1
+                assert [r.ref for r in await agents.audit(cid)] == ["g1"]
+
+            async with mcp(short) as session:
+                paused = await paused_call(session, agent, other, "look j up")
+                with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                    await retry(
+                        session, agent, other, paused, {"g2": approval({"approved": True})},
+                        message="look j up",
+                    )  # fmt: skip
+            still = await agents.chat(agent.name, chat_id=other)
+            assert [i.ref for i in await still.pending()] == ["g2"]
+        assert t.RUNS["lookup"] == 1
+
+
+async def test_a_second_process_of_the_app_serves_the_retry_the_first_began(
+    run_worker, model, client, tmp_path
+):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as first:
+        async with mcp(first) as session:
+            paused = await paused_call(session, agent, cid)
+        port = free_port()
+        environ = bare_environ(
+            tmp_path, TEMPORAL_ADDRESS=server_address(client), AGENT_MCP_STATE_KEYS=STATE_KEYS
+        )
+        argv = ("-m", "tests.mcp_served_app", agents.task_queue, agent.name, str(port))
+        second = await Process.start(sys.executable, *argv, env=environ, cwd=ROOT)
+        try:
+            await second.wait_for("serving")
+            async with mcp(f"http://127.0.0.1:{port}") as session:
+                done = await retry(session, agent, cid, paused, YES)
+        finally:
+            await second.stop()
+        assert isinstance(done, types.CallToolResult), done
+        assert done.content[0].text == "k is K"  # type: ignore[union-attr]
+        assert t.RUNS["lookup"] == 1
+
+
+async def test_the_identity_on_record_is_the_requests_never_the_bodys(run_worker, model):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+            # An identity in the arguments, or in the form's content, is refused, not read.
+            with pytest.raises(MCPError, match="arguments"):
+                await session.call_tool(
+                    agent.name,
+                    {"message": "look k up", "chat_id": cid, "identity": "boss@example.com"},
+                    allow_input_required=True,
+                )
+            claimed = {"g1": approval({"approved": True, "identity": "boss@example.com"})}
+            with pytest.raises(MCPError, match="unknown payload keys"):
+                await retry(session, agent, cid, paused, claimed)
+        # Someone else echoing ann's state: sealed for her, refused as any bad state.
+        async with mcp(base, who="mallory@example.com") as session:
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await retry(session, agent, cid, paused, YES)
+        # No identity at all: refused at the door (HTTP 401), before any MCP is read.
+        async with httpx2.AsyncClient() as http:
+            refused = await http.post(
+                f"{base}/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+                headers={"MCP-Protocol-Version": "2026-07-28", "Accept": "application/json"},
+            )
+            assert refused.status_code == 401
+        chat = await agents.chat(agent.name, chat_id=cid)
+        assert [i.ref for i in await chat.pending()] == ["g1"]
+        async with mcp(base) as session:
+            done = await retry(session, agent, cid, paused, YES)
+        assert isinstance(done, types.CallToolResult) and not done.is_error
+        (record,) = await agents.audit(cid)
+        assert (record.ref, record.identity) == ("g1", ANN)
+        assert t.RUNS["lookup"] == 1
