@@ -55,6 +55,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -106,6 +107,9 @@ STATE_AUDIENCE = "temporal-agent-interrupts/mcp"
 the keys (a different audience) cannot have its states taken here, nor this app's there."""
 
 MCP_PATH = "/mcp"
+
+CHAT_META = "temporal-agent-interrupts/chatId"
+"""The ``_meta`` key of an ``InputRequiredResult`` that names the paused chat."""
 
 MAX_BODY = 1 * MiB + 64 * KiB
 """A request body, in bytes: an answer's own limit (1 MiB) and the envelope around it."""
@@ -393,6 +397,9 @@ class _Tools:
                         for i in asked
                     },
                     request_state=state.model_dump_json(),
+                    # The chat, for a caller that let the app name it: where to go on, or what
+                    # to answer through the inbox if its forms are not filled in.
+                    _meta={CHAT_META: chat.id},
                 )
         failed = result.finish_reason == FinishReason.FAILED or result.error is not None
         text = result.text
@@ -466,28 +473,31 @@ class _Door:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        if request.method == "POST":
-            version = request.headers.get("mcp-protocol-version")
-            if version not in MODERN_PROTOCOL_VERSIONS:
-                await problem_response(
-                    Problem(
-                        400,
-                        "protocol_version",
-                        "this server speaks MCP "
-                        + ", ".join(MODERN_PROTOCOL_VERSIONS)
-                        + " only (send MCP-Protocol-Version; no initialize)",
-                    )
-                )(scope, receive, send)
-                return
-            try:
-                who = await self.door.who(request)
-            except Problem as p:
-                response = problem_response(p)
-                if p.status == 401:
-                    response.headers["WWW-Authenticate"] = "Bearer"
-                await response(scope, receive, send)
-                return
-            scope.setdefault("state", {})[_WHO] = who
+        if request.method != "POST":
+            # No GET stream, no DELETE of a session: there are none.
+            await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+            return
+        version = request.headers.get("mcp-protocol-version")
+        if version not in MODERN_PROTOCOL_VERSIONS:
+            await problem_response(
+                Problem(
+                    400,
+                    "protocol_version",
+                    "this server speaks MCP "
+                    + ", ".join(MODERN_PROTOCOL_VERSIONS)
+                    + " only (send MCP-Protocol-Version; no initialize)",
+                )
+            )(scope, receive, send)
+            return
+        try:
+            who = await self.door.who(request)
+        except Problem as p:
+            response = problem_response(p)
+            if p.status == 401:
+                response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})[_WHO] = who
         manager = StreamableHTTPSessionManager(
             app=self.server,
             stateless=True,

@@ -20,6 +20,7 @@ from temporal_agent_interrupts._lazy import exports
 
 if TYPE_CHECKING:
     from temporal_agent_interrupts.client.login import Login, LoginExchange, LoginHook, jwt_login
+    from temporal_agent_interrupts.client.mcp_server import agents_mcp_app
     from temporal_agent_interrupts.client.web import (
         Access,
         Authorize,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         agents_app,
         serve,
     )
-    from temporal_agent_interrupts.client.mcp_server import agents_mcp_app
 
 _HOME = {
     "agents_app": "client.web",

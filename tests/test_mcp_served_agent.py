@@ -19,11 +19,10 @@ import base64
 import secrets
 import sys
 import uuid
-from datetime import timedelta
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 import httpx2
 import mcp_types as types
@@ -32,14 +31,18 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from examples.banking import banking_agent
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
 from temporal_agent_interrupts.web import agents_mcp_app
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
-from temporal_agent_interrupts.worker.testing import tool_runs
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted, tool_runs
 from tests import agents as t
+from tests.docs import block
 from tests.helpers import free_port, server_address
 from tests.mcp_identity import bearer_name
+from tests.test_docs_examples import load
 from tests.test_worker_process import ROOT, Process, bare_environ
 from tests.web import served
 
@@ -78,8 +81,17 @@ async def mcp(base: str, *, who: str = ANN) -> AsyncIterator[ClientSession]:
         yield session
 
 
-def approval(content: dict[str, Any] | None = None, action: str = "accept") -> types.ElicitResult:
-    return types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+def approval(
+    content: dict[str, Any] | None = None,
+    action: Literal["accept", "decline", "cancel"] = "accept",
+) -> types.ElicitResult:
+    return types.ElicitResult(action=action, content=content)
+
+
+def said(result: types.CallToolResult) -> str:
+    (block,) = result.content
+    assert isinstance(block, types.TextContent)
+    return block.text
 
 
 async def test_a_pause_asks_one_form_per_call_and_the_approval_runs_the_tool_once(
@@ -98,6 +110,8 @@ async def test_a_pause_asks_one_form_per_call_and_the_approval_runs_the_tool_onc
             assert isinstance(paused, types.InputRequiredResult)
             assert paused.input_requests is not None and paused.request_state
             assert sorted(paused.input_requests) == ["g1", "g2"]
+            assert paused.meta is not None
+            chat_id = paused.meta["temporal-agent-interrupts/chatId"]
             form = paused.input_requests["g1"]
             assert isinstance(form, types.ElicitRequest)
             assert isinstance(form.params, types.ElicitRequestFormParams)
@@ -118,8 +132,8 @@ async def test_a_pause_asks_one_form_per_call_and_the_approval_runs_the_tool_onc
             )
         assert isinstance(done, types.CallToolResult), done
         assert not done.is_error
-        assert done.content[0].text == "k is K and j is J"  # type: ignore[union-attr]
-        chat_id = done.structured_content["chat_id"]
+        assert said(done) == "k is K and j is J"
+        assert done.structured_content["chat_id"] == chat_id
         chat = await agents.chat(agent.name, chat_id=chat_id)
         assert (await tool_runs(chat))["lookup"] == 2
         assert t.RUNS["lookup"] == 2
@@ -243,7 +257,7 @@ async def test_a_second_process_of_the_app_serves_the_retry_the_first_began(
         finally:
             await second.stop()
         assert isinstance(done, types.CallToolResult), done
-        assert done.content[0].text == "k is K"  # type: ignore[union-attr]
+        assert said(done) == "k is K"
         assert t.RUNS["lookup"] == 1
 
 
@@ -283,3 +297,26 @@ async def test_the_identity_on_record_is_the_requests_never_the_bodys(run_worker
         (record,) = await agents.audit(cid)
         assert (record.ref, record.identity) == ("g1", ANN)
         assert t.RUNS["lookup"] == 1
+
+
+async def test_the_mcp_pages_served_agent_answers_the_pages_client(
+    client, tmp_path, monkeypatch, capsys
+):
+    """docs/mcp.md's two blocks, as printed: the banking agent served, on the offline model,
+    and the official client's loop filling in its form."""
+    monkeypatch.setenv("AGENT_MCP_STATE_KEYS", STATE_KEYS)
+    monkeypatch.setenv("ANN_API_KEY", "ann-key")
+    first = (
+        "# served_agents.py: the banking agent as an MCP server (Streamable HTTP, MCP 2026-07-28)"
+    )
+    server = load(tmp_path, "served_agents", block(first, lang="python"), monkeypatch)
+    first = "# ask_over_mcp.py: the official mcp client calls the agent and fills in its forms"
+    asker = load(tmp_path, "ask_over_mcp", block(first, lang="python"), monkeypatch)
+    model = ScriptedModel(offline_rules)
+    async with (
+        hosted(client, agents=[banking_agent], model=model) as agents,
+        served(server.make_app(agents)) as base,
+    ):
+        said = await asker.ask(f"{base}/mcp", "ann-key", "Transfer $500 to savings", approve=True)
+    assert "transferred $500.00 to savings" in said
+    assert "userApproval" in capsys.readouterr().out  # the form's message, printed

@@ -107,6 +107,7 @@ NAMESPACES = {
     "mcp": {"mcp_tools", "MCPServerStdio", "MCPServerHTTP", "MCPToolset"},
     "web": {
         "agents_app",
+        "agents_mcp_app",
         "serve",
         "Access",
         "Authorize",
