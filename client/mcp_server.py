@@ -80,6 +80,7 @@ from temporal_agent_interrupts.codec import PayloadKeys
 from temporal_agent_interrupts.errors import AgentError
 from temporal_agent_interrupts.http_rules import LOOPBACK_NAMES
 from temporal_agent_interrupts.workflows.details import truncate, visible
+from temporal_agent_interrupts.workflows.identity import MAX_BOUND_CALLS
 from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
@@ -595,8 +596,9 @@ def agents_mcp_app(
             raise ValueError(f"agent {name[:100]!r} is no MCP tool name (A-Z a-z 0-9 _ . -)")
     if identity != "bearer" and not isinstance(identity, LoginExchange) and not callable(identity):
         raise TypeError("identity is a LoginExchange, 'bearer' or a function of the request")
-    if not 1 <= max_forms <= 128:
-        raise ValueError("max_forms is from 1 to 128")
+    if not 1 <= max_forms <= MAX_BOUND_CALLS:
+        # Behind a login, one assertion names every call a retry answers.
+        raise ValueError(f"max_forms is from 1 to {MAX_BOUND_CALLS}")
     security = state_security(state_keys, ttl=state_ttl, audience=state_audience)
     door = _App(
         client,

@@ -10,7 +10,8 @@ What is proved here:
 - a tampered ``requestState`` and a replayed one are refused with an MCP error, nothing applied;
 - a second process of the app, sharing only the keys, serves a retry the first began;
 - the identity on record is the one the request's Authorization header proves, never one the
-  body claims.
+  body claims; behind a login, each answer carries an assertion the agent verifies;
+- docs/mcp.md's server and client blocks, run as printed on the offline model.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from typing import Any, Literal
 import httpx2
 import mcp_types as types
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
 
 from examples.banking import banking_agent
 from temporal_agent_interrupts import Agent, ToolApproval
 from temporal_agent_interrupts.client.api import AgentClient
+from temporal_agent_interrupts.client.login import Login, LoginExchange
 from temporal_agent_interrupts.web import agents_mcp_app
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.standin import calls, text
@@ -320,3 +324,38 @@ async def test_the_mcp_pages_served_agent_answers_the_pages_client(
         said = await asker.ask(f"{base}/mcp", "ann-key", "Transfer $500 to savings", approve=True)
     assert "transferred $500.00 to savings" in said
     assert "userApproval" in capsys.readouterr().out  # the form's message, printed
+
+
+async def test_behind_a_login_each_answer_carries_an_assertion_the_agent_verifies(
+    run_worker, model
+):
+    """``identity=LoginExchange(...)``: the app verifies the login (here, the test's hook) and
+    signs an assertion for the message and for each answer, which the agent (trusting the
+    exchange's key) verifies: the identity on record is verified, and is the login's."""
+
+    def verify(request: Request) -> Login | None:
+        name = bearer_name(request)
+        return Login(identity=name) if name else None
+
+    exchange = LoginExchange(
+        verify, key=ed25519.Ed25519PrivateKey.generate(), issuer="https://agents.test",
+        audience="approvals",
+    )  # fmt: skip
+    agent = Agent(
+        f"mcpLogin{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.lookup],
+        middleware=[ToolApproval(allow=[], approvers=[ANN])],
+        trust=exchange.trusted_issuer(),
+    )
+    cid = chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents:
+        app = agents_mcp_app(agents, agents=[agent.name], identity=exchange, state_keys=STATE_KEYS)
+        async with served(app) as base, mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+            done = await retry(session, agent, cid, paused, YES)
+        assert isinstance(done, types.CallToolResult) and not done.is_error
+        (record,) = await agents.audit(cid)
+        assert (record.identity, record.identity_verified) == (ANN, True)
+        assert t.RUNS["lookup"] == 1
