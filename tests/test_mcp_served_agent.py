@@ -8,7 +8,9 @@ What is proved here:
 - the client's retry with an approval runs the tool once and returns the final text;
 - a declined form denies the call: the tool never runs and the model hears the refusal;
 - a tampered ``requestState`` and a replayed one are refused with an MCP error, nothing applied;
-- a second process of the app, sharing only the keys, serves a retry the first began;
+- a second process of the app, sharing only the keys (rotated: a new one seals, the old one still
+  opens), serves a retry the first began;
+- bounds (body, message, responses) and the Host and Origin rules refuse clearly;
 - the identity on record is the one the request's Authorization header proves, never one the
   body claims; behind a login, each answer carries an assertion the agent verifies;
 - docs/mcp.md's server and client blocks, run as printed on the offline model.
@@ -249,8 +251,10 @@ async def test_a_second_process_of_the_app_serves_the_retry_the_first_began(
         async with mcp(first) as session:
             paused = await paused_call(session, agent, cid)
         port = free_port()
+        # The second process has rotated: a new key seals, the first one still opens.
+        rotated = f"k2:{base64.b64encode(secrets.token_bytes(32)).decode()},{STATE_KEYS}"
         environ = bare_environ(
-            tmp_path, TEMPORAL_ADDRESS=server_address(client), AGENT_MCP_STATE_KEYS=STATE_KEYS
+            tmp_path, TEMPORAL_ADDRESS=server_address(client), AGENT_MCP_STATE_KEYS=rotated
         )
         argv = ("-m", "tests.mcp_served_app", agents.task_queue, agent.name, str(port))
         second = await Process.start(sys.executable, *argv, env=environ, cwd=ROOT)
@@ -359,3 +363,45 @@ async def test_behind_a_login_each_answer_carries_an_assertion_the_agent_verifie
         (record,) = await agents.audit(cid)
         assert (record.identity, record.identity_verified) == (ANN, True)
         assert t.RUNS["lookup"] == 1
+
+
+MCP_HEADERS = {
+    "MCP-Protocol-Version": "2026-07-28",
+    "Accept": "application/json, text/event-stream",
+    "Authorization": f"Bearer {ANN}",
+}
+
+
+async def test_bounds_and_the_host_and_origin_rules_refuse_clearly(run_worker, model):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")))
+    async with run_worker(agents=[agent]) as agents:
+        app = app_for(agents, agent, max_body=64 * 1024, max_message=100)
+        async with served(app) as base:
+            async with mcp(base) as session:
+                with pytest.raises(MCPError, match="the message is over 100 bytes"):
+                    await session.call_tool(agent.name, {"message": "x" * 101})
+                paused = await paused_call(session, agent, cid)
+                too_many = {**YES, "g9": approval({"approved": True})}
+                with pytest.raises(MCPError, match="name no form it asked"):
+                    await retry(session, agent, cid, paused, too_many)
+                with pytest.raises(MCPError, match="carries inputResponses"):
+                    await retry(session, agent, cid, paused, {})
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+            async with httpx2.AsyncClient(headers=MCP_HEADERS) as http:
+                big = {**call, "params": {"pad": "x" * 70_000}}
+                assert (await http.post(f"{base}/mcp", json=big)).status_code == 413
+                old = await http.post(
+                    f"{base}/mcp", json=call, headers={"MCP-Protocol-Version": "2025-11-25"}
+                )
+                assert old.status_code == 400 and "2026-07-28" in old.json()["detail"]
+                assert (await http.get(f"{base}/mcp")).status_code == 405
+                elsewhere = {"Host": "agents.example.com"}
+                assert (
+                    await http.post(f"{base}/mcp", json=call, headers=elsewhere)
+                ).status_code == 421
+                page = {"Origin": "https://evil.example"}
+                assert (await http.post(f"{base}/mcp", json=call, headers=page)).status_code == 403
+            chat = await agents.chat(agent.name, chat_id=cid)
+            assert [i.ref for i in await chat.pending()] == ["g1"]
+        assert t.RUNS["lookup"] == 0
