@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import google.genai as genai
+import mcp_types
 from google.genai import errors as genai_errors
 from pydantic import ValidationError
 from temporalio import activity
@@ -45,6 +46,11 @@ from temporal_agent_interrupts.activities.mcp import (
     merged_spec,
     result_output,
     status_of,
+)
+from temporal_agent_interrupts.activities.mcp_input import (
+    RoundRefused,
+    input_responses,
+    read_round,
 )
 from temporal_agent_interrupts.activities.policy import Policy, decide_calls
 from temporal_agent_interrupts.activities.sealing import Sealer
@@ -115,6 +121,10 @@ if TYPE_CHECKING:
     from google.genai._api_client import BaseApiClient
 
 log = logging.getLogger(__name__)
+
+STATE_ONLY_PAUSE = 0.1
+"""Seconds the MCP call waits before asking again when a server's input round carries only its
+state (it is still working): each such ask counts as a round."""
 
 
 class AgentActivities:
@@ -588,14 +598,40 @@ class AgentActivities:
 
     async def _mcp_call(self, input: MCPCallInput) -> ToolResult:
         where = f"MCP server {input.server!r}"
+        round_ = input.input_round
         try:
             async with heartbeating(5.0):
-                result = await self._mcp.call(
-                    input.server,
-                    input.server_tool,
-                    input.args,
-                    idempotency_key=input.idempotency_key,
-                )
+                while True:
+                    result = await self._mcp.call(
+                        input.server,
+                        input.server_tool,
+                        input.args,
+                        idempotency_key=input.idempotency_key,
+                        input_responses=input_responses(round_) if round_ else None,
+                        request_state=round_.request_state if round_ else None,
+                    )
+                    if not isinstance(result, mcp_types.InputRequiredResult):
+                        break
+                    round_ = read_round(
+                        result, previous=round_, roots=self._mcp.roots(input.server)
+                    )
+                    if round_.forms:
+                        # A person answers: the conversation pauses, and a new activity
+                        # sends the retry. Nothing waits here.
+                        return ToolResult(kind="input_required", input_round=round_)
+                    if not round_.responses:
+                        # Only state: the server is working; ask again shortly (as the
+                        # SDK's own driver does), within the bounded rounds.
+                        await asyncio.sleep(STATE_ONLY_PAUSE)
+        except RoundRefused as e:
+            log.warning("%s: input request refused (%s)", where, e.reason)
+            return ToolResult(
+                kind="output",
+                output={
+                    "error": "input request refused",
+                    "detail": f"{where} asked for input this client does not take: {e.reason}",
+                },
+            )
         except MCPResponseRefused as e:
             # The server got the call and answered: the tool may have run, so the model hears
             # it as an error in the output's place and the turn goes on, as for any output
