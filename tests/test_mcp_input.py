@@ -145,6 +145,25 @@ async def test_a_two_round_tool_pauses_twice_and_a_denial_declines_a_form(
     assert names(http_server.state) == ["survey", "survey"]
 
 
+async def test_a_gated_tools_form_is_answered_only_by_whom_its_gate_admits(
+    client, offline, http_server
+):
+    agent = agent_with(mcp_tools(http_server.server(), approvers=["alice"]))
+    async with hosted(client, agents=[agent], model=offline) as agents:
+        chat = await agents.chat(agent.name)
+        (gate,) = (await chat.send('call transfer {"amount": 9}')).interrupts
+        (form,) = (await chat.resume(answers=[approve(gate)], identity="alice")).interrupts
+        assert form.source == "input" and form.approvers == ["alice"]
+        # Whoever may signal cannot name the payee of an approved transfer.
+        with pytest.raises(ResumeRejected, match="mallory"):
+            await chat.resume(answers=[form.respond({"payee": "Mallory"})], identity="mallory")
+        done = await chat.resume(answers=[form.respond(FORM)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP, done
+    assert [r["answers"] for r in inputs(http_server.state)] == [
+        {"q1": {"action": "accept", "content": FORM}}
+    ]
+
+
 async def test_roots_are_answered_from_the_servers_configuration_without_a_pause(
     client, offline, http_server
 ):
