@@ -8,8 +8,10 @@ any more than its tool list: what it asks for is capped and checked here, in the
 activity, before any of it reaches the conversation. A form request becomes an
 :class:`InputForm` (its message cut to size, its schema a bounded, flat JSON Schema object); a
 roots request is answered at once from the server's configuration (``MCPServerStdio(roots=)``,
-``MCPServerHTTP(roots=)``). What cannot be taken (too many requests, too large a state, a URL
-or sampling request, which this client does not answer) is a :class:`RoundRefused`: the call
+``MCPServerHTTP(roots=)``); a sampling request becomes a :class:`SampleAsk` (text only, its
+prompt and reply bounded), which the workflow has the agent's model answer in an activity of its
+own. What cannot be taken (too many requests, too large a state, a URL request, a sampling
+request with tools or images) is a :class:`RoundRefused`: the call
 fails with its reason, which the model hears; the conversation goes on. See
 ``workflows.input_rounds`` for the pause and the retry.
 """
@@ -22,7 +24,12 @@ from typing import Any
 import mcp_types
 
 from temporal_agent_interrupts.activities.mcp import MAX_SCHEMA_BYTES
-from temporal_agent_interrupts.workflows.activity_io import InputForm, InputRound
+from temporal_agent_interrupts.workflows.activity_io import (
+    InputForm,
+    InputRound,
+    SampleAsk,
+    SampleMessage,
+)
 from temporal_agent_interrupts.workflows.input_rounds import MAX_INPUT_ROUNDS
 from temporal_agent_interrupts.workflows.limits import KiB, Refused, check_json, json_size
 
@@ -35,6 +42,14 @@ until the retry."""
 
 MAX_INPUT_MESSAGE = 4 * KiB
 """The longest message a form may show a person, in bytes of UTF-8."""
+
+MAX_SAMPLE_PROMPT = 16 * KiB
+"""The largest prompt (system prompt and messages) a server's sampling request may send the
+agent's model."""
+
+MAX_SAMPLE_TOKENS = 1024
+"""The most tokens the model may answer a sampling request with (a request asking for more gets
+this many)."""
 
 MAX_KEY_CHARS = 128
 """The longest request key a server may use."""
@@ -81,6 +96,7 @@ def read_round(
             f"{MAX_INPUT_REQUESTS}"
         )
     forms: list[InputForm] = []
+    samples: list[SampleAsk] = []
     responses: dict[str, Any] = {}
     for key, request in requests.items():
         if not key or len(key) > MAX_KEY_CHARS:
@@ -89,9 +105,9 @@ def read_round(
             responses[key] = roots_answer(roots)
         elif isinstance(request, mcp_types.ElicitRequest):
             forms.append(_form(key, request.params))
+        elif isinstance(request, mcp_types.CreateMessageRequest):
+            samples.append(_sample(key, request.params))
         else:
-            # Sampling would put this worker's model at the server's disposal: not offered
-            # (the client does not declare the capability), and refused if asked anyway.
             raise RoundRefused(
                 f"the server asked for {request.method!r}, which this client does not answer"
             )
@@ -99,7 +115,44 @@ def read_round(
         check_json(state, what="the requestState")
     except Refused as e:
         raise RoundRefused(e.reason) from None
-    return InputRound(round=number, request_state=state, forms=forms, responses=responses)
+    return InputRound(
+        round=number, request_state=state, forms=forms, samples=samples, responses=responses
+    )
+
+
+def _sample(key: str, params: mcp_types.CreateMessageRequestParams) -> SampleAsk:
+    """A sampling request as the model is asked it: text messages and a system prompt, within
+    :data:`MAX_SAMPLE_PROMPT`, its reply capped at :data:`MAX_SAMPLE_TOKENS`. Tools, images and
+    audio are refused: the server gets the model's words, nothing the model could do."""
+    if params.tools:
+        raise RoundRefused("the server's sampling request offers the model tools, refused")
+    messages: list[SampleMessage] = []
+    for m in params.messages:
+        blocks = m.content if isinstance(m.content, list) else [m.content]
+        texts: list[str] = []
+        for block in blocks:
+            if not isinstance(block, mcp_types.TextContent):
+                kind = str(getattr(block, "type", "content"))[:40]
+                raise RoundRefused(
+                    f"the server's sampling request holds {kind!r} content; only text is sent"
+                )
+            texts.append(block.text)
+        messages.append(SampleMessage(role=m.role, text="\n".join(texts)))
+    if not messages or messages[-1].role != "user":
+        raise RoundRefused("the server's sampling request does not end with a user message")
+    system = params.system_prompt or None
+    try:
+        check_json([system, [m.text for m in messages]], what="the sampling request")
+    except Refused as e:
+        raise RoundRefused(e.reason) from None
+    size = json_size([system, [m.text for m in messages]])
+    if size > MAX_SAMPLE_PROMPT:
+        raise RoundRefused(
+            f"the server's sampling prompt is {size // KiB} KiB; the limit is "
+            f"{MAX_SAMPLE_PROMPT // KiB} KiB"
+        )
+    tokens = max(1, min(int(params.max_tokens or MAX_SAMPLE_TOKENS), MAX_SAMPLE_TOKENS))
+    return SampleAsk(key=key, messages=messages, system=system, max_tokens=tokens)
 
 
 def _form(key: str, params: Any) -> InputForm:
@@ -161,6 +214,8 @@ def input_responses(round_: InputRound) -> mcp_types.InputResponses:
     for key, value in round_.responses.items():
         if "roots" in value:
             out[key] = mcp_types.ListRootsResult.model_validate(value)
+        elif "role" in value:
+            out[key] = mcp_types.CreateMessageResult.model_validate(value)
         else:
             out[key] = mcp_types.ElicitResult.model_validate(value)
     return out

@@ -27,10 +27,14 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
     ElicitRequest,
     ElicitRequestFormParams,
     InputRequiredResult,
     ListRootsRequest,
+    SamplingMessage,
+    TextContent,
     ToolAnnotations,
 )
 
@@ -128,6 +132,32 @@ def build(state: Path, variant: int = 1) -> MCPServer:
     async def survey(topic: str, ctx: Context) -> dict[str, Any] | InputRequiredResult:
         """Asks two questions, one round each, then answers (read-only: runs unasked)."""
         return asking(ctx, "survey", {"topic": topic}, rounds=2)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def haiku(topic: str, ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Asks the client's model for a haiku (a sampling request), then returns it."""
+        reply = (ctx.input_responses or {}).get("poem")
+        if reply is None:
+            count("haiku", {"topic": topic})
+            return InputRequiredResult(
+                input_requests={
+                    "poem": CreateMessageRequest(
+                        params=CreateMessageRequestParams(
+                            messages=[
+                                SamplingMessage(
+                                    role="user",
+                                    content=TextContent(type="text", text=f"A haiku about {topic}"),
+                                )
+                            ],
+                            system_prompt="Be brief.",
+                            max_tokens=5000,
+                        )
+                    )
+                },
+                request_state="haiku-1",
+            )
+        count("haiku:done", {"state": ctx.request_state})
+        return {"poem": reply.content.text, "model": reply.model}  # type: ignore[union-attr]  # a CreateMessageResult by its key
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def spin(ctx: Context) -> dict[str, Any] | InputRequiredResult:

@@ -28,14 +28,17 @@ from temporal_agent_interrupts.activities.mcp_input import (
     MAX_INPUT_MESSAGE,
     MAX_INPUT_REQUESTS,
     MAX_REQUEST_STATE,
+    MAX_SAMPLE_TOKENS,
     RoundRefused,
     read_round,
 )
 from temporal_agent_interrupts.errors import ResumeRejected
 from temporal_agent_interrupts.mcp import MCPServerHTTP, mcp_tools
 from temporal_agent_interrupts.worker import build_worker
-from temporal_agent_interrupts.worker.testing import hosted
-from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
+from temporal_agent_interrupts.worker.standin import Request, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY, MCP_SAMPLE_ACTIVITY
 from temporal_agent_interrupts.workflows.input_rounds import MAX_INPUT_ROUNDS
 from tests import test_mcp_tools as mcp_fixtures
 from tests.helpers import (
@@ -185,6 +188,38 @@ async def test_roots_are_answered_from_the_servers_configuration_without_a_pause
     ]
 
 
+async def test_a_sampling_request_is_answered_by_the_agents_model_with_its_prompt_recorded(
+    client, http_server
+):
+    def rules(request: Request) -> Any:
+        if request.method == "generateContent":  # the sampling request, not a turn
+            (part,) = request.last_parts
+            return text(f"sampled: {part['text']}")
+        return offline_rules(request)
+
+    model = ScriptedModel(rules)
+    agent = agent_with(mcp_tools(http_server.server()))
+    async with hosted(client, agents=[agent], model=model) as agents:
+        chat = await agents.chat(agent.name)
+        done = await chat.send('call haiku {"topic": "rain"}')
+        assert done.finish_reason == FinishReason.STOP, done  # no person was asked
+    (asked,) = [r for r in model.requests if r.method == "generateContent"]
+    assert asked.body["systemInstruction"]["parts"] == [{"text": "Be brief."}]
+    assert asked.body["generationConfig"]["maxOutputTokens"] == MAX_SAMPLE_TOKENS  # capped
+    (response,) = model.requests[-1].function_responses()
+    assert response["response"] == {"poem": "sampled: A haiku about rain", "model": agent.model}
+    assert names(http_server.state) == ["haiku", "haiku:done"]
+    # The prompt is in history: the sampling activity's input.
+    hist = await assert_no_workflow_task_failed(client, chat.id)
+    (sampled,) = [
+        e.activity_task_scheduled_event_attributes
+        for e in hist.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == MCP_SAMPLE_ACTIVITY
+    ]
+    recorded = json.loads(sampled.input.payloads[0].data)
+    assert recorded["ask"]["messages"] == [{"role": "user", "text": "A haiku about rain"}]
+
+
 async def test_a_server_that_never_stops_asking_fails_the_call_not_the_conversation(
     client, offline, http_server
 ):
@@ -223,9 +258,6 @@ async def test_a_worker_killed_between_rounds_loses_nothing(client, http_server)
         (one,) = (await chat.send('call survey {"topic": "t"}')).interrupts
         first.send_signal(signal.SIGKILL)  # between the rounds: only history holds the wait
         first.wait()
-        from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
-        from temporal_agent_interrupts.worker.testing import ScriptedModel
-
         model = ScriptedModel(offline_rules)
         async with build_worker(
             client, agents=[agent(http_server.url)], task_queue=queue, gemini=model.client()
@@ -296,10 +328,28 @@ def _form(message: str = "Confirm?", schema: dict[str, Any] | None = None) -> An
         (
             {
                 "k": mcp_types.CreateMessageRequest(
+                    params=mcp_types.CreateMessageRequestParams(
+                        messages=[
+                            mcp_types.SamplingMessage(
+                                role="user",
+                                content=mcp_types.ImageContent(
+                                    type="image", data="AA==", mime_type="image/png"
+                                ),
+                            )
+                        ],
+                        max_tokens=10,
+                    )
+                )
+            },
+            "'image' content",
+        ),
+        (
+            {
+                "k": mcp_types.CreateMessageRequest(
                     params=mcp_types.CreateMessageRequestParams(messages=[], max_tokens=10)
                 )
             },
-            "sampling/createMessage",
+            "does not end with a user message",
         ),
     ],
 )

@@ -200,6 +200,43 @@ class InputForm(_Wire):
     requested_schema: JsonObject
 
 
+class SampleMessage(_Wire):
+    """One message of a sampling request's prompt (text only)."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+class SampleAsk(_Wire):
+    """A sampling request of an input round: the server asks the agent's own model for a
+    reply. The prompt is the activity's input, so history records it."""
+
+    key: str
+    messages: list[SampleMessage]
+    system: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    max_tokens: int
+
+
+class MCPSampleInput(_Wire):
+    """The ``mcp_sample`` activity (``config.MCP_SAMPLE_ACTIVITY``): one sampling request of an
+    MCP call's input round, answered by the agent's model."""
+
+    agent: str
+    chat_id: str
+    ref: str
+    server: str
+    ask: SampleAsk
+
+
+class MCPSampleResult(_Wire):
+    """The model's reply to a sampling request: text, and the model that made it."""
+
+    text: str
+    model: str
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class InputRound(_Wire):
     """An MCP call whose server asked for input instead of answering (``InputRequiredResult``,
     MCP 2026-07-28), carried by the call until the server is asked again with the answers.
@@ -215,12 +252,20 @@ class InputRound(_Wire):
     request_state: str | None = None
     # The forms people fill, one interrupt each, in the server's order.
     forms: list[InputForm] = Field(default_factory=list)
+    # The sampling requests, each answered by the agent's model (in an activity) before the
+    # forms are asked. Left off the wire when there are none.
+    samples: list[SampleAsk] = Field(default_factory=list, exclude_if=lambda v: not v)
     # The answers so far, by the server's request key, as the server is sent them: a roots
     # request's (the worker answers it from the server's configuration), and each form's
-    # (``{"action": "accept", "content": ...}`` or ``{"action": "decline"}``).
+    # (``{"action": "accept", "content": ...}`` or ``{"action": "decline"}``), and each
+    # sampling request's (the model's reply, as MCP's ``CreateMessageResult``).
     responses: dict[str, JsonObject] = Field(default_factory=dict)
     # The form the call is paused on now.
     asking: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    def unsampled(self) -> list[SampleAsk]:
+        """The sampling requests not answered yet."""
+        return [a for a in self.samples if a.key not in self.responses]
 
     def next_form(self) -> InputForm | None:
         """The first form not answered yet (None: the round is complete)."""

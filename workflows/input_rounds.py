@@ -48,6 +48,17 @@ def answered_form(round_: InputRound, output: JsonObject) -> None:
     round_.asking = None
 
 
+def sample_answer(text: str, model: str) -> JsonObject:
+    """The answer to a sampling request, as the server is sent it (MCP's
+    ``CreateMessageResult``): the model's reply."""
+    return {
+        "role": "assistant",
+        "content": {"type": "text", "text": text},
+        "model": model,
+        "stopReason": "endTurn",
+    }
+
+
 def form_metadata(round_: InputRound, form: InputForm, *, server: str) -> JsonObject:
     """What the interrupt of one form shows: the server's message, and where it is in the
     call's rounds."""
@@ -71,8 +82,8 @@ def form_schema(round_: InputRound | None) -> JsonObject | None:
 
 def round_problem(asked: InputRound | None, previous: InputRound | None) -> str | None:
     """Why a round a server asked for cannot be taken (it fails the call), or None."""
-    if asked is None or not asked.forms:
-        return "the server asked for input, and nothing a person can answer"
+    if asked is None or not (asked.forms or asked.samples):
+        return "the server asked for input, and nothing this client answers"
     done = previous.round if previous is not None else 0
     # Rounds the worker answered by itself (roots, state only) count too: more than one may
     # have passed since the last pause.

@@ -24,6 +24,8 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from temporal_agent_interrupts.workflows import config
 from temporal_agent_interrupts.workflows.activity_io import (
     MCPCallInput,
+    MCPSampleInput,
+    MCPSampleResult,
     PolicyCall,
     PolicyInput,
     PolicyRequester,
@@ -34,7 +36,11 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.answers import SchemaBudget
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed, classified
 from temporal_agent_interrupts.workflows.ids import idempotency_key
-from temporal_agent_interrupts.workflows.input_rounds import form_metadata, round_problem
+from temporal_agent_interrupts.workflows.input_rounds import (
+    form_metadata,
+    round_problem,
+    sample_answer,
+)
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -175,6 +181,55 @@ class ToolStep:
             call, source="input", metadata=form_metadata(round_, form, server=server), now=now
         )
         return True
+
+    async def _answer_samples(
+        self, turn: TurnState, call: CallState, tool: ToolSpec | None
+    ) -> None:
+        """Have the agent's model answer the round's sampling requests, one activity each (the
+        prompt is its input, in history); a request that cannot be answered fails the call,
+        which the model hears."""
+        round_ = call.input_round
+        if round_ is None:
+            return
+        book = self._book(turn)
+        server = tool.mcp.server if tool is not None and tool.mcp is not None else ""
+        for ask in round_.unsampled():
+            arg = MCPSampleInput(
+                agent=self.s.agent,
+                chat_id=workflow.info().workflow_id,
+                ref=call.ref,
+                server=server,
+                ask=ask,
+            )
+            try:
+                result: MCPSampleResult = await self._runner.execute(
+                    config.MCP_SAMPLE_ACTIVITY,
+                    arg,
+                    result_type=MCPSampleResult,
+                    start_to_close_timeout=config.MCP_SAMPLE_START_TO_CLOSE,
+                    heartbeat_timeout=config.MODEL_HEARTBEAT,
+                    retry_policy=config.MODEL_RETRY,
+                    summary=f"sampling for {call.name}",
+                )
+            except Unsealed as e:
+                why = self._cut(e.reason)
+            except ActivityError as e:
+                why = self._runner.error(e, what="sampling").message
+            else:
+                round_.responses[ask.key] = sample_answer(result.text, result.model)
+                continue
+            book.complete(
+                call,
+                {
+                    "error": f"tool {call.name!r}: its server's sampling request was not "
+                    f"answered ({why})"
+                },
+            )
+            return
+        if json_size(round_) > self._room(turn):
+            book.complete(
+                call, {"error": f"tool {call.name!r}: {over_turn_budget('its input round')}"}
+            )
 
     async def _decide_by_policy(self, turn: TurnState) -> None:
         """The agent's policy set decides each ready call it has not decided yet, in one
@@ -402,7 +457,11 @@ class ToolStep:
                 )
             else:
                 call.input_round = result.input_round
-                self._ask_form(book, call, tool, now=workflow.now())
+                await self._answer_samples(turn, call, tool)
+                if call.status == "done" or self._ask_form(book, call, tool, now=workflow.now()):
+                    return
+                # Only the model was asked: the retry goes at once.
+                await self._run_tool(turn, call)
         elif result.kind == "interrupt":
             metadata = result.metadata or {}
             if json_size(metadata) > self._room(turn):
