@@ -262,8 +262,13 @@ async def test_a_worker_killed_between_rounds_loses_nothing(client, http_server)
         async with build_worker(
             client, agents=[agent(http_server.url)], task_queue=queue, gemini=model.client()
         ):
-            (two,) = (await chat.resume(answers=[one.respond({"payee": "A"})])).interrupts
-            assert two.metadata["round"] == 2
+            # The first round's answer by `temporal workflow signal`, as a script sends it.
+            body = {"respond": [one.respond({"payee": "A"}).model_dump()]}
+            code, out = await cli_signal(client, chat.id, "resume", json.dumps(body))
+            assert code == 0, out
+            (two,) = await eventually(
+                chat.pending, lambda p: bool(p) and p[0].metadata["round"] == 2, timeout=30
+            )
             done = await chat.resume(answers=[two.respond({"payee": "B"})])
             assert done.finish_reason == FinishReason.STOP, done
     finally:
