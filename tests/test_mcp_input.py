@@ -44,6 +44,7 @@ from tests import test_mcp_tools as mcp_fixtures
 from tests.helpers import (
     assert_no_workflow_task_failed,
     cli_signal,
+    current_details,
     eventually,
     history,
     scheduled_activities,
@@ -131,6 +132,11 @@ async def test_a_two_round_tool_pauses_twice_and_a_denial_declines_a_form(
         # Read-only: no gate, the first round pauses the turn at once.
         (one,) = (await chat.send('call survey {"topic": "lunch"}')).interrupts
         assert (one.source, one.metadata["round"]) == ("input", 1)
+        # The Temporal UI's details panel suggests the command that answers the form: a
+        # respond with its fields, not an approval.
+        shown = await current_details(client, chat.id)
+        assert '"respond":[{"name":"survey"' in shown and '"payee":' in shown, shown
+        assert "tool_approved" not in shown
         (two,) = (await chat.resume(answers=[one.respond({"payee": "Bo"})])).interrupts
         assert (two.source, two.ref, two.metadata["round"]) == ("input", one.ref, 2)
         assert two.metadata["message"] == "survey: question 2 of 2"
