@@ -22,6 +22,7 @@ from typing import Any
 
 import mcp_types
 import pytest
+from temporalio.service import RPCError
 
 from temporal_agent_interrupts import AgentClient, FinishReason, approve, deny
 from temporal_agent_interrupts.activities.mcp_input import (
@@ -42,6 +43,7 @@ from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY, MCP_SAMPLE_
 from temporal_agent_interrupts.workflows.input_rounds import MAX_INPUT_ROUNDS
 from tests import test_mcp_tools as mcp_fixtures
 from tests.helpers import (
+    SUGGEST_AFTER_EVENTS,
     assert_no_workflow_task_failed,
     cli_signal,
     current_details,
@@ -241,6 +243,31 @@ async def test_a_server_that_never_stops_asking_fails_the_call_not_the_conversat
         assert again.finish_reason == FinishReason.STOP
     spins = [n for n in names(http_server.state) if n == "spin"]
     assert len(spins) == MAX_INPUT_ROUNDS + 1  # the first call and each state-only round
+
+
+async def test_a_round_survives_continue_as_new(small_histories, offline, http_server):
+    client = small_histories.client
+    agent = agent_with(mcp_tools(http_server.server()))
+    async with hosted(client, agents=[agent], model=offline) as agents:
+        chat = await agents.chat(agent.name)
+        (one,) = (await chat.send('call survey {"topic": "t"}')).interrupts
+        handle = client.get_workflow_handle(chat.id)
+        first_run = (await handle.describe()).run_id
+        # Refused signals grow the paused run's history past the server's suggestion: it
+        # continues as new, carrying the round.
+        for n in range(SUGGEST_AFTER_EVENTS):
+            try:
+                await handle.signal("resume", {"respond": [{"name": "x", "ref": f"x{n}"}]})
+            except RPCError:
+                break
+        await eventually(handle.describe, lambda d: d.run_id != first_run, timeout=30)
+        (two,) = (await chat.resume(answers=[one.respond({"payee": "A"})])).interrupts
+        done = await chat.resume(answers=[two.respond({"payee": "B"})])
+        assert done.finish_reason == FinishReason.STOP, done
+    sent = inputs(http_server.state)
+    assert [r["state"] for r in sent] == [state_token("survey", 1), state_token("survey", 2)]
+    assert [r["answers"]["q2"]["content"] for r in sent[1:]] == [{"payee": "B"}]
+    assert len(set(keys(http_server.state))) == 1
 
 
 async def test_a_worker_killed_between_rounds_loses_nothing(client, http_server):
