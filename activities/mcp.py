@@ -128,6 +128,8 @@ class MCPServerStdio:
         env: Extra environment for it (merged over the SDK's safe defaults); stays on the
             worker.
         cwd: Its working directory.
+        roots: What this worker answers when the server asks for the client's roots
+            (``file://`` URIs); none by default.
     """
 
     name: str
@@ -136,9 +138,11 @@ class MCPServerStdio:
     _: KW_ONLY
     env: Mapping[str, str] | None = field(default=None, repr=False)
     cwd: str | None = None
+    roots: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         _check_server_name(self.name)
+        _check_roots(self.name, self.roots)
 
     def transport(self) -> Any:
         return mcp.StdioServerParameters(
@@ -158,15 +162,19 @@ class MCPServerHTTP:
         url: Its endpoint (``https://host/mcp``).
         headers: Sent with every request (``Authorization: Bearer ...``); they stay on the
             worker and are never shown in a repr.
+        roots: What this worker answers when the server asks for the client's roots
+            (``file://`` URIs); none by default.
     """
 
     name: str
     url: str
     _: KW_ONLY
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    roots: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         _check_server_name(self.name)
+        _check_roots(self.name, self.roots)
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"MCP server {self.name!r}: url must be http:// or https://")
 
@@ -256,6 +264,13 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
 
 
 MCPServer = MCPServerStdio | MCPServerHTTP
+
+
+def _check_roots(name: str, roots: Sequence[str]) -> None:
+    if isinstance(roots, str) or any(
+        not isinstance(r, str) or not r.startswith("file://") for r in roots
+    ):
+        raise ValueError(f"MCP server {name!r}: roots must be a list of file:// URIs")
 
 
 def _check_server_name(name: str) -> None:
@@ -574,7 +589,17 @@ class _Session:
     async def _own(self) -> None:
         try:
             # No response cache: each model call lists what the server has now.
-            async with mcp.Client(self.server.transport(), cache=None, mode="auto") as client:
+            async with mcp.Client(
+                self.server.transport(),
+                cache=None,
+                mode="auto",
+                # Declared so a server may ask (forms, roots): on 2026-07-28 it asks by
+                # answering a call with InputRequiredResult, which the call's activity returns
+                # to the conversation; a request sent on its own (older revisions) is refused,
+                # since nobody can be waited for inside a session.
+                elicitation_callback=_elicit_standalone,
+                list_roots_callback=_roots_callback(self.server.roots),
+            ) as client:
                 self.client = client
                 self.used = time.monotonic()
                 self._ready.set()
@@ -608,6 +633,23 @@ def _reason(err: BaseException | None) -> str:
         return "the session closed"
     text = str(err) or type(err).__name__
     return cut_stored(f"{type(err).__name__}: {text}", 300)
+
+
+async def _elicit_standalone(context: Any, params: Any) -> mcp_types.ErrorData:
+    return mcp_types.ErrorData(
+        code=mcp_types.INVALID_REQUEST,
+        message="this client answers input requests only within a tool call's result "
+        "(InputRequiredResult, MCP 2026-07-28)",
+    )
+
+
+def _roots_callback(roots: Sequence[str]) -> Any:
+    async def listed(context: Any) -> mcp_types.ListRootsResult:
+        return mcp_types.ListRootsResult(
+            roots=[mcp_types.Root(uri=uri) for uri in roots]  # type: ignore[arg-type]  # FileUrl validates the str
+        )
+
+    return listed
 
 
 class MCPSessions:
@@ -725,10 +767,23 @@ class MCPSessions:
         else:
             await session.close()
 
+    def roots(self, name: str) -> Sequence[str]:
+        """What this worker answers server ``name``'s roots requests with."""
+        return self._servers[name].roots
+
     async def call(
-        self, name: str, tool: str, args: JsonObject, *, idempotency_key: str | None = None
-    ) -> mcp_types.CallToolResult:
-        """Call ``tool`` on server ``name``.
+        self,
+        name: str,
+        tool: str,
+        args: JsonObject,
+        *,
+        idempotency_key: str | None = None,
+        input_responses: mcp_types.InputResponses | None = None,
+        request_state: str | None = None,
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """Call ``tool`` on server ``name``: the first time, or again after an input round with
+        its answers and the server's state. A server that asks for input is answered by the
+        caller (``InputRequiredResult``), never here.
 
         Raises:
             MCPUnavailable: the server could not be reached (the call was not sent), or the
@@ -750,7 +805,14 @@ class MCPSessions:
                 meta = {IDEMPOTENCY_META: idempotency_key}
             session.busy += 1
             try:
-                result = await session.client.call_tool(tool, args, meta=meta)
+                result = await _call_tool(
+                    session.client,
+                    tool,
+                    args,
+                    meta=meta,
+                    input_responses=input_responses,
+                    request_state=request_state,
+                )
             finally:
                 session.busy -= 1
                 if session.retired and not session.busy:
@@ -795,6 +857,39 @@ class MCPSessions:
         for s in sessions:
             with contextlib.suppress(Exception):
                 await s.close()
+
+
+async def _call_tool(
+    client: mcp.Client,
+    tool: str,
+    args: JsonObject,
+    *,
+    meta: mcp_types.RequestParamsMeta | None,
+    input_responses: mcp_types.InputResponses | None,
+    request_state: str | None,
+) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+    """One ``tools/call``, its input rounds left to the caller (the client's own call would
+    answer them in process); resent once after a fresh listing when a 2026-07-28 server says
+    the tool's listed schema is stale, as the client's own call does."""
+    for attempt in (1, 2):
+        try:
+            result = await client.session.call_tool(
+                tool,
+                args,
+                input_responses=input_responses,
+                request_state=request_state,
+                meta=meta,
+                allow_input_required=True,
+            )
+        except MCPError as e:
+            if e.code != mcp_types.HEADER_MISMATCH or attempt == 2:
+                raise
+            await client.list_tools()
+            continue
+        if not isinstance(result, mcp_types.CallToolResult | mcp_types.InputRequiredResult):
+            raise MCPError(mcp_types.INVALID_REQUEST, "the server answered with another result")
+        return result
+    raise AssertionError("unreachable")
 
 
 def status_of(error: MCPError) -> Status:

@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import google.genai as genai
+import mcp_types
 from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.common import RawValue
@@ -46,6 +48,11 @@ from temporal_agent_interrupts.activities.mcp import (
     result_output,
     status_of,
 )
+from temporal_agent_interrupts.activities.mcp_input import (
+    RoundRefused,
+    input_responses,
+    read_round,
+)
 from temporal_agent_interrupts.activities.policy import Policy, decide_calls
 from temporal_agent_interrupts.activities.sealing import Sealer
 from temporal_agent_interrupts.activities.streaming import TextPublisher
@@ -67,6 +74,8 @@ from temporal_agent_interrupts.workflows.activity_io import (
     ActivityEndingInput,
     ActivityEndingResult,
     MCPCallInput,
+    MCPSampleInput,
+    MCPSampleResult,
     ModelInput,
     ModelResult,
     PolicyInput,
@@ -82,6 +91,7 @@ from temporal_agent_interrupts.workflows.agent import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.config import (
     ACTIVITY_ENDING_ACTIVITY,
     MCP_ACTIVITY,
+    MCP_SAMPLE_ACTIVITY,
     MODEL_ACTIVITY,
     POLICY_ACTIVITY,
     SUB_AGENT_PENDING_ACTIVITY,
@@ -115,6 +125,13 @@ if TYPE_CHECKING:
     from google.genai._api_client import BaseApiClient
 
 log = logging.getLogger(__name__)
+
+MAX_SAMPLE_REPLY = 16 * 1024
+"""What of the model's reply to a sampling request is kept (and sent to the server)."""
+
+STATE_ONLY_PAUSE = 0.1
+"""Seconds the MCP call waits before asking again when a server's input round carries only its
+state (it is still working): each such ask counts as a round."""
 
 
 class AgentActivities:
@@ -186,6 +203,7 @@ class AgentActivities:
             self.sub_agent_resume,
             self.activity_ending,
             self.policy_decide,
+            self.mcp_sample,
         ]
 
     @activity.defn(name=ACTIVITY_ENDING_ACTIVITY)
@@ -220,6 +238,42 @@ class AgentActivities:
             "the agent's policy set changed after this call was decided and approved: decide it "
             "again (agentctl review-policy)"
         )
+
+    @activity.defn(name=MCP_SAMPLE_ACTIVITY)
+    async def mcp_sample(self, input: RawValue) -> MCPSampleResult:
+        """Answer an MCP server's sampling request with the agent's own model, sealed: the
+        prompt is this activity's input (in history), the reply its result."""
+        return await self._sealer.take(input, MCPSampleInput, self._mcp_sample)
+
+    async def _mcp_sample(self, input: MCPSampleInput) -> MCPSampleResult:
+        # The conversation's own model, for its own call: nobody else's tokens to spend.
+        for_a_conversation(input.chat_id, what="MCP sampling request")
+        agent = self._agent(input.agent)
+        ask = input.ask
+        contents = [
+            genai_types.Content(
+                role="user" if m.role == "user" else "model", parts=[genai_types.Part(text=m.text)]
+            )
+            for m in ask.messages
+        ]
+        config = genai_types.GenerateContentConfig(
+            system_instruction=ask.system, max_output_tokens=ask.max_tokens
+        )
+        try:
+            async with heartbeating(5.0):
+                response = await self._gemini.aio.models.generate_content(
+                    model=agent.model, contents=contents, config=config
+                )
+        except genai_errors.APIError as err:
+            raise classify_api_error(err) from err
+        text = cut_stored(response.text or "", MAX_SAMPLE_REPLY)
+        log.info(
+            "answered a sampling request of MCP server %r for chat %s with %s",
+            input.server[:100],
+            input.chat_id[:100],
+            agent.model,
+        )
+        return MCPSampleResult(text=text, model=agent.model)
 
     @activity.defn(name=POLICY_ACTIVITY)
     async def policy_decide(self, input: RawValue) -> PolicyResult:
@@ -588,14 +642,41 @@ class AgentActivities:
 
     async def _mcp_call(self, input: MCPCallInput) -> ToolResult:
         where = f"MCP server {input.server!r}"
+        round_ = input.input_round
         try:
             async with heartbeating(5.0):
-                result = await self._mcp.call(
-                    input.server,
-                    input.server_tool,
-                    input.args,
-                    idempotency_key=input.idempotency_key,
-                )
+                while True:
+                    result = await self._mcp.call(
+                        input.server,
+                        input.server_tool,
+                        input.args,
+                        idempotency_key=input.idempotency_key,
+                        input_responses=input_responses(round_) if round_ else None,
+                        request_state=round_.request_state if round_ else None,
+                    )
+                    if not isinstance(result, mcp_types.InputRequiredResult):
+                        break
+                    round_ = read_round(
+                        result, previous=round_, roots=self._mcp.roots(input.server)
+                    )
+                    if round_.forms or round_.samples:
+                        # A person (or the agent's model, in an activity of its own) answers:
+                        # the conversation pauses, and a new activity sends the retry. Nothing
+                        # waits here.
+                        return ToolResult(kind="input_required", input_round=round_)
+                    if not round_.responses:
+                        # Only state: the server is working; ask again shortly (as the
+                        # SDK's own driver does), within the bounded rounds.
+                        await asyncio.sleep(STATE_ONLY_PAUSE)
+        except RoundRefused as e:
+            log.warning("%s: input request refused (%s)", where, e.reason)
+            return ToolResult(
+                kind="output",
+                output={
+                    "error": "input request refused",
+                    "detail": f"{where} asked for input this client does not take: {e.reason}",
+                },
+            )
         except MCPResponseRefused as e:
             # The server got the call and answered: the tool may have run, so the model hears
             # it as an error in the output's place and the turn goes on, as for any output

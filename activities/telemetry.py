@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.workflows.telemetry import TOOL_CALLS
 
-ToolOutcome = Literal["output", "interrupt", "invalid_input", "stale", "error"]
+ToolOutcome = Literal["output", "interrupt", "invalid_input", "stale", "input_required", "error"]
 
 
 @contextmanager

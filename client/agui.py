@@ -129,6 +129,11 @@ def approval_schema(request: InterruptRequest) -> JsonObject:
     return {"type": "object", "properties": properties, "required": [APPROVED]}
 
 
+# The interrupts answered with data fitting their responseSchema: an interrupt-only tool's,
+# and a form an MCP server asked for. The rest are approvals ({"approved": ...}).
+_ANSWERED_WITH_DATA = ("interrupt", "input")
+
+
 def to_interrupt(request: InterruptRequest) -> Interrupt:
     """One pending call as an AG-UI interrupt: id and toolCallId are its ref.
 
@@ -137,7 +142,7 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
     sub-agent (the path's first ref), and ``metadata`` carries the ``path`` and the ``chatId``
     it waits in.
     """
-    approval = request.source != "interrupt"
+    approval = request.source not in _ANSWERED_WITH_DATA
     said = request.metadata.get("message")
     message = said if isinstance(said, str) and said else None
     if message is None:
@@ -212,12 +217,12 @@ def answer_from(
             f"the payload for {request.name!r} ({request.ref}) must be an object "
             + (
                 f'like {{"{APPROVED}": true}}'
-                if request.source != "interrupt"
+                if request.source not in _ANSWERED_WITH_DATA
                 else "fitting its responseSchema"
             )
         )
     body: JsonObject = payload
-    if request.source == "interrupt":
+    if request.source in _ANSWERED_WITH_DATA:
         return request.respond(body)
     approved = body.get(APPROVED)
     if not isinstance(approved, bool):

@@ -216,6 +216,7 @@ _KIND = {
     "interrupt": "interrupt-only tool",
     "approval": "approval gate",
     "tool": "raised by the tool",
+    "input": "a form its MCP server asks for",
 }
 
 
@@ -442,6 +443,12 @@ def paused_again(chat_id: str, interrupt: InterruptRequest) -> Text:
             "the tool raised Interrupt again, so its own condition for running still holds "
             '(see its metadata above); a tool that checks {"tool_approved": true} runs with '
             f"{approve_it}"
+        )
+    elif interrupt.source == "input":
+        why = (
+            "its MCP server asked for more input (another form, or another round); answer it "
+            f"with agentctl respond {shell_word(chat_id)} {shell_word(interrupt.ref)} and the "
+            "form's data, or decline it with agentctl deny"
         )
     else:
         why = (

@@ -26,12 +26,34 @@ from typing import Any
 # At the top: MCPServer reads the tools' annotations (Context) from this module's globals.
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ListRootsRequest,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 
 TOKEN = "test-mcp-token"
 
 READ_ONLY = {"readOnlyHint": True}
 DESTRUCTIVE = {"destructiveHint": True}
+
+
+def state_token(tool: str, done: int) -> str:
+    """The opaque state a test server's asking tool sends after ``done`` answered rounds: odd
+    bytes (spaces, quotes, non-ASCII), so a client that does not echo it byte for byte fails."""
+    return f'{tool}:{done}:  "état" \u2603 '
+
+
+def inputs(state: Path) -> list[dict[str, Any]]:
+    """What the asking tools were sent back, retry by retry."""
+    log = state / "inputs.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def calls(state: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -100,6 +122,108 @@ def build(state: Path, variant: int = 1) -> MCPServer:
         count("fail", {"key": key})
         # The SDK's own ToolError: its message goes to the client (another exception's is hidden).
         raise ToolError(f"no record {key}")
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+    async def transfer(amount: int, ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Move money; asks the user to confirm the payee first (an input request)."""
+        return asking(ctx, "transfer", {"amount": amount}, rounds=1)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def survey(topic: str, ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Asks two questions, one round each, then answers (read-only: runs unasked)."""
+        return asking(ctx, "survey", {"topic": topic}, rounds=2)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def haiku(topic: str, ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Asks the client's model for a haiku (a sampling request), then returns it."""
+        reply = (ctx.input_responses or {}).get("poem")
+        if reply is None:
+            count("haiku", {"topic": topic})
+            return InputRequiredResult(
+                input_requests={
+                    "poem": CreateMessageRequest(
+                        params=CreateMessageRequestParams(
+                            messages=[
+                                SamplingMessage(
+                                    role="user",
+                                    content=TextContent(type="text", text=f"A haiku about {topic}"),
+                                )
+                            ],
+                            system_prompt="Be brief.",
+                            max_tokens=5000,
+                        )
+                    )
+                },
+                request_state="haiku-1",
+            )
+        count("haiku:done", {"state": ctx.request_state})
+        return {"poem": reply.content.text, "model": reply.model}  # type: ignore[union-attr]  # a CreateMessageResult by its key
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def spin(ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Never done: answers every call with its state alone (still working)."""
+        count("spin", {"state": ctx.request_state})
+        return InputRequiredResult(request_state=f"spin-{len(ctx.request_state or '')}")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def workspace(ctx: Context) -> dict[str, Any] | InputRequiredResult:
+        """Asks the client for its roots, then names them."""
+        got = ctx.input_responses or {}
+        roots = got.get("roots")
+        if roots is None:
+            count("workspace", {"round": 0})
+            return InputRequiredResult(
+                input_requests={"roots": ListRootsRequest()}, request_state="roots-1"
+            )
+        count("workspace", {"round": 1, "state": ctx.request_state})
+        return {"roots": [str(r.uri) for r in roots.roots]}  # type: ignore[union-attr]  # a ListRootsResult by its key
+
+    def asking(
+        ctx: Context, name: str, args: dict[str, Any], *, rounds: int
+    ) -> dict[str, Any] | InputRequiredResult:
+        """One form a round for ``rounds`` rounds; each retry's state and answer are logged
+        (``inputs.log``), and the state is checked: it must come back byte for byte."""
+        state_in = ctx.request_state
+        done = 0 if state_in is None else int(state_in.split(":")[1])
+        meta = ctx.request_context.meta or {}
+        with (state / "keys.log").open("a") as f:
+            f.write(f"{meta.get('temporal-agent-interrupts/idempotencyKey')}\n")
+        answers = {
+            k: v.model_dump(mode="json", exclude_none=True)
+            for k, v in (ctx.input_responses or {}).items()
+        }
+        if state_in is not None:
+            with (state / "inputs.log").open("a") as f:
+                f.write(json.dumps({"tool": name, "state": state_in, "answers": answers}) + "\n")
+            if state_in != state_token(name, done):
+                raise ToolError(f"request state changed: {state_in!r}")
+            answer = answers.get(f"q{done}")
+            if not answer or answer.get("action") != "accept":
+                count(name, {**args, "declined": done})
+                return {"declined": True, "round": done}
+        if done < rounds:
+            if state_in is None:
+                count(name, args)
+            return InputRequiredResult(
+                input_requests={
+                    f"q{done + 1}": ElicitRequest(
+                        params=ElicitRequestFormParams(
+                            message=f"{name}: question {done + 1} of {rounds}",
+                            requested_schema={
+                                "type": "object",
+                                "properties": {
+                                    "payee": {"type": "string", "title": "Payee"},
+                                    "ok": {"type": "boolean"},
+                                },
+                                "required": ["payee"],
+                            },
+                        )
+                    )
+                },
+                request_state=state_token(name, done + 1),
+            )
+        count(f"{name}:done", {**args, "answers": answers})
+        return {"done": True, **args, "answers": answers}
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def huge(kib: int) -> str:

@@ -133,7 +133,8 @@ async def banking_conversation(agents: AgentClient, *, chat_id: str) -> None:
 async def mcp_conversation(agents: AgentClient, *, chat_id: str, agent: str) -> None:
     """An agent with an MCP server's tools (``tests/mcp_servers.py``) on the offline model: a
     read-only call runs, a destructive one is approved by update and runs, one that declares
-    nothing is denied by signal (recorded as ``mcp``)."""
+    nothing is denied by signal, and an approved one whose server asks for input pauses on its
+    form, answered by signal (recorded as ``mcp``)."""
     chat = await agents.chat(agent, chat_id=chat_id)
     res = await chat.send('call lookup {"key": "k1"}')
     assert res.finish_reason == FinishReason.STOP, res
@@ -144,6 +145,19 @@ async def mcp_conversation(agents: AgentClient, *, chat_id: str, agent: str) -> 
     handle = agents.temporal.get_workflow_handle(chat_id)
     await handle.signal(
         "resume", {"respond": [deny(ask, "not now").model_dump(mode="json")], "identity": "bob"}
+    )
+    await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
+    # A server that asks for input: the approved call pauses on the server's form, answered by
+    # signal, and is retried with the answer and the server's state.
+    (ask,) = (await chat.send('call transfer {"amount": 5}')).interrupts
+    (form,) = (await chat.resume(answers=[approve(ask)], identity="alice")).interrupts
+    assert form.source == "input", form
+    await handle.signal(
+        "resume",
+        {
+            "respond": [form.respond({"payee": "Ann"}).model_dump(mode="json")],
+            "identity": "bob",
+        },
     )
     await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 
 from temporal_agent_interrupts import Agent, FinishReason
@@ -102,6 +103,7 @@ async def test_finding_11_every_response_body_is_capped_whatever_its_type(
             assert outcome.too_large is not body.get("gzip", False)
         # The session lives on: only that request's body was cut.
         done = await sessions.call("records", "lookup", {"key": "a"})
+        assert isinstance(done, mcp_types.CallToolResult)
         assert done.structured_content == {"key": "a", "value": "value of a"}
     finally:
         await sessions.aclose()

@@ -11,6 +11,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import mcp_types
 import pytest
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, approve
@@ -182,6 +183,8 @@ async def test_a_second_call_s_liveness_check_never_cuts_a_call_in_flight(
         await asyncio.sleep(IDLE)  # the session is idle by its clock, with a call in flight
         second = await sessions.call("busy", "quick", {"n": 2})  # waits behind the first
         done = await first  # finished, not cut: the session was neither probed nor reopened
+        assert isinstance(done, mcp_types.CallToolResult)
+        assert isinstance(second, mcp_types.CallToolResult)
         assert not done.is_error and not second.is_error
     finally:
         await sessions.aclose()

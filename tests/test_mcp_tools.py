@@ -561,6 +561,7 @@ async def test_a_response_too_large_to_hold_is_cut_off_and_the_session_recovers(
         # It ran there: the activity tells the model so (an error in the output's place).
         assert cut.value.too_large
         done = await sessions.call("records", "lookup", {"key": "a"})
+        assert isinstance(done, mcp_types.CallToolResult)
         assert done.structured_content == {"key": "a", "value": "value of a"}
     finally:
         await sessions.aclose()

@@ -190,21 +190,111 @@ class ToolInput(_Wire):
     policy_hash: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class InputForm(_Wire):
+    """One form an MCP server asks a person to fill in an input round (an elicitation request
+    in form mode): the server's message and the schema the answer must fit (flat, as MCP
+    allows: top-level properties of primitive types)."""
+
+    key: str
+    message: str
+    requested_schema: JsonObject
+
+
+class SampleMessage(_Wire):
+    """One message of a sampling request's prompt (text only)."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+class SampleAsk(_Wire):
+    """A sampling request of an input round: the server asks the agent's own model for a
+    reply. The prompt is the activity's input, so history records it."""
+
+    key: str
+    messages: list[SampleMessage]
+    system: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    max_tokens: int
+
+
+class MCPSampleInput(_Wire):
+    """The ``mcp_sample`` activity (``config.MCP_SAMPLE_ACTIVITY``): one sampling request of an
+    MCP call's input round, answered by the agent's model."""
+
+    agent: str
+    chat_id: str
+    ref: str
+    server: str
+    ask: SampleAsk
+
+
+class MCPSampleResult(_Wire):
+    """The model's reply to a sampling request: text, and the model that made it."""
+
+    text: str
+    model: str
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class InputRound(_Wire):
+    """An MCP call whose server asked for input instead of answering (``InputRequiredResult``,
+    MCP 2026-07-28), carried by the call until the server is asked again with the answers.
+
+    Nothing holds the wait but the conversation's state: the activity returned at once, and
+    the retry is a new activity under the same idempotency key, sent ``request_state`` exactly
+    as the server gave it.
+    """
+
+    # How many input rounds the call has had, this one included (bounded: limits).
+    round: int
+    # The server's opaque state, echoed byte for byte on the retry.
+    request_state: str | None = None
+    # The forms people fill, one interrupt each, in the server's order.
+    forms: list[InputForm] = Field(default_factory=list)
+    # The sampling requests, each answered by the agent's model (in an activity) before the
+    # forms are asked. Left off the wire when there are none.
+    samples: list[SampleAsk] = Field(default_factory=list, exclude_if=lambda v: not v)
+    # The answers so far, by the server's request key, as the server is sent them: a roots
+    # request's (the worker answers it from the server's configuration), and each form's
+    # (``{"action": "accept", "content": ...}`` or ``{"action": "decline"}``), and each
+    # sampling request's (the model's reply, as MCP's ``CreateMessageResult``).
+    responses: dict[str, JsonObject] = Field(default_factory=dict)
+    # The form the call is paused on now.
+    asking: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    def unsampled(self) -> list[SampleAsk]:
+        """The sampling requests not answered yet."""
+        return [a for a in self.samples if a.key not in self.responses]
+
+    def next_form(self) -> InputForm | None:
+        """The first form not answered yet (None: the round is complete)."""
+        return next((f for f in self.forms if f.key not in self.responses), None)
+
+    def form(self, key: str | None) -> InputForm | None:
+        return next((f for f in self.forms if f.key == key), None)
+
+
 class MCPCallInput(ToolInput):
     """One call of an MCP server's tool (``config.MCP_ACTIVITY``): ``server`` and ``server_tool``
     come from the tool's spec, recorded in history; ``tool`` is the agent's name for it."""
 
     server: str
     server_tool: str
+    # A retry after an input round: the answers and the state to send back. Left off the wire
+    # when unset.
+    input_round: InputRound | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ToolResult(_Wire):
     # "stale": an approved run the worker's gate no longer accepts (its approvers no longer
     # admitted, or another input than the one approved): nothing ran, ``message`` says why.
-    kind: Literal["output", "interrupt", "invalid_input", "stale"]
+    # "input_required": an MCP server asked for input (``input_round``) before it answers.
+    kind: Literal["output", "interrupt", "invalid_input", "stale", "input_required"]
     output: JsonObject | None = None
     metadata: JsonObject | None = None
     message: str | None = None
+    input_round: InputRound | None = Field(default=None, exclude_if=lambda v: v is None)
     # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
     seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 

@@ -27,6 +27,7 @@ from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import ValidationError
 
 from temporal_agent_interrupts.workflows.identity import MAX_TOKEN_BYTES
+from temporal_agent_interrupts.workflows.input_rounds import declined, form_schema
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
@@ -471,6 +472,11 @@ def check_restarts(
     budget = budget if budget is not None else SchemaBudget()
     for r in resume.restart:
         call = pending[r.ref]
+        if call.source == "input":
+            raise ResumeError(
+                f"{r.name!r} (ref {r.ref!r}) waits on a form its MCP server asked for: answer "
+                "it with respond (the form's data) or deny it; a restart does not apply"
+            )
         tool = spec.tool(call.name) if spec else None
         editable = tool is not None and tool.editable
         if editable and is_edit(spec, call, r.input) and _placeholder(r.input):
@@ -508,6 +514,18 @@ def check_outputs(
     for r in resume.respond:
         call = pending[r.ref]
         tool = spec.tool(call.name) if spec else None
+        if call.source == "input":
+            # A server's form: its data must fit the schema the server asked for; a denial
+            # declines the form instead.
+            schema = form_schema(call.input_round)
+            if schema is not None and not declined(r.output):
+                problem = schema_error(r.output, schema, budget=budget)
+                if problem:
+                    raise ResumeError(
+                        f"respond output for {r.name!r} (ref {r.ref!r}) does not fit the form "
+                        f"the MCP server asked for: {problem}"
+                    )
+            continue
         if tool and tool.interrupt_only and tool.output_schema:
             problem = schema_error(r.output, tool.output_schema, budget=budget)
             if problem:

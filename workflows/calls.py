@@ -33,6 +33,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporal_agent_interrupts.workflows import events
+from temporal_agent_interrupts.workflows.input_rounds import answered_form
 from temporal_agent_interrupts.workflows.limits import json_size
 from temporal_agent_interrupts.workflows.state import (
     CallState,
@@ -114,6 +115,7 @@ class Lifecycle:
         invalid arguments, an approved run cut short)."""
         call.status = "done"
         call.output = output
+        call.input_round = None
         self.emit(events.tool_response(call))
 
     def fail(self, call: CallState, error: ErrorInfo, *, uncertain: bool) -> None:
@@ -152,9 +154,12 @@ class Lifecycle:
         # A pause starts afresh: votes and an edit's gate verdict belong to the last one.
         call.votes = []
         call.edit_passes_gate = None
-        call.granted = None
-        call.approved_by = None
-        call.approved_digest = None
+        if source != "input":
+            # A server's input request pauses a run already approved: its retry carries that
+            # approval (asked once, before the first round), for the worker's gate to check.
+            call.granted = None
+            call.approved_by = None
+            call.approved_digest = None
         call.reminded = 0
         call.escalated = False
         self.emit(events.interrupt(call, self._show(call)))
@@ -192,7 +197,9 @@ class Lifecycle:
         for call in expired:
             call.status = "answered"
             call.answer = "respond"
-            call.answer_output = output(call)
+            # A server's input request nobody answered in time is declined, whatever default
+            # the tool's own interrupts have.
+            call.answer_output = timed_out_output() if call.source == "input" else output(call)
         for call in expired:
             if room is not None and json_size(call.answer_output) > room():
                 # The declared default does not fit what the turn can still hold.
@@ -268,6 +275,15 @@ class Lifecycle:
         """Turn answers into progress: a respond is the call's output, a restart re-runs it."""
         for call in self.calls:
             if call.status != "answered":
+                continue
+            if call.source == "input" and call.input_round is not None:
+                # An answer to a server's form: kept for the retry, which the call is ready for
+                # once every form of the round is answered (the tool step asks the next one).
+                answered_form(call.input_round, call.answer_output or {})
+                call.status = "ready"
+                call.answer = None
+                call.answer_output = None
+                call.answer_metadata = None
                 continue
             respond = call.answer == "respond"
             if respond:

@@ -24,6 +24,10 @@ name. A bare ``tool_call`` of the team's would otherwise stop the worker from st
 MODEL_ACTIVITY = ACTIVITY_PREFIX + "model_call"
 TOOL_ACTIVITY = ACTIVITY_PREFIX + "tool_call"
 MCP_ACTIVITY = ACTIVITY_PREFIX + "mcp_call"
+MCP_SAMPLE_ACTIVITY = ACTIVITY_PREFIX + "mcp_sample"
+"""Answer an MCP server's sampling request (an input round's) with the agent's own model; the
+prompt is the activity's input, recorded in history."""
+MCP_SAMPLE_START_TO_CLOSE = timedelta(minutes=2)
 POLICY_ACTIVITY = f"{ACTIVITY_PREFIX}policy_decide"
 """Decide a model message's tool calls with the agent's Cedar policy set (``activities.policy``):
 the decision is recorded in history, so a replay never evaluates the policy again."""

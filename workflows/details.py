@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporal_agent_interrupts.workflows.grants import describe_match
+from temporal_agent_interrupts.workflows.input_rounds import form_schema
 from temporal_agent_interrupts.workflows.interrupts import schema_error
 from temporal_agent_interrupts.workflows.state import (
     CallState,
@@ -278,14 +279,21 @@ def suggested_answer(call: CallState, tool: ToolSpec | None) -> tuple[JsonObject
         name=call.name,
         ref=call.ref,
         source=call.source,
-        output_schema=tool.output_schema if tool else None,
+        output_schema=(
+            form_schema(call.input_round)
+            if call.source == "input"
+            else tool.output_schema
+            if tool
+            else None
+        ),
     )
 
 
 def _suggest(
     *, name: str, ref: str, source: str, output_schema: JsonObject | None
 ) -> tuple[JsonObject, str]:
-    if source != "interrupt":
+    if source not in ("interrupt", "input"):
+        # A form an MCP server asks for is answered with its data, like an interrupt-only tool.
         restart = {"name": name, "ref": ref, "resumed_metadata": {TOOL_APPROVED: True}}
         return {"restart": [restart]}, "approve it (the tool runs with its input as shown)"
     output, complete = example_output(output_schema)

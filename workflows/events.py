@@ -25,6 +25,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
+from temporal_agent_interrupts.workflows.input_rounds import declined
 from temporal_agent_interrupts.workflows.limits import (
     KiB,
     cut_stored,
@@ -179,6 +180,9 @@ def decision(
         said = metadata if metadata is not None else call.answer_metadata
         approved = (said or {}).get(TOOL_APPROVED) is True
         return "approved" if approved and call.source != "interrupt" else "answered"
+    if call.source == "input":
+        # A server's form: filled in (answered) or declined (a denial).
+        return "denied" if declined(output or {}) else "answered"
     said = (output or {}).get(APPROVED)
     if isinstance(said, bool):
         return "approved" if said else "denied"

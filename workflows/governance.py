@@ -110,7 +110,10 @@ def approvers(spec: AgentSpec | None, call: CallState) -> list[str]:
     interrupt-only tool."""
     if spec is None:
         return []
-    if call.source == "approval" or _gated_tool(spec, call):
+    # A server's form on a gated tool's call is answered by whom its gate admits: the form's
+    # data goes to the tool (a payee to confirm), as much a decision as the approval. One
+    # answer settles it (a form is data, not a vote: see quorum).
+    if call.source in ("approval", "input") or _gated_tool(spec, call):
         held = held_by(spec, call)
         return held[0] if held else []
     tool = spec.tool(call.name)
@@ -189,7 +192,7 @@ def held_by(spec: AgentSpec | None, call: CallState) -> tuple[list[str], int] | 
 def lists(spec: AgentSpec | None, call: CallState) -> list[list[str]]:
     """Every approver list that must admit an answer to ``call`` (each non-empty): the one
     :func:`approvers` shows, and the gate's when a policy's ask shows its own."""
-    if call.source == "approval" or (spec is not None and _gated_tool(spec, call)):
+    if call.source in ("approval", "input") or (spec is not None and _gated_tool(spec, call)):
         return held_lists(spec, call)
     shown = approvers(spec, call)
     return [shown] if shown else []

@@ -55,6 +55,7 @@ from temporal_agent_interrupts.workflows.governance import (
     token_facts,
 )
 from temporal_agent_interrupts.workflows.identity import VerifiedIdentity
+from temporal_agent_interrupts.workflows.input_rounds import form_schema
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
@@ -204,7 +205,13 @@ class InterruptBook:
             approvers_omitted=omitted,
             quorum=self.quorum(call),
             editable=tool is not None and tool.editable,
-            output_schema=tool.output_schema if tool and tool.interrupt_only else None,
+            output_schema=(
+                form_schema(call.input_round)
+                if call.source == "input"
+                else tool.output_schema
+                if tool and tool.interrupt_only
+                else None
+            ),
             gate=events.gate_of_call(call),
             issuer=spec.trust.issuer if spec and spec.trust else None,
         )

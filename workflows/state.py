@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from temporal_agent_interrupts.workflows.activity_io import InputRound
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerRecord,
@@ -105,6 +106,10 @@ class CallState(_Wire):
     # Who sent the message of the turn that made this call (TurnState.requester), kept with
     # the call: separation of duties and what approvers are shown read it here.
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An MCP call whose server asked for input: the round it is in, until the server is asked
+    # again with every answer (it then answers, or asks another round). Left off the wire
+    # when unset.
+    input_round: InputRound | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):

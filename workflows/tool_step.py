@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -24,6 +24,8 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from temporal_agent_interrupts.workflows import config
 from temporal_agent_interrupts.workflows.activity_io import (
     MCPCallInput,
+    MCPSampleInput,
+    MCPSampleResult,
     PolicyCall,
     PolicyInput,
     PolicyRequester,
@@ -34,6 +36,11 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.answers import SchemaBudget
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed, classified
 from temporal_agent_interrupts.workflows.ids import idempotency_key
+from temporal_agent_interrupts.workflows.input_rounds import (
+    form_metadata,
+    round_problem,
+    sample_answer,
+)
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook, schema_error
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -104,6 +111,13 @@ class ToolStep:
                 # A sub-agent call an earlier run started: it waits on its child again.
                 runnable.append(call)
                 continue
+            if call.input_round is not None:
+                # A server's input round: the next form pauses it; all answered, it is retried.
+                if self._ask_form(book, call, tool, now=now):
+                    paused.append(call)
+                else:
+                    runnable.append(call)
+                continue
             if tool is None:
                 available = ", ".join(t.name for t in spec.tools) if spec else ""
                 name = call.name
@@ -151,6 +165,71 @@ class ToolStep:
             # One batch: every call of the message is scheduled in the same workflow task.
             await asyncio.gather(*(self._run_tool(turn, c) for c in runnable))
         return any(c.status == "pending" for c in [*paused, *runnable])
+
+    def _ask_form(
+        self, book: InterruptBook, call: CallState, tool: ToolSpec | None, *, now: datetime
+    ) -> bool:
+        """Pause ``call`` on the next form of its input round; False when every form is
+        answered (the call is then retried with the answers)."""
+        round_ = call.input_round
+        form = round_.next_form() if round_ is not None else None
+        if round_ is None or form is None:
+            return False
+        round_.asking = form.key
+        server = tool.mcp.server if tool is not None and tool.mcp is not None else ""
+        book.pause(
+            call, source="input", metadata=form_metadata(round_, form, server=server), now=now
+        )
+        return True
+
+    async def _answer_samples(
+        self, turn: TurnState, call: CallState, tool: ToolSpec | None
+    ) -> None:
+        """Have the agent's model answer the round's sampling requests, one activity each (the
+        prompt is its input, in history); a request that cannot be answered fails the call,
+        which the model hears."""
+        round_ = call.input_round
+        if round_ is None:
+            return
+        book = self._book(turn)
+        server = tool.mcp.server if tool is not None and tool.mcp is not None else ""
+        for ask in round_.unsampled():
+            arg = MCPSampleInput(
+                agent=self.s.agent,
+                chat_id=workflow.info().workflow_id,
+                ref=call.ref,
+                server=server,
+                ask=ask,
+            )
+            try:
+                result: MCPSampleResult = await self._runner.execute(
+                    config.MCP_SAMPLE_ACTIVITY,
+                    arg,
+                    result_type=MCPSampleResult,
+                    start_to_close_timeout=config.MCP_SAMPLE_START_TO_CLOSE,
+                    heartbeat_timeout=config.MODEL_HEARTBEAT,
+                    retry_policy=config.MODEL_RETRY,
+                    summary=f"sampling for {call.name}",
+                )
+            except Unsealed as e:
+                why = self._cut(e.reason)
+            except ActivityError as e:
+                why = self._runner.error(e, what="sampling").message
+            else:
+                round_.responses[ask.key] = sample_answer(result.text, result.model)
+                continue
+            book.complete(
+                call,
+                {
+                    "error": f"tool {call.name!r}: its server's sampling request was not "
+                    f"answered ({why})"
+                },
+            )
+            return
+        if json_size(round_) > self._room(turn):
+            book.complete(
+                call, {"error": f"tool {call.name!r}: {over_turn_budget('its input round')}"}
+            )
 
     async def _decide_by_policy(self, turn: TurnState) -> None:
         """The agent's policy set decides each ready call it has not decided yet, in one
@@ -281,7 +360,8 @@ class ToolStep:
             # Started by an earlier run, which continued as new while it waited.
             await self._sub_agents.wait(call, tool.agent, None)
             return
-        run = book.start_run(call)
+        # A retry after an input round is the same run: the same idempotency key.
+        run = call.runs if call.input_round is not None else book.start_run(call)
         chat_id = workflow.info().workflow_id
         arg = ToolInput(
             agent=self.s.agent,
@@ -320,7 +400,10 @@ class ToolStep:
             # An MCP server's tool: where it goes is data in the definition, as listed.
             activity = config.MCP_ACTIVITY
             arg = MCPCallInput(
-                **arg.model_dump(), server=tool.mcp.server, server_tool=tool.mcp.tool
+                **arg.model_dump(),
+                server=tool.mcp.server,
+                server_tool=tool.mcp.tool,
+                input_round=call.input_round,
             )
         try:
             result = await self._runner.execute(
@@ -363,7 +446,23 @@ class ToolStep:
             error = self._runner.error(e, what=f"tool {call.name!r}")
             book.fail(call, error, uncertain=not classified(e))
             return
-        if result.kind == "interrupt":
+        previous, call.input_round = call.input_round, None
+        if result.kind == "input_required":
+            problem = round_problem(result.input_round, previous)
+            if problem is not None or result.input_round is None:
+                book.complete(call, {"error": f"tool {call.name!r}: {problem}"})
+            elif json_size(result.input_round) > self._room(turn):
+                book.complete(
+                    call, {"error": f"tool {call.name!r}: {over_turn_budget('its input request')}"}
+                )
+            else:
+                call.input_round = result.input_round
+                await self._answer_samples(turn, call, tool)
+                if call.status == "done" or self._ask_form(book, call, tool, now=workflow.now()):
+                    return
+                # Only the model was asked: the retry goes at once.
+                await self._run_tool(turn, call)
+        elif result.kind == "interrupt":
             metadata = result.metadata or {}
             if json_size(metadata) > self._room(turn):
                 metadata = omitted(metadata, why=over_turn_budget("this interrupt's metadata"))

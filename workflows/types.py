@@ -294,8 +294,9 @@ class FinishReason(StrEnum):
     MAX_TURNS = "max_turns"
 
 
-InterruptSource = Literal["interrupt", "approval", "tool"]
-"""Why a call paused: an interrupt-only tool, the ToolApproval gate, or a tool that raised."""
+InterruptSource = Literal["interrupt", "approval", "tool", "input"]
+"""Why a call paused: an interrupt-only tool, the ToolApproval gate, a tool that raised, or an MCP
+server that asked for input (a form to fill, answered with ``respond``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -721,6 +722,14 @@ def approval(
         ValueError: ``remember`` for an interrupt-only tool, whose answer is for one call.
     """
     shown = input_digest or None
+    if source == "input":
+        # A server's form with nothing to fill (a confirmation): an empty answer accepts it.
+        if remember is not None:
+            raise ValueError(
+                f"remember: {name!r} is paused on a server's input request, whose answer is "
+                "for that request alone"
+            )
+        return ToolResponse(name=name, ref=ref, output={}, input_digest=shown)
     if source == "interrupt":
         if remember is not None:
             raise ValueError(

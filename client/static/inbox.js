@@ -27,6 +27,7 @@
     approval: "gated tool: approving runs it",
     tool: "raised by the tool: approving runs it again",
     interrupt: "question for a human",
+    input: "a form its MCP server asks for: answer with its data (agentctl respond), or deny to decline",
   };
 
   const $ = (id) => document.getElementById(id);

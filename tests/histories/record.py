@@ -8,7 +8,8 @@ failed and cancelled turns), ``spine`` (every kind of turn event), ``edges`` (ca
 racing pauses), ``durable`` (what the door refuses), ``governance`` (verified votes to a quorum
 by update and signal, an edit through the gate, a deadline that reminds, escalates and
 cancels), ``banking`` (the README's example on the offline model), ``streamed`` (streamed turns,
-one paused and answered), ``mcp`` (an MCP server's tools: one runs, one approved, one denied),
+one paused and answered), ``mcp`` (an MCP server's tools: one runs, one approved, one denied, one
+whose server asks for input),
 ``subagent`` and ``subagent_child`` (a supervisor and its payments sub-agent, the child's gate
 answered through the supervisor), and ``continued_first`` and ``continued_last``: the first and the
 newest run of a conversation that continued as new, idle and then paused; and
