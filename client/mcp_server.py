@@ -185,11 +185,18 @@ def _flat(schema: JsonObject | None) -> bool:
     return True
 
 
+def _approval(request: InterruptRequest) -> bool:
+    """Whether a call is answered as an approval (a gate's, a tool's own), not with data (an
+    interrupt-only tool's output, an MCP server's form): AG-UI's one rule for it."""
+    return agui.to_interrupt(request).reason == agui.REASON_APPROVAL
+
+
 def form_schema(request: InterruptRequest) -> JsonObject:
     """The form an MCP client shows for one pending call: an approval's ``approved`` and
-    ``reason`` (AG-UI's schema without its edit, which is no flat field), an interrupt-only
-    tool's output schema when it is flat, else one ``output`` field for the output as JSON."""
-    if request.source != "interrupt":
+    ``reason`` (AG-UI's schema without its edit, which is no flat field); for a call answered
+    with data (an interrupt-only tool, an MCP server's own form), its output schema when it is
+    flat, else one ``output`` field for the output as JSON."""
+    if _approval(request):
         schema = agui.approval_schema(request)
         properties = {
             k: v
@@ -430,7 +437,7 @@ def _answer_of(shown: InterruptRequest, response: Any) -> ToolResponse | ToolRes
             else "cancelled through MCP"
         )
     content: Any = dict(response.content or {})
-    if shown.source == "interrupt" and not _flat(shown.output_schema):
+    if not _approval(shown) and not _flat(shown.output_schema):
         given = content.get("output")
         try:
             content = json.loads(given) if isinstance(given, str) else None
