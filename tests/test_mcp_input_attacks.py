@@ -305,3 +305,41 @@ async def test_a_cancel_while_paused_on_a_form_ends_the_call_without_a_retry(
         assert again.finish_reason == FinishReason.STOP, again
     assert inputs(http_server.state) == []
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="D4 (low): an InputRequiredResult with neither inputRequests nor requestState fails "
+    "the SDK's own validation (_require_one_field); activities/mcp.py _call_tool lets the "
+    "ValidationError out as 'connection failed during the call' (UNAVAILABLE): the turn "
+    "fails, where a round out of bounds should fail only the call",
+)
+async def test_an_empty_input_round_fails_the_call_not_the_turn(client, offline, hostile):
+    script(hostile.state, "ask", [asking(None, state=None)])
+    agent = agent_with(mcp_tools(hostile.server()))
+    async with hosted(client, agents=[agent], model=offline) as agents:
+        chat = await agents.chat(agent.name)
+        done = await chat.send('call ask {"n": 1}')
+        assert done.finish_reason == FinishReason.STOP, done
+        assert "input request refused" in done.text
+
+
+async def test_a_maximal_round_pauses_or_fails_the_call_never_a_task(client, offline, hostile):
+    # The largest round the bounds allow: 8 forms, each near 16 KiB of flat schema and 4 KiB of
+    # message, and a 64 KiB state of odd characters.
+    props = {f"p{i:03d}\u2603": {"type": "string", "title": "t" * 100} for i in range(120)}
+    big = {f"k{i}": form({"type": "object", "properties": props}, "m" * 4000) for i in range(8)}
+    state = '"\\\u00e9' * (64 * 1024 // 5)
+    script(hostile.state, "pay", [asking(big, state=state), DONE])
+    agent = agent_with(mcp_tools(hostile.server()))
+    async with hosted(client, agents=[agent], model=offline) as agents:
+        chat = await agents.chat(agent.name)
+        (gate,) = (await chat.send('call pay {"n": 2}')).interrupts
+        after = await chat.resume(answers=[approve(gate)])
+        # Paused on the first form, or refused as too large for the turn: never a failed task.
+        assert after.finish_reason in (FinishReason.INTERRUPTED, FinishReason.STOP), after
+        if after.finish_reason == FinishReason.INTERRUPTED:
+            (f,) = after.interrupts
+            assert f.source == "input" and f.metadata["forms"] == 8
+        # A state-only round (still working) then the answer: retried at once, no pause.
+    await assert_no_workflow_task_failed(client, chat.id)
