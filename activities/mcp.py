@@ -49,6 +49,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from temporal_agent_interrupts.workflows.agent import check_approvers, spec_digest
 from temporal_agent_interrupts.workflows.limits import (
@@ -541,6 +542,11 @@ class MCPResponseRefused(Exception):
         self.too_large = too_large
 
 
+class MCPResultUnreadable(Exception):
+    """The server answered the call with a result that does not read as MCP. The call reached
+    the server, which may have acted on it; the session stays open."""
+
+
 class MCPUnavailable(Exception):
     """The server could not be reached (the call did not get to it), or the connection was
     lost during the call (``sent``: it may have taken effect)."""
@@ -817,6 +823,8 @@ class MCPSessions:
                 session.busy -= 1
                 if session.retired and not session.busy:
                     await session.close()
+        except MCPResultUnreadable:
+            raise
         except MCPError as e:
             for mark, too_large in ((TOO_LARGE, True), (ENCODED, False)):
                 at = e.message.find(mark)
@@ -886,6 +894,14 @@ async def _call_tool(
                 raise
             await client.list_tools()
             continue
+        except ValidationError as e:
+            # The server answered, with what does not read as MCP (an input round with
+            # neither requests nor state, a result without its type): the call may have
+            # taken effect; the session is sound.
+            raise MCPResultUnreadable(
+                f"{e.error_count()} problem(s), the first: "
+                f"{cut_stored(str(e.errors()[0].get('msg', '')), 200)}"
+            ) from None
         if not isinstance(result, mcp_types.CallToolResult | mcp_types.InputRequiredResult):
             raise MCPError(mcp_types.INVALID_REQUEST, "the server answered with another result")
         return result

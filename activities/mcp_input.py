@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 
 from temporal_agent_interrupts.activities.mcp import MAX_SCHEMA_BYTES
 from temporal_agent_interrupts.workflows.activity_io import (
@@ -31,7 +33,13 @@ from temporal_agent_interrupts.workflows.activity_io import (
     SampleMessage,
 )
 from temporal_agent_interrupts.workflows.input_rounds import MAX_INPUT_ROUNDS
-from temporal_agent_interrupts.workflows.limits import KiB, Refused, check_json, json_size
+from temporal_agent_interrupts.workflows.limits import (
+    KiB,
+    Refused,
+    check_json,
+    cut_stored,
+    json_size,
+)
 
 MAX_INPUT_REQUESTS = 8
 """The most input requests one round may hold (forms and roots together)."""
@@ -53,8 +61,6 @@ this many)."""
 
 MAX_KEY_CHARS = 128
 """The longest request key a server may use."""
-
-_PRIMITIVES = frozenset({"string", "number", "integer", "boolean"})
 
 
 class RoundRefused(Exception):
@@ -178,8 +184,14 @@ def _form(key: str, params: Any) -> InputForm:
 
 
 def _flat_schema_problem(schema: object) -> str | None:
-    """Why a form's schema cannot be shown and checked, or None: MCP allows a flat object of
-    primitive properties (strings, numbers, booleans, enums, arrays of strings)."""
+    """Why a form's schema cannot be shown and checked, or None.
+
+    An allow-list, as MCP defines forms: a flat object of primitive properties (strings with
+    lengths and a format, numbers with bounds, booleans, enums, arrays of strings or enums).
+    Anything else is refused, ``pattern`` above all: an answer is checked against the schema
+    inside a workflow task, where a regular expression a server wrote could run for hours with
+    the interpreter's lock held, stalling every conversation on the worker.
+    """
     if not isinstance(schema, dict):
         return "has a schema that is not a JSON object"
     size = json_size(schema)
@@ -187,18 +199,72 @@ def _flat_schema_problem(schema: object) -> str | None:
         return f"has a schema of {size // KiB} KiB; the limit is {MAX_SCHEMA_BYTES // KiB} KiB"
     if schema.get("type") != "object":
         return 'has a schema without "type": "object" at its root'
+    extra = set(schema) - _ROOT_KEYS
+    if extra:
+        return f"has a schema with {_named(extra)}, which MCP forms do not have"
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
         return "has a schema whose properties are not an object"
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return "has a schema whose required is not a list of names"
     for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        if kind == "array":
-            items = prop.get("items") if isinstance(prop, dict) else None
-            if not isinstance(items, dict) or items.get("type") != "string":
-                return f"has a property {str(name)[:60]!r} that is an array of other than strings"
-        elif kind not in _PRIMITIVES:
-            return f"has a property {str(name)[:60]!r} that is not a primitive (MCP forms are flat)"
+        problem = _property_problem(prop)
+        if problem is not None:
+            return f"has a property {str(name)[:60]!r} that {problem}"
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as e:
+        return f"is not a valid JSON Schema ({cut_stored(str(e.message), 200)})"
+    except Exception:  # noqa: BLE001  # any failure of a hostile schema is a refusal, not a crash
+        return "could not be checked as a JSON Schema"
     return None
+
+
+_ROOT_KEYS = frozenset({"type", "properties", "required", "title", "description", "$schema"})
+_LABELS = frozenset({"type", "title", "description", "default"})
+_KEYS_OF = {
+    "string": _LABELS | {"minLength", "maxLength", "format", "enum", "enumNames", "oneOf", "anyOf"},
+    "number": _LABELS | {"minimum", "maximum"},
+    "integer": _LABELS | {"minimum", "maximum"},
+    "boolean": _LABELS,
+    "array": _LABELS | {"items", "minItems", "maxItems", "uniqueItems"},
+}
+_CHOICE_KEYS = frozenset({"const", "title"})
+
+
+def _property_problem(prop: object) -> str | None:
+    if not isinstance(prop, dict):
+        return "is not a JSON object"
+    kind = prop.get("type")
+    allowed = _KEYS_OF.get(kind) if isinstance(kind, str) else None
+    if allowed is None:
+        return "is not a primitive (MCP forms are flat)"
+    extra = set(prop) - allowed
+    if extra:
+        return f"has {_named(extra)}, which MCP forms do not have"
+    for choices in ("oneOf", "anyOf"):
+        listed = prop.get(choices)
+        if listed is not None and (
+            not isinstance(listed, list)
+            or not all(isinstance(c, dict) and set(c) <= _CHOICE_KEYS for c in listed)
+        ):
+            return f"has a {choices} other than a list of {{const, title}} choices"
+    if kind == "array":
+        items = prop.get("items")
+        if (
+            not isinstance(items, dict)
+            or items.get("type") != "string"
+            or not set(items) <= {"type", "enum", "oneOf", "anyOf"}
+        ):
+            return "is an array of other than strings"
+        if _property_problem(items) is not None:
+            return "is an array of other than strings"
+    return None
+
+
+def _named(keys: set[Any]) -> str:
+    return ", ".join(repr(str(k)[:40]) for k in sorted(map(str, keys))[:3])
 
 
 def roots_answer(roots: Sequence[str]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from temporal_agent_interrupts.activities.history import ConversationCache
 from temporal_agent_interrupts.activities.mcp import (
     MCPError,
     MCPResponseRefused,
+    MCPResultUnreadable,
     MCPSessions,
     MCPToolset,
     MCPUnavailable,
@@ -675,6 +676,16 @@ class AgentActivities:
                 output={
                     "error": "input request refused",
                     "detail": f"{where} asked for input this client does not take: {e.reason}",
+                },
+            )
+        except MCPResultUnreadable as e:
+            log.warning("%s: result does not read as MCP (%s)", where, e)
+            return ToolResult(
+                kind="output",
+                output={
+                    "error": "output not accepted",
+                    "detail": f"{where} answered with a result that does not read as MCP ({e}); "
+                    "the call may have taken effect",
                 },
             )
         except MCPResponseRefused as e:

@@ -81,6 +81,7 @@ def app(state: Path) -> Any:
 
             await inner(scope, replay, send)
             return
+        assert isinstance(request, dict) and isinstance(params, dict)  # a tools/call, as checked
         log = state / "hostile.log"
         seen = len(log.read_text().splitlines()) if log.exists() else 0
         with log.open("a") as f:

@@ -1,7 +1,7 @@
 """Attacks on MCP input rounds (InputRequiredResult, issue 48): a hostile server
 (``tests/mcp_hostile_input.py``, raw JSON results) and whoever holds the namespace's credentials.
 
-Tests marked ``xfail(strict=True)`` are defects found: each fails now and says why.
+Each test that names a finding (D1 to D4) failed before its fix.
 """
 
 from __future__ import annotations
@@ -127,12 +127,6 @@ STALL_WORDS = 24
 detector, and short enough for the test to end."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D1: a form schema's 'pattern' from a hostile server is run by jsonschema (Python re, "
-    "GIL held) inside the workflow task (answers.check_outputs -> schema_error); an ordinary "
-    "answer freezes the worker process and fails workflow tasks (deadlock detector)",
-)
 async def test_a_forms_pattern_cannot_stall_the_workflow_task(client, offline, hostile):
     script(hostile.state, "ask", [asking({"q": form(REDOS)}), DONE])
     agent = agent_with(mcp_tools(hostile.server()))
@@ -173,12 +167,6 @@ async def test_a_forms_pattern_cannot_stall_the_workflow_task(client, offline, h
 # -- D2: an answer is bound to the call, not to the form it was shown ---------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D2: every form of a call pauses on the call's ref with the call's input digest, "
-    "so an answer meant for round 1 (a resent signal, a double click, a replayed update) is "
-    "taken as the answer to round 2's form (answers.check_match matches ref + input_digest)",
-)
 async def test_an_answer_to_one_form_is_not_taken_as_the_answer_to_the_next(
     client, offline, http_server
 ):
@@ -199,12 +187,6 @@ async def test_an_answer_to_one_form_is_not_taken_as_the_answer_to_the_next(
 # -- D3: a quorum's form is settled by one of its approvers ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D3: a gated tool's form is 'as much a decision as the approval' (governance.py "
-    "approvers) yet governance.quorum gives source 'input' a quorum of 1: after two approvers "
-    "approve the transfer, one of them alone names the payee",
-)
 async def test_a_form_on_a_tool_needing_two_approvals_is_not_settled_by_one(
     client, offline, http_server
 ):
@@ -307,13 +289,6 @@ async def test_a_cancel_while_paused_on_a_form_ends_the_call_without_a_retry(
     await assert_no_workflow_task_failed(client, chat.id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D4 (low): an InputRequiredResult with neither inputRequests nor requestState fails "
-    "the SDK's own validation (_require_one_field); activities/mcp.py _call_tool lets the "
-    "ValidationError out as 'connection failed during the call' (UNAVAILABLE): the turn "
-    "fails, where a round out of bounds should fail only the call",
-)
 async def test_an_empty_input_round_fails_the_call_not_the_turn(client, offline, hostile):
     script(hostile.state, "ask", [asking(None, state=None)])
     agent = agent_with(mcp_tools(hostile.server()))
@@ -321,7 +296,11 @@ async def test_an_empty_input_round_fails_the_call_not_the_turn(client, offline,
         chat = await agents.chat(agent.name)
         done = await chat.send('call ask {"n": 1}')
         assert done.finish_reason == FinishReason.STOP, done
-        assert "input request refused" in done.text
+        # The server answered with what does not read as MCP: the model hears it, and that the
+        # call may have taken effect; the turn and the session go on.
+        assert "does not read as MCP" in done.text and "may have taken effect" in done.text
+        again = await chat.send('call ask {"n": 2}')
+        assert again.finish_reason == FinishReason.STOP, again
 
 
 async def test_a_maximal_round_pauses_or_fails_the_call_never_a_task(client, offline, hostile):

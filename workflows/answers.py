@@ -27,7 +27,7 @@ from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import ValidationError
 
 from temporal_agent_interrupts.workflows.identity import MAX_TOKEN_BYTES
-from temporal_agent_interrupts.workflows.input_rounds import declined, form_schema
+from temporal_agent_interrupts.workflows.input_rounds import declined, form_schema, shown_digest
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     HELD,
@@ -45,7 +45,6 @@ from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     JsonObject,
     ResumeInput,
-    input_digest,
 )
 
 ENTRY_KEYS = {
@@ -431,7 +430,13 @@ def check_match(
             raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
     for r in [*resume.respond, *resume.restart]:
         shown = r.input_digest
-        if shown is not None and shown != input_digest(pending[r.ref].args):
+        if shown is not None and shown != shown_digest(pending[r.ref]):
+            if pending[r.ref].source == "input":
+                raise ResumeError(
+                    f"{r.name!r} (ref {r.ref!r}) waits on another form than this answer was "
+                    "shown (its server asked again since): answer the form pending now",
+                    code="conflict",
+                )
             # An approval of what was shown must never approve something else.
             raise ResumeError(
                 f"{r.name!r} (ref {r.ref!r}) no longer has the input this answer was shown "

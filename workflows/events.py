@@ -25,7 +25,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from temporal_agent_interrupts.workflows.input_rounds import declined
+from temporal_agent_interrupts.workflows.input_rounds import declined, shown_digest
 from temporal_agent_interrupts.workflows.limits import (
     KiB,
     cut_stored,
@@ -51,7 +51,6 @@ from temporal_agent_interrupts.workflows.types import (
     TurnAnswer,
     TurnEvent,
     TurnResult,
-    input_digest,
 )
 
 MAX_EVENTS_KEPT = 128
@@ -236,7 +235,7 @@ def to_request(
         quorum=quorum,
         votes=list(call.votes),
         editable=editable,
-        input_digest=input_digest(call.args),
+        input_digest=shown_digest(call),
         output_schema=output_schema,
         gate=gate,
         issuer=issuer,

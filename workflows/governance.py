@@ -30,6 +30,7 @@ from temporal_agent_interrupts.workflows.identity import (
     VerifiedIdentity,
     verify_token,
 )
+from temporal_agent_interrupts.workflows.input_rounds import shown_digest
 from temporal_agent_interrupts.workflows.limits import Refused, names_within
 from temporal_agent_interrupts.workflows.state import (
     CallState,
@@ -132,7 +133,9 @@ def quorum(spec: AgentSpec | None, call: CallState) -> int:
     """How many distinct approvals settle ``call`` (a denial settles it at once)."""
     if spec is None:
         return 1
-    if call.source == "approval" or _gated_tool(spec, call):
+    if call.source in ("approval", "input") or _gated_tool(spec, call):
+        # A server's form on a gated call is settled as its approval was: by the quorum, each
+        # giving the same answer (check_votes), so no one approver names what the call sends.
         held = held_by(spec, call)
         return held[1] if held else 1
     tool = spec.tool(call.name)
@@ -446,7 +449,7 @@ def check_binding(
                 f"it answers only those ({kind})",
                 code="forbidden",
             )
-        if shown != input_digest(pending[ref].args):
+        if shown != shown_digest(pending[ref]):
             raise ResumeError(
                 f"the identity token was made for another input of {name!r} (ref {ref!r}) "
                 "than it has now (it was edited since): answer the input it has now",
@@ -575,7 +578,16 @@ def check_votes(
             continue
         edit = kind == "restart" and is_edit(spec, call, restart_input(resume, ref))
         decision = events.decision(call, kind=kind, output=output, metadata=metadata)
-        if not edit and decision not in ("approved", "denied"):
+        if call.source == "input" and decision == "answered":
+            differs = [v.identity for v in call.votes if v.answer != form_answer(output)]
+            if differs:
+                raise ResumeError(
+                    f"{name!r} (ref {ref!r}) needs {needed} approvers to give the same answer "
+                    f"to its server's form, and {', '.join(differs[:3])} answered otherwise: "
+                    "give the same answer, or deny it",
+                    code="conflict",
+                )
+        elif not edit and decision not in ("approved", "denied"):
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) needs {needed} approvals: answer it with an "
                 f"approval or a denial ({kind} here decides neither)"
@@ -615,15 +627,18 @@ def vote(
     *,
     now: datetime | None,
     remember: GrantScope | None = None,
+    output: JsonObject | None = None,
 ) -> bool:
-    """Count an approval of a call that needs a quorum; True while more are needed.
+    """Count an approval of a call that needs a quorum (or an answer to a server's form on
+    such a call, ``output``); True while more are needed.
 
     Args:
         remember: The grant the approval asks for (kept with the vote: a quorum's grant needs
             every approval to ask for the same one, see workflows.grants).
     """
     needed = quorum(spec, call)
-    if needed <= 1 or decision != "approved" or who.identity is None:
+    counts = decision == "approved" or (call.source == "input" and decision == "answered")
+    if needed <= 1 or not counts or who.identity is None:
         return False
     if voted(call, who):
         return True  # refused by check_votes; never a second vote, never a settled call
@@ -636,9 +651,15 @@ def vote(
             subject=who.subject,
             remember=remember,
             groups=[e for e in entries_of(who, lists(spec, call)) if e != who.identity],
+            answer=form_answer(output) if call.source == "input" else None,
         )
     )
     return len(call.votes) < needed
+
+
+def form_answer(output: JsonObject | None) -> str:
+    """What names one answer to a server's form, for the votes of a quorum to agree on."""
+    return input_digest(output or {})
 
 
 def voted(call: CallState, who: Who) -> bool:

@@ -20,15 +20,28 @@ once, before the first round, and each retry carries it. No Temporal imports.
 from __future__ import annotations
 
 from temporal_agent_interrupts.workflows.activity_io import InputForm, InputRound
+from temporal_agent_interrupts.workflows.state import CallState
 from temporal_agent_interrupts.workflows.types import (
     DENIED_BY_USER,
     TIMED_OUT,
     JsonObject,
+    input_digest,
 )
 
 MAX_INPUT_ROUNDS = 8
 """The most input rounds one call may have: a server that keeps asking past them fails the call
 (the model hears why), never the conversation."""
+
+
+def shown_digest(call: CallState) -> str:
+    """What an answer to ``call`` names as the input it was shown (``input_digest``): the
+    input's digest, and for a server's form, the form's too (its round and request key). Every
+    form of a call pauses on the call's one ref: an answer shown one form, sent again or late,
+    must never fill the next."""
+    round_ = call.input_round
+    if call.source == "input" and round_ is not None and round_.asking is not None:
+        return input_digest({"args": call.args, "round": round_.round, "request": round_.asking})
+    return input_digest(call.args)
 
 
 def declined(output: JsonObject) -> bool:

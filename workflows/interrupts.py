@@ -440,7 +440,7 @@ class InterruptBook:
         for r in resume.respond:
             call = by_ref[r.ref]
             decision = events.decision(call, kind="respond", output=r.output)
-            if governance.vote(spec, call, decision, who, now=now):
+            if governance.vote(spec, call, decision, who, now=now, output=r.output):
                 said.append((call, "vote", "vote", r.output, None))
                 continue
             self.lifecycle.respond(call, r.output)

@@ -558,6 +558,9 @@ class Vote(_Wire):
     # With ``remember``: the ``group:NAME`` entries of the approver lists that admitted this
     # voter (a grant checks its grantors again on each later call). Left off when empty.
     groups: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    # On a server's form (source "input"): what names the answer this voter gave; the quorum
+    # must give the same one. Left off the wire when unset.
+    answer: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class InterruptRequest(_Wire):
