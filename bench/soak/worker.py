@@ -21,11 +21,13 @@ import google.genai as genai
 from google.genai import types as gt
 from temporalio.client import Client
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 
 from bench.soak.agent import build_agent
 from bench.soak.ledger import Ledger, ModelCalls
 from bench.soak.model import FaultPlan, SoakModel
 from temporal_agent_interrupts.codec import data_converter
+from temporal_agent_interrupts.search_attributes import check_search_attributes
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.__main__ import (
     DEFAULT_GRACEFUL_SHUTDOWN_SECONDS,
@@ -54,6 +56,23 @@ async def connect(address: str, *, runtime: Runtime | None = None) -> Client:
             await asyncio.sleep(0.5)
 
 
+async def check_namespace(client: Client) -> None:
+    """The namespace's search attributes checked, as ``agent-worker`` checks them before it
+    builds its worker, retried while the server is unreachable: a fresh worker may have
+    connected just before the schedule SIGKILLs the server, and the plugin's own check (one
+    request; after this one it asks nothing, the answer is kept) would make the worker exit
+    instead. Until it passes, the worker is not ``ready``, so the next fault waits for it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONNECT_FOR
+    while True:
+        try:
+            return await check_search_attributes(client)
+        except RPCError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 async def serve(args: argparse.Namespace) -> None:
     plan = FaultPlan(seed=args.seed, rate=args.model_fault_rate, hang_seconds=args.hang_seconds)
     model = SoakModel(plan, ModelCalls(Path(args.model_calls)))
@@ -69,6 +88,7 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = await connect(args.address)
+    await check_namespace(client)
     worker = build_worker(
         client,
         agents=[build_agent(Ledger(Path(args.ledger)))],
