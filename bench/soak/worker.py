@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -98,6 +99,10 @@ async def serve(args: argparse.Namespace) -> None:
         max_concurrent_workflow_tasks=DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
         graceful_shutdown_timeout=timedelta(seconds=DEFAULT_GRACEFUL_SHUTDOWN_SECONDS),
     )
+    if args.held:
+        # Connected and checked: what takes seconds under load is done. It polls at "go".
+        print("held", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
     async with worker:
         print("ready", flush=True)
         await stop.wait()
@@ -115,6 +120,11 @@ def main() -> None:
     p.add_argument("--model-fault-rate", type=float, default=0.0)
     p.add_argument("--hang-seconds", type=float, default=6.0)
     p.add_argument("--http-timeout", type=float, default=3.0)
+    p.add_argument(
+        "--held",
+        action="store_true",
+        help="print 'held' once connected, and poll only after a line on stdin",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("bench.soak").setLevel(logging.INFO)
