@@ -57,7 +57,7 @@ $(AGUI_STAMP): $(AGUI_CLIENT)/package-lock.json $(AGUI_CLIENT)/package.json
 ## test: the whole suite against a real Temporal dev server
 # On TEST_WORKERS pytest-xdist workers, each a session with its own dev servers, sharing the files
 # as tests/scheduling.py says (TEST_WORKERS=0: one process, as a bare `pytest` runs).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: setup browser agui-client
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 

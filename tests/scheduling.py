@@ -1,4 +1,4 @@
-"""How ``make test`` shares the suite between its pytest-xdist workers (``-n 3 --dist loadfile``).
+"""How ``make test`` shares the suite between its pytest-xdist workers (``-n 2 --dist loadfile``).
 
 Each worker is a pytest session of its own, with its own dev servers (conftest's ``env`` and
 ``small_histories``): a file's tests run on one worker, after one another, as they do in a serial
@@ -8,21 +8,20 @@ run, so its module fixtures are set up once. Three changes to xdist's ``loadfile
   after another, never two at once: ``pyright`` over the project, the long conversations of
   maximum-size inputs in ``test_durable_input.py`` (each workflow activation there must finish
   within the SDK's 2 s deadlock limit, in a process that shares the machine's two cores with
-  the other workers), the benchmark's quick run, and the soak's short run (three worker
+  the other worker), the benchmark's quick run, and the soak's short run (three worker
   processes, a dev server, the web app and a CLI or two at a time: a core's worth of work for a
   minute and a half).
 - The slowest units go out first (xdist's own order is by number of tests), so that no long
-  file starts near the end while the other workers have nothing left to do.
+  file starts near the end while the other worker has nothing left to do.
 - The tests in :data:`ALONE` run last, each once every other worker is idle: the machine to
   themselves, as in a serial run. The 40,960-call conversation is one: its workflow tasks take
-  under 0.1 s each alone, yet with another worker busy (its tests start CLIs and workers by
+  under 0.1 s each alone, yet with the other worker busy (its tests start CLIs and workers by
   the dozen) one of them passed the SDK's 2 s deadlock limit in a clean-clone run. The SDK
   measures that limit in wall time, so a starved process trips it however little work a task
   does; one core stays idle for the test's half-minute instead.
 
-Measured on 2 cores with three workers (a third keeps both cores busy while the others wait on
-servers, subprocesses and timers); the order only balances the workers, and a file missing
-from these lists (a new one) is scheduled as xdist would.
+Measured on 2 cores; the order only balances the two workers, and a file missing from these
+lists (a new one) is scheduled as xdist would.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the browser the browser tests drive (``scripts/install-chromium``, through the `
 target) before it runs pytest; the script does nothing where a browser is already there or the
 browser tests are skipped knowingly; and the npm packages of the AG-UI client
 tests/test_agui_client.py drives (``npm ci`` from ``tests/agui_client``'s lockfile, through the
-``agui-client`` target) when they are missing or the lockfile changed. It runs the suite on three
+``agui-client`` target) when they are missing or the lockfile changed. It runs the suite on two
 pytest-xdist workers (``tests/scheduling.py``). ``make dist`` builds the release as
 tests/test_release.py checks it: offline, then twine.
 """
@@ -79,9 +79,9 @@ def test_make_test_installs_the_agui_client_from_its_lockfile_before_it_runs_the
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", v) for v in pinned["dependencies"].values())
 
 
-def test_make_test_runs_the_suite_on_three_xdist_workers_sharing_it_by_file():
+def test_make_test_runs_the_suite_on_two_xdist_workers_sharing_it_by_file():
     (run,) = [c for c in recipe("test") if " -m pytest" in c]
-    assert run.endswith("-m pytest -n 3 --dist loadfile"), run
+    assert run.endswith("-m pytest -n 2 --dist loadfile"), run
     # The scheduler's lists name files and tests: a renamed one would silently leave them.
     named = {*CPU_HEAVY, *SLOWEST_FIRST} - {CPU_HEAVY_UNIT}
     assert named <= {p.name for p in (ROOT / "tests").glob("test_*.py")}
