@@ -85,10 +85,12 @@ from tests.web import frames, run_input, served
 
 
 async def soak_worker(
-    address: str, queue: str, tmp_path: Path, *, log: Path | None = None
+    address: str, queue: str, tmp_path: Path, *, log: Path | None = None, held: bool = False
 ) -> asyncio.subprocess.Process:
     """The soak's worker process (its agent, its scripted model), ready to take tasks; its log
-    (stderr) goes to ``log`` when given."""
+    (stderr) goes to ``log`` when given. ``held``: connected, but polling only after
+    :func:`let_go` (a Python process's start takes seconds under load: it is done before the
+    scenario, not inside its window)."""
     cmd = worker_command(
         address=address,
         task_queue=queue,
@@ -99,18 +101,33 @@ async def soak_worker(
         hang_seconds=6.0,
         http_timeout=3.0,
     )
+    cmd += ["--held"] if held else []
     stderr = log.open("ab") if log is not None else None
     try:
         proc = await asyncio.create_subprocess_exec(
-            *cmd, cwd=ROOT, env=child_env(), stdout=asyncio.subprocess.PIPE, stderr=stderr
+            *cmd,
+            cwd=ROOT,
+            env=child_env(),
+            stdin=asyncio.subprocess.PIPE if held else None,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
         )
     finally:
         if stderr is not None:
             stderr.close()  # the child has its own copy
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert line.strip() == b"ready", line
+    assert line.strip() == (b"held" if held else b"ready"), line
     return proc
+
+
+async def let_go(proc: asyncio.subprocess.Process) -> None:
+    """A held worker polls from now on (returns once it does)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line.strip() == b"ready", line
 
 
 async def test_a_deadline_due_while_its_worker_was_dead_is_applied_then_and_replays(env, tmp_path):
@@ -179,6 +196,7 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
     first = await soak_worker(address, queue, tmp_path)
     second: asyncio.subprocess.Process | None = None
     try:
+        second = await soak_worker(address, queue, tmp_path, log=log, held=True)
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
         )
@@ -187,7 +205,7 @@ async def test_a_query_answered_before_the_task_that_brings_a_signal_leaves_the_
         assert gate.name == "transfer"
         first.send_signal(signal.SIGKILL)  # no graceful shutdown: the run stays on its queue
         await first.wait()
-        second = await soak_worker(address, queue, tmp_path, log=log)
+        await let_go(second)  # started before, so its start is not in the window
         # A query first: no task is pending, so the server sends it to the worker directly,
         # to the dead worker's sticky queue first, where it waits some seconds.
         status = asyncio.create_task(chat.status())
@@ -310,13 +328,14 @@ async def test_a_stream_offset_asked_while_the_worker_puts_queries_off_is_answer
     first = await soak_worker(address, queue, tmp_path)
     second: asyncio.subprocess.Process | None = None
     try:
+        second = await soak_worker(address, queue, tmp_path, log=log, held=True)
         paused = await chat.send(
             f'soak chat={chat.id} turn=1: call transfer {{"amount": 7, "to": "acct-9"}}'
         )
         [gate] = paused.interrupts
         first.send_signal(signal.SIGKILL)
         await first.wait()
-        second = await soak_worker(address, queue, tmp_path, log=log)
+        await let_go(second)  # started before, so its start is not in the window
         offset = asyncio.create_task(next_offset(chat))  # as in the second finding's test
         await asyncio.sleep(0.5)
         body = {

@@ -824,6 +824,60 @@ async def test_a_publisher_id_read_from_history_cannot_drop_the_models_own_text(
     ]
 
 
+async def test_a_turn_cancelled_while_its_reply_streams_records_no_publish_as_refused(
+    run_worker, model, client
+):
+    """A cancel stops the turn at once; the model activity, ours, publishes until it hears of
+    it (at its next heartbeat) and its last batch comes when it returns. What the ended call
+    still sends is dropped, not recorded as a refused signal (the soak's rejection-log
+    invariant caught one, a cancel racing a streamed reply); a publish under any other id is
+    still refused and recorded, and nothing either sends reaches the stream."""
+    model.reply(Reply.streamed(text("slowly, " * 20), pieces=20, interval=0.2), text("next"))
+    async with run_worker(agents=[t.assistant]) as agents:
+        chat = await agents.chat("assistant")
+        _, following = await streaming(chat.send_stream("talk"))
+        cancelled = await chat.cancel("enough")
+        await asyncio.wait_for(following, 30)
+
+        def model_call_closed(hist: WorkflowHistory) -> bool:
+            closed = (
+                EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+            )
+            return any(events_of(hist, kind) for kind in closed)
+
+        hist = await eventually(lambda: history(client, chat.id), model_call_closed)
+        (scheduled,) = scheduled_inputs(hist, MODEL_ACTIVITY)
+        key = ModelInput.model_validate(scheduled).stream_key
+        handle = client.get_workflow_handle(chat.id)
+        # A batch the call might still send, and one under an id that was never the call's.
+        await handle.signal(PUBLISH_SIGNAL, publish(f"{key}:1", "LATE", sequence=99))
+        await handle.signal(PUBLISH_SIGNAL, publish("someone-else:1", "FORGED", sequence=1))
+        status = await eventually(chat.status, lambda s: s.rejections >= 1)
+        rejected = await chat.rejections()
+        after = await chat.send("again")
+
+        async def both_turns() -> list[TurnEvent]:
+            got = []
+            async for ev in chat.events():
+                got.append(ev)
+                if sum(e.kind == "turn_end" for e in got) == 2:
+                    return got
+            return got
+
+        kept = await asyncio.wait_for(both_turns(), 30)
+    assert cancelled.finish_reason == FinishReason.CANCELLED
+    assert [(r.handler, r.reason) for r in rejected] == [
+        (PUBLISH_SIGNAL, "nothing is streaming: only a model call in progress publishes")
+    ]
+    assert status.rejections == 1
+    said = "".join(ev.text or "" for ev in kept if ev.kind == "text")
+    assert "LATE" not in said and "FORGED" not in said
+    assert after.text == "next"
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
 async def test_a_delayed_start_puts_nothing_in_the_inbox(run_worker, client):
     """``start_delay``: visibility lists the run as Running with its starter's memo and search
     attributes, and no worker has touched it. The inbox leaves it out: it waits on no one."""

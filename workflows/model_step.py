@@ -79,6 +79,11 @@ class ModelStep:
         # The streaming model call's own publisher id (ModelInput.stream_key): only its
         # publishes reach the stream (workflows.stream). None: no call is streaming.
         self.stream_key: str | None = None
+        # The publisher id of the last streaming call that ended: its activity may still
+        # publish after the workflow stopped waiting for it (a turn cancelled while the reply
+        # streamed: the activity hears of it at its next heartbeat), and such a publish is
+        # dropped, not recorded as a refused signal (workflows.stream.accept_publish).
+        self.ended_stream_key: str | None = None
 
     async def call(self, turn: TurnState) -> Message:
         spec = self.s.spec
@@ -113,7 +118,9 @@ class ModelStep:
                 raise asyncio.CancelledError() from None
             raise TurnFailed(self._runner.error(e, what="model call")) from None
         finally:
-            self.stream_key = None  # the call is over: nothing more of it is taken
+            # The call is over: nothing more of it is taken.
+            self.ended_stream_key = self.stream_key or self.ended_stream_key
+            self.stream_key = None
         self._telemetry.hosted()  # the worker hosts this agent: its name may label metrics
         if result.spec is not None:
             self.s.spec = result.spec

@@ -104,10 +104,15 @@ class Signals:
                 self._sub_agent(payload)
             elif name == PUBLISH_SIGNAL:
                 turn = self.s.turn
+                key = self._m.streaming_key()
+                # A call of ours that streams no more: its turn stopped, or it ended.
+                model = self._m.model
+                ended = (model.stream_key if key is None else None) or model.ended_stream_key
                 attempt, added = self._stream.accept_publish(
-                    payload, key=self._m.streaming_key(), turn=turn.turn if turn else 0
+                    payload, key=key, ended=ended, turn=turn.turn if turn else 0
                 )
-                self._m.model.streamed[attempt] = self._m.model.streamed.get(attempt, "") + added
+                if added:
+                    model.streamed[attempt] = model.streamed.get(attempt, "") + added
                 self.s.events_total = self._stream.next_offset
             else:
                 raise ResumeError(

@@ -210,18 +210,25 @@ class ConversationStream:
         self._topic.publish(payload)
         self._sizes.append(_wire_size(payload.ByteSize(), TOPIC))
 
-    def accept_publish(self, payload: RawValue, *, key: str | None, turn: int) -> tuple[int, str]:
+    def accept_publish(
+        self, payload: RawValue, *, key: str | None, ended: str | None = None, turn: int
+    ) -> tuple[int, str]:
         """Take a publish signal: the text of the model call streaming now, from that call.
 
         The call's activity publishes as ``"<key>:<attempt>"`` (``ModelInput.stream_key``; an
         attempt the call's retry policy allows), with a sequence that grows within an attempt;
         a batch at or below the last one taken of its attempt is a duplicate (a retried signal)
-        and is dropped. Nothing of a publish is kept but its text,
+        and is dropped. So is a late publish of the last streaming call that ended (``ended``):
+        its activity is ours and may publish until it hears that the workflow stopped waiting
+        for it (a turn cancelled while its reply streamed), so it is no refused signal from
+        outside; its text is not wanted any more. Nothing of a publish is kept but its text,
         re-made as this turn's events: the library's own per-publisher state stays empty, so
         nothing a signal sends can grow what continue-as-new carries.
 
         Args:
             key: The streaming call's publisher id (None: no call is streaming).
+            ended: The publisher id of our last streaming call that streams no more (it
+                ended, or its turn stopped), if any.
             turn: The turn it is streaming for.
 
         Returns the attempt it came from and the text it added ("" for a duplicate batch).
@@ -236,15 +243,15 @@ class ConversationStream:
             publish = _PUBLISH.validate_python(body)
         except ValidationError as e:
             raise ResumeError(f"malformed stream publish: {pydantic_reason(e)}") from None
-        if key is None:
-            raise ResumeError("nothing is streaming: only a model call in progress publishes")
         owner, _, attempt_text = publish.publisher_id.rpartition(":")
         attempts = MODEL_RETRY.maximum_attempts
-        if (
-            owner != key
-            or not (attempt_text.isascii() and attempt_text.isdigit())
-            or not 1 <= int(attempt_text[:6]) <= attempts
-        ):
+        allowed = attempt_text.isascii() and attempt_text.isdigit()
+        allowed = allowed and 1 <= int(attempt_text[:6]) <= attempts
+        if ended is not None and owner == ended and owner != key and allowed:
+            return int(attempt_text[:6]), ""  # the call is over: what it sends is dropped
+        if key is None:
+            raise ResumeError("nothing is streaming: only a model call in progress publishes")
+        if owner != key or not allowed:
             raise ResumeError(
                 "only the model call streaming now publishes on this conversation's stream"
             )

@@ -493,7 +493,9 @@ def _rejections(
     figures: Counter[str],
 ) -> None:
     """Every refused signal is counted in the rejection log (its total counts all; the log
-    keeps the last 20), and the log holds nothing else."""
+    keeps the last 20), and the log holds nothing else: in particular no stream publish of the
+    conversation's own model activity, which may still publish after a cancel ended its turn
+    (a cancel racing a streamed reply); the workflow drops those (``accept_publish``)."""
     signals = [a for a in conv.attempts if a.path == "signal"]
     refused = sum(1 for a in signals if a.status == "sent" and not owners.get(a.id))
     unsure = sum(1 for a in signals if a.status == "unknown" and not owners.get(a.id))

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,11 +22,13 @@ import google.genai as genai
 from google.genai import types as gt
 from temporalio.client import Client
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 
 from bench.soak.agent import build_agent
 from bench.soak.ledger import Ledger, ModelCalls
 from bench.soak.model import FaultPlan, SoakModel
 from temporal_agent_interrupts.codec import data_converter
+from temporal_agent_interrupts.search_attributes import check_search_attributes
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.__main__ import (
     DEFAULT_GRACEFUL_SHUTDOWN_SECONDS,
@@ -54,6 +57,23 @@ async def connect(address: str, *, runtime: Runtime | None = None) -> Client:
             await asyncio.sleep(0.5)
 
 
+async def check_namespace(client: Client) -> None:
+    """The namespace's search attributes checked, as ``agent-worker`` checks them before it
+    builds its worker, retried while the server is unreachable: a fresh worker may have
+    connected just before the schedule SIGKILLs the server, and the plugin's own check (one
+    request; after this one it asks nothing, the answer is kept) would make the worker exit
+    instead. Until it passes, the worker is not ``ready``, so the next fault waits for it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONNECT_FOR
+    while True:
+        try:
+            return await check_search_attributes(client)
+        except RPCError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 async def serve(args: argparse.Namespace) -> None:
     plan = FaultPlan(seed=args.seed, rate=args.model_fault_rate, hang_seconds=args.hang_seconds)
     model = SoakModel(plan, ModelCalls(Path(args.model_calls)))
@@ -69,6 +89,7 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = await connect(args.address)
+    await check_namespace(client)
     worker = build_worker(
         client,
         agents=[build_agent(Ledger(Path(args.ledger)))],
@@ -78,6 +99,10 @@ async def serve(args: argparse.Namespace) -> None:
         max_concurrent_workflow_tasks=DEFAULT_MAX_CONCURRENT_WORKFLOW_TASKS,
         graceful_shutdown_timeout=timedelta(seconds=DEFAULT_GRACEFUL_SHUTDOWN_SECONDS),
     )
+    if args.held:
+        # Connected and checked: what takes seconds under load is done. It polls at "go".
+        print("held", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
     async with worker:
         print("ready", flush=True)
         await stop.wait()
@@ -95,6 +120,11 @@ def main() -> None:
     p.add_argument("--model-fault-rate", type=float, default=0.0)
     p.add_argument("--hang-seconds", type=float, default=6.0)
     p.add_argument("--http-timeout", type=float, default=3.0)
+    p.add_argument(
+        "--held",
+        action="store_true",
+        help="print 'held' once connected, and poll only after a line on stdin",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("bench.soak").setLevel(logging.INFO)
