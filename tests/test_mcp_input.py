@@ -42,6 +42,7 @@ from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.config import MCP_ACTIVITY, MCP_SAMPLE_ACTIVITY
 from temporal_agent_interrupts.workflows.input_rounds import MAX_INPUT_ROUNDS
 from tests import test_mcp_tools as mcp_fixtures
+from tests.docs import block
 from tests.helpers import (
     SUGGEST_AFTER_EVENTS,
     assert_no_workflow_task_failed,
@@ -53,6 +54,7 @@ from tests.helpers import (
     server_address,
 )
 from tests.mcp_servers import TOKEN, inputs, state_token
+from tests.test_docs_examples import load
 from tests.test_mcp_tools import ROOT, WORKER, agent_with, names
 
 # The MCP tests' fixtures, by name: the servers (stdio and HTTP) and the offline model.
@@ -414,3 +416,25 @@ def test_a_large_state_and_too_many_rounds_are_refused():
     assert last.round == MAX_INPUT_ROUNDS
     with pytest.raises(RoundRefused, match=f"more than {MAX_INPUT_ROUNDS} times"):
         read_round(asked, previous=last, roots=())
+
+
+async def test_the_mcp_page_s_server_that_asks_runs_offline_as_printed(
+    client, tmp_path, monkeypatch, capsys
+):
+    for key in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
+        monkeypatch.delenv(key, raising=False)
+    server = block(
+        "# payee_server.py: a server whose tool asks the user to confirm the payee first",
+        lang="python",
+    )
+    (tmp_path / "payee_server.py").write_text(server)
+    source = block(
+        "# payee_agent.py: the call pauses on the server's form; the answer completes it",
+        lang="python",
+    )
+    module = load(tmp_path, "payee_agent", source, monkeypatch)
+    await module.main(server_address(client))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "interrupted input Who gets 40?", out
+    assert out[1].startswith("stop"), out
+    assert '"paid": 40' in out[1] and '"to": "Ann"' in out[1] and '"state": "asked"' in out[1]
