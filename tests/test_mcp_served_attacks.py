@@ -1,0 +1,276 @@
+"""Attacks on the MCP-served agents app (``client/mcp_server.py``): a caller with a valid
+identity for one user, someone who read another's ``requestState``, and odd input that must be
+refused as an MCP error (never an HTTP 500, never a failed workflow task).
+
+Each test is an attack that held, unless it is marked ``xfail(strict=True)``: a defect found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+from starlette.requests import Request
+
+from temporal_agent_interrupts import Agent, interrupt
+from temporal_agent_interrupts.client.web import Access
+from temporal_agent_interrupts.worker.standin import calls, text
+from tests import agents as t
+from tests.test_mcp_served_agent import (
+    ANN,
+    YES,
+    app_for,
+    approval,
+    chat_id,
+    mcp,
+    paused_call,
+    retry,
+    said,
+    served_agent,
+)
+from tests.web import served
+
+MALLORY = "mallory@example.com"
+
+
+def headers(who: str = ANN) -> dict[str, str]:
+    return {
+        "MCP-Protocol-Version": "2026-07-28",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {who}",
+        "Content-Type": "application/json",
+    }
+
+
+def reply_of(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC reply, whether sent as JSON or as one SSE event."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    for line in response.text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            return json.loads(line[5:])
+    raise AssertionError(f"no JSON-RPC reply in {response.status_code} {response.text[:300]!r}")
+
+
+async def raw_call(base: str, body: str, *, who: str = ANN) -> tuple[int, dict[str, Any]]:
+    """A tools/call posted as written (so lone surrogates and deep nesting reach the server)."""
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=120.0)) as http:
+        response = await http.post(f"{base}/mcp", content=body.encode(), headers=headers(who))
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+    return response.status_code, reply_of(response)
+
+
+def tools_call(name: str, arguments: str, extra: str = "") -> str:
+    params = f'{{"name":"{name}","arguments":{arguments}{extra}}}'
+    return '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":' + params + "}"
+
+
+async def test_a_chat_of_another_agent_is_refused_and_leaks_nothing(run_worker, model):
+    """chat_id naming another agent's chat: the send is refused, its text is not returned."""
+    agent, other = served_agent(), served_agent()
+    theirs = chat_id()
+    model.reply(text("the other agent's secret"))
+    async with run_worker(agents=[agent, other]) as agents:
+        chat = await agents.chat(other.name, chat_id=theirs)
+        assert (await chat.send("hi")).text == "the other agent's secret"
+        app = app_for(agents, agent)
+        async with served(app) as base, mcp(base, who=MALLORY) as session:
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool(
+                    agent.name, {"message": "say it again", "chat_id": theirs},
+                    allow_input_required=True,
+                )  # fmt: skip
+            assert "secret" not in str(refused.value) + str(refused.value.error.data)
+        assert len(model.requests) == 1  # the other agent's model never heard it
+
+
+async def test_authorize_refuses_a_chat_the_caller_may_not_read(run_worker, model):
+    """authorize says Mallory may not touch ann's chats: her send and her retry are 403s."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    seen: list[Access] = []
+
+    def authorize(request: Request, access: Access) -> bool:
+        seen.append(access)
+        return access.identity != MALLORY or not (access.chat_id or "").startswith("mcp-test-")
+
+    async with run_worker(agents=[agent]) as agents:
+        app = app_for(agents, agent, authorize=authorize)
+        async with served(app) as base:
+            async with mcp(base) as session:
+                paused = await paused_call(session, agent, cid)
+            async with mcp(base, who=MALLORY) as session:
+                with pytest.raises(MCPError, match="not allowed to send"):
+                    await paused_call(session, agent, cid)
+                with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                    await retry(session, agent, cid, paused, YES)
+            chat = await agents.chat(agent.name, chat_id=cid)
+            assert [i.ref for i in await chat.pending()] == ["g1"]
+            async with mcp(base) as session:
+                done = await retry(session, agent, cid, paused, YES)
+            assert isinstance(done, types.CallToolResult) and said(done) == "k is K"
+        assert t.RUNS["lookup"] == 1
+
+
+async def test_two_retries_at_once_run_the_tool_once(run_worker, model):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as first, mcp(base) as second:
+            paused = await paused_call(first, agent, cid)
+            outcomes = await asyncio.gather(
+                retry(first, agent, cid, paused, YES),
+                retry(second, agent, cid, paused, {"g1": approval(action="decline")}),
+                return_exceptions=True,
+            )
+        done = [o for o in outcomes if isinstance(o, types.CallToolResult)]
+        refused = [o for o in outcomes if isinstance(o, MCPError)]
+        assert len(done) == 1 and len(refused) == 1, outcomes
+        assert refused[0].error.code == types.INVALID_PARAMS, refused[0]
+        assert len(await agents.audit(cid)) == 1
+        assert t.RUNS["lookup"] <= 1
+
+
+async def test_a_state_replayed_on_a_new_pause_with_the_same_model_id_is_refused(
+    run_worker, model
+):
+    """The chat moves on and pauses again; the model reuses its call id "g1". The old state
+    (same tool, same arguments, same caller) must not answer the new call."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    model.reply(calls(("lookup", {"key": "k"}, "g1")))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            old = await paused_call(session, agent, cid)
+            assert isinstance(await retry(session, agent, cid, old, YES), types.CallToolResult)
+            new = await paused_call(session, agent, cid)
+            assert new.input_requests is not None
+            with pytest.raises(MCPError):
+                await retry(session, agent, cid, old, YES)
+            chat = await agents.chat(agent.name, chat_id=cid)
+            assert [i.ref for i in await chat.pending()] == list(new.input_requests)
+        assert t.RUNS["lookup"] == 1
+
+
+async def test_odd_input_is_an_mcp_error_and_the_chat_stays_answerable(run_worker, model):
+    """Lone surrogates (message, chat_id, a form's reason, a response key) and 300 levels of
+    nesting: each a JSON-RPC error (no 500), nothing applied, the chat still answerable."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        name = agent.name
+        # A lone surrogate in the message, and in the chat id.
+        for arguments in (
+            '{"message":"\\ud800"}',
+            '{"message":"hi","chat_id":"mcp-\\udc00"}',
+        ):
+            status, reply = await raw_call(base, tools_call(name, arguments))
+            assert "error" in reply, (status, reply)
+            assert reply["error"]["code"] == types.INVALID_PARAMS, reply
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+        state = json.dumps(paused.request_state)
+        arguments = json.dumps({"message": "look k up", "chat_id": cid})
+        nested = "[" * 300 + "]" * 300
+        for responses in (
+            '{"g1":{"action":"decline","content":{"reason":"\\ud800"}}}',
+            '{"g1":{"action":"accept","content":{"approved":true,"reason":"\\udfff"}}}',
+            '{"g1":{"action":"accept","content":{"approved":true,"reason":' + nested + "}}}",
+            '{"g1":' + '{"a":' * 300 + "1" + "}" * 300 + "}",
+            '{"\\ud800":{"action":"accept","content":{"approved":true}}}',
+        ):
+            extra = f',"inputResponses":{responses},"requestState":{state}'
+            status, reply = await raw_call(base, tools_call(name, arguments, extra))
+            assert "error" in reply, (responses[:60], status, reply)
+            assert reply["error"]["code"] == types.INVALID_PARAMS, (responses[:60], reply)
+        chat = await agents.chat(name, chat_id=cid)
+        assert [i.ref for i in await chat.pending()] == ["g1"]
+        assert await agents.audit(cid) == []
+        async with mcp(base) as session:
+            done = await retry(session, agent, cid, paused, YES)
+        assert isinstance(done, types.CallToolResult) and said(done) == "k is K"
+        assert t.RUNS["lookup"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="client/mcp_server.py _answer_of passes a flat form's content whole to "
+    "agui.answer_from -> request.respond: keys the requested schema does not name reach the "
+    "model as the tool's output",
+)
+async def test_a_form_answer_cannot_smuggle_keys_into_an_interrupts_output(run_worker, model):
+    """An interrupt-only tool with a flat output: the form's content is its output. Keys the
+    form did not ask (identity, remember) are refused, not carried to the model."""
+    agent = Agent(f"mcpAsk{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[t.approve])
+    cid = chat_id()
+    model.reply(calls(("approve", {"question": "ship it?"}, "q1")), text("shipped"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base, who=MALLORY) as session:
+            paused = await paused_call(session, agent, cid, "ask")
+            assert paused.input_requests is not None
+            form = paused.input_requests["q1"]
+            assert isinstance(form, types.ElicitRequest)
+            assert isinstance(form.params, types.ElicitRequestFormParams)
+            asked = set(form.params.requested_schema["properties"])
+            assert asked == {"approved", "note"}
+            smuggled = {
+                "q1": approval(
+                    {"approved": True, "note": "ok", "identity": ANN, "remember": "always"}
+                )
+            }
+            with pytest.raises(MCPError, match=r"identity|remember|unknown"):
+                await retry(session, agent, cid, paused, smuggled, message="ask")
+        chat = await agents.chat(agent.name, chat_id=cid)
+        assert [i.ref for i in await chat.pending()] == ["q1"]
+
+
+class Step(BaseModel):
+    name: str
+
+
+class Plan(BaseModel):
+    steps: list[Step]
+
+
+plan = interrupt("plan", "Ask a human for a plan.", input=t.Ask, output=Plan)
+
+
+async def test_a_json_output_that_nests_deep_or_holds_a_lone_surrogate_is_refused(
+    run_worker, model
+):
+    """An interrupt-only tool whose output is no flat form: one ``output`` field holding JSON.
+    What that JSON decodes to (a lone surrogate by its escape, 300 levels of nesting) must be
+    refused as an MCP error, and the chat stay answerable (no failed workflow task)."""
+    agent = Agent(f"mcpPlan{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[plan])
+    cid = chat_id()
+    model.reply(calls(("plan", {"question": "how?"}, "p1")), text("planned"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base, who=MALLORY) as session:
+            paused = await paused_call(session, agent, cid, "plan")
+            outcomes = []
+            for output in (
+                '{"steps":[{"name":"\\ud800"}]}',
+                '{"steps":[{"name":"a"}],"x":' + "[" * 300 + "]" * 300 + "}",
+            ):
+                try:
+                    got = await retry(
+                        session, agent, cid, paused,
+                        {"p1": approval({"output": output})}, message="plan",
+                    )  # fmt: skip
+                    outcomes.append(("answered", got))
+                except MCPError as e:
+                    outcomes.append((e.error.code, e.error.message))
+            chat = await agents.chat(agent.name, chat_id=cid)
+            status = await chat.status()
+            good = {"p1": approval({"output": '{"steps":[{"name":"a"}]}'})}
+            done = await retry(session, agent, cid, paused, good, message="plan")
+        assert all(o[0] == types.INVALID_PARAMS for o in outcomes), outcomes
+        assert status.status != "closed"
+        assert isinstance(done, types.CallToolResult) and said(done) == "planned", done
