@@ -138,9 +138,7 @@ async def test_two_retries_at_once_run_the_tool_once(run_worker, model):
         assert t.RUNS["lookup"] <= 1
 
 
-async def test_a_state_replayed_on_a_new_pause_with_the_same_model_id_is_refused(
-    run_worker, model
-):
+async def test_a_state_replayed_on_a_new_pause_with_the_same_model_id_is_refused(run_worker, model):
     """The chat moves on and pauses again; the model reuses its call id "g1". The old state
     (same tool, same arguments, same caller) must not answer the new call."""
     agent, cid = served_agent(), chat_id()
