@@ -15,16 +15,25 @@ from typing import Any
 import httpx2
 import mcp_types as types
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from starlette.requests import Request
+from temporalio.common import WorkflowIDReusePolicy
 
-from temporal_agent_interrupts import Agent, interrupt
+from temporal_agent_interrupts import Agent, ToolApproval, interrupt
+from temporal_agent_interrupts.client.login import Login, LoginExchange
 from temporal_agent_interrupts.client.web import Access
+from temporal_agent_interrupts.web import agents_mcp_app
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import AgentWorkflow
+from temporal_agent_interrupts.workflows.payloads import raw_start
+from temporal_agent_interrupts.workflows.state import ConversationInput
 from tests import agents as t
+from tests.mcp_identity import bearer_name
 from tests.test_mcp_served_agent import (
     ANN,
+    STATE_KEYS,
     YES,
     app_for,
     approval,
@@ -272,3 +281,66 @@ async def test_a_json_output_that_nests_deep_or_holds_a_lone_surrogate_is_refuse
         assert all(o[0] == types.INVALID_PARAMS for o in outcomes), outcomes
         assert status.status != "closed"
         assert isinstance(done, types.CallToolResult) and said(done) == "planned", done
+
+
+def login_exchange() -> LoginExchange:
+    def verify(request: Request) -> Login | None:
+        name = bearer_name(request)
+        return Login(identity=name) if name else None
+
+    return LoginExchange(
+        verify,
+        key=ed25519.Ed25519PrivateKey.generate(),
+        issuer="https://agents.test",
+        audience="approvals",
+    )
+
+
+async def test_behind_a_login_no_assertion_goes_to_a_chat_on_another_task_queue(run_worker, model):
+    """Someone with namespace rights runs a chat on a task queue of their own (their worker
+    sees every update, assertion and all). A send naming it is refused; and a chat Ann paused
+    here, terminated and started again there on the same ref, refuses her retry: no assertion
+    reaches it, the call stays unanswered."""
+    exchange = login_exchange()
+    agent = Agent(
+        f"mcpQueue{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.lookup],
+        middleware=[ToolApproval(allow=[], approvers=[ANN])],
+        trust=exchange.trusted_issuer(),
+    )
+    away_id, cid = chat_id(), chat_id()
+    async with run_worker(agents=[agent]) as home, run_worker(agents=[agent]) as away:
+        model.reply(text("from over there"))
+        assert (await (await away.chat(agent.name, chat_id=away_id)).send("hi")).text
+        app = agents_mcp_app(home, agents=[agent.name], identity=exchange, state_keys=STATE_KEYS)
+        async with served(app) as base, mcp(base) as session:
+            with pytest.raises(MCPError, match="identity tokens"):
+                await session.call_tool(
+                    agent.name,
+                    {"message": "hello again", "chat_id": away_id},
+                    allow_input_required=True,
+                )
+            model.reply(calls(("lookup", {"key": "k"}, "g1")))
+            paused = await paused_call(session, agent, cid)
+            await (await home.chat(agent.name, chat_id=cid)).handle.terminate("moved")
+            # Started again on the other queue, by hand (a send keeps a closed chat closed).
+            temporal = away.temporal
+            await temporal.start_workflow(
+                AgentWorkflow.run,
+                raw_start(
+                    ConversationInput(agent=agent.name),
+                    converter=temporal.data_converter.payload_converter,
+                ),
+                id=cid,
+                task_queue=away.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
+            model.reply(calls(("lookup", {"key": "k"}, "g1")))
+            moved = await away.chat(agent.name, chat_id=cid)
+            assert [i.ref for i in (await moved.send("look k up")).interrupts] == ["g1"]
+            with pytest.raises(MCPError, match="identity tokens"):
+                await retry(session, agent, cid, paused, YES)
+        assert [i.ref for i in await moved.pending()] == ["g1"]
+        assert await away.audit(cid) == []
+        assert t.RUNS["lookup"] == 0
