@@ -344,3 +344,24 @@ async def test_behind_a_login_no_assertion_goes_to_a_chat_on_another_task_queue(
         assert [i.ref for i in await moved.pending()] == ["g1"]
         assert await away.audit(cid) == []
         assert t.RUNS["lookup"] == 0
+
+
+async def test_a_caller_who_is_no_approver_can_neither_approve_nor_decline(run_worker, model):
+    """Mallory starts the turn herself, so the state is hers; the gate names Ann only."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base, who=MALLORY) as session:
+            paused = await paused_call(session, agent, cid)
+            for answer in (approval({"approved": True}), approval(action="decline")):
+                with pytest.raises(MCPError) as refused:
+                    await retry(session, agent, cid, paused, {"g1": answer})
+                assert refused.value.error.code == types.INVALID_PARAMS, refused.value
+        chat = await agents.chat(agent.name, chat_id=cid)
+        assert [i.ref for i in await chat.pending()] == ["g1"]
+        assert await agents.audit(cid) == []
+        # Ann cannot use Mallory's state either; she answers through the approvals path.
+        async with mcp(base) as session:
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await retry(session, agent, cid, paused, YES)
+        assert t.RUNS["lookup"] == 0
