@@ -365,3 +365,39 @@ async def test_a_caller_who_is_no_approver_can_neither_approve_nor_decline(run_w
             with pytest.raises(MCPError, match="Invalid or expired requestState"):
                 await retry(session, agent, cid, paused, YES)
         assert t.RUNS["lookup"] == 0
+
+
+BOB = "bob@example.com"
+
+
+async def test_an_approval_of_an_input_since_edited_is_refused(run_worker, model):
+    """A quorum of two: Ann's form shows version 1; Bob edits it to version 666 (the gate holds
+    for a second approval, same ref). Ann's retry approves what she was shown, which is no
+    longer what would run: refused, never applied to the edited input."""
+    agent = Agent(
+        f"mcpEdit{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[t.release],
+        middleware=[ToolApproval(allow=[], approvers=[ANN, BOB], quorum=2)],
+    )
+    cid = chat_id()
+    model.reply(calls(("release", {"service": "api", "version": "1"}, "r1")), text("released"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid, "release api 1")
+            chat = await agents.chat(agent.name, chat_id=cid)
+            (shown,) = await chat.pending()
+            edited = shown.restart(
+                {"tool_approved": True}, input={"service": "api", "version": "666"}
+            )
+            held = await chat.resume(answers=[edited], identity=BOB)
+            (now,) = await chat.pending()
+            assert now.ref == "r1" and now.input["version"] == "666", (held, now)
+            with pytest.raises(MCPError) as refused:
+                await retry(
+                    session, agent, cid, paused, {"r1": approval({"approved": True})},
+                    message="release api 1",
+                )  # fmt: skip
+            assert refused.value.error.code == types.INVALID_PARAMS, refused.value
+        assert [i.ref for i in await chat.pending()] == ["r1"]
+        assert t.RUNS["release"] == 0
