@@ -401,3 +401,27 @@ async def test_an_approval_of_an_input_since_edited_is_refused(run_worker, model
             assert refused.value.error.code == types.INVALID_PARAMS, refused.value
         assert [i.ref for i in await chat.pending()] == ["r1"]
         assert t.RUNS["release"] == 0
+
+
+async def test_a_huge_reason_or_output_is_refused_or_bounded_never_an_internal_error(
+    run_worker, model
+):
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("denied then"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+            huge = {"g1": approval({"approved": False, "reason": "no" * 500_000})}
+            try:
+                got: Any = await retry(session, agent, cid, paused, huge)
+            except MCPError as e:
+                got = e
+            chat = await agents.chat(agent.name, chat_id=cid)
+            status = await chat.status()
+        assert status.status != "closed", got
+        if isinstance(got, MCPError):
+            assert got.error.code == types.INVALID_PARAMS, got
+            assert [i.ref for i in await chat.pending()] == ["g1"]
+        else:
+            assert isinstance(got, types.CallToolResult) and said(got) == "denied then"
+        assert t.RUNS["lookup"] == 0
