@@ -425,3 +425,28 @@ async def test_a_huge_reason_or_output_is_refused_or_bounded_never_an_internal_e
         else:
             assert isinstance(got, types.CallToolResult) and said(got) == "denied then"
         assert t.RUNS["lookup"] == 0
+
+
+async def test_a_batch_or_a_notification_of_a_retry_applies_nothing_twice(run_worker, model):
+    """The same retry twice in one JSON-RPC batch, and as a notification (no id): at most one
+    answer is applied, and nothing is a 500."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    async with run_worker(agents=[agent]) as agents, served(app_for(agents, agent)) as base:
+        async with mcp(base) as session:
+            paused = await paused_call(session, agent, cid)
+        arguments = json.dumps({"message": "look k up", "chat_id": cid})
+        extra = (
+            ',"inputResponses":{"g1":{"action":"accept","content":{"approved":true}}},'
+            f'"requestState":{json.dumps(paused.request_state)}'
+        )
+        one = tools_call(agent.name, arguments, extra)
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=120.0)) as http:
+            batch = await http.post(f"{base}/mcp", content=f"[{one},{one}]", headers=headers())
+            assert batch.status_code < 500, batch.text[:300]
+            note = one.replace('"id":7,', "")
+            told = await http.post(f"{base}/mcp", content=note, headers=headers())
+            assert told.status_code < 500, told.text[:300]
+        await asyncio.sleep(1)
+        assert len(await agents.audit(cid)) <= 1
+        assert t.RUNS["lookup"] <= 1
