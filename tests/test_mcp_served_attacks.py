@@ -8,7 +8,9 @@ Each test is an attack that held, unless it is marked ``xfail(strict=True)``: a 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import secrets
 import uuid
 from typing import Any
 
@@ -450,3 +452,41 @@ async def test_a_batch_or_a_notification_of_a_retry_applies_nothing_twice(run_wo
         await asyncio.sleep(1)
         assert len(await agents.audit(cid)) <= 1
         assert t.RUNS["lookup"] <= 1
+
+
+async def test_rotation_a_dropped_key_and_an_identity_in_meta(run_worker, model):
+    """A state sealed by a key since dropped from the ring is refused; one still in the ring
+    (not first) opens. An identity claimed in ``_meta`` is not read: Mallory stays Mallory."""
+    agent, cid = served_agent(), chat_id()
+    model.reply(calls(("lookup", {"key": "k"}, "g1")), text("k is K"))
+    fresh = f"k2:{base64.b64encode(secrets.token_bytes(32)).decode()}"
+    async with run_worker(agents=[agent]) as agents:
+        dropped = agents_mcp_app(
+            agents, agents=[agent.name], identity=bearer_name, state_keys=fresh
+        )
+        kept = agents_mcp_app(
+            agents, agents=[agent.name], identity=bearer_name, state_keys=f"{fresh},{STATE_KEYS}"
+        )
+        async with served(app_for(agents, agent)) as base, mcp(base, who=MALLORY) as session:
+            paused = await paused_call(session, agent, cid)
+            arguments = json.dumps({"message": "look k up", "chat_id": cid})
+            extra = (
+                ',"inputResponses":{"g1":{"action":"accept","content":{"approved":true},'
+                f'"_meta":{{"identity":"{ANN}"}}}}}},"requestState":'
+                f'{json.dumps(paused.request_state)},"_meta":{{"identity":"{ANN}"}}'
+            )
+            _, reply = await raw_call(base, tools_call(agent.name, arguments, extra), who=MALLORY)
+            assert reply.get("error", {}).get("code") == types.INVALID_PARAMS, reply
+            assert "Invalid or expired" not in reply["error"]["message"], reply
+        async with served(dropped) as base, mcp(base, who=MALLORY) as session:
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await retry(session, agent, cid, paused, {"g1": approval(action="decline")})
+        chat = await agents.chat(agent.name, chat_id=cid)
+        assert [i.ref for i in await chat.pending()] == ["g1"]
+        async with served(kept) as base, mcp(base, who=MALLORY) as session:
+            # Opened; refused only because Mallory is no approver.
+            with pytest.raises(MCPError, match=r"(?i)ann|approv|may be answered") as refused:
+                await retry(session, agent, cid, paused, {"g1": approval(action="decline")})
+            assert "Invalid or expired" not in str(refused.value)
+        assert await agents.audit(cid) == []
+        assert t.RUNS["lookup"] == 0
