@@ -437,6 +437,17 @@ def _answer_of(shown: InterruptRequest, response: Any) -> ToolResponse | ToolRes
             else "cancelled through MCP"
         )
     content: Any = dict(response.content or {})
+    asked = (shown.output_schema or {}).get("properties")
+    if not _approval(shown) and _flat(shown.output_schema) and isinstance(asked, dict):
+        # The form asked for these fields and no others: a key it did not ask for (an
+        # "identity", a "remember") must not reach the model as the person's answer.
+        extra = sorted(str(k)[:60] for k in content if k not in asked)
+        if extra:
+            raise Problem(
+                422,
+                "invalid",
+                f"the form for {shown.ref[:100]!r} asks no {', '.join(map(repr, extra[:3]))}",
+            )
     if not _approval(shown) and not _flat(shown.output_schema):
         given = content.get("output")
         try:

@@ -91,6 +91,8 @@ async def test_a_server_that_asks_pauses_and_the_answer_a_script_signals_complet
             await chat.resume(answers=[form.restart()])
         with pytest.raises(ResumeRejected, match="does not fit the form"):
             await chat.resume(answers=[form.respond({"ok": True})])
+        with pytest.raises(ResumeRejected, match="does not ask for: 'identity'"):
+            await chat.resume(answers=[form.respond({**FORM, "identity": "cfo@example.com"})])
         # What pending() shows is what the turn paused on.
         (shown,) = await chat.pending()
         assert shown.source == "input" and shown.output_schema == form.output_schema

@@ -2,7 +2,7 @@
 identity for one user, someone who read another's ``requestState``, and odd input that must be
 refused as an MCP error (never an HTTP 500, never a failed workflow task).
 
-Each test is an attack that held, unless it is marked ``xfail(strict=True)``: a defect found.
+Each test is an attack that held; the one on smuggled form keys failed before its fix.
 """
 
 from __future__ import annotations
@@ -208,12 +208,6 @@ async def test_odd_input_is_an_mcp_error_and_the_chat_stays_answerable(run_worke
         assert t.RUNS["lookup"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="client/mcp_server.py _answer_of passes a flat form's content whole to "
-    "agui.answer_from -> request.respond: keys the requested schema does not name reach the "
-    "model as the tool's output",
-)
 async def test_a_form_answer_cannot_smuggle_keys_into_an_interrupts_output(run_worker, model):
     """An interrupt-only tool with a flat output: the form's content is its output. Keys the
     form did not ask (identity, remember) are refused, not carried to the model."""

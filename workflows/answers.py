@@ -524,6 +524,15 @@ def check_outputs(
             # declines the form instead.
             schema = form_schema(call.input_round)
             if schema is not None and not declined(r.output):
+                asked = schema.get("properties") or {}
+                extra = ", ".join(repr(k[:60]) for k in r.output if k not in asked)
+                if extra:
+                    # A form is flat and asks for these fields only: anything else would reach
+                    # the server as the person's answer.
+                    raise ResumeError(
+                        f"respond output for {r.name!r} (ref {r.ref!r}) has fields the MCP "
+                        f"server's form does not ask for: {extra[:300]}"
+                    )
                 problem = schema_error(r.output, schema, budget=budget)
                 if problem:
                     raise ResumeError(
