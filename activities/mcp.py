@@ -519,6 +519,11 @@ def _schema_problem(schema: object) -> str | None:
         return f"is {size // KiB} KiB; the limit is {MAX_SCHEMA_BYTES // KiB} KiB"
     if schema.get("type") != "object":
         return 'does not have "type": "object" at its root'
+    return invalid_schema(schema)
+
+
+def invalid_schema(schema: dict[str, Any]) -> str | None:
+    """Why a server's schema is not a valid JSON Schema, or None (checked by its own draft)."""
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as e:
@@ -649,11 +654,16 @@ async def _elicit_standalone(context: Any, params: Any) -> mcp_types.ErrorData:
     )
 
 
+def roots_result(roots: Sequence[str]) -> mcp_types.ListRootsResult:
+    """What this worker answers a server's roots request with: its configured roots."""
+    return mcp_types.ListRootsResult(
+        roots=[mcp_types.Root(uri=uri) for uri in roots]  # type: ignore[arg-type]  # FileUrl validates the str
+    )
+
+
 def _roots_callback(roots: Sequence[str]) -> Any:
     async def listed(context: Any) -> mcp_types.ListRootsResult:
-        return mcp_types.ListRootsResult(
-            roots=[mcp_types.Root(uri=uri) for uri in roots]  # type: ignore[arg-type]  # FileUrl validates the str
-        )
+        return roots_result(roots)
 
     return listed
 
@@ -903,7 +913,7 @@ async def _call_tool(
                 f"{cut_stored(str(e.errors()[0].get('msg', '')), 200)}"
             ) from None
         if not isinstance(result, mcp_types.CallToolResult | mcp_types.InputRequiredResult):
-            raise MCPError(mcp_types.INVALID_REQUEST, "the server answered with another result")
+            raise MCPResultUnreadable("the server answered with another kind of result")
         return result
     raise AssertionError("unreachable")
 

@@ -22,10 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import mcp_types
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 
-from temporal_agent_interrupts.activities.mcp import MAX_SCHEMA_BYTES
+from temporal_agent_interrupts.activities.mcp import (
+    MAX_SCHEMA_BYTES,
+    invalid_schema,
+    roots_result,
+)
 from temporal_agent_interrupts.workflows.activity_io import (
     InputForm,
     InputRound,
@@ -37,7 +39,6 @@ from temporal_agent_interrupts.workflows.limits import (
     KiB,
     Refused,
     check_json,
-    cut_stored,
     json_size,
 )
 
@@ -212,13 +213,7 @@ def _flat_schema_problem(schema: object) -> str | None:
         problem = _property_problem(prop)
         if problem is not None:
             return f"has a property {str(name)[:60]!r} that {problem}"
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as e:
-        return f"is not a valid JSON Schema ({cut_stored(str(e.message), 200)})"
-    except Exception:  # noqa: BLE001  # any failure of a hostile schema is a refusal, not a crash
-        return "could not be checked as a JSON Schema"
-    return None
+    return invalid_schema(schema)
 
 
 _ROOT_KEYS = frozenset({"type", "properties", "required", "title", "description", "$schema"})
@@ -268,10 +263,8 @@ def _named(keys: set[Any]) -> str:
 
 
 def roots_answer(roots: Sequence[str]) -> dict[str, Any]:
-    """The answer to a roots request: the server's configured roots."""
-    return mcp_types.ListRootsResult(
-        roots=[mcp_types.Root(uri=uri) for uri in roots]  # type: ignore[arg-type]  # FileUrl validates the str
-    ).model_dump(mode="json", by_alias=True, exclude_none=True)
+    """The answer to a roots request, as the round keeps it: the server's configured roots."""
+    return roots_result(roots).model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def input_responses(round_: InputRound) -> mcp_types.InputResponses:

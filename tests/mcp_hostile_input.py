@@ -19,6 +19,8 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
+from tests.mcp_servers import replaying, tool_call
+
 SCRIPTED = ("ask", "pay")
 
 
@@ -56,39 +58,16 @@ def app(state: Path) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             await inner(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        try:
-            request = json.loads(body)
-        except ValueError:
-            request = None
-        params = request.get("params") if isinstance(request, dict) else None
-        tool = params.get("name") if isinstance(params, dict) else None
-        called = isinstance(request, dict) and request.get("method") == "tools/call"
-        if not called or tool not in SCRIPTED or not (state / f"{tool}.json").exists():
-            replayed = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal replayed
-                if replayed:
-                    return await receive()
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            await inner(scope, replay, send)
+        body, request = await tool_call(receive)
+        params = request["params"] if request is not None else {}
+        tool = params.get("name")
+        if request is None or tool not in SCRIPTED or not (state / f"{tool}.json").exists():
+            await inner(scope, replaying(body, receive), send)
             return
-        assert isinstance(request, dict) and isinstance(params, dict)  # a tools/call, as checked
-        log = state / "hostile.log"
-        seen = len(log.read_text().splitlines()) if log.exists() else 0
-        with log.open("a") as f:
+        with (state / "hostile.log").open("a") as f:
             f.write(json.dumps({"tool": tool, **params}) + "\n")
         results = json.loads((state / f"{tool}.json").read_text())
         mine = sum(1 for line in received(state) if line["tool"] == tool) - 1
-        del seen
         result = results[min(mine, len(results) - 1)]
         out = b'{"jsonrpc": "2.0", "id": ' + json.dumps(request["id"]).encode()
         out += b', "result": ' + result.encode("utf-8", "surrogatepass") + b"}"

@@ -251,6 +251,40 @@ def http_app(state: Path, variant: int) -> Any:
     return guarded
 
 
+async def tool_call(receive: Any) -> tuple[bytes, dict[str, Any] | None]:
+    """An HTTP request's whole body, read off ``receive``, and the JSON-RPC request when it is
+    a ``tools/call`` with params (None otherwise): what a test server that answers some calls
+    itself reads first."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    try:
+        request = json.loads(body)
+    except ValueError:
+        request = None
+    params = request.get("params") if isinstance(request, dict) else None
+    called = isinstance(request, dict) and request.get("method") == "tools/call"
+    return body, request if called and isinstance(params, dict) else None
+
+
+def replaying(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that gives the body already read once more, then what comes next: the
+    request, passed on whole to the real server."""
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
 def flood_app(state: Path) -> Any:
     """The HTTP server, answering each call of ``huge`` with a body as large and as odd as
     ``STATE_DIR/flood.json`` says: ``mib`` MiB of it, with ``content_type``, compressed when
@@ -277,29 +311,9 @@ def flood_app(state: Path) -> Any:
         if scope["type"] != "http" or scope["method"] != "POST":
             await inner(scope, receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        try:
-            request = json.loads(body)
-        except ValueError:
-            request = None
-        params = request.get("params") if isinstance(request, dict) else None
-        called = isinstance(request, dict) and request.get("method") == "tools/call"
-        if not called or not isinstance(params, dict) or params.get("name") != "huge":
-            replayed = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal replayed
-                if replayed:
-                    return await receive()
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            await inner(scope, replay, send)
+        body, request = await tool_call(receive)
+        if request is None or request["params"].get("name") != "huge":
+            await inner(scope, replaying(body, receive), send)
             return
         spec = json.loads((state / "flood.json").read_text())
         headers, parts, size = bodies(spec)
