@@ -18,13 +18,12 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from temporal_agent_interrupts.workflows import config, events
 from temporal_agent_interrupts.workflows.activity_io import (
     ToolInput,
-    ToolResult,
 )
 from temporal_agent_interrupts.workflows.ids import idempotency_key
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
@@ -191,7 +190,10 @@ class AnswerWait:
                     args=notice_within(notice, budget),
                     idempotency_key=idempotency_key(chat_id, f"{call.ref}\0{since}\0{why}", number),
                 ),
-                result_type=ToolResult,
+                # Read as raw bytes and thrown away: a notice's result decides nothing, and a
+                # result completed by id that does not decode as a ToolResult would otherwise
+                # fail every workflow task of the chat (issue 44's review, item A).
+                result_type=RawValue,
                 start_to_close_timeout=config.TOOL_START_TO_CLOSE,
                 heartbeat_timeout=config.TOOL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=config.TOOL_RETRY_ATTEMPTS),
