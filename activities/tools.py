@@ -33,7 +33,13 @@ from temporal_agent_interrupts.workflows.limits import (
     DOOR,
     json_size,
 )
-from temporal_agent_interrupts.workflows.types import JsonObject, RetrySpec, Status, ToolSpec
+from temporal_agent_interrupts.workflows.types import (
+    JsonObject,
+    Present,
+    RetrySpec,
+    Status,
+    ToolSpec,
+)
 
 M = TypeVar("M", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -151,6 +157,7 @@ class Tool(Generic[M]):
     editable: bool = False
     reminders: tuple[Remind, ...] = ()
     separate_duties: bool = False
+    present: Present | None = None
 
     @property
     def deadline_policies(self) -> tuple[object, ...]:
@@ -188,6 +195,7 @@ class Tool(Generic[M]):
             escalate=escalate,
             reminders=[r.spec() for r in self.reminders],
             separate_duties=self.separate_duties,
+            present=self.present,
         )
 
     async def invoke(self, args: M, ctx: ToolContext) -> Any:
@@ -246,6 +254,7 @@ def tool(
     retry: RetryPolicy | None = None,
     idempotent: bool = False,
     editable: bool = False,
+    present: Present | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any] | Any]], Tool[Any]]:
     """Declare a tool from a typed function.
 
@@ -267,6 +276,8 @@ def tool(
             restart with ``input=``): the tool runs with the edited input,
             ``ctx.original_input`` has the model's, and the approval gate decides again.
             Other tools refuse a changed input.
+        present: How a call reads to the person asked to approve it (a summary, labelled
+            fields, its risk); without it, a default from the input's JSON schema.
     """
 
     if retry is not None:
@@ -289,6 +300,7 @@ def tool(
             retry=retry,
             idempotent=idempotent,
             editable=editable,
+            present=present,
         )
 
     return decorate
@@ -307,6 +319,7 @@ def interrupt(
     reminders: Sequence[Remind] = (),
     editable: bool = False,
     separate_duties: bool = False,
+    present: Present | None = None,
 ) -> Tool[M]:
     """Declare an interrupt-only tool: calling it always pauses for a human.
 
@@ -327,6 +340,7 @@ def interrupt(
         editable: A restart may change the input (shown to the human again).
         separate_duties: Whoever sent the message a call came from (its requester) may not
             answer it; binding with verified identity (``trust``), advisory without.
+        present: How a call reads to the person who answers it (see :func:`tool`).
 
     Raises:
         ValueError: ``on_timeout`` or ``reminders`` without ``timeout``; an ``on_timeout``
@@ -361,6 +375,7 @@ def interrupt(
         reminders=tuple(reminders),
         editable=editable,
         separate_duties=separate_duties,
+        present=present,
     )
 
 

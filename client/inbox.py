@@ -47,6 +47,7 @@ from temporal_agent_interrupts.workflows.types import (
     InterruptSource,
     JsonObject,
     Requester,
+    Shown,
     ToolResponse,
     ToolRestart,
     approval,
@@ -56,13 +57,14 @@ from temporal_agent_interrupts.workflows.types import input_digest as digest_of
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING_MEMO = DOOR.calls_per_message * 5 * KiB
-"""The largest memo ``pending`` payload the inbox reads: 640 KiB. This product writes at most
+MAX_PENDING_MEMO = DOOR.calls_per_message * 6 * KiB
+"""The largest memo ``pending`` payload the inbox reads: 768 KiB. This product writes at most
 128 entries (``DOOR.calls_per_message``: a turn's own calls and its sub-agents' together) of at
-most 4 KiB each (``OUT.memo_input`` of input, ``MEMO_LIST_BYTES`` each of approvers and votes,
-name, ref, digest, times: tests/test_web_glue.py adds it up), 512 KiB; the rest is slack for a
-sub-agent's path. A larger one was written by something else: listed from its search
-attributes, ``unreadable``, and never parsed."""
+most 5.5 KiB each (``OUT.memo_input`` of input, ``MEMO_LIST_BYTES`` each of approvers and votes,
+``MEMO_SHOWN_BYTES`` of what a person is shown, name, ref, digest, times:
+tests/test_web_glue.py adds it up), 704 KiB; the rest is slack for a sub-agent's path. A
+larger one was written by something else: listed from its search attributes, ``unreadable``,
+and never parsed."""
 
 PAGE_SIZE = 20
 """Chats one page of the inbox holds unless asked otherwise. The server sends each listed
@@ -123,6 +125,9 @@ class PausedInterrupt(BaseModel):
     requester: Requester | None = None
     """Who sent the message the call came from (``verified``: proven by a token of the
     agent's issuer; else asserted). None: the message did not say."""
+    shown: Shown | None = None
+    """What a person is shown of the call (``InterruptRequest.shown``), as the memo keeps it:
+    its first six fields, each text cut to 160 characters. None: written before there was."""
 
     def approve(self, *, remember: GrantScope | None = None) -> ToolResponse | ToolRestart:
         """The approving answer, as ``InterruptRequest.approve()`` builds it (send it with

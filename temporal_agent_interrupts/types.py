@@ -42,6 +42,8 @@ if TYPE_CHECKING:
         Rejection,
         RejectionsResult,
         Requester,
+        Shown,
+        ShownField,
         Status,
         StatusResult,
         ToolResponse,
@@ -59,6 +61,9 @@ _HOME = {
     "InterruptRequest": "workflows.types",
     "Vote": "workflows.types",
     "Requester": "workflows.types",
+    # What a person is shown of a paused call (InterruptRequest.shown).
+    "Shown": "workflows.types",
+    "ShownField": "workflows.types",
     # The answers approve(), deny() and respond() build.
     "ToolResponse": "workflows.types",
     "ToolRestart": "workflows.types",
@@ -121,6 +126,8 @@ __all__ = [
     "Rejection",
     "RejectionsResult",
     "Requester",
+    "Shown",
+    "ShownField",
     "Status",
     "StatusResult",
     "Tool",

@@ -41,6 +41,7 @@ from temporal_agent_interrupts.workflows.config import (
     INTERRUPTED_SINCE,
     PENDING_INTERRUPTS,
 )
+from temporal_agent_interrupts.workflows.operator_view import memo_shown
 from tests import agents as t
 from tests.helpers import (
     cli_signal,
@@ -171,8 +172,14 @@ async def test_search_attributes_find_exactly_the_paused_chats(run_worker, model
                 "source": i.source,
                 "input_digest": i.input_digest,
                 "since": i.since.isoformat() if i.since else None,
+                # What a person is shown: the tool's summary and the user's message.
+                "shown": memo_shown(i.shown) if i.shown else None,
             }
             for i in rb.interrupts
+        ]
+        assert [p["shown"]["summary"] for p in (await desc.memo())["pending"]] == [
+            "Approve: Question b?",
+            "Charge: Amount 5",
         ]
         assert await desc.static_summary() == f"{agent.name} conversation"
 

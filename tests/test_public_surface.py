@@ -74,6 +74,8 @@ NAMESPACES = {
         "InterruptRequest",
         "Vote",
         "Requester",
+        "Shown",
+        "ShownField",
         "ToolResponse",
         "ToolRestart",
         "GrantScope",
@@ -103,7 +105,7 @@ NAMESPACES = {
         "FEEDBACK",
         "TIMED_OUT",
     },
-    "policies": {"Remind", "Escalate", "Notice", "Policy"},
+    "policies": {"Remind", "Escalate", "Notice", "Policy", "Present", "Show"},
     "mcp": {"mcp_tools", "MCPServerStdio", "MCPServerHTTP", "MCPToolset"},
     "web": {
         "agents_app",

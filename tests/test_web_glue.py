@@ -31,7 +31,7 @@ from temporal_agent_interrupts.client.api import (
     respond,
 )
 from temporal_agent_interrupts.client.cli import ExitCode, _failure
-from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt
+from temporal_agent_interrupts.client.inbox import MAX_PENDING_MEMO, PausedChat, PausedInterrupt
 from temporal_agent_interrupts.errors import (
     ChatNotFound,
     ResumeRejected,
@@ -41,8 +41,19 @@ from temporal_agent_interrupts.errors import (
 )
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.limits import HELD, OUT, TEMPORAL, json_size
-from temporal_agent_interrupts.workflows.operator_view import MEMO_LIST_BYTES, memo_entry
-from temporal_agent_interrupts.workflows.types import ErrorKind, InterruptRequest, Vote
+from temporal_agent_interrupts.workflows.operator_view import (
+    MEMO_LIST_BYTES,
+    MEMO_SHOWN_BYTES,
+    memo_entry,
+)
+from temporal_agent_interrupts.workflows.types import (
+    ErrorKind,
+    InterruptRequest,
+    Requester,
+    Shown,
+    ShownField,
+    Vote,
+)
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
@@ -206,13 +217,27 @@ def test_the_memo_of_a_chat_paused_on_many_calls_stays_bounded():
                 quorum=16,
                 votes=votes,
                 input_digest="sha256:" + "0" * 64,
+                requester=Requester(identity="r" * 256, verified=True),
+                shown=Shown(
+                    title="\u2028" * 200,
+                    summary="\u00e9" * 200,
+                    why="\u2028" * 300,
+                    fields=[ShownField(label="\u00e9" * 200, value="\u2028" * 200)] * 12,
+                    risk="critical",
+                    risk_note="\u2028" * 300,
+                    asked="\u2028" * 500,
+                    said="\u2028" * 500,
+                ),
             )
         )
         for n in range(128)
     ]
+    assert all(json_size(e["shown"]) <= MEMO_SHOWN_BYTES for e in pending)
+    assert pending[0]["shown"]["summary"].startswith("\u00e9")
     assert all(e["input_cut"] and json_size(e["input"]) <= OUT.memo_input for e in pending)
     assert all(json_size(e["approvers"]) <= MEMO_LIST_BYTES for e in pending)
-    assert max(json_size(e) for e in pending) <= 4 * 1024
+    assert max(json_size(e) for e in pending) <= 5.5 * 1024
+    assert json_size({"pending": pending}) <= MAX_PENDING_MEMO
     assert json_size({"pending": pending}) + HELD.memo_audit < TEMPORAL.payload // 2
 
 

@@ -32,6 +32,7 @@ from temporal_agent_interrupts.workflows.interrupts import schema_error
 from temporal_agent_interrupts.workflows.state import (
     CallState,
 )
+from temporal_agent_interrupts.workflows.text import truncate, visible
 from temporal_agent_interrupts.workflows.types import (
     APPROVED,
     TOOL_APPROVED,
@@ -51,42 +52,6 @@ MAX_INTERRUPTS_IN_DETAILS = 20
 MAX_GRANTS_IN_DETAILS = 10
 """Grants the panel lists (a conversation holds up to ``grants.MAX_GRANTS``); ``agentctl grants``
 and the ``grants`` query have them all."""
-
-# Bidirectional controls, line separators and zero-width characters: invisible, and able to
-# reorder or break what an operator reads, or to make two ids look the same.
-_INVISIBLE = frozenset(
-    "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-    "\u200b\u200c\u2060\ufeff"
-)
-_JOINER = "\u200d"  # joins emoji in a model's text; in a one-line id it only hides
-
-
-def _escape(c: str) -> str:
-    o = ord(c)
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
-
-
-def visible(text: str, *, multiline: bool = False) -> str:
-    """``text`` with every control character (C0, DEL, C1), bidirectional override, line
-    separator and zero-width character shown as an escape (``\\x1b``, ``\\u202e``). With
-    ``multiline``, line breaks, tabs and the emoji joiner are kept (for a model's reply);
-    otherwise they are escaped too."""
-    out = []
-    for c in text:
-        o = ord(c)
-        if multiline and c in "\n\t" + _JOINER:
-            out.append(c)
-        elif (
-            o < 0x20 or 0x7F <= o < 0xA0 or c in _INVISIBLE or c == _JOINER or 0xD800 <= o < 0xE000
-        ):
-            out.append(_escape(c))
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-def truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _longest_run(text: str, char: str = "`") -> int:

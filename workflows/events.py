@@ -48,6 +48,7 @@ from temporal_agent_interrupts.workflows.types import (
     Grant,
     InterruptRequest,
     JsonObject,
+    Shown,
     TurnAnswer,
     TurnEvent,
     TurnResult,
@@ -218,6 +219,7 @@ def to_request(
     output_schema: JsonObject | None = None,
     gate: GateDecision | None = None,
     issuer: str | None = None,
+    shown: Shown | None = None,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -240,6 +242,7 @@ def to_request(
         gate=gate,
         issuer=issuer,
         requester=call.requester,
+        shown=shown,
     )
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from temporal_agent_interrupts.workflows import answers, deadlines, events, governance
+from temporal_agent_interrupts.workflows import answers, deadlines, events, governance, presentation
 from temporal_agent_interrupts.workflows.answers import (
     ENTRY_KEYS,
     ResumeError,
@@ -214,6 +214,7 @@ class InterruptBook:
             ),
             gate=events.gate_of_call(call),
             issuer=spec.trust.issuer if spec and spec.trust else None,
+            shown=presentation.shown(call, tool),
         )
 
     # -- governance -------------------------------------------------------------------------

@@ -32,14 +32,22 @@ from temporalio.common import SearchAttributeUpdate, TypedSearchAttributes
 
 from temporal_agent_interrupts.workflows import config
 from temporal_agent_interrupts.workflows.details import render_details
-from temporal_agent_interrupts.workflows.limits import memo_input, names_within, stored_size
+from temporal_agent_interrupts.workflows.limits import (
+    json_size,
+    memo_input,
+    names_within,
+    stored_size,
+)
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
 )
+from temporal_agent_interrupts.workflows.text import truncate
 from temporal_agent_interrupts.workflows.types import (
     AgentStatus,
     InterruptRequest,
+    Shown,
+    ShownField,
 )
 
 SEARCH_ATTRIBUTE_VALUE_BYTES = 1536
@@ -165,7 +173,48 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
         entry["votes"] = names_within(voters, MEMO_LIST_BYTES)
         if len(entry["votes"]) < len(voters):
             entry["votes_omitted"] = len(voters) - len(entry["votes"])
+    if request.shown is not None:
+        entry["shown"] = memo_shown(request.shown)
     return entry
+
+
+MEMO_SHOWN_BYTES = 1536
+"""The most a call's ``Shown`` takes in the memo, as JSON: its fields go first, last to first,
+then its texts are cut shorter. With the rest of an entry (4 KiB at most) 128 paused calls and a
+batch of answer records stay under half the payload Temporal takes (tests/test_web_glue.py)."""
+
+
+def memo_shown(shown: Shown) -> dict[str, Any]:
+    """``shown`` as the memo keeps it: within :data:`MEMO_SHOWN_BYTES` (``Chat.pending()`` has
+    it whole)."""
+    for text_limit in (160, 80, 40):
+
+        def cut(text: str, limit: int = text_limit) -> str:
+            return truncate(text, limit)
+
+        fields = [ShownField(label=cut(f.label), value=cut(f.value)) for f in shown.fields]
+        while True:
+            small = shown.model_copy(
+                update={
+                    "title": cut(shown.title),
+                    "summary": cut(shown.summary, 2 * text_limit),
+                    "why": cut(shown.why),
+                    "risk_note": cut(shown.risk_note) if shown.risk_note else None,
+                    "asked": cut(shown.asked),
+                    "said": cut(shown.said),
+                    "fields": fields,
+                    "fields_omitted": shown.fields_omitted + len(shown.fields) - len(fields),
+                }
+            )
+            entry = small.model_dump(mode="json", exclude_defaults=True)
+            if json_size(entry) <= MEMO_SHOWN_BYTES:
+                return entry
+            if not fields:
+                break
+            fields = fields[:-1]
+    # Unreachable with the cuts above (40 characters of each text, no fields); kept so the
+    # bound holds whatever Shown grows.
+    return {"title": truncate(shown.title, 40), "summary": truncate(shown.summary, 80)}
 
 
 MEMO_LIST_BYTES = 1024

@@ -22,6 +22,7 @@ from temporal_agent_interrupts.workflows.activity_io import InputRound
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
     AnswerRecord,
+    CallContext,
     ErrorInfo,
     Grant,
     InterruptSource,
@@ -110,6 +111,9 @@ class CallState(_Wire):
     # again with every answer (it then answers, or asks another round). Left off the wire
     # when unset.
     input_round: InputRound | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The turn this call came from, as an approver is shown it (the user's message, the
+    # model's words), cut when the call is made. Left off the wire when empty.
+    context: CallContext | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class SubAgentLink(_Wire):

@@ -34,7 +34,7 @@ from typing import Literal
 
 from temporalio import workflow
 
-from temporal_agent_interrupts.workflows import audit, events
+from temporal_agent_interrupts.workflows import audit, events, presentation
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
@@ -59,6 +59,7 @@ from temporal_agent_interrupts.workflows.types import (
     ErrorInfo,
     ErrorKind,
     FinishReason,
+    FunctionCall,
     FunctionResponse,
     Message,
     Part,
@@ -233,6 +234,9 @@ class TurnMachine:
         """Bytes the turn can still take (see :data:`~workflows.limits.HELD.turn`)."""
         return HELD.turn - self._turn_held(turn)
 
+    def _new_ref(self, call_id: str | None) -> str:
+        return new_ref(self.s, self.refs, self.ref_order, call_id)
+
     def paused_result(self, turn: TurnState) -> TurnResult:
         return TurnResult(
             turn=turn.turn,
@@ -343,18 +347,8 @@ class TurnMachine:
                     if not calls:
                         self._finish(FinishReason.STOP)
                         return "done"
-                    self.book(turn).request(
-                        [
-                            CallState(
-                                ref=new_ref(self.s, self.refs, self.ref_order, fc.id),
-                                call_id=fc.id,
-                                name=fc.name,
-                                args=fc.args,
-                                requester=turn.requester,
-                            )
-                            for fc in calls
-                        ]
-                    )
+                    made = calls_of(self.s, turn, message, calls, ref=self._new_ref)
+                    self.book(turn).request(made)
                     turn.phase = "tools"
                 newly_paused = await self.tools.run_ready(turn)
                 if self.sub_agents.detached:
@@ -540,6 +534,31 @@ def turn_text(state: ConversationState, turn: TurnState) -> str:
         if m.role == "model":
             return m.text()
     return ""
+
+
+def calls_of(
+    state: ConversationState,
+    turn: TurnState,
+    message: Message,
+    calls: list[FunctionCall],
+    *,
+    ref: Callable[[str | None], str],
+) -> list[CallState]:
+    """The calls of the model's ``message``, new: each with its ref, the turn's requester and
+    what a person is shown of the turn it came from (the user's message, the model's words)."""
+    asked = state.messages[turn.base_len] if turn.base_len < len(state.messages) else None
+    context = presentation.context(asked, message)
+    return [
+        CallState(
+            ref=ref(fc.id),
+            call_id=fc.id,
+            name=fc.name,
+            args=fc.args,
+            requester=turn.requester,
+            context=context,
+        )
+        for fc in calls
+    ]
 
 
 def new_ref(state: ConversationState, refs: set[str], order: list[str], call_id: str | None) -> str:

@@ -155,6 +155,84 @@ class SubAgentRef(_Wire):
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+ShowFormat = Literal["text", "money", "number", "iban", "masked", "date", "json"]
+"""How a shown field's value is written for people: as given; a sum with two decimals and
+thousands separated (``7,300.00``); a number with thousands separated; an IBAN or account with
+its country and last two characters (``NL91 …00``); the last four characters only (``…4821``);
+a date or time as given (an ISO string), with ``T`` read as a space; compact JSON."""
+
+RiskLevel = Literal["low", "medium", "high", "critical"]
+
+
+class Show(_Wire):
+    """One field of a tool's input as an approver is shown it (``Present(fields=...)``).
+
+    ``key`` names a property of the input; a dotted path (``payee.iban``) reaches into nested
+    objects. ``label`` is what the person reads (default: the schema's ``title``, else the key
+    in words).
+    """
+
+    key: str
+    label: str | None = None
+    format: ShowFormat = "text"
+
+
+class Present(_Wire):
+    """How a tool's call reads to the person asked to approve it, on every surface (the inbox
+    page, Slack, email, the UI's details panel, the approvals API, AG-UI).
+
+    For a payment: ``summary="Pay {amount} {currency} to {iban}"``, the amount shown with
+    ``format="money"`` and the IBAN with ``format="iban"``, ``risk="high"`` (the Approvals
+    page of the docs has the whole example).
+
+    ``summary`` is a one-line template: ``{key}`` is the input's value at ``key``, written by
+    its field's ``format`` when ``fields`` lists it (``{{`` and ``}}`` are braces). Without a
+    ``Present``, a readable default comes from the input's JSON schema: its titles and formats.
+    """
+
+    summary: str | None = None
+    fields: list[Show] = Field(default_factory=list)
+    risk: RiskLevel | None = None
+    risk_note: str | None = None
+
+
+class ShownField(_Wire):
+    label: str
+    value: str
+
+
+class Shown(_Wire):
+    """What a person is shown of one paused call: the same on every surface.
+
+    Written by the conversation (``workflows.presentation``) from the tool's ``Present`` (or
+    its input schema), the call's input and the turn it came from. Plain text, each part cut to
+    a bound and with control and invisible characters made visible; every surface escapes it for
+    its own markup (HTML, Slack's mrkdwn, a terminal's).
+    """
+
+    title: str
+    summary: str
+    # Why it waits, in words (the gate's own message is Genkit's vocabulary, for programs).
+    why: str = ""
+    fields: list[ShownField] = Field(default_factory=list)
+    # Fields of the input not shown (past the bound, or not listed by the tool's Present).
+    fields_omitted: int = 0
+    risk: RiskLevel | None = None
+    risk_note: str | None = None
+    # Why the agent asks: the user's message that started the turn, and the model's words in
+    # the reply that made the call (both cut; empty when there were none).
+    asked: str = ""
+    said: str = ""
+
+
+class CallContext(_Wire):
+    """The turn a call came from, as a person reading the call is shown it: the user's message
+    and the model's words before the call, each cut (``workflows.presentation``)."""
+
+    asked: str = ""
+    said: str = ""
+
+
 class ToolSpec(_Wire):
     name: str
     description: str
@@ -196,6 +274,9 @@ class ToolSpec(_Wire):
     # For interrupt-only tools, as ApprovalSpec.separate_duties: the requester of a call may
     # not answer it. Left off the wire when off.
     separate_duties: bool = Field(default=False, exclude_if=lambda v: not v)
+    # How a call reads to an approver (``Present``); None: from the input schema. Left off the
+    # wire when unset.
+    present: Present | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ApprovalSpec(_Wire):
@@ -604,6 +685,10 @@ class InterruptRequest(_Wire):
     # Who sent the message whose turn raised this call (None: nobody said). Left off the wire
     # when unset.
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What a person is shown of this call (``Shown``): the tool's summary and fields, its risk,
+    # and the user's message and the model's words that led to it. None for a request read
+    # from a conversation that predates it.
+    shown: Shown | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def respond(self, output: JsonObject | BaseModel) -> ToolResponse:
         """Build the answer that supplies this tool's output."""
