@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import google.genai as genai
@@ -54,6 +54,7 @@ from temporal_agent_interrupts.activities.mcp_input import (
     input_responses,
     read_round,
 )
+from temporal_agent_interrupts.activities.notify import Channel, Notifier
 from temporal_agent_interrupts.activities.policy import Policy, decide_calls
 from temporal_agent_interrupts.activities.sealing import Sealer
 from temporal_agent_interrupts.activities.streaming import TextPublisher
@@ -79,6 +80,8 @@ from temporal_agent_interrupts.workflows.activity_io import (
     MCPSampleResult,
     ModelInput,
     ModelResult,
+    NotifyInput,
+    NotifyResult,
     PolicyInput,
     PolicyResult,
     SubAgentPendingInput,
@@ -94,6 +97,7 @@ from temporal_agent_interrupts.workflows.config import (
     MCP_ACTIVITY,
     MCP_SAMPLE_ACTIVITY,
     MODEL_ACTIVITY,
+    NOTIFY_ACTIVITY,
     POLICY_ACTIVITY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
@@ -145,12 +149,15 @@ class AgentActivities:
         gemini: genai.Client,
         result_keys: ResultKeys,
         conversation_cache: int = 1000,
+        channels: Mapping[str, Channel] | None = None,
     ) -> None:
         """``conversation_cache``: how many conversations the model activity keeps (see
         :mod:`activities.history`); 0 keeps none, so every model call after a conversation's
         first asks the workflow for the earlier messages. ``result_keys``: what every result
-        and failure is sealed with (``workflows.seal``)."""
+        and failure is sealed with (``workflows.seal``). ``channels``: where paused calls are
+        announced, by the names agents give them (``Agent(notify=)``; ``activities.notify``)."""
         self._sealer = Sealer(result_keys)
+        self._notifier = Notifier(dict(channels or {}))
         self._agents = {a.name: a for a in agents}
         if len(self._agents) != len(agents):
             raise ValueError("two agents share a name")
@@ -205,7 +212,19 @@ class AgentActivities:
             self.activity_ending,
             self.policy_decide,
             self.mcp_sample,
+            self.notify,
         ]
+
+    @activity.defn(name=NOTIFY_ACTIVITY)
+    async def notify(self, input: RawValue) -> NotifyResult:
+        """Announce a paused call on one of the worker's channels, or post how it ended
+        (``activities.notify``), sealed."""
+        return await self._sealer.take(input, NotifyInput, self._notify)
+
+    async def _notify(self, input: NotifyInput) -> NotifyResult:
+        # Only the conversation's own: else anyone could make the bot post to approvers.
+        for_a_conversation(input.chat_id, what="notification")
+        return await self._notifier.notify(input)
 
     @activity.defn(name=ACTIVITY_ENDING_ACTIVITY)
     async def activity_ending(self, input: RawValue) -> ActivityEndingResult:

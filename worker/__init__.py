@@ -7,13 +7,14 @@ Internal: not covered by the 0.1.x stability promise; its public names are impor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import google.genai as genai
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from temporal_agent_interrupts.activities.notify import Channel
 from temporal_agent_interrupts.worker.peers import worker_identity
 from temporal_agent_interrupts.worker.plugin import (
     AgentsPlugin,
@@ -49,6 +50,7 @@ def build_worker(
     gemini: genai.Client | None = None,
     conversation_cache: int = 1000,
     result_keys: ResultKeys | str | None = None,
+    channels: Mapping[str, Channel] | None = None,
     **worker_kwargs: Any,
 ) -> Worker:
     """A worker hosting ``agents`` on ``task_queue``: ``AgentsPlugin`` on a copy of ``client``,
@@ -75,6 +77,8 @@ def build_worker(
             growing with the conversation).
         result_keys: The keys that seal every activity result (``worker.result_keys``);
             ``None`` reads ``AGENT_RESULT_KEYS``.
+        channels: Where paused calls are announced, by the names agents give them
+            (``Agent(notify=)``; see ``AgentsPlugin``).
         **worker_kwargs: Passed to ``temporalio.worker.Worker``. Defaults here:
             ``max_cached_workflows`` (``DEFAULT_MAX_CACHED_WORKFLOWS``) and an ``identity``
             that names the agents, so a worker with other agents on the same queue can be
@@ -89,6 +93,7 @@ def build_worker(
         gemini=gemini,
         conversation_cache=conversation_cache,
         result_keys=result_keys,
+        channels=channels,
     )
     config = client.config()  # as given, before its plugins ran: they run again on the copy
     plugins = list(config.get("plugins") or ())

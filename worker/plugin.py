@@ -35,7 +35,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import google.genai as genai
@@ -46,6 +46,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from temporal_agent_interrupts.activities.notify import Channel
 from temporal_agent_interrupts.activities.runtime import AgentActivities, genai_transport
 from temporal_agent_interrupts.activities.subagents import with_sub_agents
 from temporal_agent_interrupts.codec import (
@@ -138,6 +139,9 @@ class AgentsPlugin(SimplePlugin):
             refuses to start.
         unsigned_results: Run workers without result keys (logged loudly at every start):
             anyone who may complete an activity by id can then answer as the model or a tool.
+        channels: Where paused calls are announced, by the names agents give them
+            (``Agent(notify=["approvals"])``): ``SlackChannel``, ``EmailChannel`` or a
+            ``Channel`` of the team's own. Their secrets stay on the worker.
 
     Raises:
         ValueError: no agents, or a ``gemini`` client with the SDK's own retries on.
@@ -153,6 +157,7 @@ class AgentsPlugin(SimplePlugin):
         service_name: str = "agent-worker",
         result_keys: ResultKeys | str | None = None,
         unsigned_results: bool = False,
+        channels: Mapping[str, Channel] | None = None,
     ) -> None:
         if not agents:
             raise ValueError("AgentsPlugin needs at least one agent")
@@ -169,6 +174,7 @@ class AgentsPlugin(SimplePlugin):
         self._service_name = service_name
         self._result_keys_given = result_keys
         self._unsigned = unsigned_results
+        self._channels = dict(channels or {})
         # Resolved when the first worker or replayer is built (a client alone needs none).
         self._result_keys: ResultKeys | None = None
         self._activities: AgentActivities | None = None
@@ -212,6 +218,7 @@ class AgentsPlugin(SimplePlugin):
                 gemini=self._gemini if self._gemini is not None else default_gemini(),
                 result_keys=self.result_keys,
                 conversation_cache=self._conversation_cache,
+                channels=self._channels,
             )
         return self._activities
 

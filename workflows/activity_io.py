@@ -237,6 +237,42 @@ class MCPSampleResult(_Wire):
     seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+NotifyKind = Literal["paused", "settled"]
+"""What a notification says: a call paused (announce it), or how it ended (update what was
+posted, where the channel can)."""
+
+SettledAs = Literal["approved", "denied", "answered", "edited", "expired", "withdrawn", "cancelled"]
+
+
+class NotifyInput(_Wire):
+    """The ``notify`` activity (``config.NOTIFY_ACTIVITY``): one channel told of one paused
+    call. ``key`` names the pause (the chat, the ref and when it paused), so a channel posts it
+    once however often the activity is attempted."""
+
+    agent: str
+    chat_id: str
+    channel: str
+    kind: NotifyKind
+    key: str
+    # The call as every surface shows it (its input within the notice budget).
+    interrupt: InterruptRequest
+    # settled: how it ended, by whom (None: no person: a deadline, a cancel), and what the
+    # channel answered when it announced the pause (a Slack message's reference).
+    settled: SettledAs | None = None
+    settled_by: str | None = None
+    settled_by_verified: bool = False
+    posted: str | None = None
+
+
+class NotifyResult(_Wire):
+    """What the channel answered: a reference to what it posted (a Slack message's channel and
+    timestamp), for the update when the call ends; None where it keeps nothing."""
+
+    posted: str | None = None
+    # A worker's seal on this result (workflows.seal): a result without a valid one is not taken.
+    seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class InputRound(_Wire):
     """An MCP call whose server asked for input instead of answering (``InputRequiredResult``,
     MCP 2026-07-28), carried by the call until the server is asked again with the answers.

@@ -281,6 +281,9 @@ class Agent:
             (``Policy.from_file(path)`` from ``temporal_agent_interrupts.policies``); its hash
             goes into the agent's definition. A path is not taken here: the file is parsed by
             Cedar, which only the worker's side of the package imports.
+        notify: The channels each paused call is announced on, by name (``["approvals"]``);
+            each worker maps the names to channels it configures (``AgentsPlugin(channels=)``),
+            with their secrets.
     """
 
     name: str
@@ -295,6 +298,7 @@ class Agent:
     interrupt_reminders: Sequence[Remind] = ()
     trust: TrustedIssuer | None = None
     policy: PolicyDeclaration | None = None
+    notify: Sequence[str] = ()
     _spec: AgentSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -437,6 +441,7 @@ class Agent:
             interrupt_reminders=[r.spec() for r in self.interrupt_reminders],
             trust=self.trust.spec() if self.trust else None,
             policy_hash=self.policy.hash if self.policy is not None else None,
+            notify=list(dict.fromkeys(self.notify)),
         )
         spec.digest = spec_digest(spec)
         return spec

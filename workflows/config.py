@@ -28,6 +28,19 @@ MCP_SAMPLE_ACTIVITY = ACTIVITY_PREFIX + "mcp_sample"
 """Answer an MCP server's sampling request (an input round's) with the agent's own model; the
 prompt is the activity's input, recorded in history."""
 MCP_SAMPLE_START_TO_CLOSE = timedelta(minutes=2)
+NOTIFY_ACTIVITY = ACTIVITY_PREFIX + "notify"
+"""Tell one of the worker's channels (Slack, email) that a call paused, or how it ended
+(``activities.notify``); scheduled by the conversation, never awaited by its turn."""
+NOTIFY_START_TO_CLOSE = timedelta(seconds=30)
+NOTIFY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    # About four minutes of a channel being down before the failure is on record; the turn
+    # never waits for it (a deadline passes on time however long the channel is down).
+    maximum_attempts=8,
+    non_retryable_error_types=["NotScheduledByConversation", "ChannelNotConfigured"],
+)
 POLICY_ACTIVITY = f"{ACTIVITY_PREFIX}policy_decide"
 """Decide a model message's tool calls with the agent's Cedar policy set (``activities.policy``):
 the decision is recorded in history, so a replay never evaluates the policy again."""

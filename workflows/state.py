@@ -114,6 +114,19 @@ class CallState(_Wire):
     # The turn this call came from, as an approver is shown it (the user's message, the
     # model's words), cut when the call is made. Left off the wire when empty.
     context: CallContext | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The announcement of this call's pause on the agent's channels (``Agent(notify=)``):
+    # which pause, what each channel posted, and whether its end was posted too. Left off the
+    # wire when unset.
+    notified: Notified | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class Notified(_Wire):
+    """A pause announced on the agent's channels: the pause (its ``since``), what each channel
+    answered (``NotifyResult.posted``), and whether the call's end went out."""
+
+    since: datetime | None = None
+    posted: dict[str, str] = Field(default_factory=dict)
+    settled: bool = False
 
 
 class SubAgentLink(_Wire):

@@ -41,6 +41,7 @@ from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import DOOR, HELD, json_size, stored_size
 from temporal_agent_interrupts.workflows.model_step import ModelStep
+from temporal_agent_interrupts.workflows.notifications import Announcer
 from temporal_agent_interrupts.workflows.pauses import PauseReports
 from temporal_agent_interrupts.workflows.rules import Rules
 from temporal_agent_interrupts.workflows.senders import Senders
@@ -164,6 +165,7 @@ class TurnMachine:
             cancelling=lambda: self.cancel is not None,
             cancel_by_deadline=self._cancel_by_deadline,
             publish=publish,
+            announcer=Announcer(state, runner=self.runner, book=self.book, publish=publish),
         )
 
     # ------------------------------------------------------------------------------------------

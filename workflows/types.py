@@ -358,6 +358,10 @@ class AgentSpec(_Wire):
     # before a call runs. Left off the wire when unset, so specs without a policy (and their
     # digests) are what they were.
     policy_hash: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The channels each paused call is announced on (``Agent(notify=[...])``): names the
+    # worker maps to its configured channels (``AgentsPlugin(channels=...)``). Left off the
+    # wire when empty.
+    notify: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
     def tool(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -946,6 +950,7 @@ AnswerKind = Literal[
     "revoked",
     "voided",
     "policy",
+    "notified",
 ]
 """``granted``: a call a grant let through, or re-approved when the grant was made while it was
 pending (the record names the grant and who gave it). ``revoked``: a grant ended, by a revoke or
@@ -957,7 +962,9 @@ checked again just before its call ran no longer held (``stale``); the call paus
 and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
 the answer as applied)."""
 ForwardVerdict = Literal["applied", "refused"]
-AnswerVia = Literal["update", "signal", "deadline", "cancel", "grant", "policy", "recheck"]
+AnswerVia = Literal[
+    "update", "signal", "deadline", "cancel", "grant", "policy", "recheck", "notify"
+]
 Decision = Literal[
     "approved",
     "denied",
@@ -1007,6 +1014,10 @@ class AnswerRecord(_Wire):
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
     # Who sent the message whose turn raised the answered call (None: nobody said).
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A ``notified`` record: the channel a paused call was announced on (or its final state
+    # posted to), and whether that reached it; ``verdict_reason`` says why not.
+    channel: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    delivered: bool | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):

@@ -28,6 +28,7 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.ids import idempotency_key
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
 from temporal_agent_interrupts.workflows.limits import json_size, shrink
+from temporal_agent_interrupts.workflows.notifications import Announcer
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
@@ -52,6 +53,7 @@ class AnswerWait:
         cancelling: Whether a cancellation of the turn has been asked for.
         cancel_by_deadline: Asks for the turn's cancellation, as a deadline's policy.
         publish: Writes the operator view.
+        announcer: Announces paused calls on the agent's channels, and their end.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class AnswerWait:
         cancelling: Callable[[], bool],
         cancel_by_deadline: Callable[[CancelInput], None],
         publish: Callable[[], None],
+        announcer: Announcer,
     ) -> None:
         self.s = state
         self._book = book
@@ -72,6 +75,7 @@ class AnswerWait:
         self._cancelling = cancelling
         self._cancel_by_deadline = cancel_by_deadline
         self._publish = publish
+        self._announcer = announcer
         # Notifying tools under way (reminders, escalations); best effort, never awaited.
         self._notifying: set[asyncio.Task[None]] = set()
 
@@ -79,13 +83,17 @@ class AnswerWait:
     def notifying(self) -> bool:
         """Whether a notifying tool is under way (the run waits for it before continuing as
         new, or its notice would be lost)."""
-        return bool(self._notifying)
+        return bool(self._notifying) or self._announcer.busy
 
     async def wait(self, turn: TurnState) -> Literal["answered", "cancel", "continue_as_new"]:
         book = self._book(turn)
+        announcer = self._announcer
         while True:
             if self._cancelling():
+                announcer.send(turn, cancelled=True)
                 return "cancel"
+            # Each newly paused call announced, each one answered meanwhile posted as ended.
+            announcer.send(turn)
             if book.all_answered():
                 return "answered"
             if self._can_now():
@@ -96,7 +104,12 @@ class AnswerWait:
                 timeout = max(deadline - workflow.now(), timedelta(0))
             try:
                 await workflow.wait_condition(
-                    lambda: self._cancelling() or book.all_answered() or self._can_now(),
+                    lambda: (
+                        self._cancelling()
+                        or book.all_answered()
+                        or self._can_now()
+                        or announcer.due(turn)
+                    ),
                     timeout=timeout,
                     timeout_summary="interrupt deadline" if timeout is not None else None,
                 )

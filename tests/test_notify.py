@@ -1,0 +1,111 @@
+"""Paused calls announced on the agent's channels, once each, and their end posted
+(``workflows.notifications``, ``activities.notify``), against the dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+
+from temporalio.exceptions import ApplicationError
+
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.activity_io import NotifyInput
+from tests.helpers import assert_no_workflow_task_failed, eventually
+from tests.test_presentation import PAY, send_payment
+
+
+@dataclass
+class Recording:
+    """A channel that keeps what it was told (announce returns a message reference)."""
+
+    announced: list[NotifyInput] = field(default_factory=list)
+    settled: list[tuple[NotifyInput, str]] = field(default_factory=list)
+    fail: bool = False
+
+    async def announce(self, note: NotifyInput) -> str | None:
+        if self.fail:
+            raise ApplicationError("the channel is down", non_retryable=True)
+        self.announced.append(note)
+        return f"msg-{len(self.announced)}"
+
+    async def settle(self, note: NotifyInput, posted: str) -> None:
+        self.settled.append((note, posted))
+
+
+def desk(notify: list[str]) -> Agent:
+    return Agent(
+        f"desk_{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[send_payment],
+        middleware=[ToolApproval(approvers=["cfo@example.com"])],
+        notify=notify,
+    )
+
+
+async def test_a_paused_call_is_announced_once_and_its_approval_posted(run_worker, model, client):
+    agent = desk(["desk", "other"])
+    desk_channel, other = Recording(), Recording()
+    model.reply(calls(("sendPayment", PAY, "p1"), say="Paying rent."), text("paid"))
+    async with run_worker(
+        agents=[agent], channels={"desk": desk_channel, "other": other}
+    ) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("Pay the rent.")
+        assert res.finish_reason == FinishReason.INTERRUPTED
+        (request,) = res.interrupts
+        await eventually(lambda: asyncio.sleep(0, desk_channel.announced), lambda a: len(a) == 1)
+        (note,) = desk_channel.announced
+        assert note.kind == "paused" and note.chat_id == chat.id and note.channel == "desk"
+        assert note.interrupt.ref == request.ref
+        assert note.interrupt.shown is not None
+        assert note.interrupt.shown.summary == "Pay 7,300.00 EUR to NL91 …00"
+        assert note.interrupt.shown.asked == "Pay the rent."
+
+        done = await chat.resume(answers=[request.approve()], identity="cfo@example.com")
+        assert done.finish_reason == FinishReason.STOP
+        await eventually(lambda: asyncio.sleep(0, desk_channel.settled), lambda s: len(s) == 1)
+        ((end, posted),) = desk_channel.settled
+        assert posted == "msg-1"
+        assert (end.kind, end.settled, end.settled_by) == ("settled", "approved", "cfo@example.com")
+        assert end.key == note.key
+        # Each channel was told once of the pause and once of its end.
+        assert len(other.announced) == 1 and len(other.settled) == 1
+
+        async def notified():
+            return [r for r in (await chat.history()).answers if r.kind == "notified"]
+
+        records = await eventually(notified, lambda r: len(r) == 4)
+        assert {(r.channel, r.delivered, (r.metadata or {}).get("notice")) for r in records} == {
+            ("desk", True, "paused"),
+            ("desk", True, "settled"),
+            ("other", True, "paused"),
+            ("other", True, "settled"),
+        }
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_channel_that_fails_is_on_record_and_the_turn_goes_on(run_worker, model, client):
+    agent = desk(["down", "missing"])
+    down = Recording(fail=True)
+    model.reply(calls(("sendPayment", PAY, "p1")), text("paid"))
+    async with run_worker(agents=[agent], channels={"down": down}) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("Pay the rent.")
+        (request,) = res.interrupts
+
+        async def notified():
+            return [r for r in (await chat.history()).answers if r.kind == "notified"]
+
+        records = await eventually(notified, lambda r: len(r) == 2)
+        by_channel = {r.channel: r for r in records}
+        assert by_channel["down"].delivered is False
+        assert "the channel is down" in (by_channel["down"].verdict_reason or "")
+        assert by_channel["missing"].delivered is False
+        assert "not configured on this worker" in (by_channel["missing"].verdict_reason or "")
+        done = await chat.resume(answers=[request.approve()], identity="cfo@example.com")
+        assert done.finish_reason == FinishReason.STOP
+        # Nothing was posted, so there is no end to post.
+        assert down.settled == []
+    await assert_no_workflow_task_failed(client, chat.id)
