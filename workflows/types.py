@@ -922,6 +922,10 @@ class AnswerRecord(_Wire):
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
     # Who sent the message whose turn raised the answered call (None: nobody said).
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # When the answered call paused (None: it never did, as a call a grant or the policy set
+    # let through; or a record written before this was kept): ``at`` minus this is how long
+    # the decision took (``agentctl stats``).
+    since: datetime | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
