@@ -17,7 +17,8 @@ no worker at all:
   (withdrawn with its turn). Votes, stale approvals and grant revocations end no pause.
 - time to decision: a record's ``at`` minus its ``since`` (when the call paused), for the
   approvals, denials, answers and edits, as the ``agent_interrupt_wait_seconds`` histogram.
-  Records written before ``since`` was recorded count without a time.
+  Records written before ``since`` was recorded count without a time, and their
+  cancellations not at all (whether such a call was still pending is not on record).
 
 The work is bounded: at most ``limit`` chats are read for each of the two (the paused ones and
 those with answers); :class:`Stats` says when more matched. :func:`tally` is pure.

@@ -25,7 +25,7 @@ without it, and the recorded histories replay with tracing on or off.
   contrib's fallback would make spans on every replay, and warn).
 - Metric labels are bounded: the agent, the tool (a tool the agent's definition declares, else
   :data:`UNKNOWN_TOOL`; only declared tools pause), a
-  decision or a handler; never a chat id. The agent label is the conversation's agent only once
+  decision, an expiry's outcome or a handler; never a chat id. The agent label is the conversation's agent only once
   a model call in this run has come back, which shows the worker hosts an agent of that name;
   before, :data:`UNKNOWN_AGENT`. Whoever may start a workflow names its agent (and may hand it
   any state to carry on from), so a label from the input alone could make series without bound.
