@@ -62,6 +62,10 @@ class Notifier:
                 )
         self._channels = dict(channels)
 
+    def has(self, name: str) -> bool:
+        """Whether this worker configures a channel of that name."""
+        return name in self._channels
+
     async def notify(self, note: NotifyInput) -> NotifyResult:
         channel = self._channels.get(note.channel)
         if channel is None:

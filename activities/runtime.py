@@ -63,7 +63,12 @@ from temporal_agent_interrupts.activities.subagents import (
     sub_agent_pending,
     sub_agent_resume,
 )
-from temporal_agent_interrupts.activities.telemetry import ToolOutcome, count_tool_call, span
+from temporal_agent_interrupts.activities.telemetry import (
+    ToolOutcome,
+    count_notification,
+    count_tool_call,
+    span,
+)
 from temporal_agent_interrupts.activities.tools import (
     Interrupt,
     Tool,
@@ -98,6 +103,7 @@ from temporal_agent_interrupts.workflows.config import (
     MCP_SAMPLE_ACTIVITY,
     MODEL_ACTIVITY,
     NOTIFY_ACTIVITY,
+    NOTIFY_RETRY,
     POLICY_ACTIVITY,
     SUB_AGENT_PENDING_ACTIVITY,
     SUB_AGENT_RESUME_ACTIVITY,
@@ -114,7 +120,12 @@ from temporal_agent_interrupts.workflows.limits import (
     json_size,
 )
 from temporal_agent_interrupts.workflows.seal import ResultKeys
-from temporal_agent_interrupts.workflows.telemetry import SPAN_MODEL_CALL, SPAN_TOOL_CALL
+from temporal_agent_interrupts.workflows.telemetry import (
+    SPAN_MODEL_CALL,
+    SPAN_TOOL_CALL,
+    UNKNOWN_AGENT,
+    UNKNOWN_TOOL,
+)
 from temporal_agent_interrupts.workflows.types import (
     TOOL_APPROVED,
     AgentSpec,
@@ -224,7 +235,24 @@ class AgentActivities:
     async def _notify(self, input: NotifyInput) -> NotifyResult:
         # Only the conversation's own: else anyone could make the bot post to approvers.
         for_a_conversation(input.chat_id, what="notification")
-        return await self._notifier.notify(input)
+        # Labels from what this worker hosts only, so a start naming anything adds no series.
+        agent = self._agents.get(input.agent)
+        tool = input.interrupt.name
+        known = agent is not None and any(t.name == tool for t in agent.spec().tools)
+        labels = {
+            "agent": agent.name if agent is not None else UNKNOWN_AGENT,
+            "tool": tool if known else UNKNOWN_TOOL,
+            "channel": input.channel if self._notifier.has(input.channel) else "unknown",
+        }
+        try:
+            result = await self._notifier.notify(input)
+        except Exception as e:
+            last = activity.info().attempt >= (NOTIFY_RETRY.maximum_attempts or 1)
+            if last or (isinstance(e, ApplicationError) and e.non_retryable):
+                count_notification(**labels, outcome="failed")
+            raise
+        count_notification(**labels, outcome="sent")
+        return result
 
     @activity.defn(name=ACTIVITY_ENDING_ACTIVITY)
     async def activity_ending(self, input: RawValue) -> ActivityEndingResult:

@@ -25,6 +25,10 @@ from temporalio.exceptions import ApplicationError
 from temporal_agent_interrupts.workflows.telemetry import TOOL_CALLS
 
 ToolOutcome = Literal["output", "interrupt", "invalid_input", "stale", "input_required", "error"]
+NotificationOutcome = Literal["sent", "failed"]
+
+# A durable identifier, like the workflow's metric names (docs/operating/monitoring.md).
+NOTIFICATIONS = "agent_notifications"
 
 
 @contextmanager
@@ -50,3 +54,24 @@ def count_tool_call(*, agent: str, tool: str, outcome: ToolOutcome) -> None:
     meter = activity.metric_meter()
     counter = meter.create_counter(TOOL_CALLS, "Tool runs (activity attempts), by outcome.")
     counter.add(1, {"agent": agent, "tool": tool, "outcome": outcome})
+
+
+def count_notification(
+    *, agent: str, tool: str, channel: str, outcome: NotificationOutcome
+) -> None:
+    """One notice about a paused call to one channel, sent or given up on (after the activity's
+    retries: call it once per notice, not per attempt that will be retried).
+
+    Args:
+        agent: The agent the worker hosts.
+        tool: A tool the agent declares (the paused call's).
+        channel: The kind of channel configured on the worker (``slack``, ``slack_dm``,
+            ``email``...): never a channel id, an address or an approver's identity, which
+            would make series without bound and put people's names in the metrics.
+        outcome: ``sent`` or ``failed``.
+    """
+    meter = activity.metric_meter()
+    counter = meter.create_counter(
+        NOTIFICATIONS, "Notices of paused calls to the configured channels, sent or failed."
+    )
+    counter.add(1, {"agent": agent, "tool": tool, "channel": channel, "outcome": outcome})

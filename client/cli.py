@@ -37,7 +37,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from functools import partial
 from pathlib import Path
@@ -72,6 +72,7 @@ from temporal_agent_interrupts.client.api import (
 from temporal_agent_interrupts.client.audit import AuditReport
 from temporal_agent_interrupts.client.chat_loop import ChatClosed, ChatSession
 from temporal_agent_interrupts.client.inbox import PausedChat, check_agent_name
+from temporal_agent_interrupts.client.stats import DEFAULT_LIMIT, read_stats
 from temporal_agent_interrupts.client.views import (
     AuditOutput,
     CancelOutput,
@@ -82,11 +83,14 @@ from temporal_agent_interrupts.client.views import (
     ResumeOutput,
     RevokeGrantOutput,
     ShowOutput,
+    StatsOutput,
     answer_words,
     closed_as,
+    duration,
     err,
     grant_condition,
     grant_until,
+    instant,
     json_object,
     out,
     paused_again,
@@ -95,6 +99,7 @@ from temporal_agent_interrupts.client.views import (
     print_grants,
     print_json,
     print_paused,
+    print_stats,
     print_status,
     print_turn,
     safe,
@@ -656,6 +661,73 @@ def audit(
             )
             return
         print_audit(chat_id, report.records, untrusted=report.untrusted, gone=report.gone)
+
+    _run(ctx, command)
+
+
+@app.command()
+def stats(
+    ctx: typer.Context,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="The window is the last DURATION (30m, 24h, 7d...); the default is 24h.",
+        ),
+    ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from", metavar="TIME", help="The window starts at TIME (ISO 8601, with offset)."
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(metavar="TIME", help="The window ends at TIME (default: now)."),
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Only this agent's conversations.")] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Read at most this many chats (paused ones, and ones run in the window); "
+            "the output says when more matched.",
+        ),
+    ] = DEFAULT_LIMIT,
+    as_json: JsonFlag = False,
+) -> None:
+    """How long decisions take, per agent and tool: calls pending now, and the calls decided
+    in the window (approved, denied, answered, edited, defaulted, expired, cancelled) with the
+    time to decision (median, p90, max).
+
+    Reads visibility and the chats' histories (their audit trails): no worker needed.
+    """
+    if since is not None and (from_ is not None or to is not None):
+        raise typer.BadParameter("--since or --from/--to, not both")
+    if agent is not None:
+        try:
+            check_agent_name(agent)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    now = datetime.now(UTC)
+    until = instant(to, option="--to") if to is not None else now
+    if from_ is not None:
+        start = instant(from_, option="--from")
+    else:
+        start = until - duration(since or "24h")
+    if start >= until:
+        raise typer.BadParameter("the window ends before it starts")
+
+    async def command(agents: AgentClient) -> None:
+        try:
+            report = await read_stats(agents, since=start, until=until, agent=agent, limit=limit)
+        except RPCError as e:
+            raise _Fail(ExitCode.UNREACHABLE, f"visibility query failed: {e.message}") from None
+        output = StatsOutput(**report.model_dump(), since=start, until=until, agent=agent)
+        if as_json:
+            print_json(output)
+            return
+        print_stats(output, limit=limit)
 
     _run(ctx, command)
 

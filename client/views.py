@@ -28,6 +28,7 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 
 from temporal_agent_interrupts.client.audit import UntrustedRun
 from temporal_agent_interrupts.client.inbox import PausedChat, PausedInterrupt
+from temporal_agent_interrupts.client.stats import StatsReport
 from temporal_agent_interrupts.workflows.details import shell_word, visible
 from temporal_agent_interrupts.workflows.grants import describe_match
 from temporal_agent_interrupts.workflows.limits import human_size
@@ -138,6 +139,16 @@ class PolicyReviewsOutput(BaseModel):
     reviewed: list[PolicyReviewOutput] = []
     # The conversations that could not be reviewed, by chat id: why.
     failed: dict[str, str] = {}
+
+
+class StatsOutput(StatsReport):
+    # The window asked for (``[since, until)``) and the agent, when only one was asked for; the
+    # fields above are ``client.stats.StatsReport``'s: per agent and tool (``tools``) what is
+    # pending now and what was decided in the window, and how many chats were read (``*_cut``:
+    # more matched than ``--limit``).
+    since: datetime
+    until: datetime
+    agent: str | None = None
 
 
 def print_json(model: BaseModel) -> None:
@@ -753,6 +764,43 @@ def grant_condition(text: str) -> GrantCondition:
     raise typer.BadParameter(f"{where}: no operator; use one of {CONDITION_FORMS}")
 
 
+_DURATION = re.compile(r"(\d+)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration(text: str, *, option: str = "--since") -> timedelta:
+    """A duration such as ``90s``, ``30m``, ``24h``, ``7d``, ``2w`` or ``1h30m``.
+
+    Raises:
+        typer.BadParameter: anything else, or zero.
+    """
+    spelled = text.strip().lower()
+    parts = _DURATION.findall(spelled)
+    if not parts or "".join(n + u for n, u in parts) != spelled:
+        raise typer.BadParameter(f"{option} {text!r} is not a duration, like 30m, 24h or 7d")
+    seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise typer.BadParameter(f"{option} {text!r} is not a duration longer than zero")
+    return timedelta(seconds=seconds)
+
+
+def instant(text: str, *, option: str) -> datetime:
+    """An ISO 8601 instant with its UTC offset (``2026-12-31T18:00Z``).
+
+    Raises:
+        typer.BadParameter: not ISO 8601, or no offset.
+    """
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option} {text!r} is not an ISO 8601 time, like 2026-12-31T18:00:00Z"
+        ) from None
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise typer.BadParameter(f"{option} {text!r} has no UTC offset: add Z or +HH:MM")
+    return at
+
+
 def grant_until(text: str) -> datetime:
     """``--remember-until``: an ISO 8601 instant with its UTC offset (``2026-12-31T18:00Z``).
 
@@ -829,3 +877,62 @@ def print_event(ev: TurnEvent, *, as_json: bool) -> None:
         out.print(f"{head} {ev.result.finish_reason.value}")
     else:
         out.print(head)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else _age(timedelta(seconds=value))
+
+
+def print_stats(report: StatsOutput, *, limit: int) -> None:
+    """``agentctl stats``' answer for a person: one row per agent and tool."""
+    scope = f" of agent {report.agent}" if report.agent else ""
+    start, end = (
+        t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") for t in (report.since, report.until)
+    )
+    span = f"{start} to {end} UTC"
+    if not report.tools:
+        out.print(safe(f"No pending or decided calls{scope} from {span}."))
+    else:
+        table = Table(title=visible(f"Decisions{scope} from {span}"), box=box.SIMPLE)
+        for column in ("agent", "tool", "pending", "oldest"):
+            table.add_column(column)
+        for column in ("approved", "denied", "answered", "edited", "defaulted", "expired"):
+            table.add_column(column, justify="right")
+        table.add_column("cancelled", justify="right")
+        for column in ("median", "p90", "max"):
+            table.add_column(column, justify="right")
+        now = datetime.now(UTC)
+        for row in report.tools:
+            times = row.decision_seconds
+            table.add_row(
+                safe(row.agent),
+                safe(row.tool),
+                str(row.pending),
+                _age(now - row.oldest_since) if row.oldest_since else "-",
+                *(
+                    str(n)
+                    for n in (
+                        row.approved,
+                        row.denied,
+                        row.answered,
+                        row.edited,
+                        row.defaulted,
+                        row.expired,
+                        row.cancelled,
+                    )
+                ),
+                _seconds(times.median),
+                _seconds(times.p90),
+                _seconds(times.max),
+            )
+        out.print(table)
+        out.print("median, p90, max: time to decision of the approvals, denials, answers, edits")
+    if report.paused_cut:
+        out.print(f"Cut: more than {limit} paused chats; pending counts the first {limit}.")
+    if report.trails_cut:
+        out.print(
+            f"Cut: more than {limit} chats ran in the window; decisions are those of "
+            f"{report.trails_read} (raise --limit)."
+        )
+    for chat_id, why in report.unreadable.items():
+        err.print(safe(f"{chat_id}: audit trail not read: {why}"))

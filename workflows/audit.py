@@ -40,6 +40,12 @@ from temporal_agent_interrupts.workflows.types import (
 )
 
 
+def _paused_since(state: ConversationState, ref: str | None) -> datetime | None:
+    """When the turn's call ``ref`` last paused (None: it never did, or it is not this turn's)."""
+    calls = state.turn.calls if state.turn is not None else []
+    return next((c.since for c in calls if c.ref == ref), None) if ref else None
+
+
 def apply(state: ConversationState, event: TurnEvent) -> None:
     """Fold one turn event into the answer log (only ``answer`` events add to it).
 
@@ -73,6 +79,7 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         grant=answer.grant,
         granted_by=answer.granted_by,
         requester=answer.requester,
+        since=_paused_since(state, event.ref),
     )
     state.answers.append(record)
     state.audit_outbox.append(record)

@@ -24,8 +24,8 @@ without it, and the recorded histories replay with tracing on or off.
   the worker runs its ``TracingInterceptor``. Without the interceptor nothing is made here (the
   contrib's fallback would make spans on every replay, and warn).
 - Metric labels are bounded: the agent, the tool (a tool the agent's definition declares, else
-  :data:`UNKNOWN_TOOL`; only declared tools pause), a
-  decision or a handler; never a chat id. The agent label is the conversation's agent only once
+  :data:`UNKNOWN_TOOL`; only declared tools pause), a decision, an expiry's outcome or a
+  handler; never a chat id. The agent label is the conversation's agent only once
   a model call in this run has come back, which shows the worker hosts an agent of that name;
   before, :data:`UNKNOWN_AGENT`. Whoever may start a workflow names its agent (and may hand it
   any state to carry on from), so a label from the input alone could make series without bound.
@@ -52,7 +52,9 @@ from temporal_agent_interrupts.workflows.state import (
 )
 from temporal_agent_interrupts.workflows.types import (
     AgentSpec,
+    JsonObject,
     TurnEvent,
+    timed_out_output,
 )
 
 # Metric names and the histogram's buckets: durable identifiers for dashboards and alerts (the
@@ -61,6 +63,7 @@ from temporal_agent_interrupts.workflows.types import (
 INTERRUPTS_RAISED = "agent_interrupts_raised"
 INTERRUPTS_ANSWERED = "agent_interrupts_answered"
 INTERRUPTS_EXPIRED = "agent_interrupts_expired"
+INTERRUPTS_SETTLED = "agent_interrupts_settled"
 INTERRUPT_WAIT = "agent_interrupt_wait_seconds"
 REJECTIONS = "agent_rejections"
 TOOL_CALLS = "agent_tool_calls"
@@ -103,6 +106,23 @@ UNKNOWN_TOOL = "unknown"
 
 RejectedHandler = Literal["resume", "send", "start", "other"]
 
+ExpiredOutcome = Literal["default", "timed_out", "cancelled"]
+"""How a deadline ended a call nobody answered (the ``outcome`` label of
+:data:`INTERRUPTS_EXPIRED`): ``default``, answered with a declared default (a tool's or the
+agent's ``on_timeout``, an escalation's ``then``); ``timed_out``, answered with the stated
+timed-out answer (no default declared, or it no longer fit the turn); ``cancelled``, the
+deadline's policy cancelled the turn."""
+
+SETTLING = frozenset({"approved", "denied", "answered", "edited"})
+"""The decisions of a person's answer that end a pause (a vote leaves the call waiting; a
+``stale`` or ``revoked`` record is about a call that was settled before)."""
+
+
+def deadline_outcome(output: JsonObject | None) -> ExpiredOutcome:
+    """Whether a deadline's answer (its output) was a declared default or the stated timed-out
+    answer. Shared with ``agentctl stats``, which reads the same from the audit trail."""
+    return "timed_out" if output == timed_out_output() else "default"
+
 
 def rejected_handler(name: str) -> RejectedHandler:
     """A refused signal's name as a bounded label: anyone may send a signal of any name."""
@@ -115,6 +135,7 @@ class _Instruments:
     raised: MetricCounter
     answered: MetricCounter
     expired: MetricCounter
+    settled: MetricCounter
     wait: MetricHistogramFloat
     rejections: MetricCounter
 
@@ -162,7 +183,23 @@ class Telemetry:
                     "Interrupts answered, by decision (cancelled: withdrawn unanswered).",
                 ),
                 expired=meter.create_counter(
-                    INTERRUPTS_EXPIRED, "Interrupts nobody answered before their deadline."
+                    INTERRUPTS_EXPIRED,
+                    "Interrupts nobody answered before their deadline, by outcome"
+                    " (default, timed_out, cancelled).",
+                ),
+                # Pending calls: raised minus settled, two counters rather than a gauge. A
+                # gauge is one value per label set, last write wins, and every conversation of
+                # an agent shares its (agent, tool) set, so a conversation could only report
+                # its own count over the others'; a label per chat would be unbounded; and
+                # Temporal's meter has no up-down counter (its counters refuse a negative add).
+                # Each counter is added to once per pause, live only (nothing on replay), so
+                # eviction and replay change neither; their difference is exact over any
+                # window its series cover (a worker restart resets its counters: the level now
+                # is `agentctl stats`, from visibility).
+                settled=meter.create_counter(
+                    INTERRUPTS_SETTLED,
+                    "Interrupts no longer pending (answered, expired or withdrawn): pending"
+                    f" calls are {INTERRUPTS_RAISED} minus this.",
                 ),
                 wait=meter.create_histogram_float(
                     INTERRUPT_WAIT,
@@ -215,12 +252,17 @@ class Telemetry:
             if answer.kind == "cancel":
                 return  # counted by withdrawn(), which knows which calls were still pending
             if answer.kind == "deadline":
-                self._metrics().expired.add(1, {"tool": tool})
+                outcome = deadline_outcome(event.output)
+                self._metrics().expired.add(1, {"tool": tool, "outcome": outcome})
+                self._metrics().settled.add(1, {"tool": tool})
                 self._span(SPAN_EXPIRED, tool=tool, ref=event.ref, turn=event.turn)
                 return
             decision = answer.decision or "answered"  # (every answer event has one)
             metrics = self._metrics()
             metrics.answered.add(1, {"tool": tool, "decision": decision})
+            if decision in SETTLING and call is not None and call.since is not None:
+                # (A call let through by a grant or the policy set never paused.)
+                metrics.settled.add(1, {"tool": tool})
             waited = None
             if decision != "vote" and call is not None and call.since and event.at:
                 # A vote leaves the call waiting; the answer that settles it ends the wait.
@@ -246,8 +288,9 @@ class Telemetry:
         """
         for call in calls:
             tool = self._tool(call.name)
+            self._metrics().settled.add(1, {"tool": tool})
             if by_deadline and call.deadline is not None and call.deadline <= now:
-                self._metrics().expired.add(1, {"tool": tool})
+                self._metrics().expired.add(1, {"tool": tool, "outcome": "cancelled"})
                 self._span(SPAN_EXPIRED, tool=tool, ref=call.ref)
                 continue
             self._metrics().answered.add(1, {"tool": tool, "decision": "cancelled"})

@@ -1018,6 +1018,10 @@ class AnswerRecord(_Wire):
     # posted to), and whether that reached it; ``verdict_reason`` says why not.
     channel: str | None = Field(default=None, exclude_if=lambda v: v is None)
     delivered: bool | None = Field(default=None, exclude_if=lambda v: v is None)
+    # When the answered call paused (None: it never did, as a call a grant or the policy set
+    # let through; or a record written before this was kept): ``at`` minus this is how long
+    # the decision took (``agentctl stats``).
+    since: datetime | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnAnswer(_Wire):
