@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import uuid
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.enums.v1 import TimeoutType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.failure.v1 import (
     ApplicationFailureInfo,
     CanceledFailureInfo,
@@ -34,11 +35,12 @@ from temporalio.client import ActivityFailureError, Client
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from temporal_agent_interrupts import AgentClient, FinishReason
+from temporal_agent_interrupts import AgentClient, FinishReason, interrupt, respond, tool
 from temporal_agent_interrupts.activities.subagents import _update_id
 from temporal_agent_interrupts.worker import build_worker
 from temporal_agent_interrupts.worker.result_keys import generate_result_key, parse_result_keys
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows import Agent, Remind
 from temporal_agent_interrupts.workflows.activity_io import (
     ToolInput,
     ToolResult,
@@ -51,6 +53,7 @@ from temporal_agent_interrupts.workflows.config import (
 )
 from temporal_agent_interrupts.workflows.types import (
     ErrorKind,
+    Notice,
 )
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -344,3 +347,105 @@ def test_a_heartbeat_sent_by_id_does_not_choose_the_update_id_of_a_passed_on_ans
     assert elsewhere.run(_update_id, keys) != first
     other_key = parse_result_keys(generate_result_key("k1"))
     assert _resume_env([]).run(_update_id, other_key) != first
+
+
+# A reminder's notifying tool call: scheduled by the pause's wait (workflows/waits.py), outside
+# the sealed runner, its result thrown away. It blocks until the test lets it go, so that the
+# call is running (started) when it is completed by id.
+NOTIFY_STARTED = threading.Event()
+NOTIFY_GATE = threading.Event()
+
+
+@tool("forgedNoticeNotify", "Tell someone a question waits.")
+async def forged_notice_notify(notice: Notice) -> dict[str, str]:
+    NOTIFY_STARTED.set()
+    await asyncio.get_running_loop().run_in_executor(None, NOTIFY_GATE.wait, 30)
+    return {"told": notice.interrupt.ref}
+
+
+forged_notice_ask = interrupt(
+    "forgedNoticeAsk",
+    "A question, with a reminder a second after it is asked.",
+    input=t.Ask,
+    output=t.Answer,
+    timeout=timedelta(seconds=60),
+    reminders=[Remind(notify=forged_notice_notify, before=timedelta(seconds=59))],
+)
+forged_notice_agent = Agent("forgedNoticeAgent", model="gemini-test", tools=[forged_notice_ask])
+
+# What a completion by id of a notice may carry: three that do not read as a ToolResult, and a
+# well-formed one no worker sealed.
+NOTICE_RESULTS = {
+    "not-a-tool-result": _json(b'{"kind": 12345}'),
+    "not-json": UNREADABLE_RESULTS["not-json"],
+    "unknown-encoding": UNREADABLE_RESULTS["unknown-encoding"],
+    "unsealed-tool-result": _json(b'{"kind": "output", "output": {"told": "everyone"}}'),
+}
+
+
+async def _task_after_completion(
+    client: Client, chat_id: str, activity_id: str
+) -> EventType.ValueType | None:
+    """How the first workflow task after the completion of ``activity_id`` ended (None: it has
+    not completed, or no task has ended since)."""
+    events = [e async for e in client.get_workflow_handle(chat_id).fetch_history_events()]
+    scheduled = next(
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_id == activity_id
+    )
+    after = [
+        k
+        for k, e in enumerate(events)
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id == scheduled
+    ]
+    if not after:
+        return None
+    ends = (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    return next((e.event_type for e in events[after[0] :] if e.event_type in ends), None)
+
+
+@pytest.mark.parametrize("payload", list(NOTICE_RESULTS.values()), ids=list(NOTICE_RESULTS))
+async def test_a_notice_completed_by_id_with_anything_leaves_the_pause_answerable(
+    client, model, payload
+):
+    """Issue 44's review, item A: a reminder's (or an escalation's) notifying tool call was read
+    as a ``ToolResult`` by the SDK, outside the sealed runner, so a completion by id whose
+    payload did not convert failed every workflow task of the chat: the pause could never be
+    answered again. A notice decides nothing: its result is read as bytes and dropped, the
+    workflow task after it completes, and an answer still applies."""
+    NOTIFY_STARTED.clear()
+    NOTIFY_GATE.clear()
+    model.reply(calls(("forgedNoticeAsk", {"question": "ship it?"})), text("done"))
+    queue = f"attack-{uuid.uuid4()}"
+    try:
+        async with build_worker(
+            client, agents=[forged_notice_agent], task_queue=queue, gemini=model.client()
+        ):
+            chat = await AgentClient(client, task_queue=queue).chat("forgedNoticeAgent")
+            paused = await chat.send("go")
+            (call,) = paused.interrupts
+            # The reminder's call is running (the interrupt-only tool schedules no activity).
+            await eventually(lambda: asyncio.sleep(0, NOTIFY_STARTED.is_set()), bool, timeout=20)
+            notice_id = await _tool_id(client, chat.id)
+            await _complete_raw(client, chat.id, notice_id, payload)
+            ended = await eventually(
+                lambda: _task_after_completion(client, chat.id, notice_id),
+                lambda k: k is not None,
+            )
+            assert ended == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, (
+                "the workflow task after the notice's forged completion failed: a stuck chat"
+            )
+            assert [p.ref for p in await chat.pending()] == [call.ref]
+            done = await asyncio.wait_for(
+                chat.resume(answers=[respond(call, {"approved": True})]), 30
+            )
+            assert done.finish_reason == FinishReason.STOP and done.text == "done", done
+            (answer,) = model.requests[1].function_responses()
+            assert answer["name"] == "forgedNoticeAsk" and "everyone" not in str(answer)
+            assert answer["response"] == {"approved": True}, answer
+    finally:
+        NOTIFY_GATE.set()
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -366,6 +366,60 @@ async def test_an_hs256_login_answers_through_the_apps_hook(run_worker, model, c
         assert scan(await history_events(client, chat.id), login) == []
 
 
+async def test_an_opaque_session_login_answers_through_the_apps_hook(
+    run_worker, model, client, caplog
+):
+    """An opaque login (a session token looked up in the application's own store, no JWT at
+    all) works through the app's hook: the hook reads the store, the answer carries the app's
+    assertion with the session's identity and groups, and one session answers both calls. The
+    session token is in no event of the chat's history and no log line; an unknown session
+    answers nothing."""
+    caplog.set_level(logging.DEBUG)
+    sessions = {f"sess-{uuid.uuid4().hex}{uuid.uuid4().hex}": Login(
+        identity="bob@example.com", groups=("treasury",), subject="u-17"
+    )}  # fmt: skip
+    (session,) = sessions
+
+    async def from_the_store(request: Any) -> Login | None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return sessions.get(token) if scheme.lower() == "bearer" else None
+
+    exchange = exchange_for(from_the_store)
+    agent = gated(exchange.trusted_issuer(), approvers=["group:treasury"])
+    model.reply(TWO, text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat, digest = await paused(agents, agent)
+        app = agents_app(agents, identity=exchange)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            unknown = f"sess-{uuid.uuid4().hex}"
+            r = await answer(http, base, chat.id, "g1", {"action": "approve",
+                             "input_digest": digest["g1"]},
+                             headers={"Authorization": f"Bearer {unknown}"})  # fmt: skip
+            assert r.status_code == 401, r.text
+            for ref in ("g1", "r1"):
+                r = await answer(
+                    http,
+                    base,
+                    chat.id,
+                    ref,
+                    {"action": "approve", "input_digest": digest[ref]},
+                    headers={"Authorization": f"Bearer {session}"},
+                )
+                assert r.status_code == 200, r.text
+                assert session not in r.text
+        last = await chat.last_turn()
+        assert last is not None and last.text == "done", last
+        records = await chat.audit()
+        assert [(r.ref, r.identity, r.identity_verified) for r in records] == [
+            ("g1", "bob@example.com", True),
+            ("r1", "bob@example.com", True),
+        ]
+        assert scan(await history_events(client, chat.id), session) == []
+        logged = "\n".join(r.getMessage() + str(r.exc_info or "") for r in caplog.records)
+        assert session not in logged
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
 async def test_an_assertion_answers_only_the_call_and_chat_it_was_made_for(
     run_worker, model, client
 ):
