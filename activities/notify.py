@@ -39,8 +39,10 @@ class Channel(Protocol):
     """
 
     async def announce(self, note: NotifyInput) -> str | None:
-        """Tell the channel that ``note.interrupt`` paused. Returns what identifies what was
-        posted, for :meth:`settle` (a Slack message's channel and timestamp), or None when the
+        """Tell the channel that ``note.interrupt`` paused (``note.kind`` "paused"), that its
+        deadline is near ("reminder") or was extended once ("escalation"). Returns what
+        identifies what was posted, for :meth:`settle` (a Slack message's channel and
+        timestamp), or None when the
         channel keeps nothing to update (email)."""
         ...
 
@@ -76,7 +78,8 @@ class Notifier:
                 type="ChannelNotConfigured",
                 non_retryable=True,
             )
-        if note.kind == "paused":
+        if note.kind != "settled":
+            # A pause, a reminder or an escalation: each a message of its own (note.kind).
             posted = await channel.announce(note)
             log.info(
                 "announced %s (ref %s) of chat %s on channel %r",

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+import pytest
+from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, interrupt
+from temporal_agent_interrupts.policies import Remind
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput
 from tests.helpers import assert_no_workflow_task_failed, eventually
@@ -109,3 +113,49 @@ async def test_a_channel_that_fails_is_on_record_and_the_turn_goes_on(run_worker
         # Nothing was posted, so there is no end to post.
         assert down.settled == []
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+class Question(BaseModel):
+    question: str
+
+
+class Verdict(BaseModel):
+    approved: bool
+
+
+async def test_a_reminder_is_posted_to_the_channels_and_every_post_shows_the_expiry(
+    run_worker, model, client
+):
+    ask = interrupt(
+        "askDesk",
+        "Ask the desk whether to go on.",
+        input=Question,
+        output=Verdict,
+        timeout=timedelta(seconds=3),
+        on_timeout=Verdict(approved=False),
+        reminders=[Remind(channels=["desk"], before=timedelta(seconds=2))],
+    )
+    agent = Agent(
+        f"reminded_{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[ask], notify=["desk"]
+    )
+    channel = Recording()
+    model.reply(calls(("askDesk", {"question": "ship it?"}, "q1")), text("ok"))
+    async with run_worker(agents=[agent], channels={"desk": channel}) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("Ask the desk.")
+        assert res.finish_reason == FinishReason.INTERRUPTED
+        await eventually(lambda: asyncio.sleep(0, channel.settled), lambda s: len(s) == 2)
+        assert [n.kind for n in channel.announced] == ["paused", "reminder"]
+        # A reminder is a message of its own, and the expiry is shown on both.
+        assert len({n.key for n in channel.announced}) == 2
+        assert sorted(posted for _, posted in channel.settled) == ["msg-1", "msg-2"]
+        assert {(n.settled, n.settled_by) for n, _ in channel.settled} == {("expired", None)}
+        last = await chat.last_turn()
+        assert last is not None and last.finish_reason == FinishReason.STOP
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+def test_a_reminder_names_a_tool_or_channels():
+    with pytest.raises(ValueError, match="notify tool, channels, or both"):
+        Remind(before=timedelta(seconds=1)).spec()
+    assert Remind(channels=["a", "a"], before=timedelta(seconds=1)).spec().channels == ["a"]

@@ -237,9 +237,10 @@ class MCPSampleResult(_Wire):
     seal: Seal | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
-NotifyKind = Literal["paused", "settled"]
-"""What a notification says: a call paused (announce it), or how it ended (update what was
-posted, where the channel can)."""
+NotifyKind = Literal["paused", "reminder", "escalation", "settled"]
+"""What a notification says: a call paused (announce it); its deadline is near (a reminder) or
+passed and was extended once (an escalation: ``interrupt.deadline`` is the new one), each
+posted as a new message; or how it ended (update what was posted, where the channel can)."""
 
 SettledAs = Literal["approved", "denied", "answered", "edited", "expired", "withdrawn", "cancelled"]
 

@@ -194,16 +194,24 @@ class TrustedIssuer:
 @dataclass(frozen=True)
 class Remind:
     """A reminder before an interrupt's deadline: ``notify`` (a tool taking a ``Notice``) runs
-    ``before`` the deadline."""
+    ``before`` the deadline, and ``channels`` (names the agent's ``notify=`` uses, configured on
+    the worker) are posted the reminder. At least one of the two."""
 
     _: KW_ONLY
-    notify: ToolDeclaration
+    notify: ToolDeclaration | None = None
     before: timedelta
+    channels: Sequence[str] = ()
 
     def spec(self) -> ReminderSpec:
         if self.before <= timedelta(0):
             raise ValueError("Remind: before must be a positive time")
-        return ReminderSpec(notify=self.notify.name, before_seconds=self.before.total_seconds())
+        if self.notify is None and not self.channels:
+            raise ValueError("Remind: give a notify tool, channels, or both")
+        return ReminderSpec(
+            notify=self.notify.name if self.notify is not None else None,
+            before_seconds=self.before.total_seconds(),
+            channels=list(dict.fromkeys(self.channels)),
+        )
 
 
 @dataclass(frozen=True)
@@ -213,19 +221,23 @@ class Escalate:
     output (None: the timed-out answer) or ``"cancel"``."""
 
     _: KW_ONLY
-    notify: ToolDeclaration
+    notify: ToolDeclaration | None = None
     extend: timedelta
     then: JsonObject | Literal["cancel"] | None = None
+    channels: Sequence[str] = ()
 
     def spec(self) -> EscalateSpec:
         if self.extend <= timedelta(0):
             raise ValueError("Escalate: extend must be a positive time")
+        if self.notify is None and not self.channels:
+            raise ValueError("Escalate: give a notify tool, channels, or both")
         cancel = self.then == "cancel"
         then = dict(self.then) if isinstance(self.then, dict) else None
         if then is not None and json_size(then) > DOOR.on_timeout:
             raise ValueError(f"Escalate: then is more than {DOOR.on_timeout} bytes of JSON")
         return EscalateSpec(
-            notify=self.notify.name,
+            notify=self.notify.name if self.notify is not None else None,
+            channels=list(dict.fromkeys(self.channels)),
             extend_seconds=self.extend.total_seconds(),
             then=then,
             then_cancel=cancel,
@@ -253,7 +265,11 @@ def notify_tools(*policies: object) -> list[ToolDeclaration]:
     """The notifying tools named by reminders and escalations (the worker registers them)."""
     found: list[ToolDeclaration] = []
     for p in policies:
-        if isinstance(p, Escalate | Remind) and all(t is not p.notify for t in found):
+        if (
+            isinstance(p, Escalate | Remind)
+            and p.notify is not None
+            and all(t is not p.notify for t in found)
+        ):
             found.append(p.notify)
     return found
 

@@ -44,6 +44,8 @@ class Due:
     # "expire": answer with the timeout default; "cancel": cancel the turn.
     action: DueAction
     notify: str | None = None
+    # remind, escalate: the channels to post it to (``Remind(channels=)``).
+    channels: tuple[str, ...] = ()
 
 
 def deadline_seconds(spec: AgentSpec | None, name: str) -> float | None:
@@ -113,7 +115,7 @@ def due(spec: AgentSpec | None, pending: Iterable[CallState], now: datetime) -> 
         reminder = next_reminder(spec, call)
         if call.deadline <= now:
             if escalate is not None and not call.escalated:
-                found.append(Due(call, "escalate", escalate.notify))
+                found.append(Due(call, "escalate", escalate.notify, tuple(escalate.channels)))
             elif escalate.then_cancel if escalate and call.escalated else cancel:
                 found.append(Due(call, "cancel"))
             else:
@@ -122,7 +124,7 @@ def due(spec: AgentSpec | None, pending: Iterable[CallState], now: datetime) -> 
             reminder is not None
             and call.deadline - timedelta(seconds=reminder.before_seconds) <= now
         ):
-            found.append(Due(call, "remind", reminder.notify))
+            found.append(Due(call, "remind", reminder.notify, tuple(reminder.channels)))
     return found
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -54,6 +55,10 @@ from temporal_agent_interrupts.workflows.types import (
 NOTIFY_INPUT_BYTES = 16 * 1024
 """The most one notification's call takes (its input and metadata become placeholders past it:
 a channel shows the summary, and links to the whole)."""
+
+MAX_POSTED = 16
+"""What a call keeps of each channel's posts (the announcement and its reminders) to update
+when it ends: reminders are few, and the state carries it across continue-as-new."""
 
 _SETTLED_BY_DECISION: dict[str, SettledAs] = {
     "approved": "approved",
@@ -127,6 +132,23 @@ class Announcer:
                 settled, by, verified = self._how_it_ended(call)
                 self._send_settled(book, call, settled, by, verified)
 
+    def remind(
+        self,
+        turn: TurnState,
+        call: CallState,
+        channels: tuple[str, ...],
+        why: Literal["reminder", "escalation"],
+    ) -> None:
+        """Post a reminder or an escalation of ``call`` to ``channels`` (each a new message,
+        named by its own key, updated with the others when the call ends)."""
+        book = self._book(turn)
+        if call.notified is None or call.notified.since != call.since:
+            call.notified = Notified(since=call.since)
+        request = book.request_for(call)
+        number = call.reminded + (1 if call.escalated else 0)
+        for channel in channels:
+            self._start(book, call, channel, why, request, number=number)
+
     # -- what is due ---------------------------------------------------------------------------
 
     @staticmethod
@@ -165,18 +187,19 @@ class Announcer:
         assert told is not None
         told.settled = True
         request = book.request_for(call)
-        for channel, posted in told.posted.items():
-            self._start(
-                book,
-                call,
-                channel,
-                "settled",
-                request,
-                settled=settled,
-                by=by,
-                verified=verified,
-                posted=posted,
-            )
+        for channel, refs in told.posted.items():
+            for posted in refs:
+                self._start(
+                    book,
+                    call,
+                    channel,
+                    "settled",
+                    request,
+                    settled=settled,
+                    by=by,
+                    verified=verified,
+                    posted=posted,
+                )
 
     # -- the activity ----------------------------------------------------------------------------
 
@@ -192,10 +215,15 @@ class Announcer:
         by: str | None = None,
         verified: bool = False,
         posted: str | None = None,
+        number: int = 0,
     ) -> None:
         chat_id = workflow.info().workflow_id
         since = call.since.isoformat() if call.since else ""
-        key = hashlib.sha256(f"{chat_id}\0{call.ref}\0{since}".encode()).hexdigest()[:32]
+        # The pause names the announcement and its end; a reminder is a message of its own.
+        named = f"{chat_id}\0{call.ref}\0{since}"
+        if kind in ("reminder", "escalation"):
+            named += f"\0{kind}\0{number}"
+        key = hashlib.sha256(named.encode()).hexdigest()[:32]
         arg = NotifyInput(
             agent=self.s.agent,
             chat_id=chat_id,
@@ -234,10 +262,13 @@ class Announcer:
             reason = f"{generic}: {said}" if said and said not in generic else generic
         self._record(call, arg, delivered=reason is None, reason=reason)
         told = call.notified
-        if result is not None and result.posted and arg.kind == "paused" and told is not None:
-            told.posted[arg.channel] = cut_stored(result.posted, DOOR.ref)
+        if result is not None and result.posted and arg.kind != "settled" and told is not None:
+            posted = cut_stored(result.posted, DOOR.ref)
+            refs = told.posted.setdefault(arg.channel, [])
+            if len(refs) < MAX_POSTED:
+                refs.append(posted)
             if told.settled:
-                # Ended while the announcement was on its way: post the end now.
+                # Ended while this was on its way: post the end on it now.
                 settled, by, verified = self._how_it_ended(call)
                 self._start(
                     book,
@@ -248,7 +279,7 @@ class Announcer:
                     settled=settled,
                     by=by,
                     verified=verified,
-                    posted=told.posted[arg.channel],
+                    posted=posted,
                 )
         self._publish()
 

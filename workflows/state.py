@@ -125,7 +125,8 @@ class Notified(_Wire):
     answered (``NotifyResult.posted``), and whether the call's end went out."""
 
     since: datetime | None = None
-    posted: dict[str, str] = Field(default_factory=dict)
+    # Per channel, what it posted: the announcement, then each reminder and escalation.
+    posted: dict[str, list[str]] = Field(default_factory=dict)
     settled: bool = False
 
 

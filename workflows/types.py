@@ -99,16 +99,21 @@ class RetrySpec(_Wire):
 
 
 class ReminderSpec(_Wire):
-    """A notifying tool run ``before_seconds`` ahead of an interrupt's deadline."""
+    """A notifying tool run, and the agent's channels told, ``before_seconds`` ahead of an
+    interrupt's deadline."""
 
-    notify: str
+    notify: str | None = None
     before_seconds: float
+    # Channels (``Agent(notify=)`` names) the reminder is posted to. Left off when empty.
+    channels: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class EscalateSpec(_Wire):
-    """At the deadline: run ``notify``, extend the deadline once, then apply the final policy."""
+    """At the deadline: run ``notify`` and tell ``channels``, extend the deadline once, then apply
+    the final policy."""
 
-    notify: str
+    notify: str | None = None
+    channels: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
     extend_seconds: float
     # The answer once the extended deadline passes too (None: the timed-out answer), or a
     # cancellation of the turn.

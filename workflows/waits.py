@@ -135,13 +135,20 @@ class AnswerWait:
         now = max(workflow.now(), fired)
         notices: list[tuple[CallState, str, Literal["reminder", "escalation"]]] = []
         cancelled: list[CallState] = []
+        posts: list[tuple[CallState, tuple[str, ...], Literal["reminder", "escalation"]]] = []
         for due in book.due(now):
-            if due.action == "remind" and due.notify:
-                book.remind(due.call)
-                notices.append((due.call, due.notify, "reminder"))
-            elif due.action == "escalate" and due.notify:
-                book.escalate(due.call)
-                notices.append((due.call, due.notify, "escalation"))
+            if due.action in ("remind", "escalate"):
+                why: Literal["reminder", "escalation"] = (
+                    "reminder" if due.action == "remind" else "escalation"
+                )
+                if due.action == "remind":
+                    book.remind(due.call)
+                else:
+                    book.escalate(due.call)
+                if due.notify:
+                    notices.append((due.call, due.notify, why))
+                if due.channels:
+                    posts.append((due.call, due.channels, why))
             elif due.action == "cancel":
                 cancelled.append(due.call)
         if not cancelled:
@@ -156,6 +163,8 @@ class AnswerWait:
                 )
             )
         self._publish()
+        for call, channels, why in posts:
+            self._announcer.remind(turn, call, channels, why)
         # One deadline often falls due for every call of a message at once (the agent-wide
         # one): their notices share one budget, so the task that schedules them stays small.
         budget = max(MIN_NOTICE_BYTES, NOTICES_BUDGET // max(len(notices), 1))
