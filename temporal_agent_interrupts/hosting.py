@@ -1,8 +1,9 @@
 """Running agents outside the plugin-on-your-own-worker path: ``build_worker()`` for a worker of
 agents only, the connection settings every entry point shares (``connect_config``,
 ``DEFAULT_TASK_QUEUE``), ``metrics_runtime`` for an embedding application's Prometheus
-endpoint, and the namespace's search attributes (``setup_search_attributes``, and the
-``MissingSearchAttributes`` a worker refuses to start with).
+endpoint, the namespace's search attributes (``setup_search_attributes``, and the
+``MissingSearchAttributes`` a worker refuses to start with), and the channels paused calls are
+announced on (``Channel``, and the ``NotifyInput`` each call of one is given).
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from temporal_agent_interrupts._lazy import exports
 
 if TYPE_CHECKING:
+    from temporal_agent_interrupts.activities.notify import Channel
     from temporal_agent_interrupts.connection import DEFAULT_TASK_QUEUE, connect_config
     from temporal_agent_interrupts.search_attributes import (
         MissingSearchAttributes,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     )
     from temporal_agent_interrupts.worker import DEFAULT_MAX_CACHED_WORKFLOWS, build_worker
     from temporal_agent_interrupts.worker.observability import metrics_runtime
+    from temporal_agent_interrupts.workflows.activity_io import NotifyInput
 
 _HOME = {
     "build_worker": "worker",
@@ -37,12 +40,18 @@ _HOME = {
     "metrics_runtime": "worker.observability",
     "setup_search_attributes": "search_attributes",
     "MissingSearchAttributes": "search_attributes",
+    # Where paused calls are announced (build_worker(channels=...)): the protocol a channel
+    # implements, and what each call of it is given.
+    "Channel": "activities.notify",
+    "NotifyInput": "workflows.activity_io",
 }
 
 __all__ = [
     "DEFAULT_MAX_CACHED_WORKFLOWS",
     "DEFAULT_TASK_QUEUE",
+    "Channel",
     "MissingSearchAttributes",
+    "NotifyInput",
     "build_worker",
     "connect_config",
     "metrics_runtime",

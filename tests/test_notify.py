@@ -16,6 +16,7 @@ from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, interru
 from temporal_agent_interrupts.policies import Remind
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput
+from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_presentation import PAY, send_payment
 
@@ -159,3 +160,24 @@ def test_a_reminder_names_a_tool_or_channels():
     with pytest.raises(ValueError, match="notify tool, channels, or both"):
         Remind(before=timedelta(seconds=1)).spec()
     assert Remind(channels=["a", "a"], before=timedelta(seconds=1)).spec().channels == ["a"]
+
+
+async def test_the_governance_pages_channel_of_the_teams_own_is_told_of_a_pause(
+    run_worker, model, client, tmp_path
+):
+    """docs/governance.md's Notifications block, run: its agent, its Pager, its worker."""
+    source = block("# notified.py", lang="python")
+    namespace: dict[str, object] = {}
+    exec(compile(source, "notified.py", "exec"), namespace)  # the page's own code, as written
+    agent, pager_type = namespace["agent"], namespace["Pager"]
+    assert isinstance(agent, Agent) and isinstance(pager_type, type)
+    pager = pager_type()
+    model.reply(calls(("deploy", {"service": "api"}, "d1")), text("deployed"))
+    async with run_worker(agents=[agent], channels={"pager": pager}) as agents:
+        chat = await agents.chat(agent.name)
+        res = await chat.send("Deploy the api.")
+        (request,) = res.interrupts
+        await eventually(lambda: asyncio.sleep(0, pager.sent), lambda s: len(s) == 1)
+        assert pager.sent == ["Deploy: Service api"]
+        await chat.resume(answers=[request.approve()], identity="ops@example.com")
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -1,7 +1,7 @@
 """What the conversation's activities take and return, and what one conversation tells another.
 
-Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
-namespaces: docs/reference/api.md).
+Internal: not covered by the 0.1.x stability promise; its public name (``NotifyInput``, what a
+channel is told) is imported from ``temporal_agent_interrupts.hosting``.
 
 Read by the workflow and the activities (``activities/``): the model call, the tool and MCP
 calls, a sub-agent's reads and answers passed on, and how an activity ended. What callers send
