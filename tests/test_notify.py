@@ -181,3 +181,12 @@ async def test_the_governance_pages_channel_of_the_teams_own_is_told_of_a_pause(
         assert pager.sent == ["Deploy: Service api"]
         await chat.resume(answers=[request.approve()], identity="ops@example.com")
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+def test_an_agents_channels_are_few_and_short_labels():
+    with pytest.raises(ValueError, match="at most 8 channels"):
+        Agent("too_many", tools=[send_payment], notify=[f"c{n}" for n in range(9)])
+    with pytest.raises(ValueError, match="1 to 64 printable"):
+        Agent("bad_name", tools=[send_payment], notify=["line\nbreak"])
+    with pytest.raises(ValueError, match="not one string"):
+        Agent("one_string", tools=[send_payment], notify="slack")

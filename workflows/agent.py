@@ -207,6 +207,7 @@ class Remind:
             raise ValueError("Remind: before must be a positive time")
         if self.notify is None and not self.channels:
             raise ValueError("Remind: give a notify tool, channels, or both")
+        check_channels(self.channels, what="Remind: channels")
         return ReminderSpec(
             notify=self.notify.name if self.notify is not None else None,
             before_seconds=self.before.total_seconds(),
@@ -231,6 +232,7 @@ class Escalate:
             raise ValueError("Escalate: extend must be a positive time")
         if self.notify is None and not self.channels:
             raise ValueError("Escalate: give a notify tool, channels, or both")
+        check_channels(self.channels, what="Escalate: channels")
         cancel = self.then == "cancel"
         then = dict(self.then) if isinstance(self.then, dict) else None
         if then is not None and json_size(then) > DOOR.on_timeout:
@@ -259,6 +261,23 @@ def timeout_policy(
     if isinstance(on_timeout, str):
         raise ValueError(f"{what}: on_timeout is an output, 'cancel' or Escalate(...)")
     return on_timeout, False, None
+
+
+MAX_CHANNELS = 8
+"""The most channels one agent (or one reminder) names: each paused call schedules one activity
+per channel, and each is an action Temporal Cloud bills."""
+
+
+def check_channels(channels: Sequence[str], *, what: str) -> None:
+    """Refuse, at import, more than :data:`MAX_CHANNELS` channel names, or a name that is not a
+    short label (it names an activity's summary and a metric's label)."""
+    if isinstance(channels, str):
+        raise ValueError(f"{what}: a list of channel names, not one string")
+    if len(set(channels)) > MAX_CHANNELS:
+        raise ValueError(f"{what}: at most {MAX_CHANNELS} channels")
+    for name in channels:
+        if not isinstance(name, str) or not 0 < len(name) <= 64 or not name.isprintable():
+            raise ValueError(f"{what}: a channel name is 1 to 64 printable characters")
 
 
 def notify_tools(*policies: object) -> list[ToolDeclaration]:
@@ -335,6 +354,7 @@ class Agent:
             raise ValueError(f"agent {self.name!r} declares tools more than once: {dupes}")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
+        check_channels(self.notify, what=f"agent {self.name!r}: notify")
         if isinstance(self.policy, str | PathLike):
             # Parsing needs Cedar, a native extension this module (which the workflow sandbox
             # imports) must not: the caller's side loads the file.

@@ -31,14 +31,16 @@ MCP_SAMPLE_START_TO_CLOSE = timedelta(minutes=2)
 NOTIFY_ACTIVITY = ACTIVITY_PREFIX + "notify"
 """Tell one of the worker's channels (Slack, email) that a call paused, or how it ended
 (``activities.notify``); scheduled by the conversation, never awaited by its turn."""
-NOTIFY_START_TO_CLOSE = timedelta(seconds=30)
+NOTIFY_START_TO_CLOSE = timedelta(seconds=10)
 NOTIFY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-    # About four minutes of a channel being down before the failure is on record; the turn
-    # never waits for it (a deadline passes on time however long the channel is down).
-    maximum_attempts=8,
+    maximum_interval=timedelta(seconds=16),
+    # At most about 90 s of a channel being down (31 s of backoff, six attempts of at most 10 s)
+    # before the failure is on record. The turn never waits for it (a deadline passes on time
+    # however long the channel is down); a run due to continue as new waits for notifications
+    # in flight, so this also bounds how long a channel that is down holds that.
+    maximum_attempts=6,
     non_retryable_error_types=["NotScheduledByConversation", "ChannelNotConfigured"],
 )
 POLICY_ACTIVITY = f"{ACTIVITY_PREFIX}policy_decide"
