@@ -10,6 +10,7 @@ import pytest
 
 from temporal_agent_interrupts.client.receipts import verify_chain
 from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
+from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.receipts import (
     Receipt,
     ReceiptBody,
@@ -17,6 +18,8 @@ from temporal_agent_interrupts.workflows.receipts import (
     canonical,
     digest,
 )
+from tests.helpers import assert_no_workflow_task_failed
+from tests.test_presentation import PAY, payments_desk
 
 T0 = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
 
@@ -128,3 +131,36 @@ def test_a_sub_agents_chain_is_linked_from_its_callers_receipt():
 def test_a_signature_is_deterministic_so_a_replay_signs_the_same():
     body = chain_of("chat-3", DECISIONS[:1], [KEYS])[0].body
     assert KEYS.sign(body.canonical()) == KEYS.sign(body.canonical())
+
+
+# ----------------------------------------------------------------------------------------------
+# Live: a conversation issues a signed receipt for each decision, chained across its runs.
+
+
+async def test_a_conversations_decisions_carry_a_signed_chain_that_verifies_offline(
+    run_worker, model, client
+):
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    model.reply(
+        calls(("sendPayment", PAY, "p1")),
+        text("paid"),
+        calls(("sendPayment", {**PAY, "amount": 10}, "p2")),
+        text("not paid"),
+    )
+    async with run_worker(agents=[payments_desk], receipt_keys=keys) as agents:
+        chat = await agents.chat(payments_desk.name)
+        (first,) = (await chat.send("Pay the rent.")).interrupts
+        await chat.resume(answers=[first.approve()], identity="cfo@example.com")
+        (second,) = (await chat.send("Pay ten.")).interrupts
+        await chat.resume(answers=[second.deny("no")], identity="cfo@example.com")
+        trail = await chat.audit()
+    receipts = [r.receipt for r in trail if r.receipt is not None]
+    assert [(r.body.seq, r.body.decision, r.body.ref) for r in receipts] == [
+        (0, "approved", "p1"),
+        (1, "denied", "p2"),
+    ]
+    assert receipts[0].body.input_digest == digest(PAY)
+    assert receipts[1].body.prev == receipts[0].id
+    chain = ReceiptChain(chat_id=chat.id, receipts=receipts, key_ids=["r1"])
+    assert verify_chain(chain, keys.jwks()).ok
+    await assert_no_workflow_task_failed(client, chat.id)

@@ -20,6 +20,7 @@ read back from history, keeps the signatures the original run wrote).
 from __future__ import annotations
 
 import base64
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,15 @@ class ReceiptKeys:
                 for kid, key in self.keys
             ]
         }
+
+
+def resolve_receipt_keys(given: ReceiptKeys | str | None) -> ReceiptKeys | None:
+    """The keys given, or ``AGENT_RECEIPT_KEYS`` when none are; None when neither says any
+    (receipts are then issued unsigned)."""
+    if isinstance(given, ReceiptKeys):
+        return given
+    text = given if given is not None else os.environ.get(ENV_VAR, "")
+    return ReceiptKeys.parse(text) if text.strip() else None
 
 
 def generate_receipt_key(key_id: str | None = None) -> str:

@@ -10,9 +10,9 @@ signature over that canonical JSON under a key id. The ids chain a conversation'
 after the other, across continue-as-new; a caller's receipt for an answer it passed on names the
 sub-agent's latest receipt (``child``), so a sub-agent's chain is linked from its caller's.
 
-Pure code: no Temporal, no cryptography (the workflow sandbox imports this module). Signing is
-the worker's (``worker.receipt_keys``); checking is anyone's, with no server
-(``client.receipts``).
+No cryptography here (the workflow sandbox imports this module): signing is the worker's
+(``worker.receipt_keys``), reached through an extern function; checking is anyone's, with no
+server (``client.receipts``).
 
 **The canonical JSON** (what ids and signatures are computed over, and ``input_digest``): the
 value as JSON with object keys sorted by Unicode code point, no whitespace (``,`` and ``:``),
@@ -23,95 +23,104 @@ ISO 8601 in UTC ending ``Z``, with microseconds when there are any, as pydantic 
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import datetime
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from pydantic import Field
+from temporalio import workflow
 
-from temporal_agent_interrupts.workflows.types import JsonObject, _Wire
+from temporal_agent_interrupts.workflows.state import ConversationState, ReceiptHead
+from temporal_agent_interrupts.workflows.types import (
+    RECEIPT_VERSION,
+    AnswerRecord,
+    JsonObject,
+    Receipt,
+    ReceiptBody,
+    ReceiptChain,
+    canonical,
+    canonical_digest,
+)
 
-RECEIPT_VERSION = 1
+digest = canonical_digest
 
-
-def canonical(value: Any) -> bytes:
-    """``value`` as canonical JSON bytes (see the module's docstring)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8", "surrogatepass")  # deterministic even for a lone surrogate
-
-
-def digest(value: Any) -> str:
-    """``sha256:`` and the hex SHA-256 of ``value``'s canonical JSON."""
-    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
-
-
-class ReceiptBody(_Wire):
-    """What one decision says. Every field is signed."""
-
-    v: Literal[1] = RECEIPT_VERSION
-    chat_id: str
-    # The position in the conversation's chain (0 first) and the id of the receipt before it
-    # (None for the first).
-    seq: int
-    prev: str | None = None
-    at: datetime
-    ref: str
-    tool: str
-    # The audit record's kind (respond, restart, edit, vote, deadline, cancel, granted,
-    # revoked, voided, policy, forwarded) and what it decided.
-    kind: str
-    decision: str | None = None
-    # The digest of the input decided on (canonical JSON), when the decision had one.
-    input_digest: str | None = None
-    # Who decided: an identity, and how it was proven. ``verified`` with an issuer: a token
-    # of that issuer, its subject's fingerprint and its key id; without: what the caller said.
-    approver: str | None = None
-    verified: bool = False
-    issuer: str | None = None
-    subject: str | None = None
-    token_key_id: str | None = None
-    # What decided where no person did: a grant's id, a policy set's hash.
-    grant: str | None = None
-    policy_hash: str | None = None
-    # A caller's record of an answer passed on to a sub-agent: the sub-agent's chat, and the
-    # id of its latest receipt when the caller last read it.
-    child_chat_id: str | None = None
-    child: str | None = None
-
-    def id(self) -> str:
-        """The receipt's id: the hex SHA-256 of this body's canonical JSON."""
-        return hashlib.sha256(self.canonical()).hexdigest()
-
-    def canonical(self) -> bytes:
-        return canonical(self.model_dump(mode="json"))
-
-
-class Receipt(_Wire):
-    """A signed receipt: the body, its id, and an Ed25519 signature of the body's canonical JSON
-    (base64url, no padding) under ``key_id`` (a key of the worker's set, published as a JWK)."""
-
-    id: str
-    body: ReceiptBody
-    key_id: str | None = None
-    signature: str | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class ReceiptChain(_Wire):
-    """A conversation's receipts, oldest first, as ``agentctl audit --export`` writes them: the
-    file ``agentctl verify`` reads."""
-
-    format: Literal["temporal-agent-interrupts/receipts"] = "temporal-agent-interrupts/receipts"
-    v: Literal[1] = RECEIPT_VERSION
-    chat_id: str
-    receipts: list[Receipt] = Field(default_factory=list)
-    # The sub-agents' chains, by chat id, each linked from a caller's receipt (``child``).
-    children: dict[str, list[Receipt]] = Field(default_factory=dict)
-    # The key ids the receipts were signed under (the verifier's JWK Set must hold them).
-    key_ids: list[str] = Field(default_factory=list)
+__all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptBody", "ReceiptChain", "canonical", "digest"]
 
 
 def input_of(value: JsonObject | None) -> str | None:
     """The receipt's ``input_digest`` of a decision's input (None when it had none)."""
-    return digest(value) if value is not None else None
+    return canonical_digest(value) if value is not None else None
+
+
+Signer = Callable[[bytes], tuple[str, str]]
+"""Signs a receipt body's canonical JSON: the key id and the signature (base64url). The worker
+gives it to the workflow as an extern function (``worker.receipt_keys``); the key stays there."""
+
+EXTERN = "agent_interrupts.receipt_signer"
+
+
+def workflow_signer() -> Signer | None:
+    """The signer the worker running this workflow gave it; None when it gave none (receipts
+    are then issued unsigned, and ``agentctl verify`` says so)."""
+    found: Callable[[], Signer] | None = workflow.extern_functions().get(EXTERN)
+    return found() if found is not None else None
+
+
+@dataclass(frozen=True)
+class Issuer:
+    """What issuing a receipt needs beyond the state: the chat, the signer and the agent's
+    trusted issuer (what ``verified`` means)."""
+
+    chat_id: str
+    sign: Signer | None
+    trusted_issuer: str | None = None
+
+
+def issue(
+    state: ConversationState,
+    record: AnswerRecord,
+    issuer: Issuer,
+    *,
+    decided_on: JsonObject | None,
+    subject: str | None = None,
+) -> Receipt:
+    """The next receipt of the conversation's chain, for ``record``; the chain's head moves on.
+
+    Args:
+        decided_on: The input the decision was on (its digest is signed).
+        subject: A verified approver's account (a fingerprint of the token's ``sub``).
+    """
+    head = state.receipt_head or ReceiptHead()
+    verified = record.identity_verified
+    body = ReceiptBody(
+        chat_id=issuer.chat_id,
+        seq=head.seq,
+        prev=head.last,
+        at=record.at,
+        ref=record.ref,
+        tool=record.name,
+        kind=record.kind,
+        decision=record.decision,
+        input_digest=input_of(decided_on),
+        approver=record.identity,
+        verified=verified,
+        issuer=issuer.trusted_issuer if verified else None,
+        subject=subject if verified else None,
+        grant=record.grant,
+        policy_hash=state.spec.policy_hash if record.kind == "policy" and state.spec else None,
+        child_chat_id=record.chat_id,
+    )
+    receipt_id = body.id()
+    key_id = signature = None
+    if issuer.sign is not None:
+        key_id, signature = issuer.sign(body.canonical())
+    state.receipt_head = ReceiptHead(seq=head.seq + 1, last=receipt_id)
+    return Receipt(id=receipt_id, body=body, key_id=key_id, signature=signature)
+
+
+def issuer_for(state: ConversationState) -> Issuer:
+    """The issuer of this run's receipts: its chat, the worker's signer, the agent's issuer."""
+    spec = state.spec
+    return Issuer(
+        chat_id=workflow.info().workflow_id,
+        sign=workflow_signer(),
+        trusted_issuer=spec.trust.issuer if spec is not None and spec.trust is not None else None,
+    )
