@@ -137,6 +137,7 @@ NAMESPACES = {
         "metrics_runtime",
         "setup_search_attributes",
         "MissingSearchAttributes",
+        "EmailChannel",
     },
     "testing": {
         "BASE_URL",
