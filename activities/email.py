@@ -8,7 +8,7 @@ Internal: not covered by the 0.1.x stability promise; its public names are impor
 that is an address is its own; others, and the members of ``group:NAME`` entries, through the
 directory it is given), writes one message per approver (plain text and HTML, the call as every
 surface shows it) with a link to the web app's answer view signed for that approver alone
-(``client/answer_links.py``), and sends them over SMTP (``aiosmtplib``, on the activity's event
+(``activities/answer_links.py``), and sends them over SMTP (``aiosmtplib``, on the activity's event
 loop). An email cannot be changed once sent, so the end of a call posts nothing.
 
 Secrets (the SMTP password and the link key) live on this object, on the worker: they are never
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import logging
 import ssl
 from collections.abc import Mapping, Sequence
@@ -33,8 +34,7 @@ from typing import Literal
 import aiosmtplib
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts.client.answer_links import LINK_LIFETIME, AnswerLinks
-from temporal_agent_interrupts.client.answer_view import html_rows, text_rows, title_and_summary
+from temporal_agent_interrupts.activities.answer_links import LINK_LIFETIME, AnswerLinks
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput
 from temporal_agent_interrupts.workflows.text import truncate, visible
 from temporal_agent_interrupts.workflows.types import InterruptRequest
@@ -79,6 +79,72 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# ----------------------------------------------------------------------------------------------
+# The presentation, as rows of text: the email's body, and the answer view's (client/answer_view).
+
+
+def when(at: datetime) -> str:
+    """A time as the messages and the answer view show it."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def title_and_summary(call: InterruptRequest) -> tuple[str, str]:
+    """The call's title and one-line summary (a call written before presentations existed
+    shows its tool's name and its input)."""
+    if call.shown is not None:
+        return call.shown.title, call.shown.summary
+    name = visible(truncate(call.name, 100))
+    raw = json.dumps(call.input, ensure_ascii=False, sort_keys=True)
+    return name, visible(truncate(raw, 300))
+
+
+def rows(call: InterruptRequest) -> list[tuple[str, str]]:
+    """What a person is shown of ``call``, label and value, each plain text already made
+    visible and cut by the conversation (escape it for your markup)."""
+    out: list[tuple[str, str]] = []
+    shown = call.shown
+    if shown is not None:
+        if shown.why:
+            out.append(("Why it waits", shown.why))
+        if shown.risk is not None:
+            note = f": {shown.risk_note}" if shown.risk_note else ""
+            out.append(("Risk", f"{shown.risk}{note}"))
+        out.extend((f.label, f.value) for f in shown.fields)
+        if shown.fields_omitted:
+            out.append(("More", f"{shown.fields_omitted} more field(s) not shown here"))
+    if call.requester is not None:
+        how = "verified" if call.requester.verified else "as they said"
+        out.append(("Requested by", f"{visible(call.requester.identity[:256])} ({how})"))
+    if shown is not None and shown.asked:
+        out.append(("The request", shown.asked))
+    if shown is not None and shown.said:
+        out.append(("The agent said", shown.said))
+    if call.quorum > 1 or call.votes:
+        voters = ", ".join(visible(v.identity[:256]) for v in call.votes[:10]) or "none yet"
+        out.append(("Approvals", f"{len(call.votes)} of {call.quorum} ({voters})"))
+    if call.deadline is not None:
+        out.append(("Deadline", when(call.deadline)))
+    return out
+
+
+def html_rows(call: InterruptRequest) -> str:
+    """:func:`rows` as an HTML table, every value escaped."""
+    cells = "".join(
+        f"<tr><th>{escape(label)}</th><td>{escape(value)}</td></tr>" for label, value in rows(call)
+    )
+    return f"<table>{cells}</table>"
+
+
+def text_rows(call: InterruptRequest) -> str:
+    """:func:`rows` as plain text, a value's later lines indented under its label."""
+    lines = []
+    for label, value in rows(call):
+        first, *rest = value.splitlines() or [""]
+        lines.append(f"{label}: {first}")
+        lines.extend(f"    {line}" for line in rest)
+    return "\n".join(lines)
 
 
 class EmailChannel:
@@ -353,4 +419,14 @@ def message_id(key: str, identity: str, sender: str) -> str:
     return f"<{digest}.answer@{domain}>"
 
 
-__all__ = ["MAX_RECIPIENTS", "SMTP_TIMEOUT", "EmailChannel", "message_id"]
+__all__ = [
+    "MAX_RECIPIENTS",
+    "SMTP_TIMEOUT",
+    "EmailChannel",
+    "html_rows",
+    "message_id",
+    "rows",
+    "text_rows",
+    "title_and_summary",
+    "when",
+]

@@ -14,7 +14,7 @@ quorum, the digest of the input the email showed, exactly once), with the link's
 the identity. For agents with ``trust=``, the app's ``LoginExchange`` signs the per-answer
 assertion, as for a login: the link is the login.
 
-A link is one-time without any state here (``client/answer_links.py``): once its answer is
+A link is one-time without any state here (``activities/answer_links.py``): once its answer is
 applied, the call is no longer pending, or the approver's vote is on it, and a link used again
 is refused before anything is sent. A token that does not verify (changed, cut, signed by
 another key) or has expired is refused before the conversation is asked anything.
@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote
@@ -39,10 +37,11 @@ from urllib.parse import parse_qs, quote
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from temporal_agent_interrupts.client.answer_links import AnswerLinks, LinkClaims, LinkRefused
+from temporal_agent_interrupts.activities.answer_links import AnswerLinks, LinkClaims, LinkRefused
+from temporal_agent_interrupts.activities.email import html_rows, title_and_summary, when
 from temporal_agent_interrupts.client.login import Login, LoginExchange
 from temporal_agent_interrupts.errors import AgentError, ChatNotFound, ResumeRejected
-from temporal_agent_interrupts.workflows.text import truncate, visible
+from temporal_agent_interrupts.workflows.text import visible
 from temporal_agent_interrupts.workflows.types import InterruptRequest, StatusResult
 
 if TYPE_CHECKING:
@@ -57,71 +56,6 @@ MAX_REASON = 1024
 
 VIA = "answer link"
 """The audit record's ``metadata["via"]`` of an answer made through a link."""
-
-
-# ----------------------------------------------------------------------------------------------
-# The presentation, as rows of text: the email's body and the page's are the same rows.
-
-
-def _when(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def title_and_summary(call: InterruptRequest) -> tuple[str, str]:
-    """The call's title and one-line summary (a call written before presentations existed
-    shows its tool's name and its input)."""
-    if call.shown is not None:
-        return call.shown.title, call.shown.summary
-    name = visible(truncate(call.name, 100))
-    raw = json.dumps(call.input, ensure_ascii=False, sort_keys=True)
-    return name, visible(truncate(raw, 300))
-
-
-def rows(call: InterruptRequest) -> list[tuple[str, str]]:
-    """What a person is shown of ``call``, label and value, each plain text already made
-    visible and cut by the conversation (escape it for your markup)."""
-    out: list[tuple[str, str]] = []
-    shown = call.shown
-    if shown is not None:
-        if shown.why:
-            out.append(("Why it waits", shown.why))
-        if shown.risk is not None:
-            note = f": {shown.risk_note}" if shown.risk_note else ""
-            out.append(("Risk", f"{shown.risk}{note}"))
-        out.extend((f.label, f.value) for f in shown.fields)
-        if shown.fields_omitted:
-            out.append(("More", f"{shown.fields_omitted} more field(s) not shown here"))
-    if call.requester is not None:
-        how = "verified" if call.requester.verified else "as they said"
-        out.append(("Requested by", f"{visible(call.requester.identity[:256])} ({how})"))
-    if shown is not None and shown.asked:
-        out.append(("The request", shown.asked))
-    if shown is not None and shown.said:
-        out.append(("The agent said", shown.said))
-    if call.quorum > 1 or call.votes:
-        voters = ", ".join(visible(v.identity[:256]) for v in call.votes[:10]) or "none yet"
-        out.append(("Approvals", f"{len(call.votes)} of {call.quorum} ({voters})"))
-    if call.deadline is not None:
-        out.append(("Deadline", _when(call.deadline)))
-    return out
-
-
-def html_rows(call: InterruptRequest) -> str:
-    """:func:`rows` as an HTML table, every value escaped."""
-    cells = "".join(
-        f"<tr><th>{escape(label)}</th><td>{escape(value)}</td></tr>" for label, value in rows(call)
-    )
-    return f"<table>{cells}</table>"
-
-
-def text_rows(call: InterruptRequest) -> str:
-    """:func:`rows` as plain text, a value's later lines indented under its label."""
-    lines = []
-    for label, value in rows(call):
-        first, *rest = value.splitlines() or [""]
-        lines.append(f"{label}: {first}")
-        lines.extend(f"    {line}" for line in rest)
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,7 +208,7 @@ class AnswerView:
             f'<p class="summary">{escape(summary)}</p>'
             f"{html_rows(call)}"
             f'<p class="small">You answer as {escape(visible(claims.identity))}. '
-            f"This link answers once, until {escape(_when(claims.expires_at))}.</p>"
+            f"This link answers once, until {escape(when(claims.expires_at))}.</p>"
             f'<form method="post" action="{escape(action)}">'
             '<p><label for="reason">A reason, if you deny (optional)</label><br>'
             f'<textarea id="reason" name="reason" rows="2" maxlength="{MAX_REASON}"></textarea>'
@@ -375,8 +309,8 @@ def _settled(status: StatusResult, claims: LinkClaims) -> str:
             continue
         by = f" by {visible(record.identity[:256])}" if record.identity else ""
         decision = record.decision or "answered"
-        return f"this call was {decision}{by} at {_when(record.at)}: this link answers nothing more"
+        return f"this call was {decision}{by} at {when(record.at)}: this link answers nothing more"
     return "this call is no longer waiting for an answer: this link answers nothing more"
 
 
-__all__ = ["CSP", "VIA", "AnswerView", "html_rows", "rows", "text_rows", "title_and_summary"]
+__all__ = ["CSP", "VIA", "AnswerView"]

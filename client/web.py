@@ -1557,7 +1557,7 @@ def agents_app(
         Route("/inbox/inbox.css", guarded(_static("inbox.css", "text/css; charset=utf-8"))),
     ]
     if link_keys:
-        from temporal_agent_interrupts.client.answer_links import AnswerLinks
+        from temporal_agent_interrupts.activities.answer_links import AnswerLinks
         from temporal_agent_interrupts.client.answer_view import AnswerView
 
         view = AnswerView(state, AnswerLinks(link_keys))

@@ -1,5 +1,5 @@
 """An email's answer link, and the message that carries it, without a server
-(``client/answer_links.py``, ``activities/email.py``): what a link binds, who is written to,
+(``activities/answer_links.py``, ``activities/email.py``): what a link binds, who is written to,
 and what a message shows and hides."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from temporal_agent_interrupts.activities.answer_links import AnswerLinks, LinkRefused
 from temporal_agent_interrupts.activities.email import EmailChannel, message_id
-from temporal_agent_interrupts.client.answer_links import AnswerLinks, LinkRefused
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput
 from temporal_agent_interrupts.workflows.types import InterruptRequest, Shown, ShownField, Vote
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import importlib.util
 import logging
 import re
 import time
@@ -32,14 +33,16 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from temporalio.worker import Worker
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
-from temporal_agent_interrupts.client.answer_links import AnswerLinks
+from temporal_agent_interrupts.activities.answer_links import AnswerLinks
 from temporal_agent_interrupts.client.login import LoginExchange
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.hosting import EmailChannel
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import tool_runs
+from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, eventually, free_port
 from tests.test_presentation import PAY, send_payment
 from tests.web import served
@@ -307,3 +310,65 @@ async def test_a_group_approver_is_emailed_through_the_directory_and_answers_ver
 
 async def _count(box: Mailbox) -> int:
     return len(box.messages)
+
+
+DOCS_SETUP = "# approvals_mail.py: the email channel on the worker, and the web app its links open"
+"""The first line of docs/answering/email.md's setup."""
+
+
+async def test_the_docs_setup_emails_each_approver_and_a_link_answers(
+    run_worker, model, client, tmp_path, monkeypatch
+):
+    """docs/answering/email.md's setup, as printed, with its secrets from the environment; only
+    where the SMTP server is changes (this test's, on loopback)."""
+    from temporal_agent_interrupts.worker.testing import ScriptedModel
+
+    assert isinstance(model, ScriptedModel)
+    from cryptography.hazmat.primitives import serialization
+
+    app_key = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    for name, value in (("SMTP_USERNAME", "bot"), ("SMTP_PASSWORD", PASSWORD),
+                        ("ANSWER_LINK_KEY", KEY), ("LOGIN_SECRET", uuid.uuid4().hex * 2),
+                        ("AGENTS_APP_KEY", app_key.decode())):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "approvals_mail.py"
+    path.write_text(block(DOCS_SETUP, lang="python"))
+    spec = importlib.util.spec_from_file_location(f"approvals_mail_{uuid.uuid4().hex}", path)
+    assert spec is not None and spec.loader is not None
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    assert isinstance(page.worker(client), Worker)
+    model.reply(
+        calls(("sendPayment", {"amount": 12.5, "iban": "NL91 ABNA 0417 1643 00"}, "p1")),
+        text("paid"),
+    )
+    with smtp_server() as (box, port):
+        mail = page.mail
+        mail.host, mail.port, mail.security = "127.0.0.1", port, "none"
+        async with (
+            run_worker(agents=[page.payments], channels={"mail": mail}) as agents,
+            served(page.web_app(agents)) as base,
+            httpx2.AsyncClient(timeout=30) as http,
+        ):
+            mail.app_url = base
+            chat = await agents.chat(page.payments.name)
+            await chat.send("Pay the supplier.")
+            await eventually(lambda: _count(box), lambda n: n == 3)
+            by_address = {m["To"]: m for m in box.messages}
+            assert set(by_address) == {
+                "cfo@example.com",
+                "ann.lee@example.com",
+                "bo@example.com",
+            }
+            done = await http.post(
+                link_of(by_address["cfo@example.com"]), data={"action": "approve"}
+            )
+            assert done.status_code == 200, done.text
+            (approval,) = [r for r in (await chat.history()).answers if r.kind != "notified"]
+            assert (approval.identity, approval.identity_verified) == ("cfo@example.com", True)
+            assert await tool_runs(chat) == {"sendPayment": 1}
+    await assert_no_workflow_task_failed(client, chat.id)
