@@ -97,8 +97,10 @@ def page(status: int, heading: str, body: str) -> HTMLResponse:
         headers={
             "Content-Security-Policy": CSP,
             "X-Content-Type-Options": "nosniff",
-            # The token is in the URL: no page this one links to may be told it.
-            "Referrer-Policy": "no-referrer",
+            # The token is in the URL: no other site may be told it. Not "no-referrer": a
+            # browser then sends the form's POST with "Origin: null", which the app refuses as
+            # a request from another site (found by tests/test_email_answer_page.py).
+            "Referrer-Policy": "same-origin",
             "Cache-Control": "no-store",
             "X-Robots-Tag": "noindex",
         },

@@ -184,7 +184,7 @@ async def test_an_emailed_link_opens_the_answer_view_and_answers_once(
                 assert '<form method="post"' in view.text and 'value="approve"' in view.text
                 assert "script-src" not in view.headers["content-security-policy"]
                 assert "form-action 'self'" in view.headers["content-security-policy"]
-                assert view.headers["referrer-policy"] == "no-referrer"
+                assert view.headers["referrer-policy"] == "same-origin"
                 assert await event_count(client, chat.id) == before
                 assert [i.ref for i in await chat.pending()] == ["p1"]
 
