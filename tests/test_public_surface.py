@@ -139,6 +139,7 @@ NAMESPACES = {
         "MissingSearchAttributes",
         "Channel",
         "NotifyInput",
+        "EmailChannel",
     },
     "testing": {
         "BASE_URL",
