@@ -137,6 +137,8 @@ NAMESPACES = {
         "metrics_runtime",
         "setup_search_attributes",
         "MissingSearchAttributes",
+        "SlackChannel",
+        "SlackDirectory",
     },
     "testing": {
         "BASE_URL",
