@@ -119,6 +119,7 @@ NAMESPACES = {
         "Login",
         "LoginHook",
         "jwt_login",
+        "SlackInteractivity",
     },
     "payloads": {
         "data_converter",
