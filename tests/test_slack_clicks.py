@@ -26,18 +26,21 @@ from temporal_agent_interrupts.client.login import LoginExchange
 from temporal_agent_interrupts.client.web import agents_app
 from temporal_agent_interrupts.web import SlackInteractivity
 from temporal_agent_interrupts.worker.standin import calls, text
-from temporal_agent_interrupts.worker.testing import tool_runs
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted, tool_runs
 from temporal_agent_interrupts.workflows.types import InterruptRequest
 from tests import slack_worker as w
+from tests.docs import block
 from tests.helpers import assert_no_workflow_task_failed, events_of, eventually, history
 from tests.slack_standin import (
     SIGNING_SECRET,
+    TOKEN,
     Message,
     SlackStandIn,
     click_payload,
     signed,
     slack_standin,
 )
+from tests.test_docs_examples import load
 from tests.test_presentation import PAY, send_payment
 from tests.web import served
 
@@ -271,3 +274,50 @@ async def test_a_click_after_the_call_was_answered_through_the_api_changes_nothi
     hist = await assert_no_workflow_task_failed(client, d.chat.id)
     # The send, and the one answer.
     assert len(events_of(hist, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)) == 2
+
+
+async def test_the_slack_pages_setup_posts_a_paused_call_and_answers_its_click_offline(
+    client, tmp_path, monkeypatch
+):
+    """docs/answering/slack.md's module, run as printed, with its secrets in the environment
+    and Slack's Web API at the loopback stand-in (``SLACK_API_URL``)."""
+    source = block("# approvals_slack.py: imported by the worker and by the web app", lang="python")
+    async with slack_standin() as slack:
+        monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+        monkeypatch.setenv("SLACK_APPROVALS_CHANNEL", w.CHANNEL)
+        monkeypatch.setenv("SLACK_API_URL", f"{slack.url}/api/")
+        monkeypatch.setenv("SLACK_SIGNING_SECRET", SIGNING_SECRET)
+        page = load(tmp_path, "approvals_slack", source, monkeypatch)
+        model = ScriptedModel(
+            [calls(("sendPayment", {"amount": 125000, "iban": "DE89"}, "p1")), text("sent")]
+        )
+        async with hosted(
+            client, agents=[page.payments], model=model, channels=page.channels()
+        ) as agents:
+            chat = await agents.chat("payments")
+            res = await chat.send("Pay the supplier.")
+            assert res.finish_reason == FinishReason.INTERRUPTED
+            posted = await eventually(
+                lambda: asyncio.sleep(0, slack.posted()), lambda p: len(p) == 3
+            )
+            # The channel, and each approver's DM.
+            assert [m.channel for m in posted] == [w.CHANNEL, "D024BE7LH", "D0G9QF9C6"]
+            app = agents_app(agents, slack=page.interactivity())
+            async with served(app) as base, httpx2.AsyncClient(timeout=30) as http:
+                payload = click_payload(
+                    posted[1],
+                    action=APPROVE,
+                    user="U024BE7LH",
+                    team="T061EG9R6",
+                    response_url="https://hooks.slack.com/actions/T061EG9R6/1/x",
+                )
+                body, headers = signed(payload)
+                clicked = await http.post(
+                    f"{base}/slack/interactivity", content=body, headers=headers
+                )
+                assert clicked.status_code == 200
+                await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
+            assert (await tool_runs(chat))["sendPayment"] == 1
+            for message in posted:
+                await eventually(lambda m=message: asyncio.sleep(0, m.updates), bool)
+                assert "Approved by cfo@example.com" in message.text
