@@ -82,6 +82,10 @@ class Unverified(Exception):
     """A request that is not Slack's, or not now: answered 401, nothing more read."""
 
 
+class Busy(Exception):
+    """More signed requests within five minutes than the replay check keeps: answered 503."""
+
+
 class SlackInteractivity:
     """Slack's interactivity endpoint for :func:`~temporal_agent_interrupts.web.agents_app`.
 
@@ -130,6 +134,8 @@ class SlackInteractivity:
             self._verify(body, request)
         except Unverified as e:
             return Response(f"refused: {e}", status_code=401, media_type="text/plain")
+        except Busy as e:
+            return Response(f"refused: {e}", status_code=503, media_type="text/plain")
         click = _click(body)
         if click is None:
             return Response(status_code=200)  # not a button of ours (an Open link's click)
@@ -149,7 +155,7 @@ class SlackInteractivity:
         if key in self._seen:
             raise Unverified("seen before")
         if len(self._seen) >= self._capacity:
-            raise Unverified("too many requests in five minutes")
+            raise Busy("too many requests in five minutes")
         self._seen[key] = int(stamp)
 
     # -- the answer ----------------------------------------------------------------------------
@@ -219,13 +225,19 @@ class SlackInteractivity:
         except AgentError:
             records = []
         last = _last_answer(records, click.ref)
+        unchanged = "nothing was changed."
         if last is None:
-            return "This call is no longer waiting for an answer; nothing was changed."
+            return f"This call is no longer waiting for an answer; {unchanged}"
         if last.decision == "expired" or last.via == "deadline":
-            return "This call expired before it was answered; nothing was changed."
+            return f"This call expired before it was answered; {unchanged}"
+        if last.via == "cancel":
+            return f"This call was withdrawn: its turn was cancelled; {unchanged}"
+        if last.via in ("grant", "policy"):
+            rule = "a remembered decision" if last.via == "grant" else "the agent's policy"
+            return f"This call was already decided ({last.decision}) by {rule}; {unchanged}"
         by = last.identity or "someone"
         what = last.decision or "answered"
-        return f"This call was already answered ({what}) by {by}; nothing was changed."
+        return f"This call was already answered ({what}) by {by}; {unchanged}"
 
     async def _tell(self, click: Click, text: str) -> None:
         if not click.response_url.startswith(self.response_urls):

@@ -42,6 +42,7 @@ from tests.slack_standin import (
 )
 from tests.test_docs_examples import load
 from tests.test_presentation import PAY, send_payment
+from tests.test_slack_messages import quick
 from tests.web import served
 
 
@@ -321,3 +322,43 @@ async def test_the_slack_pages_setup_posts_a_paused_call_and_answers_its_click_o
             for message in posted:
                 await eventually(lambda m=message: asyncio.sleep(0, m.updates), bool)
                 assert "Approved by cfo@example.com" in message.text
+
+
+async def test_a_click_after_the_call_expired_changes_nothing_and_says_so(
+    run_worker, model, client
+):
+    agent = Agent(
+        f"slack_quick_{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[quick], notify=["slack"]
+    )
+    model.reply(calls(("quickAsk", {"question": "ok?"}, "q1")), text("went on"))
+    async with (
+        slack_standin() as slack,
+        run_worker(agents=[agent], channels={"slack": w.channel(slack.url)}) as agents,
+    ):
+        chat = await agents.chat(agent.name)
+        assert (await chat.send("Ask it.")).finish_reason == FinishReason.INTERRUPTED
+        (message,) = await eventually(lambda: asyncio.sleep(0, slack.posted()), bool)
+        as_posted = copy.deepcopy(message)
+        await eventually(chat.status, lambda s: s.status == "idle", timeout=30)
+        await eventually(lambda: asyncio.sleep(0, message.updates), bool)
+        assert message.text.startswith("Expired")
+        interactivity = SlackInteractivity(
+            signing_secret=SIGNING_SECRET,
+            directory=w.DIRECTORY,
+            response_urls=f"{slack.url}/response/",
+        )
+        app = agents_app(agents, slack=interactivity)
+        async with served(app) as base, httpx2.AsyncClient(timeout=30) as http:
+            payload = click_payload(
+                as_posted, action=APPROVE, user=w.CFO, response_url=f"{slack.url}/response/e"
+            )
+            body, headers = signed(payload)
+            before = updates((await history(client, chat.id)).events)
+            clicked = await http.post(f"{base}/slack/interactivity", content=body, headers=headers)
+            assert clicked.status_code == 200
+            (reply,) = await eventually(lambda: asyncio.sleep(0, slack.responses), bool)
+        assert "expired before it was answered" in reply["text"]
+        assert updates((await history(client, chat.id)).events) == before
+        records = [r for r in await agents.audit(chat.id) if r.kind != "notified"]
+        assert [r.kind for r in records] == ["deadline"]
+    await assert_no_workflow_task_failed(client, chat.id)
