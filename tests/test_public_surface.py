@@ -119,6 +119,7 @@ NAMESPACES = {
         "Login",
         "LoginHook",
         "jwt_login",
+        "SlackInteractivity",
     },
     "payloads": {
         "data_converter",
@@ -140,6 +141,8 @@ NAMESPACES = {
         "Channel",
         "NotifyInput",
         "EmailChannel",
+        "SlackChannel",
+        "SlackDirectory",
     },
     "testing": {
         "BASE_URL",
