@@ -35,6 +35,7 @@ import aiosmtplib
 from temporalio.exceptions import ApplicationError
 
 from temporal_agent_interrupts.activities.answer_links import LINK_LIFETIME, AnswerLinks
+from temporal_agent_interrupts.activities.notify import heading
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput
 from temporal_agent_interrupts.workflows.text import truncate, visible
 from temporal_agent_interrupts.workflows.types import InterruptRequest
@@ -244,7 +245,8 @@ class EmailChannel:
             ApplicationError: no approver has an address (not retried), or the server refused
                 (a 5xx reply: not retried; a 4xx or no answer: retried).
         """
-        if note.kind != "paused":
+        if note.kind == "settled":
+            # An email cannot be changed once sent: its link says the call's end when opened.
             return None
         call = note.interrupt
         recipients = self.recipients(call)
@@ -367,7 +369,7 @@ class EmailChannel:
         msg["From"] = self.sender
         msg["To"] = recipient.address
         # The summary is made visible by the conversation (no line breaks): no header to inject.
-        msg["Subject"] = truncate(f"Approval needed: {summary}", 150)
+        msg["Subject"] = truncate(f"{heading(note.kind)}: {summary}", 150)
         msg["Message-ID"] = message_id(note.key, recipient.identity, self.sender)
         msg["Date"] = formatdate(usegmt=True)
         # RFC 3834: no vacation replies to a robot's message.

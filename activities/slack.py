@@ -40,7 +40,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web import SlackResponse
 from temporalio.exceptions import ApplicationError
 
-from temporal_agent_interrupts.activities.notify import attempt
+from temporal_agent_interrupts.activities.notify import attempt, heading
 from temporal_agent_interrupts.workflows.activity_io import NotifyInput, SettledAs
 from temporal_agent_interrupts.workflows.text import truncate
 from temporal_agent_interrupts.workflows.types import InterruptRequest
@@ -418,7 +418,7 @@ def paused_message(note: NotifyInput, *, inbox_url: str | None) -> tuple[list[An
     title = shown.title if shown else request.name
     summary = shown.summary if shown else ""
     blocks: list[Any] = [
-        {"type": "header", "text": _plain(f"Approval needed: {title}", _HEADER)},
+        {"type": "header", "text": _plain(f"{heading(note.kind)}: {title}", _HEADER)},
     ]
     lines = [f"*{_cut(summary, 600)}*"] if summary else []
     if shown and shown.why:

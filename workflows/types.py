@@ -762,6 +762,9 @@ class InterruptRequest(_Wire):
     # front end builds its form from it). None for gated and conditional tools, whose answer
     # is an approval, and for a tool that declares none.
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An editable tool's input schema: what an edit must fit (a web front end builds its edit
+    # form from it). None for a tool that is not editable. Left off the wire when unset.
+    input_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
     # A call a gate paused, of a tool that carries its own gate (an MCP tool): what decided it.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
     # A sub-agent's interrupt shown on the conversation that called it (``agent_tool``): the
