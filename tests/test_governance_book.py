@@ -345,7 +345,7 @@ def test_a_quorum_on_a_gated_call_counts_only_restart_approvals():
         respond=[{"name": "deploy", "ref": "p1", "output": {"approved": True}}],
         identity_token=ISSUER.mint("a@x"),
     )
-    with pytest.raises(ResumeError, match="approve it with a restart"):
+    with pytest.raises(ResumeError, match="approve it with an approval that runs it"):
         book.check(respond, now=NOW)
 
 

@@ -24,6 +24,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporal_agent_interrupts import AgentClient, FinishReason, interrupt
 from temporal_agent_interrupts.client import inbox as inbox_module
 from temporal_agent_interrupts.client.inbox import (
+    MAX_PENDING_MEMO,
     PausedChat,
     PausedInterrupt,
     for_approver,
@@ -41,6 +42,7 @@ from temporal_agent_interrupts.workflows.config import (
     INTERRUPTED_SINCE,
     PENDING_INTERRUPTS,
 )
+from temporal_agent_interrupts.workflows.operator_view import memo_shown
 from tests import agents as t
 from tests.helpers import eventually
 from tests.test_operator import VISIBILITY_TIMEOUT, agentctl
@@ -157,6 +159,10 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
             quorum=2,
             votes=[ALICE],
             input_digest=wire.input_digest,
+            shown=wire.shown
+            and PausedInterrupt.model_validate(
+                {"name": "x", "ref": "x", "shown": memo_shown(wire.shown)}
+            ).shown,
         )
     ]
     assert wire.deadline is not None and wire.since is not None
@@ -170,6 +176,10 @@ async def test_the_inbox_lists_paused_chats_and_who_may_answer_them_without_a_wo
             source="interrupt",
             since=question.since,
             input_digest=question.input_digest,
+            shown=question.shown
+            and PausedInterrupt.model_validate(
+                {"name": "x", "ref": "x", "shown": memo_shown(question.shown)}
+            ).shown,
         )
     ]
     assert [(i.source, i.approvers) for i in third.interrupts] == [
@@ -414,8 +424,8 @@ async def test_fakes_cannot_blind_the_inbox_oversized_memos_are_not_read_and_pag
     agent = f"inbox-flood-{uuid.uuid4().hex[:8]}"
     tq = f"inbox-{uuid.uuid4()}"
     entry = {"name": "approve", "ref": "x", "input": {"blob": "y" * 900}}
-    huge = json.dumps([{**entry, "ref": f"x{n}"} for n in range(800)]).encode()
-    assert len(huge) > 700 * 1024  # past the most the product writes (MAX_PENDING_MEMO)
+    huge = json.dumps([{**entry, "ref": f"x{n}"} for n in range(900)]).encode()
+    assert len(huge) > MAX_PENDING_MEMO  # past the most the product writes
     small = json.dumps([entry]).encode()
     long_ago = datetime(2001, 1, 1, tzinfo=UTC)
     oversized = [

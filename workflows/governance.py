@@ -595,7 +595,7 @@ def check_votes(
         if decision == "approved" and kind == "respond" and call.source != "interrupt":
             # Its output would stand in for the tool's, so the approval would not run it.
             raise ResumeError(
-                f"{name!r} (ref {ref!r}) needs {needed} approvals: approve it with a "
+                f"{name!r} (ref {ref!r}) needs {needed} approvals: approve it with an "
                 "approval that runs it (approve() builds it), not by supplying its output"
             )
         if who.identity is None:
