@@ -52,6 +52,20 @@ class Channel(Protocol):
         ...
 
 
+HEADINGS = {
+    "paused": "Approval needed",
+    "reminder": "Reminder: approval needed",
+    "escalation": "Escalated: approval needed",
+}
+"""What a message about a paused call is headed with, by the notification's kind."""
+
+
+def heading(kind: str) -> str:
+    """The heading of a message about a paused call: ``Approval needed``, or its reminder's or
+    escalation's."""
+    return HEADINGS.get(kind, HEADINGS["paused"])
+
+
 class Notifier:
     """The ``notify`` activity's body: the worker's channels by name."""
 

@@ -143,10 +143,7 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
     it waits in.
     """
     approval = request.source not in _ANSWERED_WITH_DATA
-    said = request.metadata.get("message")
-    message = said if isinstance(said, str) and said else None
-    if message is None:
-        message = f"Approve {request.name}?" if approval else f"{request.name} needs your answer"
+    message = _message(request, approval=approval)
     return Interrupt(
         id=request.ref,
         reason=REASON_APPROVAL if approval else REASON_INPUT,
@@ -171,10 +168,27 @@ def to_interrupt(request: InterruptRequest) -> Interrupt:
                 else None
             ),
             "since": request.since.isoformat() if request.since else None,
+            # What a person is shown of the call (the summary, fields, risk, why it waits, the
+            # user's request and the model's words): render this, not ``input`` or ``details``.
+            "shown": request.shown.model_dump(mode="json") if request.shown else None,
             "details": request.metadata,
             **({"path": list(request.path), "chatId": request.chat_id} if request.path else {}),
         },
     )
+
+
+def _message(request: InterruptRequest, *, approval: bool) -> str:
+    """The interrupt's words for a person: the call's summary and why it waits (``shown``);
+    the gate's own message ("Tool not in approved list: X") is for programs, and stays in
+    ``metadata.details``. A request with nothing shown (a conversation older than ``shown``)
+    keeps what it said before."""
+    shown = request.shown
+    if shown is not None and shown.summary:
+        return f"{shown.summary} — {shown.why}" if shown.why else shown.summary
+    said = request.metadata.get("message")
+    if isinstance(said, str) and said:
+        return said
+    return f"Approve {request.name}?" if approval else f"{request.name} needs your answer"
 
 
 def to_answer(

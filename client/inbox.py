@@ -125,6 +125,8 @@ class PausedInterrupt(BaseModel):
     requester: Requester | None = None
     """Who sent the message the call came from (``verified``: proven by a token of the
     agent's issuer; else asserted). None: the message did not say."""
+    editable: bool = False
+    """The tool takes an edited input (``InterruptRequest.editable``)."""
     shown: Shown | None = None
     """What a person is shown of the call (``InterruptRequest.shown``), as the memo keeps it:
     its first six fields, each text cut to 160 characters. None: written before there was."""

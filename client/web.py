@@ -20,6 +20,9 @@ Routes:
     ``POST /api/chats/{chat_id}/grants/{grant_id}/revoke``   end one (body: optional reason)
     ``GET  /api/whoami``                       who this request answers as
     ``GET  /inbox``                            the approver's inbox page
+    ``GET  /answer/{token}``                   an email link's answer view (``link_keys=``)
+    ``POST /answer/{token}``                   its one answer (see ``client/answer_view.py``)
+    ``POST /slack/interactivity``              Slack's button clicks (``slack=``)
 
 Who answers comes from the request, never from the body: a login the application verifies
 and the app turns into one short assertion per answer (``identity=LoginExchange(...)``, see
@@ -53,7 +56,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ag_ui.core import MessagesSnapshotEvent, RunAgentInput
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -106,6 +109,10 @@ from temporal_agent_interrupts.workflows.types import (
     answer_digest,
     remember_digest,
 )
+
+if TYPE_CHECKING:
+    # client.slack imports this module; the app only calls what it is given.
+    from temporal_agent_interrupts.client.slack import SlackInteractivity
 
 log = logging.getLogger(__name__)
 
@@ -1444,6 +1451,8 @@ def agents_app(
     authorize: Authorize | None = None,
     token_queues: Sequence[str] | None = None,
     inbox_queues: Sequence[str] | Literal["any"] | None = None,
+    link_keys: Sequence[bytes | str] = (),
+    slack: SlackInteractivity | None = None,
 ) -> Starlette:
     """The web front ends' application, for ``client``'s namespace and task queue.
 
@@ -1480,6 +1489,16 @@ def agents_app(
             queue (`make run`, on one machine, where a newcomer's agent has a queue of its
             own). None: the client's own and ``token_queues``, the queues this deployment's
             workers poll: a chat on any other was written by whoever started it, memo and all.
+        link_keys: The secrets the email channel signs its answer links with (the
+            ``EmailChannel``'s ``link_key``; the first of several is the newest, each
+            verifies). Given, the app serves ``/answer/{token}``: the link's approver answers
+            as who the link names (behind a ``LoginExchange``, through an assertion it signs,
+            as for a login), after confirming with a POST; ``authorize`` is asked as for any
+            answer.
+        slack: Serve Slack's interactivity endpoint, ``POST /slack/interactivity``: *Approve*
+            and *Deny* clicks on a ``SlackChannel``'s messages, verified with the Slack app's
+            signing secret and answered as the directory's identity of the clicking user
+            (``client/slack.py``).
 
     Raises:
         TypeError: ``identity`` is none of its forms.
@@ -1547,6 +1566,17 @@ def agents_app(
         Route("/inbox/inbox.js", guarded(_static("inbox.js", "text/javascript; charset=utf-8"))),
         Route("/inbox/inbox.css", guarded(_static("inbox.css", "text/css; charset=utf-8"))),
     ]
+    if link_keys:
+        from temporal_agent_interrupts.activities.answer_links import AnswerLinks
+        from temporal_agent_interrupts.client.answer_view import AnswerView
+
+        view = AnswerView(state, AnswerLinks(link_keys))
+        routes.append(Route("/answer/{token}", view.guarded(view.show), methods=["GET"]))
+        routes.append(Route("/answer/{token}", view.guarded(view.answer), methods=["POST"]))
+    if slack is not None:
+        routes.append(
+            Route("/slack/interactivity", guarded(slack.endpoint(state)), methods=["POST"])
+        )
     app = Starlette(routes=routes)
     hosts = frozenset([*LOOPBACK_NAMES, *(h.strip().lower() for h in allowed_hosts if h.strip())])
     app.add_middleware(

@@ -3,7 +3,8 @@ agents only, the connection settings every entry point shares (``connect_config`
 ``DEFAULT_TASK_QUEUE``), ``metrics_runtime`` for an embedding application's Prometheus
 endpoint, the namespace's search attributes (``setup_search_attributes``, and the
 ``MissingSearchAttributes`` a worker refuses to start with), and the channels paused calls are
-announced on (``Channel``, and the ``NotifyInput`` each call of one is given).
+announced on (``Channel``, the ``NotifyInput`` each call of one is given, ``EmailChannel``, and
+``SlackChannel`` with its ``SlackDirectory``).
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -22,7 +23,9 @@ from typing import TYPE_CHECKING
 from temporal_agent_interrupts._lazy import exports
 
 if TYPE_CHECKING:
+    from temporal_agent_interrupts.activities.email import EmailChannel
     from temporal_agent_interrupts.activities.notify import Channel
+    from temporal_agent_interrupts.activities.slack import SlackChannel, SlackDirectory
     from temporal_agent_interrupts.connection import DEFAULT_TASK_QUEUE, connect_config
     from temporal_agent_interrupts.search_attributes import (
         MissingSearchAttributes,
@@ -44,14 +47,20 @@ _HOME = {
     # implements, and what each call of it is given.
     "Channel": "activities.notify",
     "NotifyInput": "workflows.activity_io",
+    "EmailChannel": "activities.email",
+    "SlackChannel": "activities.slack",
+    "SlackDirectory": "activities.slack",
 }
 
 __all__ = [
     "DEFAULT_MAX_CACHED_WORKFLOWS",
     "DEFAULT_TASK_QUEUE",
     "Channel",
+    "EmailChannel",
     "MissingSearchAttributes",
     "NotifyInput",
+    "SlackChannel",
+    "SlackDirectory",
     "build_worker",
     "connect_config",
     "metrics_runtime",

@@ -1,7 +1,7 @@
 """The web front ends as one ASGI app: AG-UI, the approvals API and the inbox page
 (``agents_app``), its rules (``Access``, ``Authorize``, ``Forbidden``, ``IdentityFunction``),
-the login it sits behind (``LoginExchange``, ``Login``, ``LoginHook``, ``jwt_login``), and
-``serve``.
+the login it sits behind (``LoginExchange``, ``Login``, ``LoginHook``, ``jwt_login``), Slack's
+interactivity endpoint (``SlackInteractivity``), and ``serve``.
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -21,6 +21,7 @@ from temporal_agent_interrupts._lazy import exports
 if TYPE_CHECKING:
     from temporal_agent_interrupts.client.login import Login, LoginExchange, LoginHook, jwt_login
     from temporal_agent_interrupts.client.mcp_server import agents_mcp_app
+    from temporal_agent_interrupts.client.slack import SlackInteractivity
     from temporal_agent_interrupts.client.web import (
         Access,
         Authorize,
@@ -42,6 +43,7 @@ _HOME = {
     "Login": "client.login",
     "LoginHook": "client.login",
     "jwt_login": "client.login",
+    "SlackInteractivity": "client.slack",
 }
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Login",
     "LoginExchange",
     "LoginHook",
+    "SlackInteractivity",
     "agents_app",
     "agents_mcp_app",
     "jwt_login",

@@ -377,7 +377,7 @@ def test_votes_count_distinct_people_until_the_quorum():
     reason = refused(governance.check_votes, approve, fresh, spec=SPEC, who=Who(None))
     assert "say who you are" in reason
     vague = resume(restart=[{"name": "officers", "ref": "o1", "resumed_metadata": {"x": 1}}])
-    assert "decides neither" in refused(
+    assert "this answer is neither" in refused(
         governance.check_votes, vague, pending, spec=SPEC, who=Who("c@x")
     )
     assert governance.vote_bytes(SPEC, approve, pending) == VOTE_BYTES

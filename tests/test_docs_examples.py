@@ -4,6 +4,9 @@
 page says, and its agent then does what the page claims of it: a wire waits for two treasury
 approvers whose tokens the workflow verifies, a token naming someone else is refused, and the
 call settles only on the second distinct approval.
+
+``payments_shown.py`` (the same page's "What the approver reads") pauses on a payment that reads
+as the page says: its summary, its fields and its risk.
 """
 
 from __future__ import annotations
@@ -81,3 +84,28 @@ async def test_the_governance_pages_treasury_agent_takes_two_verified_approvals(
         # An interrupt-only tool: the approvals are its output, and nothing ran.
         assert await tool_runs(chat) == {}
         assert model.requests[-1].function_responses()[0]["response"]["approved"] is True
+
+
+async def test_the_governance_pages_payment_reads_as_the_page_says(client, tmp_path, monkeypatch):
+    payments = load(
+        tmp_path, "payments_shown", block("# payments_shown.py", lang="python"), monkeypatch
+    )
+    pay = {"amount": 7300, "currency": "EUR", "iban": "NL91 ABNA 0417 1643 00"}
+    model = ScriptedModel([calls(("sendPayment", pay), say="Paying invoice 42."), text("Paid.")])
+    async with hosted(client, agents=[payments.payer], model=model) as agents:
+        chat = await agents.chat("payer")
+        paused = await chat.send("Pay invoice 42.")
+        assert paused.finish_reason == FinishReason.INTERRUPTED
+        (call,) = paused.interrupts
+        shown = call.shown
+        assert shown is not None
+        assert shown.summary == "Pay 7,300.00 EUR to NL91 …00"
+        assert [(f.label, f.value) for f in shown.fields] == [
+            ("Amount", "7,300.00"),
+            ("To", "NL91 …00"),
+        ]
+        assert (shown.risk, shown.risk_note) == ("high", "Money leaves the company's account.")
+        assert (shown.asked, shown.said) == ("Pay invoice 42.", "Paying invoice 42.")
+        assert "approved list" not in shown.why
+        done = await chat.resume(answers=[approve(call)])
+        assert done.finish_reason == FinishReason.STOP and done.text == "Paid."

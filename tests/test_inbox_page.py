@@ -9,6 +9,11 @@ shows what the turn did, a second tab still showing the call (it has not refresh
 refused and says why, and Deny sends the reason typed. What the pages requested is recorded:
 their own origin only.
 
+A payment's call reads as its tool's ``Present`` writes it (its summary, risk, fields, the
+requester, the user's request and the model's words; the raw input only behind "details"), an
+edit through its form runs the tool once with the edited input, and a respond through the form
+made from an interrupt-only tool's output schema answers with the typed output.
+
 Visibility is shared by every test on the session's server, so each test's agent name is its
 own and the page is opened with ``?agent=`` (which it passes on to ``/api/inbox``).
 """
@@ -20,14 +25,17 @@ import re
 import uuid
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from playwright.async_api import ConsoleMessage, Locator, Page, Response, Route, expect
+from playwright.async_api import ConsoleMessage, Locator, Page, Request, Response, Route, expect
+from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, agent_tool
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, agent_tool, interrupt, tool
 from temporal_agent_interrupts.client.web import agents_app
+from temporal_agent_interrupts.policies import Present, Show
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.config import TOOL_ACTIVITY
 from temporal_agent_interrupts.workflows.types import DENIED_BY_USER
@@ -461,3 +469,219 @@ async def test_an_input_too_large_for_the_listing_is_approved_only_once_it_is_sh
         await expect(page.locator("#results li")).to_contain_text("finished stop")
         assert not errors, errors
     assert t.RUNS["release"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# What a person is shown, and the edit and respond forms.
+
+
+class Payment(BaseModel):
+    amount: float = Field(title="Amount")
+    currency: str
+    iban: str = Field(title="Payee IBAN")
+
+
+paid: list[dict[str, Any]] = []
+"""The input each run of ``sendPayment`` got."""
+
+
+@tool(
+    "sendPayment",
+    "Send a payment.",
+    editable=True,
+    present=Present(
+        summary="Pay {amount} {currency} to {iban}",
+        fields=[
+            Show(key="amount", label="Amount", format="money"),
+            Show(key="iban", label="To", format="iban"),
+        ],
+        risk="high",
+        risk_note="Money leaves the company's account.",
+    ),
+)
+async def send_payment(payment: Payment) -> dict[str, bool]:
+    paid.append(payment.model_dump(mode="json"))
+    return {"sent": True}
+
+
+class Decision(BaseModel):
+    verdict: Literal["pay", "hold", "reject"]
+    days: int = Field(title="Hold for days", ge=0)
+    notify: bool = False
+    note: str = ""
+    tags: list[str] = []
+
+
+review_payment = interrupt(
+    "reviewPayment", "Ask treasury how to handle a payment.", input=Payment, output=Decision
+)
+
+PAY = {"amount": 7300, "currency": "EUR", "iban": "NL91 ABNA 0417 1643 00"}
+ASKED = "Pay the supplier's invoice 42, please."
+SAID = "I will pay invoice 42 now."
+
+
+def posts_of(page: Page) -> list[str]:
+    """The answers the page sends from now on (their URLs)."""
+    sent: list[str] = []
+
+    def record(request: Request) -> None:
+        if request.method == "POST" and "/interrupts/" in request.url:
+            sent.append(request.url)
+
+    page.on("request", record)
+    return sent
+
+
+async def test_a_payment_reads_as_its_tool_presents_it_and_an_edit_runs_the_edited_input_once(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    paid.clear()
+    agent = Agent(
+        f"inbox-pay-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[send_payment],
+        middleware=[ToolApproval(allow=[])],
+    )
+    model.reply(calls(("sendPayment", PAY, "pay-1"), say=SAID), text("Paid."))
+    edited = {"amount": 6500.5, "currency": "EUR", "iban": "DE89 3704 0044 0532 0130 00"}
+    async with (
+        run_worker(agents=[agent]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-pay")
+        paused = await chat.send(ASKED, identity="alice@example.com")
+        assert paused.finish_reason == FinishReason.INTERRUPTED, paused
+        page = await first_page(context)
+        errors = page_errors(page)
+        posts = posts_of(page)
+        await page.goto(inbox_url(origin, agent))
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+
+        # The call reads as the tool presents it: the summary first, the risk and its note, why
+        # it waits, who asked (asserted: no token), the user's request and the model's words.
+        call = row.locator("td.tool")
+        await expect(call.locator(".summary")).to_have_text("Pay 7,300.00 EUR to NL91 …00")
+        await expect(call.locator(".risk")).to_have_text("high risk")
+        await expect(call.locator(".risk-note")).to_have_text(
+            " Money leaves the company's account."
+        )
+        await expect(call.locator(".why")).to_have_text("This needs your approval before it runs.")
+        await expect(call.locator(".requester")).to_have_text(
+            "Requested by alice@example.com (asserted, not verified)"
+        )
+        await expect(call.locator("blockquote.asked")).to_have_text(ASKED)
+        await expect(call.locator("blockquote.said")).to_have_text(SAID)
+        # The fields as labelled values; the gate's words and the raw JSON are not on show
+        # (the JSON is behind "details", closed).
+        fields = row.locator("td.input dl.fields")
+        await expect(fields.locator("dt")).to_have_text(["Amount", "To"])
+        await expect(fields.locator("dd")).to_have_text(["7,300.00", "NL91 …00"])
+        await expect(row.locator("td.input .omitted")).to_have_text("1 more field in the input")
+        await expect(row.locator("td.input details.raw pre")).to_be_hidden()
+        shown_text = await row.inner_text()
+        assert "pay-1" not in shown_text  # no ref where the summary serves
+        assert "null" not in shown_text and "undefined" not in shown_text
+        assert "approved list" not in shown_text
+        await expect(row.locator("td.votes .count")).to_have_text("0 / 1")
+        await screenshot(page, tmp_path / "inbox-payment.png")
+
+        # Edit: a form of the input (offered once the chat says the tool is editable), filled
+        # with the call's input. An empty required field is refused here, and nothing is sent.
+        await row.get_by_role("button", name=f"Edit the input of sendPayment in {chat.id}").click()
+        form = row.locator("form.edit-form")
+        amount = form.get_by_label("Amount")
+        await expect(amount).to_have_value("7300")
+        await expect(form.get_by_label("Currency")).to_have_value("EUR")
+        run = form.get_by_role("button", name=f"Run sendPayment in {chat.id} with this input")
+        await amount.fill("")
+        await run.click()
+        await expect(form.locator(".form-problem")).to_have_text(re.compile(r"^Amount.*required"))
+        assert posts == [] and paid == []
+
+        await amount.fill("6500.5")
+        await form.locator("input").nth(2).fill(edited["iban"])
+        answered = await click_and_answer(page, run)
+        assert answered.status == 200, await answered.text()
+        result = page.locator("#results li")
+        await expect(result).to_contain_text("finished stop")
+        await expect(result).to_contain_text("edit “Pay 7,300.00 EUR to NL91 …00” (sendPayment)")
+        await expect(result.locator("q")).to_have_text("Paid.")
+        await expect(row).to_have_count(0, timeout=UI_TIMEOUT_MS)
+        assert not errors, errors
+
+    # The tool ran once, with the edited input.
+    assert paid == [edited]
+    scheduled = scheduled_activities(await history(agents.temporal, chat.id))
+    assert scheduled.count(TOOL_ACTIVITY) == 1, scheduled
+
+
+async def test_a_respond_through_the_form_of_the_output_schema_answers_with_the_typed_output(
+    browser: str, run_worker, model, tmp_path: Path
+) -> None:
+    agent = Agent(
+        f"inbox-review-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[review_payment]
+    )
+    model.reply(calls(("reviewPayment", PAY, "review-1")), text("Held."))
+    async with (
+        run_worker(agents=[agent]) as agents,
+        served(agents_app(agents, dev_loopback=True)) as origin,
+        browser_context(browser, tmp_path / "profile") as context,
+    ):
+        chat = await agents.chat(agent.name, chat_id=f"{agent.name}-review")
+        assert (await chat.send("Should we pay invoice 42?")).interrupts
+        page = await first_page(context)
+        errors = page_errors(page)
+        posts = posts_of(page)
+        await page.goto(inbox_url(origin, agent))
+        row = row_of(page, chat.id)
+        await expect(row).to_have_count(1, timeout=UI_TIMEOUT_MS)
+        # An interrupt-only tool: why it waits is what the tool is for.
+        await expect(row.locator("td.tool .why")).to_have_text(
+            "Ask treasury how to handle a payment."
+        )
+
+        await row.get_by_role("button", name=f"Respond to reviewPayment in {chat.id}").click()
+        form = row.locator("form.respond-form")
+        # A control for each kind the schema names: an enum, an integer, a boolean, a string,
+        # and a list as JSON.
+        verdict = form.get_by_label("Verdict")
+        await expect(verdict.locator("option")).to_have_text(["Choose…", "pay", "hold", "reject"])
+        await verdict.select_option(label="hold")
+        days = form.get_by_label("Hold for days")
+        await expect(days).to_have_attribute("step", "1")
+        await form.get_by_label("Notify").check()
+        await form.get_by_label("Note").fill("after the audit <b>closes</b>")
+        tags = form.get_by_label("Tags")
+        await expect(tags).to_have_value("[]")
+        send = form.get_by_role("button", name=f"Send the answer to reviewPayment in {chat.id}")
+
+        # Refused here, before anything is sent: a fraction for an integer, then bad JSON.
+        await days.fill("2.5")
+        await send.click()
+        await expect(form.locator(".form-problem")).to_have_text("Hold for days is a whole number")
+        await days.fill("3")
+        await tags.fill('["q3", ')
+        await send.click()
+        await expect(form.locator(".form-problem")).to_contain_text("Tags is not JSON")
+        assert posts == []
+
+        await tags.fill('["q3", "audit"]')
+        answered = await click_and_answer(page, send)
+        assert answered.status == 200, await answered.text()
+        result = page.locator("#results li")
+        await expect(result).to_contain_text("finished stop")
+        await expect(result.locator("q")).to_have_text("Held.")
+        assert not errors, errors
+
+    # The model was told the output typed, as typed.
+    (response,) = model.requests[-1].function_responses()
+    assert response["response"] == {
+        "verdict": "hold",
+        "days": 3,
+        "notify": True,
+        "note": "after the audit <b>closes</b>",
+        "tags": ["q3", "audit"],
+    }

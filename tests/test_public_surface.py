@@ -119,6 +119,7 @@ NAMESPACES = {
         "Login",
         "LoginHook",
         "jwt_login",
+        "SlackInteractivity",
     },
     "payloads": {
         "data_converter",
@@ -139,6 +140,9 @@ NAMESPACES = {
         "MissingSearchAttributes",
         "Channel",
         "NotifyInput",
+        "EmailChannel",
+        "SlackChannel",
+        "SlackDirectory",
     },
     "testing": {
         "BASE_URL",

@@ -76,6 +76,14 @@ async def test_an_agui_run_pauses_with_the_interrupt_outcome_and_a_resume_runs_t
             assert interrupt["reason"] == "tool_call"
             assert interrupt["responseSchema"]["required"] == ["approved"]
             assert interrupt["metadata"]["input"] == {"service": "api", "version": "2"}
+            # What a person is shown travels with it, and the interrupt's words are the
+            # call's summary and why it waits, not the gate's "Tool not in approved list".
+            shown = interrupt["metadata"]["shown"]
+            assert shown["summary"] == "Release: Service api, Version 2"
+            assert shown["why"] == "This needs your approval before it runs."
+            assert (shown["asked"], shown["said"]) == ("release api 2", "Checking first.")
+            assert interrupt["message"] == f"{shown['summary']} — {shown['why']}"
+            assert "approved list" not in interrupt["message"]
             assert "MESSAGES_SNAPSHOT" in types(first)
             started = [f.event for f in first if f.type == "TOOL_CALL_START"]
             assert [s["toolCallId"] for s in started] == ["r1"]

@@ -22,6 +22,7 @@ from temporal_agent_interrupts.worker.plugin import (
     default_gemini,
     has_gemini_key,
 )
+from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys
 from temporal_agent_interrupts.worker.sandbox import PASSTHROUGH, ensure_bytecode, sandbox_runner
 from temporal_agent_interrupts.worker.search_attributes import (
     MissingSearchAttributes,
@@ -51,6 +52,7 @@ def build_worker(
     conversation_cache: int = 1000,
     result_keys: ResultKeys | str | None = None,
     channels: Mapping[str, Channel] | None = None,
+    receipt_keys: ReceiptKeys | str | None = None,
     **worker_kwargs: Any,
 ) -> Worker:
     """A worker hosting ``agents`` on ``task_queue``: ``AgentsPlugin`` on a copy of ``client``,
@@ -79,6 +81,8 @@ def build_worker(
             ``None`` reads ``AGENT_RESULT_KEYS``.
         channels: Where paused calls are announced, by the names agents give them
             (``Agent(notify=)``; see ``AgentsPlugin``).
+        receipt_keys: The keys that sign decision receipts (``worker.receipt_keys``); ``None``
+            reads ``AGENT_RECEIPT_KEYS``.
         **worker_kwargs: Passed to ``temporalio.worker.Worker``. Defaults here:
             ``max_cached_workflows`` (``DEFAULT_MAX_CACHED_WORKFLOWS``) and an ``identity``
             that names the agents, so a worker with other agents on the same queue can be
@@ -94,6 +98,7 @@ def build_worker(
         conversation_cache=conversation_cache,
         result_keys=result_keys,
         channels=channels,
+        receipt_keys=receipt_keys,
     )
     config = client.config()  # as given, before its plugins ran: they run again on the copy
     plugins = list(config.get("plugins") or ())

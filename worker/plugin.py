@@ -60,6 +60,7 @@ from temporal_agent_interrupts.codec import (
     load_keys,
 )
 from temporal_agent_interrupts.tracing import add_tracing
+from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, resolve_receipt_keys
 from temporal_agent_interrupts.worker.result_keys import ResultKeysInterceptor, resolve_result_keys
 from temporal_agent_interrupts.worker.sandbox import (
     PASSTHROUGH,
@@ -139,6 +140,9 @@ class AgentsPlugin(SimplePlugin):
             refuses to start.
         unsigned_results: Run workers without result keys (logged loudly at every start):
             anyone who may complete an activity by id can then answer as the model or a tool.
+        receipt_keys: The Ed25519 keys that sign decision receipts (``ReceiptKeys``, or the
+            text ``AGENT_RECEIPT_KEYS`` takes; ``worker.receipt_keys``). ``None`` reads
+            ``AGENT_RECEIPT_KEYS``; without keys, receipts are issued unsigned.
         channels: Where paused calls are announced, by the names agents give them
             (``Agent(notify=["approvals"])``): ``SlackChannel``, ``EmailChannel`` or a
             ``Channel`` of the team's own. Their secrets stay on the worker.
@@ -158,6 +162,7 @@ class AgentsPlugin(SimplePlugin):
         result_keys: ResultKeys | str | None = None,
         unsigned_results: bool = False,
         channels: Mapping[str, Channel] | None = None,
+        receipt_keys: ReceiptKeys | str | None = None,
     ) -> None:
         if not agents:
             raise ValueError("AgentsPlugin needs at least one agent")
@@ -175,6 +180,7 @@ class AgentsPlugin(SimplePlugin):
         self._result_keys_given = result_keys
         self._unsigned = unsigned_results
         self._channels = dict(channels or {})
+        self._receipt_keys = resolve_receipt_keys(receipt_keys)
         # Resolved when the first worker or replayer is built (a client alone needs none).
         self._result_keys: ResultKeys | None = None
         self._activities: AgentActivities | None = None
@@ -259,7 +265,7 @@ class AgentsPlugin(SimplePlugin):
             )
         config["interceptors"] = [
             *(config.get("interceptors") or ()),
-            ResultKeysInterceptor(self.result_keys),
+            ResultKeysInterceptor(self.result_keys, receipt_keys=self._receipt_keys),
         ]
         return super().configure_worker(config)
 
@@ -268,7 +274,7 @@ class AgentsPlugin(SimplePlugin):
         # A replay decides as the workers did only with the keys they checked results with.
         config["interceptors"] = [
             *(config.get("interceptors") or ()),
-            ResultKeysInterceptor(self.result_keys),
+            ResultKeysInterceptor(self.result_keys, receipt_keys=self._receipt_keys),
         ]
         return config
 

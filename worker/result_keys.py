@@ -26,6 +26,9 @@ from typing import Any
 from temporalio.worker import Interceptor, WorkflowInterceptorClassInput
 
 from temporal_agent_interrupts.codec import PayloadKeys, generate_key
+from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys
+from temporal_agent_interrupts.workflows.receipts import EXTERN as RECEIPTS_EXTERN
+from temporal_agent_interrupts.workflows.receipts import Signer
 from temporal_agent_interrupts.workflows.seal import EXTERN, ResultKeys
 
 log = logging.getLogger(__name__)
@@ -137,14 +140,24 @@ class ResultKeysInterceptor(Interceptor):
     """Gives the workflows of a worker (or a replayer) its result keys, as an extern function:
     the secret bytes never enter history or the workflow's inputs."""
 
-    def __init__(self, keys: ResultKeys) -> None:
+    def __init__(self, keys: ResultKeys, *, receipt_keys: ReceiptKeys | None = None) -> None:
         self.keys = keys
+        self.receipt_keys = receipt_keys
 
     def _give(self) -> ResultKeys:
         return self.keys
+
+    def _signer(self) -> Signer:
+        # The signing function, not the key: the workflow never holds the key itself.
+        assert self.receipt_keys is not None
+        return self.receipt_keys.sign
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> None:
         functions: Any = input.unsafe_extern_functions
         give: Callable[[], ResultKeys] = self._give
         functions[EXTERN] = give
+        if self.receipt_keys is not None:
+            # Decision receipts are signed in the workflow (workflows.receipts says why).
+            signer: Callable[[], Signer] = self._signer
+            functions[RECEIPTS_EXTERN] = signer
         return None

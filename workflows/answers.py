@@ -415,7 +415,7 @@ def check_match(
             "nothing is paused: this conversation has no pending interrupts", code="conflict"
         )
     seen: set[str] = set()
-    for kind, name, ref in answers:
+    for _kind, name, ref in answers:
         if ref in seen:
             raise ResumeError(f"ref {ref!r} is answered more than once in this resume")
         seen.add(ref)
@@ -427,7 +427,7 @@ def check_match(
                 code="conflict" if answered else "not_found",
             )
         if call.name != name:
-            raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r} ({kind})")
+            raise ResumeError(f"ref {ref!r} is a call to {call.name!r}, not {name!r}")
     for r in [*resume.respond, *resume.restart]:
         shown = r.input_digest
         if shown is not None and shown != shown_digest(pending[r.ref]):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
+from temporal_agent_interrupts.workflows import receipts as receipt
 from temporal_agent_interrupts.workflows.history import trim_answers
 from temporal_agent_interrupts.workflows.limits import (
     DOOR,
@@ -30,6 +31,7 @@ from temporal_agent_interrupts.workflows.limits import (
     omitted,
 )
 from temporal_agent_interrupts.workflows.state import (
+    CallState,
     ConversationState,
 )
 from temporal_agent_interrupts.workflows.types import (
@@ -46,7 +48,20 @@ def _paused_since(state: ConversationState, ref: str | None) -> datetime | None:
     return next((c.since for c in calls if c.ref == ref), None) if ref else None
 
 
-def apply(state: ConversationState, event: TurnEvent) -> None:
+def _call(state: ConversationState, ref: str | None) -> CallState | None:
+    calls = state.turn.calls if state.turn is not None else []
+    return next((c for c in calls if c.ref == ref), None) if ref else None
+
+
+def _subject(call: CallState | None, identity: str | None) -> str | None:
+    """A verified approver's account, as their vote on the call recorded it."""
+    votes = call.votes if call is not None else []
+    return next((v.subject for v in votes if v.identity == identity and v.subject), None)
+
+
+def apply(
+    state: ConversationState, event: TurnEvent, *, receipts: receipt.Issuer | None = None
+) -> None:
     """Fold one turn event into the answer log (only ``answer`` events add to it).
 
     Large metadata is kept as its digest, and the log is held to its byte budget as well as
@@ -81,6 +96,15 @@ def apply(state: ConversationState, event: TurnEvent) -> None:
         requester=answer.requester,
         since=_paused_since(state, event.ref),
     )
+    if receipts is not None:
+        call = _call(state, event.ref)
+        record.receipt = receipt.issue(
+            state,
+            record,
+            receipts,
+            decided_on=call.args if call is not None else event.input,
+            subject=_subject(call, answer.identity),
+        )
     state.answers.append(record)
     state.audit_outbox.append(record)
     state.answers_dropped += trim_answers(state.answers)

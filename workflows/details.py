@@ -12,8 +12,11 @@ names, identities, reasons), so every value is escaped before it reaches Markdow
   longer than any inside the value, so no value can close it; code is never rendered as a link,
   an image or HTML. Nothing taken from input is placed outside them.
 
-The command suggested for each interrupt is built from the tool's output schema: an approval
-where the schema is approval-shaped, else a template whose placeholders the operator fills in.
+Each interrupt leads with what a person is shown of it (``InterruptRequest.shown``: the summary,
+why it waits, the requester, the user's request and the model's words, the fields), each value in
+a code span; the raw input and metadata follow for operators. The command suggested for each
+interrupt is built from the tool's output schema: an approval where the schema is
+approval-shaped, else a template whose placeholders the operator fills in.
 """
 
 from __future__ import annotations
@@ -43,12 +46,16 @@ from temporal_agent_interrupts.workflows.types import (
     InterruptRequest,
     JsonObject,
     Rejection,
+    Requester,
+    Shown,
     ToolSpec,
     TurnResult,
 )
 
 MAX_TEXT_IN_DETAILS = 400
 MAX_INTERRUPTS_IN_DETAILS = 20
+MAX_FIELDS_IN_DETAILS = 6
+"""Fields of a call's ``Shown`` the panel lists (the rest are counted): the raw input follows."""
 MAX_GRANTS_IN_DETAILS = 10
 """Grants the panel lists (a conversation holds up to ``grants.MAX_GRANTS``); ``agentctl grants``
 and the ``grants`` query have them all."""
@@ -287,12 +294,46 @@ def resume_command(workflow_id: str, answer: JsonObject, *, namespace: str) -> s
 # The panel
 
 
-def _who_may(request: InterruptRequest) -> list[str]:
-    """Who may answer a paused call, and the votes so far, as panel lines."""
-    lines = []
+def _requester(requester: Requester) -> str:
+    proof = "verified" if requester.verified else "asserted, not verified"
+    return f"- requested by {code(truncate(requester.identity, 80))} ({proof})"
+
+
+def _person(request: InterruptRequest | None) -> list[str]:
+    """What a person is shown of a paused call, as the panel's first lines: the summary, the
+    tool's stated risk, why it waits, who asked, the user's request and the model's words, and
+    the fields. Every value came from the call's input, the model or the tool's author, and
+    sits in a code span (the risk is one of a few fixed words). Nothing for a request without
+    ``shown`` but its requester (a conversation older than it)."""
+    if request is None:
+        return []
+    shown: Shown | None = request.shown
+    if shown is None:
+        return [_requester(request.requester)] if request.requester is not None else []
+    lines = [f"**{code(truncate(shown.summary, MAX_TEXT_IN_DETAILS))}**", ""]
+    if shown.risk is not None:
+        note = f": {code(truncate(shown.risk_note, 200))}" if shown.risk_note else ""
+        lines.append(f"- risk **{shown.risk}**{note}")
+    if shown.why:
+        lines.append(f"- why it waits: {code(truncate(shown.why, MAX_TEXT_IN_DETAILS))}")
     if request.requester is not None:
-        proof = "verified" if request.requester.verified else "asserted, not verified"
-        lines.append(f"- requested by {code(truncate(request.requester.identity, 80))} ({proof})")
+        lines.append(_requester(request.requester))
+    if shown.asked:
+        lines.append(f"- the user asked: {code(truncate(shown.asked, MAX_TEXT_IN_DETAILS))}")
+    if shown.said:
+        lines.append(f"- the model said: {code(truncate(shown.said, MAX_TEXT_IN_DETAILS))}")
+    for field in shown.fields[:MAX_FIELDS_IN_DETAILS]:
+        lines.append(f"- {code(truncate(field.label, 80))}: {code(truncate(field.value, 200))}")
+    hidden = shown.fields_omitted + max(len(shown.fields) - MAX_FIELDS_IN_DETAILS, 0)
+    if hidden:
+        lines.append(f"- … {hidden} more field{'s' if hidden != 1 else ''} in the input")
+    return lines
+
+
+def _who_may(request: InterruptRequest) -> list[str]:
+    """Who may answer a paused call, and the votes so far, as panel lines (the requester is
+    with what the person is shown: :func:`_person`)."""
+    lines = []
     if request.approvers:
         names = ", ".join(code(truncate(a, 80)) for a in request.approvers[:10])
         more = len(request.approvers) - 10
@@ -351,6 +392,7 @@ def _delegated(request: InterruptRequest, *, chat_id: str, namespace: str) -> li
     child = request.chat_id or ""
     lines = [
         _heading(request.name, request.ref, request.since, where=" in a sub-agent"),
+        *_person(request),
         f"- sub-agent chat: {code(child)}",
         f"- path: {' → '.join(code(step) for step in request.path)}",
         *_shown(request.input, request.metadata, request.deadline),
@@ -412,6 +454,7 @@ def render_details(
         lines += [
             "",
             _heading(call.name, call.ref, call.since),
+            *_person(request),
             *_shown(call.args, call.metadata, call.deadline),
         ]
         if request is not None:

@@ -220,6 +220,7 @@ def to_request(
     gate: GateDecision | None = None,
     issuer: str | None = None,
     shown: Shown | None = None,
+    input_schema: JsonObject | None = None,
 ) -> InterruptRequest:
     """A paused call as the caller sees it (who may answer it and how many approvals it needs
     come from the agent's definition: see ``InterruptBook.requests``)."""
@@ -243,6 +244,7 @@ def to_request(
         issuer=issuer,
         requester=call.requester,
         shown=shown,
+        input_schema=input_schema,
     )
 
 

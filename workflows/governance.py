@@ -441,12 +441,12 @@ def check_binding(
             "only there",
             code="forbidden",
         )
-    for kind, name, ref in entries(resume):
+    for _kind, name, ref in entries(resume):
         shown = binding.digest_of(ref)
         if shown is None:
             raise ResumeError(
                 f"the identity token was made for other calls than {name!r} (ref {ref!r}): "
-                f"it answers only those ({kind})",
+                "it answers only those",
                 code="forbidden",
             )
         if shown != shown_digest(pending[ref]):
@@ -490,7 +490,7 @@ def check_approvers(
     resume: ResumeInput, pending: dict[str, CallState], *, spec: AgentSpec | None, who: Who
 ) -> None:
     """Check that ``who`` may answer every call the resume answers."""
-    for kind, name, ref in entries(resume):
+    for _kind, name, ref in entries(resume):
         call = pending[ref]
         needed = lists(spec, call)
         if not admitted(spec, call, who):
@@ -502,7 +502,7 @@ def check_approvers(
             who_may = " and also by one of ".join(", ".join(each) for each in needed)
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) may be answered only by {who_may}; "
-                f"{sender} may not ({kind}){groups if unverified else ''}",
+                f"{sender} may not answer it{groups if unverified else ''}",
                 code="forbidden",
             )
 
@@ -545,7 +545,7 @@ def check_duties(
     Only as strong as the identities: with asserted ones (no ``trust``) anyone may say they
     are someone else, so this is advisory there (docs/governance.md).
     """
-    for kind, name, ref in entries(resume):
+    for _kind, name, ref in entries(resume):
         call = pending[ref]
         requester = call.requester
         if requester is None or not duties_separated(spec, call):
@@ -555,7 +555,7 @@ def check_duties(
         if same or account:
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) was raised by a message {requester.identity!r} sent, "
-                f"and this tool separates duties: someone else must answer it ({kind})",
+                "and this tool separates duties: someone else must answer it",
                 code="forbidden",
             )
 
@@ -590,13 +590,13 @@ def check_votes(
         elif not edit and decision not in ("approved", "denied"):
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) needs {needed} approvals: answer it with an "
-                f"approval or a denial ({kind} here decides neither)"
+                "approval or a denial (this answer is neither)"
             )
         if decision == "approved" and kind == "respond" and call.source != "interrupt":
             # Its output would stand in for the tool's, so the approval would not run it.
             raise ResumeError(
                 f"{name!r} (ref {ref!r}) needs {needed} approvals: approve it with a "
-                "restart carrying tool_approved (approve() builds it), not a respond"
+                "approval that runs it (approve() builds it), not by supplying its output"
             )
         if who.identity is None:
             raise ResumeError(

@@ -215,6 +215,7 @@ class InterruptBook:
             gate=events.gate_of_call(call),
             issuer=spec.trust.issuer if spec and spec.trust else None,
             shown=presentation.shown(call, tool),
+            input_schema=tool.input_schema if tool is not None and tool.editable else None,
         )
 
     # -- governance -------------------------------------------------------------------------

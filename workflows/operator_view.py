@@ -146,6 +146,9 @@ def memo_entry(request: InterruptRequest) -> dict[str, Any]:
     }
     if cut:
         entry["input_cut"] = True
+    if request.editable:
+        # The inbox offers an edit (its form comes from the call's pending request).
+        entry["editable"] = True
     if request.path:
         # A sub-agent's interrupt: the path down to it, and the chat it waits in.
         entry["path"] = list(request.path)

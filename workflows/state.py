@@ -130,6 +130,14 @@ class Notified(_Wire):
     settled: bool = False
 
 
+class ReceiptHead(_Wire):
+    """Where the conversation's chain of decision receipts stands: the next receipt's seq and
+    the id of the last one (``workflows.receipts``); carried across continue-as-new."""
+
+    seq: int = 0
+    last: str | None = None
+
+
 class SubAgentLink(_Wire):
     """The child conversation a sub-agent call started: its chat id, the first run id of the
     chain (so a workflow someone starts later under the id is never taken for it), and the
@@ -218,6 +226,9 @@ class ConversationState(_Wire):
     refs_forgotten: int = 0
     # Answer records shed to keep the log within its budget.
     answers_dropped: int = 0
+    # The chain of decision receipts: where it stands (workflows.receipts). Left off the wire
+    # until the first receipt.
+    receipt_head: ReceiptHead | None = Field(default=None, exclude_if=lambda v: v is None)
     # The newest turn events, without their payloads (those are in the messages and calls);
     # see workflows.events. ``events_total`` is the next event's offset.
     events: list[TurnEvent] = Field(default_factory=list)

@@ -34,7 +34,7 @@ from typing import Literal
 
 from temporalio import workflow
 
-from temporal_agent_interrupts.workflows import audit, events, presentation
+from temporal_agent_interrupts.workflows import audit, events, presentation, receipts
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, TurnFailed
 from temporal_agent_interrupts.workflows.history import Digests
 from temporal_agent_interrupts.workflows.ids import answer_chats, message_digest
@@ -188,7 +188,7 @@ class TurnMachine:
         elif self.s.events_total:
             offset = self.s.events_total - 1  # the last item on the stream, published already
         stamped = events.record(self.s, event, turn=number, at=at, offset=offset)
-        audit.apply(self.s, stamped)
+        audit.apply(self.s, stamped, receipts=receipts.issuer_for(self.s))
         self.telemetry.event(stamped, turn.calls if turn else [])
         return stamped
 

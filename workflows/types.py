@@ -448,6 +448,89 @@ def input_digest(args: JsonObject) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Decision receipts (workflows.receipts issues them; client.receipts checks them).
+
+RECEIPT_VERSION = 1
+
+
+def canonical(value: Any) -> bytes:
+    """``value`` as canonical JSON bytes (see the module's docstring)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8", "surrogatepass")  # deterministic even for a lone surrogate
+
+
+def canonical_digest(value: Any) -> str:
+    """``sha256:`` and the hex SHA-256 of ``value``'s canonical JSON."""
+    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+
+
+class ReceiptBody(_Wire):
+    """What one decision says. Every field is signed."""
+
+    v: Literal[1] = RECEIPT_VERSION
+    chat_id: str
+    # The position in the conversation's chain (0 first) and the id of the receipt before it
+    # (None for the first).
+    seq: int
+    prev: str | None = None
+    at: datetime
+    ref: str
+    tool: str
+    # The audit record's kind (respond, restart, edit, vote, deadline, cancel, granted,
+    # revoked, voided, policy, forwarded) and what it decided.
+    kind: str
+    decision: str | None = None
+    # The digest of the input decided on (canonical JSON), when the decision had one.
+    input_digest: str | None = None
+    # Who decided: an identity, and how it was proven. ``verified`` with an issuer: a token
+    # of that issuer, its subject's fingerprint and its key id; without: what the caller said.
+    approver: str | None = None
+    verified: bool = False
+    issuer: str | None = None
+    subject: str | None = None
+    token_key_id: str | None = None
+    # What decided where no person did: a grant's id, a policy set's hash.
+    grant: str | None = None
+    policy_hash: str | None = None
+    # A caller's record of an answer passed on to a sub-agent: the sub-agent's chat, and the
+    # id of its latest receipt when the caller last read it.
+    child_chat_id: str | None = None
+    child: str | None = None
+
+    def id(self) -> str:
+        """The receipt's id: the hex SHA-256 of this body's canonical JSON."""
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    def canonical(self) -> bytes:
+        return canonical(self.model_dump(mode="json"))
+
+
+class Receipt(_Wire):
+    """A signed receipt: the body, its id, and an Ed25519 signature of the body's canonical JSON
+    (base64url, no padding) under ``key_id`` (a key of the worker's set, published as a JWK)."""
+
+    id: str
+    body: ReceiptBody
+    key_id: str | None = None
+    signature: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class ReceiptChain(_Wire):
+    """A conversation's receipts, oldest first, as ``agentctl audit --export`` writes them: the
+    file ``agentctl verify`` reads."""
+
+    format: Literal["temporal-agent-interrupts/receipts"] = "temporal-agent-interrupts/receipts"
+    v: Literal[1] = RECEIPT_VERSION
+    chat_id: str
+    receipts: list[Receipt] = Field(default_factory=list)
+    # The sub-agents' chains, by chat id, each linked from a caller's receipt (``child``).
+    children: dict[str, list[Receipt]] = Field(default_factory=dict)
+    # The key ids the receipts were signed under (the verifier's JWK Set must hold them).
+    key_ids: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
 # Error kinds. A StrEnum equals its string, so these are the very values on the wire.
 
 
@@ -679,6 +762,9 @@ class InterruptRequest(_Wire):
     # front end builds its form from it). None for gated and conditional tools, whose answer
     # is an approval, and for a tool that declares none.
     output_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
+    # An editable tool's input schema: what an edit must fit (a web front end builds its edit
+    # form from it). None for a tool that is not editable. Left off the wire when unset.
+    input_schema: JsonObject | None = Field(default=None, exclude_if=lambda v: v is None)
     # A call a gate paused, of a tool that carries its own gate (an MCP tool): what decided it.
     gate: GateDecision | None = Field(default=None, exclude_if=lambda v: v is None)
     # A sub-agent's interrupt shown on the conversation that called it (``agent_tool``): the
@@ -1023,6 +1109,9 @@ class AnswerRecord(_Wire):
     # posted to), and whether that reached it; ``verdict_reason`` says why not.
     channel: str | None = Field(default=None, exclude_if=lambda v: v is None)
     delivered: bool | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The signed receipt of this decision (workflows.receipts): None for a record that decides
+    # nothing (``notified``) or one written before receipts were issued.
+    receipt: Receipt | None = Field(default=None, exclude_if=lambda v: v is None)
     # When the answered call paused (None: it never did, as a call a grant or the policy set
     # let through; or a record written before this was kept): ``at`` minus this is how long
     # the decision took (``agentctl stats``).

@@ -8,6 +8,11 @@
 //
 // Every answer carries the input_digest of the entry it was clicked on: the app refuses it
 // (409) when the call's input is no longer the one shown, or the call was answered already.
+//
+// Each call reads as the conversation wrote it for people (`shown`: the summary, the tool's
+// risk, why it waits, the fields, the user's request and the model's words); its raw input is
+// behind a "details" disclosure. Edit (an editable tool) and Respond (an interrupt-only tool)
+// are forms made from the call's schema, fetched with the chat's pending calls.
 "use strict";
 
 (() => {
@@ -143,8 +148,14 @@
     return item;
   }
 
+  const ACTIONS = { approve: "approve", deny: "deny", edit: "edit", respond: "respond to" };
+
+  /** What an answer was, in words: the call's summary where it has one (its tool's name
+   * otherwise), never its ref. */
   function describe(chatId, entry, action) {
-    return `${action} ${str(entry.name)} (ref ${str(entry.ref)}) in ${chatId}`;
+    const summary = entry.shown && typeof entry.shown === "object" ? str(entry.shown.summary) : "";
+    const what = summary ? `“${summary}” (${str(entry.name)})` : str(entry.name);
+    return `${ACTIONS[action] || action} ${what} in ${chatId}`;
   }
 
   function showTurn(what, result) {
@@ -166,13 +177,14 @@
   // lists them, so that they are not offered again.
   const answered = new Set();
 
-  async function answer(row, action, reason) {
+  /** Send one answer: ``extra`` is the deny's reason, the edit's input or the respond's
+   * output. */
+  async function answer(row, action, extra = {}) {
     const { chatId, entry } = row;
-    const what = describe(chatId, entry, action === "approve" ? "approve" : "deny");
+    const what = describe(chatId, entry, action);
     row.busy = true;
     setButtons(row, false, "Sending…");
-    const body = { action, input_digest: str(entry.input_digest) };
-    if (action === "deny") body.reason = reason;
+    const body = { action, input_digest: str(entry.input_digest), ...extra };
     // "Remember for this tool": a grant with no conditions, until revoked (the conversation
     // checks that this approver may grant it).
     const remember = action === "approve" && row.remember !== undefined && row.remember.checked;
@@ -233,7 +245,7 @@
     // Approve stays off until the whole input is shown (see showWhole).
     if (row.approve) row.approve.disabled = !enabled || !row.approvable;
     row.note.textContent = note;
-    if (!enabled) row.denyForm.hidden = true;
+    if (!enabled) for (const form of row.tr.querySelectorAll("form")) form.hidden = true;
   }
 
   // ---------------------------------------------------------------------------------------
@@ -243,39 +255,17 @@
    * offer Approve only when it is the input the listing's digest names: an approval binds
    * the whole input, so it is never given on the strength of a placeholder. */
   async function showWhole(row) {
-    const { chatId, entry } = row;
     row.show.disabled = true;
     row.note.textContent = "Fetching the whole input…";
-    let found = null;
+    let found;
     try {
-      const response = await fetch(api(`chats/${encodeURIComponent(chatId)}/pending`), {
-        headers: { Accept: "application/json" },
-      });
-      if (!response.ok) {
-        const problem = await problemOf(response);
-        row.note.textContent = `Could not fetch the whole input: ${problem.detail}`;
-        row.show.disabled = false;
-        return;
-      }
-      const listing = await response.json();
-      const calls = Array.isArray(listing.interrupts) ? listing.interrupts : [];
-      const path = JSON.stringify(Array.isArray(entry.path) ? entry.path.map(str) : []);
-      const same = (call) =>
-        call &&
-        str(call.ref) === str(entry.ref) &&
-        JSON.stringify(Array.isArray(call.path) ? call.path.map(str) : []) === path;
-      found = calls.find(same) ?? null;
+      found = await callOf(row);
     } catch (error) {
       row.note.textContent = `Could not fetch the whole input: ${str(error && error.message)}`;
       row.show.disabled = false;
       return;
     }
-    if (
-      found === null ||
-      !entry.input_digest ||
-      str(found.input_digest) !== str(entry.input_digest) ||
-      found.input_cut
-    ) {
+    if (found === null) {
       row.note.textContent =
         "The call's input is not the one listed (answered or changed since): wait for the list.";
       return;
@@ -284,8 +274,400 @@
     row.approvable = true;
     row.show.hidden = true;
     const cell = row.tr.querySelector("td.input");
-    if (cell) cell.replaceWith(inputCell(row.chat, entry, row.whole));
+    if (cell) cell.replaceWith(inputCell(row.chat, row.entry, row.whole));
     if (!row.busy) setButtons(row, true, "");
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // The chat's pending calls (GET /api/chats/{id}/pending): the whole input, whether the tool
+  // is editable, its schemas. Asked once per chat per listing, by the rows that need it.
+
+  let pendingAsked = new Map();
+
+  function pendingOf(chatId) {
+    let asked = pendingAsked.get(chatId);
+    if (asked === undefined) {
+      asked = (async () => {
+        const response = await fetch(api(`chats/${encodeURIComponent(chatId)}/pending`), {
+          headers: { Accept: "application/json" },
+        });
+        if (!response.ok) throw new Error((await problemOf(response)).detail);
+        const listing = await response.json();
+        return Array.isArray(listing.interrupts) ? listing.interrupts : [];
+      })();
+      pendingAsked.set(chatId, asked);
+      asked.catch(() => pendingAsked.delete(chatId));
+    }
+    return asked;
+  }
+
+  /** The row's call as the chat holds it now, or null when it is not the one listed (answered,
+   * or its input changed since: its digest is not the listing's). Throws when the chat could
+   * not be asked. */
+  async function callOf(row) {
+    const { chatId, entry } = row;
+    const calls = await pendingOf(chatId);
+    const path = JSON.stringify(Array.isArray(entry.path) ? entry.path.map(str) : []);
+    const same = (call) =>
+      call &&
+      str(call.ref) === str(entry.ref) &&
+      JSON.stringify(Array.isArray(call.path) ? call.path.map(str) : []) === path;
+    const found = calls.find(same) ?? null;
+    if (
+      found === null ||
+      !entry.input_digest ||
+      str(found.input_digest) !== str(entry.input_digest) ||
+      found.input_cut
+    ) {
+      return null;
+    }
+    return found;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Forms made from a JSON schema: an edit's input (the tool's input schema; without one, the
+  // shape of the input itself) and a respond's output (the interrupt-only tool's output
+  // schema). Strings, numbers, integers, booleans and enums get their own controls; anything
+  // else is JSON in a text area, parsed here and checked again by the conversation.
+
+  const MAX_FORM_FIELDS = 50;
+  const own = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
+  const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+
+  /** A key as words for a label, as the conversation writes them: ``payeeIban`` and
+   * ``payee_iban`` read "Payee iban". */
+  function words(key) {
+    const spaced = str(key)
+      .replace(/([a-z0-9])([A-Z])/g, "$1 $2")
+      .replace(/[_-]/g, " ")
+      .split(/\s+/)
+      .filter(Boolean)
+      .join(" ")
+      .toLowerCase();
+    return spaced.charAt(0).toUpperCase() + spaced.slice(1);
+  }
+
+  function resolve(node, root) {
+    for (let i = 0; i < 8; i++) {
+      const ref = isObject(node) ? node.$ref : undefined;
+      if (typeof ref !== "string" || !ref.startsWith("#/$defs/")) return node;
+      const defs = isObject(root.$defs) ? root.$defs : {};
+      const name = ref.slice("#/$defs/".length);
+      node = own(defs, name) ? defs[name] : undefined;
+    }
+    return node;
+  }
+
+  /** A property's control: string, number, integer, boolean, enum, or json; and whether
+   * null fits it. */
+  function controlOf(node, root, depth = 0) {
+    node = resolve(node, root);
+    if (!isObject(node) || depth > 4) return { kind: "json", node: {}, nullable: false };
+    for (const key of ["anyOf", "oneOf"]) {
+      if (!Array.isArray(node[key])) continue;
+      const options = node[key].map((o) => resolve(o, root)).filter(isObject);
+      const real = options.filter((o) => o.type !== "null");
+      if (real.length !== 1) return { kind: "json", node, nullable: real.length < options.length };
+      const inner = controlOf(real[0], root, depth + 1);
+      const merged = { ...inner.node };
+      for (const k of ["title", "description", "default"]) if (own(node, k)) merged[k] = node[k];
+      const nullable = inner.nullable || real.length < options.length;
+      return { kind: inner.kind, node: merged, nullable };
+    }
+    const plain = (v) => ["string", "number", "boolean"].includes(typeof v);
+    if (Array.isArray(node.enum) && node.enum.length && node.enum.every(plain)) {
+      return { kind: "enum", node, nullable: false };
+    }
+    let type = node.type;
+    let nullable = false;
+    if (Array.isArray(type)) {
+      const real = type.filter((t) => t !== "null");
+      nullable = real.length < type.length;
+      type = real.length === 1 ? real[0] : undefined;
+    }
+    if (["string", "number", "integer", "boolean"].includes(type)) {
+      return { kind: type, node, nullable };
+    }
+    return { kind: "json", node, nullable };
+  }
+
+  /** The schema of an input's own shape: each key, typed by its value, required. */
+  function schemaOfValue(value) {
+    const properties = Object.create(null);
+    const typeOf = (v) => (["string", "number", "boolean"].includes(typeof v) ? typeof v : null);
+    for (const key of Object.keys(value)) {
+      const type = typeOf(value[key]);
+      properties[key] = type ? { type } : {};
+    }
+    return { type: "object", properties, required: Object.keys(value) };
+  }
+
+  /** One control of a schema form, and how to read it: ``{value}``, ``{omit: true}`` or
+   * ``{error}``. */
+  function control(key, spec, { id, required, current, has }) {
+    const { kind, node, nullable } = spec;
+    const label = str(node.title) || words(key);
+    const value = has ? current : node.default;
+    const wrap = (input, ...more) =>
+      el(
+        "div",
+        { class: `field field-${kind}` },
+        el("label", { for: id }, label, required ? " (required)" : ""),
+        input,
+        node.description ? el("div", { class: "hint" }, str(node.description)) : null,
+        ...more
+      );
+    const missing = () => (required ? { error: `${label} is required` } : { omit: true });
+    if (kind === "boolean") {
+      const box = el("input", { type: "checkbox", id });
+      box.checked = value === true;
+      return {
+        node: el(
+          "div",
+          { class: "field field-boolean" },
+          box,
+          " ",
+          el("label", { for: id }, label)
+        ),
+        read: () => ({ value: box.checked }),
+      };
+    }
+    if (kind === "enum") {
+      const select = el("select", { id, "aria-required": required ? "true" : null });
+      if (!required || !has) {
+        select.append(el("option", { value: "" }, required ? "Choose…" : "(none)"));
+      }
+      for (const option of node.enum) {
+        const item = el("option", { value: JSON.stringify(option) }, str(option));
+        if (value !== undefined && JSON.stringify(value) === JSON.stringify(option)) {
+          item.selected = true;
+        }
+        select.append(item);
+      }
+      return {
+        node: wrap(select),
+        read: () => (select.value === "" ? missing() : { value: JSON.parse(select.value) }),
+      };
+    }
+    if (kind === "number" || kind === "integer") {
+      const input = el("input", {
+        type: "number",
+        id,
+        step: kind === "integer" ? "1" : "any",
+        min: typeof node.minimum === "number" ? node.minimum : null,
+        max: typeof node.maximum === "number" ? node.maximum : null,
+        "aria-required": required ? "true" : null,
+      });
+      if (typeof value === "number") input.value = String(value);
+      return {
+        node: wrap(input),
+        read: () => {
+          const text = input.value.trim();
+          if (text === "") return nullable && has && current === null ? { value: null } : missing();
+          const number = Number(text);
+          if (!Number.isFinite(number)) return { error: `${label} is not a number` };
+          if (kind === "integer" && !Number.isInteger(number)) {
+            return { error: `${label} is a whole number` };
+          }
+          return { value: number };
+        },
+      };
+    }
+    if (kind === "string") {
+      const long = typeof value === "string" && (value.length > 80 || value.includes("\n"));
+      const input = long
+        ? el("textarea", { id, rows: 3 })
+        : el("input", { type: "text", id, autocomplete: "off" });
+      if (typeof node.maxLength === "number") {
+        input.setAttribute("maxlength", String(node.maxLength));
+      }
+      if (required) input.setAttribute("aria-required", "true");
+      if (typeof value === "string") input.value = value;
+      return {
+        node: wrap(input),
+        read: () => {
+          if (input.value !== "" || required) return { value: input.value };
+          return nullable && has && current === null ? { value: null } : { omit: true };
+        },
+      };
+    }
+    // Anything else (an object, a list, a choice of shapes): JSON, checked when sent.
+    const area = el("textarea", { id, rows: 4, class: "json-input", spellcheck: "false" });
+    if (value !== undefined) area.value = JSON.stringify(value, null, 2);
+    const type = node.type;
+    return {
+      node: wrap(area),
+      read: () => {
+        const text = area.value.trim();
+        if (text === "") return missing();
+        let parsed;
+        try {
+          parsed = JSON.parse(text);
+        } catch (error) {
+          return { error: `${label} is not JSON: ${str(error && error.message)}` };
+        }
+        if (type === "object" && !isObject(parsed)) return { error: `${label} is a JSON object` };
+        if (type === "array" && !Array.isArray(parsed)) return { error: `${label} is a JSON list` };
+        return { value: parsed };
+      },
+    };
+  }
+
+  /** The controls of an object schema, filled with ``values``, and how to read the object
+   * they make (``{value}`` or ``{error}``). Keys of ``values`` the schema does not list are
+   * kept as they are. A schema with no properties (or too many) is one JSON text area. */
+  function schemaForm(schema, values, prefix) {
+    const root = isObject(schema) ? schema : {};
+    const top = resolve(root, root);
+    const props = isObject(top) && isObject(top.properties) ? top.properties : null;
+    const current = isObject(values) ? values : {};
+    const keys = props ? Object.keys(props) : [];
+    if (!props || !keys.length || keys.length > MAX_FORM_FIELDS) {
+      const spec = {
+        kind: "json",
+        node: { type: "object", title: "As JSON (an object)" },
+        nullable: false,
+      };
+      const whole = control("value", spec, {
+        id: `${prefix}-json`,
+        required: true,
+        current,
+        has: true,
+      });
+      return { nodes: [whole.node], read: whole.read };
+    }
+    const required = new Set(Array.isArray(top.required) ? top.required.map(str) : []);
+    const controls = keys.map((key, i) => {
+      const has = own(current, key);
+      const made = control(key, controlOf(props[key], root), {
+        id: `${prefix}-${i}`,
+        required: required.has(key),
+        current: has ? current[key] : undefined,
+        has,
+      });
+      return { key, ...made };
+    });
+    const read = () => {
+      const out = Object.create(null);
+      for (const key of Object.keys(current)) if (!own(props, key)) out[key] = current[key];
+      for (const { key, read: readOne } of controls) {
+        const got = readOne();
+        if (got.error) return got;
+        if (!got.omit) out[key] = got.value;
+      }
+      return { value: out };
+    };
+    return { nodes: controls.map((c) => c.node), read };
+  }
+
+  /** An edit or a respond form in a row: built from the call's schema when first opened. */
+  function schemaAnswer(row, { kind, open, title, sendLabel, sendName, build }) {
+    const label = `${str(row.entry.name)} in ${row.chatId}`;
+    const form = el("form", { class: `${kind}-form`, hidden: true, novalidate: true });
+    const problem = el("p", { class: "form-problem", role: "alert" });
+    let made = null;
+    const close = el("button", { type: "button" }, "Cancel");
+    close.addEventListener("click", () => {
+      form.hidden = true;
+      open.focus();
+    });
+    open.addEventListener("click", async () => {
+      if (!form.hidden) return;
+      form.hidden = false;
+      if (made !== null) return;
+      form.replaceChildren(el("p", { class: "note" }, "Fetching the call…"));
+      let call;
+      try {
+        call = await callOf(row);
+      } catch (error) {
+        form.replaceChildren(
+          el(
+            "p",
+            { class: "form-problem" },
+            `Could not fetch the call: ${str(error && error.message)}`
+          ),
+          close
+        );
+        return;
+      }
+      if (call === null) {
+        form.replaceChildren(
+          el(
+            "p",
+            { class: "form-problem" },
+            "The call is not the one listed (answered or changed since): wait for the list."
+          ),
+          close
+        );
+        return;
+      }
+      made = build(call, `${kind}-${row.serial}`);
+      const send = el("button", { type: "submit", "aria-label": sendName(label) }, sendLabel);
+      const heading = el("div", { class: "form-title" }, title);
+      form.replaceChildren(heading, ...made.nodes, problem, send, " ", close);
+      const first = form.querySelector("input, select, textarea");
+      if (first) first.focus();
+    });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (made === null) return;
+      const got = made.read();
+      if (got.error) {
+        problem.textContent = got.error;
+        return;
+      }
+      problem.textContent = "";
+      const extra = kind === "edit" ? { input: got.value } : { output: got.value };
+      answer(row, kind, extra);
+    });
+    return form;
+  }
+
+  /** Edit (an editable tool: run it with another input) and Respond (an interrupt-only tool or
+   * a server's form: answer with its output), when the row's call takes them. */
+  function offerForms(row, cell) {
+    const { entry } = row;
+    const label = `${str(entry.name)} in ${row.chatId}`;
+    const button = (text, attrs) => el("button", { type: "button", ...attrs }, text);
+    const place = el("div", { class: "more-answers" });
+    cell.insertBefore(place, row.note);
+    if (entry.source === "interrupt" || entry.source === "input") {
+      const open = button("Respond", { class: "respond", "aria-label": `Respond to ${label}` });
+      const form = schemaAnswer(row, {
+        kind: "respond",
+        open,
+        title: "Answer with the tool's output",
+        sendLabel: "Send the answer",
+        sendName: (label) => `Send the answer to ${label}`,
+        build: (call, prefix) => schemaForm(call.output_schema, {}, prefix),
+      });
+      place.append(open, form);
+      return;
+    }
+    // Whether the tool is editable is the chat's to say (the inbox's listing does not).
+    callOf(row)
+      .then((call) => {
+        if (call === null || !call.editable || answered.has(row.key)) return;
+        const open = button("Edit", { class: "edit", "aria-label": `Edit the input of ${label}` });
+        open.disabled = row.busy;
+        const form = schemaAnswer(row, {
+          kind: "edit",
+          open,
+          title: "Run it with this input instead",
+          sendLabel: "Run with this input",
+          sendName: (label) => `Run ${label} with this input`,
+          build: (found, prefix) => {
+            const input = isObject(found.input) ? found.input : {};
+            const schema = isObject(found.input_schema) ? found.input_schema : schemaOfValue(input);
+            return schemaForm(schema, input, prefix);
+          },
+        });
+        place.append(open, form);
+      })
+      .catch(() => {
+        // No edit offered: the chat could not be asked (no worker, say); approve and deny
+        // still work from the listing.
+      });
   }
 
   function actionsCell(row) {
@@ -322,7 +704,7 @@
     });
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      answer(row, "deny", reason.value);
+      answer(row, "deny", { reason: reason.value });
     });
     row.denyForm = form;
     row.note = note;
@@ -359,6 +741,7 @@
       cell.prepend(show, " ");
       approve.disabled = true;
     }
+    if (answerable) offerForms(row, cell);
     if (!answerable) {
       approve.disabled = deny.disabled = true;
       note.textContent =
@@ -378,8 +761,108 @@
   const keyOf = (chatId, entry) =>
     JSON.stringify([chatId, str(entry.ref), str(entry.input_digest), str(entry.since)]);
 
+  const RISKS = ["low", "medium", "high", "critical"];
+
+  /** What a person is shown of the call (the conversation wrote it: ``InterruptRequest.shown``),
+   * or null for an entry written before there was. */
+  const shownOf = (entry) => (isObject(entry.shown) ? entry.shown : null);
+
+  /** The call as a person reads it: the summary as the headline, the tool's risk, why it
+   * waits, who asked, the user's request and the model's words. */
+  function callCell(chat, entry) {
+    const shown = shownOf(entry);
+    const cell = el("td", { class: "tool" });
+    const headline = el("div", { class: "summary" }, shown ? str(shown.summary) : str(entry.name));
+    cell.append(headline);
+    if (shown && shown.risk) {
+      const risk = RISKS.includes(shown.risk) ? shown.risk : "unknown";
+      cell.append(
+        el(
+          "div",
+          { class: "risk-line" },
+          el("span", { class: `risk risk-${risk}` }, `${str(shown.risk)} risk`),
+          shown.risk_note ? el("span", { class: "risk-note" }, " ", str(shown.risk_note)) : null
+        )
+      );
+    }
+    if (shown && shown.why) cell.append(el("p", { class: "why" }, str(shown.why)));
+    const requester = isObject(entry.requester) ? entry.requester : null;
+    if (requester) {
+      cell.append(
+        el(
+          "div",
+          { class: "requester" },
+          "Requested by ",
+          el("strong", { class: "who" }, str(requester.identity)),
+          requester.verified ? " (verified)" : " (asserted, not verified)"
+        )
+      );
+    }
+    if (shown && shown.asked) {
+      cell.append(
+        el("div", { class: "label" }, "The user asked"),
+        el("blockquote", { class: "asked" }, str(shown.asked))
+      );
+    }
+    if (shown && shown.said) {
+      cell.append(
+        el("div", { class: "label" }, "The model said"),
+        el("blockquote", { class: "said" }, str(shown.said))
+      );
+    }
+    const parts = [
+      el("div", { class: "name-line" }, "tool ", el("code", { class: "name" }, str(entry.name))),
+      // A sub-agent's call (agent_tool): answered here, through this chat, by the sub-agent's
+      // rules; it waits in the sub-agent's own chat, reached by the path's refs.
+      entry.chat_id && entry.chat_id !== chat.chat_id
+        ? el(
+            "div",
+            { class: "sub-agent" },
+            "in sub-agent ",
+            el("code", {}, str(entry.chat_id)),
+            Array.isArray(entry.path) && entry.path.length
+              ? el("div", { class: "path" }, `path ${entry.path.map(str).join(" → ")}`)
+              : null
+          )
+        : null,
+      entry.source
+        ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source))
+        : null,
+    ];
+    cell.append(...parts.filter(Boolean));
+    return cell;
+  }
+
+  /** The call's input: the fields as the tool shows them, and the raw JSON (with the ref and
+   * any metadata) behind a "details" disclosure, opened when the whole input was asked for. */
   function inputCell(chat, entry, whole) {
-    const cell = el("td", { class: "input" }, json(whole ?? entry.input ?? {}));
+    const shown = shownOf(entry);
+    const cell = el("td", { class: "input" });
+    const fields = shown && Array.isArray(shown.fields) ? shown.fields.filter(isObject) : [];
+    if (fields.length) {
+      const list = el("dl", { class: "fields" });
+      for (const field of fields) {
+        list.append(el("dt", {}, str(field.label)), el("dd", {}, str(field.value)));
+      }
+      cell.append(list);
+    }
+    const omitted = shown ? Number(shown.fields_omitted) || 0 : 0;
+    if (omitted > 0) {
+      const plural = omitted === 1 ? "field" : "fields";
+      cell.append(el("p", { class: "omitted" }, `${omitted} more ${plural} in the input`));
+    }
+    const raw = el(
+      "details",
+      { class: "raw", open: whole !== undefined || !shown },
+      el("summary", {}, whole !== undefined ? "The whole input" : "Details: the input as JSON"),
+      json(whole ?? entry.input ?? {}),
+      el("div", { class: "ref" }, `ref ${str(entry.ref)}`)
+    );
+    const metadata = entry.metadata;
+    if (isObject(metadata) && Object.keys(metadata).length) {
+      raw.append(el("div", { class: "label" }, "metadata"), json(metadata));
+    }
+    cell.append(raw);
     if (whole !== undefined) {
       cell.append(el("p", { class: "whole" }, "The whole input, as the chat holds it."));
     } else if (entry.input_cut) {
@@ -390,10 +873,6 @@
           "Not the whole input (too large for the inbox): show it whole to approve it."
         )
       );
-    }
-    const metadata = entry.metadata;
-    if (metadata && typeof metadata === "object" && Object.keys(metadata).length) {
-      cell.append(el("div", { class: "label" }, "metadata"), json(metadata));
     }
     if (chat.unreadable) {
       cell.append(el("p", { class: "unreadable" }, `Unreadable: ${str(chat.unreadable)}`));
@@ -419,28 +898,6 @@
       chat.agent ? el("div", { class: "agent" }, "agent ", el("code", {}, str(chat.agent))) : null,
       grantsButton
     );
-    const toolCell = el(
-      "td",
-      { class: "tool" },
-      el("code", { class: "name" }, str(entry.name)),
-      el("div", { class: "ref" }, `ref ${str(entry.ref)}`),
-      // A sub-agent's call (agent_tool): answered here, through this chat, by the sub-agent's
-      // rules; it waits in the sub-agent's own chat, reached by the path's refs.
-      entry.chat_id && entry.chat_id !== chat.chat_id
-        ? el(
-            "div",
-            { class: "sub-agent" },
-            "in sub-agent ",
-            el("code", {}, str(entry.chat_id)),
-            Array.isArray(entry.path) && entry.path.length
-              ? el("div", { class: "path" }, `path ${entry.path.map(str).join(" → ")}`)
-              : null
-          )
-        : null,
-      entry.source
-        ? el("div", { class: "source" }, SOURCES[entry.source] || str(entry.source))
-        : null
-    );
     const approvers = Array.isArray(entry.approvers) ? entry.approvers.map(str) : [];
     const approversCell = el(
       "td",
@@ -460,7 +917,7 @@
     const since = entry.since ?? chat.waiting_since;
     return [
       chatCell,
-      toolCell,
+      callCell(chat, entry),
       inputCell(chat, entry, whole),
       approversCell,
       votesCell,
@@ -478,6 +935,8 @@
   }
 
   function render(chats) {
+    // New rows ask their chat's pending calls afresh (once per chat).
+    pendingAsked = new Map();
     const wanted = [];
     const listed = new Set();
     for (const chat of chats) {

@@ -1,0 +1,166 @@
+"""Decision receipts checked with no server (issue 50, its first part): the canonical form,
+the chain, Ed25519 signatures under rotating keys, and the first broken link named."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from temporal_agent_interrupts.client.receipts import verify_chain
+from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.receipts import (
+    Receipt,
+    ReceiptBody,
+    ReceiptChain,
+    canonical,
+    digest,
+)
+from tests.helpers import assert_no_workflow_task_failed
+from tests.test_presentation import PAY, payments_desk
+
+T0 = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
+
+
+def signed(keys: ReceiptKeys, body: ReceiptBody) -> Receipt:
+    kid, sig = keys.sign(body.canonical())
+    return Receipt(id=body.id(), body=body, key_id=kid, signature=sig)
+
+
+def chain_of(
+    chat_id: str, decisions: list[tuple[str, str]], keys: list[ReceiptKeys], **extra: object
+) -> list[Receipt]:
+    out: list[Receipt] = []
+    prev = None
+    for n, (kind, decision) in enumerate(decisions):
+        body = ReceiptBody(
+            chat_id=chat_id,
+            seq=n,
+            prev=prev,
+            at=T0 + timedelta(minutes=n),
+            ref=f"r{n}",
+            tool="sendPayment",
+            kind=kind,
+            decision=decision,
+            input_digest=digest({"amount": 7300 + n}),
+            approver="cfo@example.com",
+            verified=True,
+            issuer="https://idp.example.com",
+            subject="sha256:ab",
+            token_key_id="idp-1",
+            **extra if n == 0 else {},  # type: ignore[arg-type]  # test data only
+        )
+        receipt = signed(keys[min(n * len(keys) // len(decisions), len(keys) - 1)], body)
+        out.append(receipt)
+        prev = receipt.id
+    return out
+
+
+KEYS = ReceiptKeys.parse(generate_receipt_key("k1"))
+DECISIONS = [("vote", "vote"), ("vote", "approved"), ("edit", "edited"), ("deadline", "expired")]
+
+
+def test_canonical_json_is_sorted_compact_utf8_and_stable():
+    assert canonical({"b": 1, "a": [1.5, "é", None]}) == '{"a":[1.5,"é",null],"b":1}'.encode()
+    assert digest({"a": 1}) == digest({"a": 1})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        canonical({"x": float("nan")})
+
+
+def test_a_whole_chain_verifies_and_every_kind_of_break_is_named():
+    receipts = chain_of("chat-1", DECISIONS, [KEYS])
+    chain = ReceiptChain(chat_id="chat-1", receipts=receipts, key_ids=["k1"])
+    assert verify_chain(chain, KEYS.jwks()).ok
+
+    # One byte flipped in a body: 7300 -> 7301 in the JSON as exported.
+    text = chain.model_dump_json()
+    flipped = text.replace('"ref":"r2"', '"ref":"r7"')
+    found = verify_chain(json.loads(flipped), KEYS.jwks())
+    assert not found.ok and "receipt 3 of 4" in (found.where or "")
+    assert "does not hash to its id" in (found.why or "")
+
+    removed = chain.model_copy(update={"receipts": [receipts[0], *receipts[2:]]})
+    found = verify_chain(removed, KEYS.jwks())
+    assert not found.ok and "receipt 2 of 3 (seq 2" in (found.where or "")
+    assert "removed" in (found.why or "")
+
+    swapped = chain.model_copy(
+        update={"receipts": [receipts[0], receipts[2], receipts[1], receipts[3]]}
+    )
+    found = verify_chain(swapped, KEYS.jwks())
+    assert not found.ok and "receipt 2 of 4" in (found.where or "")
+
+    other = ReceiptKeys.parse(generate_receipt_key("k1"))
+    found = verify_chain(chain, other.jwks())
+    assert not found.ok and "signature does not verify" in (found.why or "")
+    found = verify_chain(chain, {"keys": []})
+    assert not found.ok and "does not hold" in (found.why or "")
+
+
+def test_a_key_rotated_mid_conversation_verifies_with_both_keys_in_the_set():
+    old = ReceiptKeys.parse(generate_receipt_key("old"))
+    new = ReceiptKeys.parse(generate_receipt_key("new"))
+    receipts = chain_of("chat-2", DECISIONS, [old, new])
+    assert [r.key_id for r in receipts] == ["old", "old", "new", "new"]
+    chain = ReceiptChain(chat_id="chat-2", receipts=receipts)
+    both = {"keys": [*old.jwks()["keys"], *new.jwks()["keys"]]}
+    assert verify_chain(chain, both).ok
+    found = verify_chain(chain, new.jwks())
+    assert not found.ok and "receipt 1 of 4" in (found.where or "")
+
+
+def test_a_sub_agents_chain_is_linked_from_its_callers_receipt():
+    child = chain_of("child-1", [("respond", "approved")], [KEYS])
+    caller = chain_of(
+        "caller-1",
+        [("forwarded", "approved"), ("respond", "answered")],
+        [KEYS],
+        child_chat_id="child-1",
+        child=child[-1].id,
+    )
+    chain = ReceiptChain(chat_id="caller-1", receipts=caller, children={"child-1": child})
+    found = verify_chain(chain, KEYS.jwks())
+    assert found.ok and found.checked == 3
+    cut = chain.model_copy(update={"children": {}})
+    found = verify_chain(cut, KEYS.jwks())
+    assert not found.ok and "sub-agent chat 'child-1'" in (found.why or "")
+
+
+def test_a_signature_is_deterministic_so_a_replay_signs_the_same():
+    body = chain_of("chat-3", DECISIONS[:1], [KEYS])[0].body
+    assert KEYS.sign(body.canonical()) == KEYS.sign(body.canonical())
+
+
+# ----------------------------------------------------------------------------------------------
+# Live: a conversation issues a signed receipt for each decision, chained across its runs.
+
+
+async def test_a_conversations_decisions_carry_a_signed_chain_that_verifies_offline(
+    run_worker, model, client
+):
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    model.reply(
+        calls(("sendPayment", PAY, "p1")),
+        text("paid"),
+        calls(("sendPayment", {**PAY, "amount": 10}, "p2")),
+        text("not paid"),
+    )
+    async with run_worker(agents=[payments_desk], receipt_keys=keys) as agents:
+        chat = await agents.chat(payments_desk.name)
+        (first,) = (await chat.send("Pay the rent.")).interrupts
+        await chat.resume(answers=[first.approve()], identity="cfo@example.com")
+        (second,) = (await chat.send("Pay ten.")).interrupts
+        await chat.resume(answers=[second.deny("no")], identity="cfo@example.com")
+        trail = await chat.audit()
+    receipts = [r.receipt for r in trail if r.receipt is not None]
+    assert [(r.body.seq, r.body.decision, r.body.ref) for r in receipts] == [
+        (0, "approved", "p1"),
+        (1, "denied", "p2"),
+    ]
+    assert receipts[0].body.input_digest == digest(PAY)
+    assert receipts[1].body.prev == receipts[0].id
+    chain = ReceiptChain(chat_id=chat.id, receipts=receipts, key_ids=["r1"])
+    assert verify_chain(chain, keys.jwks()).ok
+    await assert_no_workflow_task_failed(client, chat.id)
