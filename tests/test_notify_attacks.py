@@ -198,15 +198,6 @@ async def test_a_notify_activity_from_another_workflow_posts_nothing(run_worker,
     assert desk.announced == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: for_a_conversation checks the workflow's type and id, not its task queue; a "
-    "workflow named AgentWorkflow that the attacker's own worker runs on a queue of its own "
-    "makes the deployment's channels post whatever it says (phishing through the company's bot). "
-    "docs/security.md counts polling a queue as trusted, but the web app already refuses to hand "
-    "a token to a chat on another queue (token_queues); the same check (the scheduling run's "
-    "task queue is this worker's) would close it",
-)
 async def test_a_lookalike_agentworkflow_on_its_own_queue_makes_the_bot_post_nothing(
     run_worker, client
 ):
