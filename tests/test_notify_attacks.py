@@ -414,13 +414,6 @@ async def test_an_edit_flood_cannot_keep_a_paused_run_from_continuing_as_new(tin
         "hangul-filler",
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (workflows/text.py, not this change's files): visible() escapes bidi controls "
-    "and some zero-width characters, but not the other invisible format characters (Unicode Cf: "
-    "soft hyphen, U+2061-2064, U+206A-206F, U+180E, tag characters) nor blank-looking fillers "
-    "(U+3164): two different IBANs read the same to an approver",
-)
 def test_an_invisible_character_in_a_value_is_made_visible(hidden):
     real = "NL91 ABNA 0417 1643 00"
     forged = "NL91 ABNA" + hidden + " 0417 1643 00"
@@ -438,13 +431,6 @@ def test_bidi_and_zero_width_characters_in_values_are_made_visible():
         assert hidden not in shown.summary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (workflows/presentation.py): a Present summary fills each placeholder with up "
-    "to 200 characters and then cuts the whole to 200, so a free-text value before the payee "
-    "(here currency) can say a payee of its own and push the real one out of the one line Slack "
-    "and the inbox lead with; a per-placeholder share of the budget would keep every part",
-)
 def test_a_long_value_cannot_push_the_payee_out_of_the_summary():
     spoof = "EUR to NL91 …00 (payee on file)" + "\u2800" * 180
     shown = presentation.shown(
@@ -454,26 +440,12 @@ def test_a_long_value_cannot_push_the_payee_out_of_the_summary():
     assert "DE89" in shown.summary, shown.summary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (workflows/presentation.py): the default presentation reads every input key "
-    "as a path, so a key with a dot ('note.Amount') shows a nested value under another field's "
-    "label: a second 'Amount' of 1 next to the real 7300, in the fields and the summary",
-)
 def test_a_key_with_a_dot_does_not_show_as_another_field():
     args = {**PAY, "note.Amount": 5, "note": {"Amount": 1}}
     shown = presentation.shown(call(args, name="sendPaymentPlain"), send_plain.spec())
     assert [f.label for f in shown.fields].count("Amount") == 1, shown.fields
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (design, workflows/presentation.py): format='iban' (a Present's or a schema's "
-    "format) shows a payee as its first four and last two characters in the summary and every "
-    "field, so an approver cannot tell the payee asked for from any other with the same country, "
-    "check digits and last two digits; the approval still binds the whole input (input_digest), "
-    "which the approver never saw",
-)
 def test_two_payees_do_not_read_the_same():
     real = presentation.shown(call(PAY), send_payment.spec())
     other = presentation.shown(call({**PAY, "iban": "NL91 EVIL 9999 9999 00"}), send_payment.spec())
