@@ -235,6 +235,7 @@ class AgentActivities:
     async def _notify(self, input: NotifyInput) -> NotifyResult:
         # Only the conversation's own: else anyone could make the bot post to approvers.
         for_a_conversation(input.chat_id, what="notification")
+        await on_this_queue(what="notification")
         # Labels from what this worker hosts only, so a start naming anything adds no series.
         agent = self._agents.get(input.agent)
         tool = input.interrupt.name
@@ -825,6 +826,38 @@ async def _recorded_mcp_tools(chat_id: str) -> list[ToolSpec]:
     run_id = activity.info().workflow_run_id
     handle = activity.client().get_workflow_handle(chat_id, run_id=run_id)
     return (await handle.query(AgentWorkflow.mcp_listing)).tools
+
+
+async def on_this_queue(*, what: str) -> None:
+    """Refuse an activity whose workflow runs on another task queue than this worker's.
+
+    ``for_a_conversation`` cannot tell a workflow of another program named ``AgentWorkflow``,
+    run by its own worker on a queue of its own, from ours: its activities may still be
+    scheduled on our queue. For what reaches people (a notification posts as the company's bot
+    to its approvers), the server is asked where the workflow runs: one describe per call.
+
+    Raises:
+        ApplicationError: non-retryable ``NotScheduledByConversation``; logged as an error.
+    """
+    info = activity.info()
+    handle = activity.client().get_workflow_handle(
+        info.workflow_id or "", run_id=info.workflow_run_id
+    )
+    queue = (await handle.describe()).task_queue
+    if queue == info.task_queue:
+        return
+    log.error(
+        "refused a %s on task queue %r: its workflow %r runs on task queue %r",
+        what,
+        info.task_queue[:100],
+        (info.workflow_id or "")[:100],
+        queue[:100],
+    )
+    raise ApplicationError(
+        f"this {what} was scheduled by a workflow on another task queue",
+        type="NotScheduledByConversation",
+        non_retryable=True,
+    )
 
 
 def for_a_conversation(chat_id: str, *, what: str) -> None:

@@ -102,7 +102,7 @@ async def test_the_governance_pages_payment_reads_as_the_page_says(client, tmp_p
         assert shown.summary == "Pay 7,300.00 EUR to NL91 …00"
         assert [(f.label, f.value) for f in shown.fields] == [
             ("Amount", "7,300.00"),
-            ("To", "NL91 …00"),
+            ("To", "NL91 ABNA 0417 1643 00"),
         ]
         assert (shown.risk, shown.risk_note) == ("high", "Money leaves the company's account.")
         assert (shown.asked, shown.said) == ("Pay invoice 42.", "Paying invoice 42.")

@@ -578,7 +578,7 @@ async def test_a_payment_reads_as_its_tool_presents_it_and_an_edit_runs_the_edit
         # (the JSON is behind "details", closed).
         fields = row.locator("td.input dl.fields")
         await expect(fields.locator("dt")).to_have_text(["Amount", "To"])
-        await expect(fields.locator("dd")).to_have_text(["7,300.00", "NL91 …00"])
+        await expect(fields.locator("dd")).to_have_text(["7,300.00", "NL91 ABNA 0417 1643 00"])
         await expect(row.locator("td.input .omitted")).to_have_text("1 more field in the input")
         await expect(row.locator("td.input details.raw pre")).to_be_hidden()
         shown_text = await row.inner_text()

@@ -71,7 +71,7 @@ def test_a_tools_present_writes_its_summary_fields_and_risk():
     assert shown.summary == "Pay 7,300.00 EUR to NL91 …00"
     assert [(f.label, f.value) for f in shown.fields] == [
         ("Amount", "7,300.00"),
-        ("To", "NL91 …00"),
+        ("To", "NL91 ABNA 0417 1643 00"),
     ]
     # currency is not listed: counted, not shown.
     assert shown.fields_omitted == 1

@@ -18,6 +18,13 @@ can show its final state.
   what an earlier attempt posted.
 - Through the sealed runner (``workflows.executing``): a result completed by id is refused, so
   nobody chooses which message the channel later updates.
+- Never a reason for a run not to continue as new: once the run is due to (its history past
+  the bounds the conversation continues at), new pauses wait for the next run, which announces
+  them (``CallState.notified`` says what is still owed), so answers that re-pause a call over
+  and over (edits) cannot keep a notification in flight until Temporal terminates the run.
+- Each post's end is the end of the pause it announced (its ``Notified``), by the record that
+  ended that very pause: a later pause of the call, a revoke of the grant its approval made or
+  anything else recorded against the ref afterwards never says how an earlier message ended.
 """
 
 from __future__ import annotations
@@ -40,7 +47,13 @@ from temporal_agent_interrupts.workflows.activity_io import (
 from temporal_agent_interrupts.workflows.executing import ActivityRunner, Unsealed
 from temporal_agent_interrupts.workflows.history import trim_answers
 from temporal_agent_interrupts.workflows.interrupts import InterruptBook
-from temporal_agent_interrupts.workflows.limits import DOOR, cut_stored, json_size, shrink
+from temporal_agent_interrupts.workflows.limits import (
+    DOOR,
+    RUN,
+    cut_stored,
+    json_size,
+    shrink,
+)
 from temporal_agent_interrupts.workflows.state import (
     CallState,
     ConversationState,
@@ -104,10 +117,12 @@ class Announcer:
         return list(self.s.spec.notify) if self.s.spec else []
 
     def due(self, turn: TurnState) -> bool:
-        """Whether a call of ``turn`` is to be announced, or its end posted."""
+        """Whether a call of ``turn`` is to be announced (not while the run is due to continue
+        as new: the next run does it), or its end posted."""
         if not self._channels():
             return False
-        return any(self._announce(c) or self._settle(c) for c in turn.calls)
+        later = _run_due()
+        return any((self._announce(c) and not later) or self._settle(c) for c in turn.calls)
 
     def send(self, turn: TurnState, *, cancelled: bool = False) -> None:
         """Schedule what is due: each newly paused call to every channel, and each announced
@@ -119,17 +134,27 @@ class Announcer:
         channels = self._channels()
         if not channels:
             return
+        # A run due to continue as new announces nothing more: the next run announces what is
+        # still paused (the state carries what is owed), as one in flight would hold this run.
+        # Ends are posted still: one per message posted, and the turn may not wait again.
+        later = not cancelled and _run_due()
         book = self._book(turn)
         for call in turn.calls:
             if cancelled and call.notified is not None and not call.notified.settled:
                 self._send_settled(book, call, "cancelled", None, False)
-            elif self._announce(call):
+            elif self._announce(call) and not later:
+                told = call.notified
+                if told is not None and not told.settled and told.posted:
+                    # Paused again before its last pause's end was posted: post that first.
+                    settled, by, verified = self._how_it_ended(call, told)
+                    self._send_settled(book, call, settled, by, verified)
                 call.notified = Notified(since=call.since)
                 request = book.request_for(call)
                 for channel in channels:
                     self._start(book, call, channel, "paused", request)
             elif self._settle(call):
-                settled, by, verified = self._how_it_ended(call)
+                assert call.notified is not None
+                settled, by, verified = self._how_it_ended(call, call.notified)
                 self._send_settled(book, call, settled, by, verified)
 
     def remind(
@@ -164,10 +189,16 @@ class Announcer:
             return False
         return call.status != "pending" or told.since != call.since
 
-    def _how_it_ended(self, call: CallState) -> tuple[SettledAs, str | None, bool]:
-        """How ``call``'s pause ended, by the audit trail's last record of it."""
+    def _how_it_ended(self, call: CallState, told: Notified) -> tuple[SettledAs, str | None, bool]:
+        """How the pause of ``call`` that ``told`` announced ended, by the audit trail's record
+        of the answer that ended it: of that pause (its ``since``), and a decision that ends
+        one (not a revoke of the grant it made, a vote, a stale approval)."""
         for record in reversed(self.s.answers):
             if record.ref != call.ref or record.kind in ("notified", "vote", "forwarded"):
+                continue
+            if record.decision is not None and record.decision not in _SETTLED_BY_DECISION:
+                continue
+            if record.since is not None and told.since is not None and record.since != told.since:
                 continue
             decision = record.decision or "answered"
             settled = _SETTLED_BY_DECISION.get(decision, "answered")
@@ -236,11 +267,16 @@ class Announcer:
             settled_by_verified=verified,
             posted=posted,
         )
-        task = asyncio.create_task(self._run(book, call, arg))
+        # The pause this posts about: what it posts is kept there, and updated when that very
+        # pause ends (the call may have paused again by the time the channel answers).
+        told = call.notified
+        task = asyncio.create_task(self._run(book, call, arg, told))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, book: InterruptBook, call: CallState, arg: NotifyInput) -> None:
+    async def _run(
+        self, book: InterruptBook, call: CallState, arg: NotifyInput, told: Notified | None
+    ) -> None:
         reason: str | None = None
         result: NotifyResult | None = None
         try:
@@ -261,15 +297,16 @@ class Announcer:
             generic = self._runner.error(e, what=f"the {arg.channel!r} channel").message
             reason = f"{generic}: {said}" if said and said not in generic else generic
         self._record(call, arg, delivered=reason is None, reason=reason)
-        told = call.notified
         if result is not None and result.posted and arg.kind != "settled" and told is not None:
             posted = cut_stored(result.posted, DOOR.ref)
             refs = told.posted.setdefault(arg.channel, [])
             if len(refs) < MAX_POSTED:
                 refs.append(posted)
-            if told.settled:
-                # Ended while this was on its way: post the end on it now.
-                settled, by, verified = self._how_it_ended(call)
+            if told.settled or told is not call.notified:
+                # That pause ended while this was on its way (the call may be paused again
+                # since, under another Notified): post its end on it now.
+                told.settled = True
+                settled, by, verified = self._how_it_ended(call, told)
                 self._start(
                     book,
                     call,
@@ -312,3 +349,16 @@ def _within(request: InterruptRequest, budget: int) -> InterruptRequest:
     while data.get("votes") and json_size(data) > budget:
         data["votes"].pop()
     return InterruptRequest.model_validate(data)
+
+
+def _run_due() -> bool:
+    """Whether this run is due to continue as new by its history (as the conversation decides
+    it, ``workflows.conversation``): past Temporal's suggestion or the conversation's own
+    bounds."""
+    info = workflow.info()
+    length = info.get_current_history_length()
+    if info.get_current_history_size() >= RUN.can_bytes or length >= RUN.can_events:
+        return True
+    return (
+        info.is_continue_as_new_suggested() and length >= config.MIN_EVENTS_BEFORE_CONTINUE_AS_NEW
+    )

@@ -45,6 +45,8 @@ MAX_SUMMARY = 200
 """The most characters of the one-line summary."""
 MAX_CONTEXT = 500
 """The most characters of the user's message and of the model's words, each."""
+MIN_SHARE = 16
+"""The fewest characters a value gets in the summary, however many the template names."""
 MAX_NOTE = 300
 """The most characters of a tool's risk note."""
 
@@ -151,9 +153,10 @@ def _format_for(prop: JsonObject) -> ShowFormat:
     return "text"
 
 
-def write(value: Any, fmt: ShowFormat) -> str:
+def write(value: Any, fmt: ShowFormat, *, whole: bool = False) -> str:
     """``value`` written for people by ``fmt`` (see ``ShowFormat``), cut to
-    :data:`MAX_VALUE`."""
+    :data:`MAX_VALUE`. ``whole``: an IBAN in full, in groups of four (a field, where the
+    approver checks the payee), not its country and last two characters (a summary)."""
     if value is None:
         return "—"
     if (
@@ -172,7 +175,10 @@ def write(value: Any, fmt: ShowFormat) -> str:
         text = value
         if fmt == "iban":
             compact = "".join(value.split())
-            text = f"{compact[:4]} …{compact[-2:]}" if len(compact) > 8 else compact
+            if whole:
+                text = " ".join(compact[i : i + 4] for i in range(0, len(compact), 4))
+            else:
+                text = f"{compact[:4]} …{compact[-2:]}" if len(compact) > 8 else compact
         elif fmt == "masked":
             text = f"…{value[-4:]}" if len(value) > 4 else value
         elif fmt == "date":
@@ -211,15 +217,19 @@ def _fields(
         wanted = [
             Show(key=k, format=_format_for(_property(schema, [k]))) for k in order if k in args
         ]
+    # A tool's own keys are paths (``payee.iban``); the default's are the input's keys as they
+    # are, so a key with a dot in it (``note.Amount``) never reads as another field's path.
+    declared = present is not None and bool(present.fields)
     fields: list[ShownField] = []
     for show in wanted[:MAX_FIELDS]:
-        path = show.key.split(".")
+        path = show.key.split(".") if declared else [show.key]
         found, value = _at(args, path)
         if not found:
             continue
         label = show.label or str(_property(schema, path).get("title") or words(path[-1]))
-        fields.append(ShownField(label=_cut(label, MAX_VALUE), value=write(value, show.format)))
-    listed = {s.key.split(".")[0] for s in wanted}
+        shown = write(value, show.format, whole=True)
+        fields.append(ShownField(label=_cut(label, MAX_VALUE), value=shown))
+    listed = {(s.key.split(".")[0] if declared else s.key) for s in wanted}
     omitted = max(len(wanted) - MAX_FIELDS, 0) + sum(1 for k in args if k not in listed)
     return fields, omitted
 
@@ -232,8 +242,14 @@ def _summary(
     title: str,
     fields: list[ShownField],
 ) -> str:
+    # Each value gets its share of the line, so a long one (a free-text note) never pushes
+    # another (the payee) out of it.
     if present is not None and present.summary:
+        template = present.summary[: MAX_SUMMARY * 4]
         formats: dict[str, ShowFormat] = {s.key: s.format for s in present.fields}
+        holes = [m for m in _PLACEHOLDER.finditer(template) if m.group(1) is not None]
+        literal = len(_PLACEHOLDER.sub("", template))
+        share = max(MIN_SHARE, (MAX_SUMMARY - literal) // max(len(holes), 1))
 
         def fill(m: re.Match[str]) -> str:
             if m.group(0) in ("{{", "}}"):
@@ -243,9 +259,11 @@ def _summary(
             if not found:
                 return "—"
             fmt = formats.get(key) or _format_for(_property(schema, key.split(".")))
-            return write(value, fmt)
+            return truncate(write(value, fmt), share)
 
-        return _cut(_PLACEHOLDER.sub(fill, present.summary[: MAX_SUMMARY * 4]), MAX_SUMMARY)
-    parts = [f"{f.label} {f.value}" for f in fields[:4]]
-    text = f"{title}: {', '.join(parts)}" if parts else title
+        return _cut(_PLACEHOLDER.sub(fill, template), MAX_SUMMARY)
+    parts = fields[:4]
+    share = max(MIN_SHARE, (MAX_SUMMARY - len(title) - 2) // max(len(parts), 1) - 2)
+    said = [truncate(f"{f.label} {f.value}", share) for f in parts]
+    text = f"{title}: {', '.join(said)}" if said else title
     return _cut(text, MAX_SUMMARY)
