@@ -180,7 +180,8 @@ async def test_an_emailed_link_opens_the_answer_view_and_answers_once(
                 assert msg["To"] == "cfo@example.com"
                 assert msg["Subject"] == "Approval needed: Pay 7,300.00 EUR to NL91 …00"
                 body = plain(msg)
-                for shown in ("Risk: high", "To: NL91 ABNA 0417 1643 00", "The request: Pay the rent.",
+                for shown in ("Risk: high", "To: NL91 ABNA 0417 1643 00",
+                              "The request: Pay the rent.",
                               "The agent said: Paying the rent."):  # fmt: skip
                     assert shown in body, (shown, body)
                 link = link_of(msg)
