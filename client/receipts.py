@@ -1,7 +1,7 @@
 """Checking decision receipts with no server: a chain file and a JWK Set are all it needs.
 
-Internal: not covered by the 0.1.x stability promise (the public API is the package root and its
-namespaces: docs/reference/api.md).
+Internal: not covered by the 0.1.x stability promise; its public names (:func:`verify_chain`,
+:class:`ChainCheck`) are imported from ``temporal_agent_interrupts.types``.
 
 :func:`verify_chain` checks, receipt by receipt, oldest first, that
 
@@ -11,8 +11,8 @@ namespaces: docs/reference/api.md).
 3. it is the next in its chain: its ``seq`` follows the one before, and its ``prev`` is that
    receipt's id (none removed, none reordered, none inserted); every receipt is of the chain's
    chat;
-4. a caller's receipt that links a sub-agent's chain (``child``) names a receipt of that chain,
-   which is checked the same way.
+4. every sub-agent's chain in the file is checked the same way, and a receipt that links one
+   (``child``) names a receipt that chain holds.
 
 It stops at the first broken link and names it: which receipt (its position and seq), and why.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
 from temporal_agent_interrupts.workflows.receipts import Receipt, ReceiptChain
+from temporal_agent_interrupts.workflows.types import AnswerRecord
 
 
 class ChainCheck(BaseModel):
@@ -38,8 +39,15 @@ class ChainCheck(BaseModel):
 
     ok: bool
     checked: int
+    """Receipts checked and found good (all of them when ``ok``)."""
     where: str | None = None
+    """The first broken link: which receipt (its position, seq and ref) in which chat."""
     why: str | None = None
+    """What is wrong with it, in words."""
+    chats: int = 0
+    """Chains checked when ``ok``: the conversation's and each sub-agent's."""
+    key_ids: list[str] = []
+    """The key ids the receipts are signed under when ``ok``, sorted."""
 
 
 def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
@@ -129,12 +137,36 @@ def verify_receipts(
 
 
 def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any]) -> ChainCheck:
-    """Check an exported chain (``agentctl audit --export``) and the sub-agents' chains it
-    links, against a JWK Set. Never raises for what the file says: a file that does not read as
-    a chain is a ChainCheck with ``why``.
+    """Check a conversation's decision receipts against the workers' public keys, with no server.
+
+    ``chain`` is what ``agentctl audit CHAT --export FILE`` writes (a :class:`ReceiptChain`, or
+    the JSON of one, parsed); ``jwks`` is the workers' JWK Set (``agent-worker
+    --print-receipt-jwks``, or the web app's ``/.well-known/agent-receipt-keys.json``). The
+    conversation's chain is checked first, then each sub-agent's in ``children``, receipt by
+    receipt, oldest first:
+
+    1. the body hashes to the receipt's id (nothing in it changed);
+    2. the signature verifies under its key id, a key of ``jwks``;
+    3. it follows the receipt before it (its ``seq`` is the next, its ``prev`` that receipt's
+       id: none removed, reordered or inserted) and is of the chain's chat;
+    4. a receipt that links a sub-agent's chain (``child``) names a receipt that chain holds.
+
+    A team that archives receipts in its own store can rebuild a :class:`ReceiptChain` from
+    them (each :class:`~temporal_agent_interrupts.types.AnswerRecord`'s ``receipt``) and check
+    it here.
+
+    Args:
+        chain: The chain, or its JSON as a mapping (a file that does not read as a chain is
+            a failed check, not an error).
+        jwks: A JWK Set (``{"keys": [...]}``); its Ed25519 keys (``OKP``) are used, others
+            ignored.
+
+    Returns:
+        ``ok`` with the receipts and chains checked and the key ids they are signed under; or,
+        at the first broken link, ``where`` (which receipt, in which chat) and ``why``.
 
     Raises:
-        ValueError: ``jwks`` is not a JWK Set.
+        ValueError: ``jwks`` is not a JWK Set, or holds an Ed25519 key that does not decode.
     """
     keys = public_keys(jwks)
     if not isinstance(chain, ReceiptChain):
@@ -144,34 +176,60 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
             return ChainCheck(
                 ok=False, checked=0, where="the file", why=f"not a receipt chain: {e}"
             )
-    found = verify_receipts(chain.receipts, keys, chat_id=chain.chat_id)
-    if not found.ok:
-        return found
-    checked = found.checked
-    done: set[str] = set()
-    for receipt in chain.receipts:
-        link, child_chat = receipt.body.child, receipt.body.child_chat_id
-        if link is None or child_chat is None:
-            continue
-        child = chain.children.get(child_chat)
-        where = (
-            f"receipt seq {receipt.body.seq} (ref {receipt.body.ref!r}) in chat {chain.chat_id!r}"
-        )
-        if child is None or all(r.id != link for r in child):
-            return ChainCheck(
-                ok=False,
-                checked=checked,
-                where=where,
-                why=(
-                    f"it links sub-agent chat {child_chat!r}, whose chain does not hold that "
-                    "receipt"
-                ),
-            )
-        if child_chat in done:
-            continue
-        done.add(child_chat)
-        sub = verify_receipts(child, keys, chat_id=child_chat)
-        if not sub.ok:
-            return sub.model_copy(update={"checked": checked + sub.checked})
-        checked += sub.checked
-    return ChainCheck(ok=True, checked=checked)
+    chains: list[tuple[str, list[Receipt]]] = [
+        (chain.chat_id, chain.receipts),
+        *chain.children.items(),
+    ]
+    checked = 0
+    for chat_id, receipts in chains:
+        found = verify_receipts(receipts, keys, chat_id=chat_id)
+        if not found.ok:
+            return found.model_copy(update={"checked": checked + found.checked})
+        checked += found.checked
+    for chat_id, receipts in chains:
+        for receipt in receipts:
+            link, child_chat = receipt.body.child, receipt.body.child_chat_id
+            if link is None or child_chat is None:
+                continue
+            child = chain.children.get(child_chat, [])
+            if all(r.id != link for r in child):
+                return ChainCheck(
+                    ok=False,
+                    checked=checked,
+                    where=f"receipt seq {receipt.body.seq} (ref {receipt.body.ref!r}) in chat "
+                    f"{chat_id!r}",
+                    why=f"it links sub-agent chat {child_chat!r}, whose chain does not hold "
+                    "that receipt",
+                )
+    return ChainCheck(
+        ok=True,
+        checked=checked,
+        chats=len(chains),
+        key_ids=sorted({r.key_id for _, rs in chains for r in rs if r.key_id is not None}),
+    )
+
+
+def export_chain(chat_id: str, records: Iterable[AnswerRecord]) -> ReceiptChain:
+    """The chain file of a conversation's audit trail (``agentctl audit --export``): each
+    record's receipt, the conversation's in ``receipts`` and each sub-agent's (the receipt's
+    ``chat_id`` says whose) in ``children``, oldest (lowest ``seq``) first. A record without a
+    receipt (written before receipts were issued, or one that decides nothing) is left out; a
+    receipt found twice is written once. Nothing is checked here: that is the verifier's."""
+    by_chat: dict[str, dict[str, Receipt]] = {}
+    for record in records:
+        receipt = record.receipt
+        if receipt is not None:
+            by_chat.setdefault(receipt.body.chat_id, {}).setdefault(receipt.id, receipt)
+
+    def oldest_first(found: dict[str, Receipt]) -> list[Receipt]:
+        return sorted(found.values(), key=lambda r: r.body.seq)
+
+    own = oldest_first(by_chat.pop(chat_id, {}))
+    children = {child: oldest_first(by_chat[child]) for child in sorted(by_chat)}
+    every = [*own, *(r for rs in children.values() for r in rs)]
+    return ReceiptChain(
+        chat_id=chat_id,
+        receipts=own,
+        children=children,
+        key_ids=sorted({r.key_id for r in every if r.key_id is not None}),
+    )

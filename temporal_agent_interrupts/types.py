@@ -1,6 +1,7 @@
 """What calling reads back: a turn's result and its interrupts, the answers, a stream's events,
-what a conversation reports, the inbox's entries, the audit report; and what a tool writes with:
-the ``Tool`` type, ``ToolError``'s ``Status``, and the approval vocabulary's words.
+what a conversation reports, the inbox's entries, the audit report and its decision receipts
+(with ``verify_chain``, which checks them with no server); and what a tool writes with: the
+``Tool`` type, ``ToolError``'s ``Status``, and the approval vocabulary's words.
 
 Public: every name in ``__all__`` is kept stable through 0.1.x (see CHANGELOG.md)::
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from temporal_agent_interrupts.activities.tools import Tool
     from temporal_agent_interrupts.client.audit import AuditReport, UntrustedRun
     from temporal_agent_interrupts.client.inbox import InboxPage, PausedChat, PausedInterrupt
+    from temporal_agent_interrupts.client.receipts import ChainCheck, verify_chain
     from temporal_agent_interrupts.client.stream import TurnStream
     from temporal_agent_interrupts.workflows.types import (
         APPROVED,
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
         Message,
         Part,
         PendingResult,
+        Receipt,
+        ReceiptBody,
+        ReceiptChain,
         Rejection,
         RejectionsResult,
         Requester,
@@ -88,6 +93,13 @@ _HOME = {
     "AnswerRecord": "workflows.types",
     "AuditReport": "client.audit",
     "UntrustedRun": "client.audit",
+    # Decision receipts (AnswerRecord.receipt), the chain file agentctl audit --export writes,
+    # and the check anyone can run on it with the workers' public keys: no server, no Temporal.
+    "Receipt": "workflows.types",
+    "ReceiptBody": "workflows.types",
+    "ReceiptChain": "workflows.types",
+    "verify_chain": "client.receipts",
+    "ChainCheck": "client.receipts",
     # The inbox (AgentClient.pending() and pending_page()).
     "PausedChat": "client.inbox",
     "PausedInterrupt": "client.inbox",
@@ -110,6 +122,7 @@ __all__ = [
     "TOOL_APPROVED",
     "AnswerRecord",
     "AuditReport",
+    "ChainCheck",
     "ConversationResult",
     "ErrorInfo",
     "Grant",
@@ -123,6 +136,9 @@ __all__ = [
     "PausedChat",
     "PausedInterrupt",
     "PendingResult",
+    "Receipt",
+    "ReceiptBody",
+    "ReceiptChain",
     "Rejection",
     "RejectionsResult",
     "Requester",
@@ -139,6 +155,7 @@ __all__ = [
     "TurnStream",
     "UntrustedRun",
     "Vote",
+    "verify_chain",
 ]
 
 # Hidden from type checkers, which read the imports above (see the package root).
