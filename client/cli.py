@@ -33,6 +33,7 @@ This module holds the commands and the exit codes; what they print (rich views a
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -72,10 +73,12 @@ from temporal_agent_interrupts.client.api import (
 from temporal_agent_interrupts.client.audit import AuditReport
 from temporal_agent_interrupts.client.chat_loop import ChatClosed, ChatSession
 from temporal_agent_interrupts.client.inbox import PausedChat, check_agent_name
+from temporal_agent_interrupts.client.receipts import export_chain, verify_chain
 from temporal_agent_interrupts.client.stats import DEFAULT_LIMIT, read_stats
 from temporal_agent_interrupts.client.views import (
     AuditOutput,
     CancelOutput,
+    ExportOutput,
     GrantsOutput,
     PendingOutput,
     PolicyReviewOutput,
@@ -84,6 +87,7 @@ from temporal_agent_interrupts.client.views import (
     RevokeGrantOutput,
     ShowOutput,
     StatsOutput,
+    VerifyOutput,
     answer_words,
     closed_as,
     duration,
@@ -96,12 +100,14 @@ from temporal_agent_interrupts.client.views import (
     paused_again,
     print_audit,
     print_event,
+    print_export,
     print_grants,
     print_json,
     print_paused,
     print_stats,
     print_status,
     print_turn,
+    print_verified,
     safe,
     who,
 )
@@ -119,12 +125,16 @@ from temporal_agent_interrupts.workflows.types import (
     GrantScope,
     InterruptRequest,
     PolicyReviewResult,
+    ReceiptChain,
     Rejection,
     StatusResult,
     ToolResponse,
     ToolRestart,
     TurnResult,
 )
+
+CHAIN_FORMAT = ReceiptChain.model_fields["format"].default
+"""What a chain file says it is (``agentctl verify`` refuses, exit 2, a file that does not)."""
 
 
 class ExitCode(IntEnum):
@@ -635,6 +645,16 @@ def audit(
     ctx: typer.Context,
     chat_id: ChatIdArg,
     as_json: JsonFlag = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            metavar="FILE",
+            help="Write the conversation's decision receipts (and its sub-agents') to FILE as "
+            "a chain `agentctl verify` checks, instead of printing the trail.",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Every answer a conversation applied, oldest first, across all its runs: when, which
     call, what was decided, by whom (verified by a token, or asserted) and by which path.
@@ -650,6 +670,9 @@ def audit(
             lambda: agents.audit_report(chat_id),
             answering=False,
         )
+        if export is not None:
+            _export(chat_id, report, export, as_json=as_json)
+            return
         if as_json:
             print_json(
                 AuditOutput(
@@ -663,6 +686,118 @@ def audit(
         print_audit(chat_id, report.records, untrusted=report.untrusted, gone=report.gone)
 
     _run(ctx, command)
+
+
+def _export(chat_id: str, report: AuditReport, path: Path, *, as_json: bool) -> None:
+    """Write the trail's receipts to ``path`` as a chain file, and say what it holds."""
+    chain = export_chain(chat_id, report.records)
+    every = [*chain.receipts, *(r for rs in chain.children.values() for r in rs)]
+    try:
+        path.write_text(chain.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise _Fail(
+            ExitCode.USAGE, f"cannot write {str(path)!r} (--export): {e.strerror or e}"
+        ) from None
+    summary = ExportOutput(
+        chat_id=chat_id,
+        file=str(path),
+        receipts=len(every),
+        chats=1 + len(chain.children),
+        key_ids=chain.key_ids,
+        unsigned=sum(1 for r in every if r.signature is None),
+        skipped=sum(1 for r in report.records if r.receipt is None),
+    )
+    if as_json:
+        print_json(summary)
+        return
+    print_export(summary)
+
+
+@app.command()
+def verify(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE", help="A chain file `agentctl audit --export` wrote.", dir_okay=False
+        ),
+    ],
+    keys: Annotated[
+        Path,
+        typer.Option(
+            "--keys",
+            metavar="JWKS_FILE",
+            help="The workers' public keys, a JWK Set (agent-worker --print-receipt-jwks, or "
+            "the web app's /.well-known/agent-receipt-keys.json).",
+            dir_okay=False,
+        ),
+    ],
+    as_json: JsonFlag = False,
+) -> None:
+    """Check an exported chain of decision receipts against the workers' public keys, with no
+    server and no Temporal connection. Exit 0 when every receipt holds; 1 naming the first
+    broken link (a changed byte, a receipt removed, two swapped, an unknown key); 2 when a file
+    cannot be read."""
+    try:
+        chain = _read_json(file, what="FILE")
+        if not isinstance(chain, dict) or chain.get("format") != CHAIN_FORMAT:
+            raise _Fail(
+                ExitCode.USAGE,
+                f"{str(file)!r} is not a receipt chain (`agentctl audit CHAT --export FILE` "
+                "writes one)",
+            )
+        jwks = _read_json(keys, what="--keys")
+        if not isinstance(jwks, dict):
+            raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys) is not a JWK Set")
+        try:
+            check = verify_chain(chain, jwks)
+        except ValueError as e:
+            raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys): {e}") from None
+    except _Fail as f:
+        _error_line(f.message)
+        raise typer.Exit(int(f.code)) from None
+    if check.ok and check.checked == 0:
+        check = check.model_copy(
+            update={"ok": False, "where": "the file", "why": "it holds no receipts"}
+        )
+    chat = chain.get("chat_id")
+    result = VerifyOutput(
+        file=str(file),
+        ok=check.ok,
+        chat_id=chat if isinstance(chat, str) else None,
+        checked=check.checked,
+        chats=check.chats,
+        key_ids=check.key_ids,
+        where=check.where,
+        why=check.why,
+    )
+    if as_json:
+        print_json(result)
+    elif result.ok:
+        print_verified(result)
+    else:
+        _error_line(f"broken at {result.where}: {result.why}")
+    if not result.ok:
+        raise typer.Exit(int(ExitCode.REFUSED))
+
+
+def _read_json(path: Path, *, what: str) -> Any:
+    """The JSON in ``path``; a file that is missing, unreadable or not JSON is a usage error
+    naming it (and never showing what is in it)."""
+    where = f"{str(path)!r} ({what})"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _Fail(ExitCode.USAGE, f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise _Fail(ExitCode.USAGE, f"{where} is a directory") from None
+    except UnicodeDecodeError:
+        raise _Fail(ExitCode.USAGE, f"{where} is not UTF-8 text") from None
+    except OSError as e:
+        raise _Fail(ExitCode.USAGE, f"{where} cannot be read: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise _Fail(ExitCode.USAGE, f"{where} is not JSON: {e}") from None
 
 
 @app.command()

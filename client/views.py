@@ -109,6 +109,37 @@ class AuditOutput(BaseModel):
     gone: list[str] = Field(default_factory=list, exclude_if=lambda runs: not runs)
 
 
+class ExportOutput(BaseModel):
+    # ``agentctl audit CHAT --export FILE``: what the chain file it wrote holds.
+    chat_id: str
+    file: str
+    # Receipts written, the conversation's and its sub-agents', and in how many chains.
+    receipts: int
+    chats: int
+    # The key ids they are signed under (the verifier's JWK Set must hold them), and how many
+    # are unsigned (a worker with no AGENT_RECEIPT_KEYS issued them: they never verify).
+    key_ids: list[str] = []
+    unsigned: int = 0
+    # Records on the trail without a receipt (written before receipts were issued, or deciding
+    # nothing), left out of the file.
+    skipped: int = 0
+
+
+class VerifyOutput(BaseModel):
+    # ``agentctl verify FILE --keys JWKS``: the chain holds (``ok``), or the first broken link.
+    file: str
+    ok: bool
+    # The chain's conversation (None when the file does not read as a chain).
+    chat_id: str | None = None
+    # Receipts found good (all of them when ok), the chains checked and the key ids used.
+    checked: int = 0
+    chats: int = 0
+    key_ids: list[str] = []
+    # The first broken link: which receipt in which chat, and why (None when ok).
+    where: str | None = None
+    why: str | None = None
+
+
 class GrantsOutput(BaseModel):
     chat_id: str
     # The grants in force, oldest first, as the conversation's ``grants`` query has them.
@@ -654,28 +685,81 @@ def _print_trail(chat_id: str, answers: list[AnswerRecord]) -> None:
             a.decision or a.verdict or "-",
             who(a.identity, a.identity_verified),
             a.via,
+            receipt_short(a),
             answer_summary(a),
         )
         for a in answers
     ]
-    # Every column but the last at its widest, padding and rule (3 a column), and 30 for it.
-    widths = [max(len(row[n]) for row in rows) for n in range(7)]
-    if sum(widths) + 3 * 8 + 30 <= out.width:
+    # Every column but the last at its widest, padding and rule (3 a column), and 30 for it;
+    # the receipt column only when there is room for it too (--json has each whole).
+    widths = [max(len(row[n]) for row in rows) for n in range(8)]
+    receipts = any(row[7] for row in rows)
+    if sum(widths[:7]) + 3 * 8 + 30 <= out.width:
+        shown = [0, 1, 2, 3, 4, 5, 6]
+        if receipts and sum(widths) + 3 * 9 + 30 <= out.width:
+            shown.append(7)
         table = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("AT", "TOOL", "REF", "KIND", "DECISION", "BY", "VIA"):
-            table.add_column(column, no_wrap=True)
+        names = ("AT", "TOOL", "REF", "KIND", "DECISION", "BY", "VIA", "RECEIPT")
+        for n in shown:
+            table.add_column(names[n], no_wrap=True)
         table.add_column("OUTPUT / EDIT", overflow="fold")
         for row in rows:
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(*(Text(row[n]) for n in shown), Text(row[8]))
         out.print(table)
         return
     lines = [Text(title, style="italic"), Text()]
-    for at, name, ref, kind, decision, by, via, summary in rows:
+    for at, name, ref, kind, decision, by, via, receipt, summary in rows:
         lines.append(Text.assemble(f"{at} UTC  ", (name, "bold"), f"  ref {ref}"))
         lines.append(Text(f"  {kind} · {decision} · by {by} · via {via}"))
+        if receipt:
+            lines.append(Text(f"  receipt {receipt}"))
         if summary:
             lines.append(Text(f"  {summary}"))
     out.print(Group(*lines))
+
+
+def print_export(summary: ExportOutput) -> None:
+    """``agentctl audit --export``'s line: what the chain file holds, and what will not verify."""
+    subs = summary.chats - 1
+    where = f" ({subs} sub-agent chain{'' if subs == 1 else 's'})" if subs else ""
+    keys = ", ".join(summary.key_ids) or "no key"
+    out.print(
+        Text(
+            f"wrote {summary.receipts} receipt{'' if summary.receipts == 1 else 's'} of "
+            f"{visible(summary.chat_id)}{where} to {visible(summary.file)}, signed under "
+            f"{visible(keys)}"
+            + (f"; {summary.skipped} record(s) without one left out" if summary.skipped else "")
+        )
+    )
+    if summary.unsigned:
+        out.print(
+            Text(
+                f"warning: {summary.unsigned} receipt(s) are unsigned (issued by a worker without "
+                "AGENT_RECEIPT_KEYS): agentctl verify will refuse them",
+                style="bold yellow",
+            )
+        )
+
+
+def print_verified(result: VerifyOutput) -> None:
+    """``agentctl verify``'s line when the chain holds."""
+    out.print(
+        Text(
+            f"ok: {result.checked} receipt{'' if result.checked == 1 else 's'} in "
+            f"{result.chats} chain{'' if result.chats == 1 else 's'} of "
+            f"{visible(result.chat_id or '-')} verified, signed under "
+            f"{visible(', '.join(result.key_ids))}"
+        )
+    )
+
+
+RECEIPT_SHOWN = 16
+"""Hex characters of a receipt's id shown in a table (its whole id is in ``--json``)."""
+
+
+def receipt_short(record: AnswerRecord) -> str:
+    """A record's receipt id as a table shows it (its first characters), or empty."""
+    return record.receipt.id[:RECEIPT_SHOWN] if record.receipt is not None else ""
 
 
 # --------------------------------------------------------------------------------------------
