@@ -23,6 +23,8 @@ Routes:
     ``GET  /answer/{token}``                   an email link's answer view (``link_keys=``)
     ``POST /answer/{token}``                   its one answer (see ``client/answer_view.py``)
     ``POST /slack/interactivity``              Slack's button clicks (``slack=``)
+    ``GET  /.well-known/agent-receipt-keys.json``   the workers' receipt keys, a JWK Set
+                                               (``receipt_jwks=``; public keys only)
 
 Who answers comes from the request, never from the body: a login the application verifies
 and the app turns into one short assertion per answer (``identity=LoginExchange(...)``, see
@@ -53,7 +55,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -1453,6 +1455,7 @@ def agents_app(
     inbox_queues: Sequence[str] | Literal["any"] | None = None,
     link_keys: Sequence[bytes | str] = (),
     slack: SlackInteractivity | None = None,
+    receipt_jwks: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The web front ends' application, for ``client``'s namespace and task queue.
 
@@ -1499,12 +1502,17 @@ def agents_app(
             and *Deny* clicks on a ``SlackChannel``'s messages, verified with the Slack app's
             signing secret and answered as the directory's identity of the clicking user
             (``client/slack.py``).
+        receipt_jwks: The workers' receipt keys as a JWK Set (``ReceiptKeys.jwks()``, what
+            ``agent-worker --print-receipt-jwks`` prints), served to anyone at
+            ``GET /.well-known/agent-receipt-keys.json`` for ``agentctl verify --keys``. Public
+            keys only: the app never holds a key that signs.
 
     Raises:
         TypeError: ``identity`` is none of its forms.
         ValueError: ``dev_loopback`` with ``allowed_hosts`` or ``cors_origins``: development
             mode answers loopback only, and takes anyone's word for who they are. Or an entry
-            of ``cors_origins`` is not one site's origin (``null``, ``*``, a path).
+            of ``cors_origins`` is not one site's origin (``null``, ``*``, a path). Or
+            ``receipt_jwks`` is not a JWK Set of public keys.
     """
     if (
         identity is not None
@@ -1577,6 +1585,10 @@ def agents_app(
         routes.append(
             Route("/slack/interactivity", guarded(slack.endpoint(state)), methods=["POST"])
         )
+    if receipt_jwks is not None:
+        routes.append(
+            Route(RECEIPT_KEYS_PATH, _receipt_keys(receipt_jwks), methods=["GET", "HEAD"])
+        )
     app = Starlette(routes=routes)
     hosts = frozenset([*LOOPBACK_NAMES, *(h.strip().lower() for h in allowed_hosts if h.strip())])
     app.add_middleware(
@@ -1587,6 +1599,33 @@ def agents_app(
     )
     app.state.agents = state
     return app
+
+
+RECEIPT_KEYS_PATH = "/.well-known/agent-receipt-keys.json"
+
+
+def _receipt_keys(jwks: Mapping[str, Any]) -> Callable[[Request], Awaitable[Response]]:
+    """The route serving the receipt keys: a JWK Set checked once, here, to hold public keys
+    only (a private key's ``d`` is refused, so a misconfigured app never publishes one)."""
+    from temporal_agent_interrupts.client.receipts import public_keys
+
+    try:
+        public_keys(jwks)
+    except ValueError as e:
+        raise ValueError(f"receipt_jwks: {e}") from None
+    entries = jwks["keys"]
+    if any(isinstance(entry, dict) and "d" in entry for entry in entries):
+        raise ValueError("receipt_jwks holds a private key (d): give the public JWK Set only")
+    body = json.dumps(dict(jwks)).encode()
+
+    async def serve_keys(request: Request) -> Response:
+        return Response(
+            body,
+            media_type="application/jwk-set+json",
+            headers={"Cache-Control": "public, max-age=300"},
+        )
+
+    return serve_keys
 
 
 def connection_limits() -> ConnectionLimits:
@@ -1648,7 +1687,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--cors-origin", action="append", default=[])
     parser.add_argument("--allowed-host", action="append", default=[])
+    parser.add_argument(
+        "--receipt-jwks",
+        metavar="FILE",
+        default=None,
+        help=f"serve this JWK Set (agent-worker --print-receipt-jwks) at {RECEIPT_KEYS_PATH}",
+    )
     args = parser.parse_args(argv)
+    receipt_jwks = None
+    if args.receipt_jwks is not None:
+        try:
+            with open(args.receipt_jwks, encoding="utf-8") as f:
+                receipt_jwks = json.load(f)
+        except (OSError, ValueError) as e:
+            parser.error(f"--receipt-jwks {args.receipt_jwks}: {e}")
+        if not isinstance(receipt_jwks, dict):
+            parser.error(f"--receipt-jwks {args.receipt_jwks}: not a JWK Set")
 
     async def run() -> None:
         client = await AgentClient.connect()
@@ -1661,6 +1715,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             dev_loopback=dev,
             cors_origins=args.cors_origin,
             allowed_hosts=args.allowed_host,
+            receipt_jwks=receipt_jwks,
         )
         print(f"agents app on http://{args.host}:{args.port}/inbox", flush=True)
         await serve(app, host=args.host, port=args.port)

@@ -41,6 +41,7 @@ import gc
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
 import logging
 import os
 import signal
@@ -86,6 +87,11 @@ from temporal_agent_interrupts.worker.devserver import (
 )
 from temporal_agent_interrupts.worker.observability import metrics_runtime
 from temporal_agent_interrupts.worker.peers import unlike_peers, worker_identity
+from temporal_agent_interrupts.worker.receipt_keys import (
+    ReceiptKeys,
+    generate_receipt_key,
+    resolve_receipt_keys,
+)
 from temporal_agent_interrupts.worker.result_keys import (
     ResultKeysMissing,
     dev_result_keys,
@@ -217,6 +223,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="print a new id:base64key entry for AGENT_RESULT_KEYS (the key that seals every "
         "activity result; every worker of a task queue needs the same), then exit",
+    )
+    p.add_argument(
+        "--generate-receipt-key",
+        action="store_true",
+        help="print a new id:base64seed entry for AGENT_RECEIPT_KEYS (an Ed25519 key that signs "
+        "decision receipts; put a new one first and keep the old listed to rotate), then exit",
+    )
+    p.add_argument(
+        "--print-receipt-jwks",
+        action="store_true",
+        help="print the public keys of AGENT_RECEIPT_KEYS as a JWK Set (what `agentctl verify "
+        "--keys` reads; the web app serves it at /.well-known/agent-receipt-keys.json), then "
+        "exit",
     )
     p.add_argument(
         "--dev-server",
@@ -531,6 +550,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             profile=args.profile, config_file=args.config_file, default_address=None
         )
         keys = load_keys()
+        receipt_keys = resolve_receipt_keys(None)
         # On the embedded default (nothing configured: the local dev server) the workers share
         # a development key file; any other deployment sets AGENT_RESULT_KEYS (or
         # AGENT_UNSIGNED_RESULTS=1, said loudly).
@@ -624,6 +644,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             agents=agents,
             task_queue=args.task_queue,
             result_keys=result_keys,
+            receipt_keys=receipt_keys,
             identity=identity,
             max_concurrent_activities=args.max_concurrent_activities,
             max_concurrent_workflow_tasks=args.max_concurrent_workflow_tasks,
@@ -639,7 +660,7 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
         # not yield within 2 s, so its pauses count against that limit.
         gc.collect()
         gc.freeze()
-        web = _start_web(args, client) if args.web else None
+        web = _start_web(args, client, receipt_keys) if args.web else None
         async with worker:
             log.info(
                 "worker ready: Temporal %s, namespace %r, task queue %r, agents %s, model %s; "
@@ -688,8 +709,11 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             pid_file(STATE_DIR / "temporal.db").unlink(missing_ok=True)
 
 
-def _start_web(args: argparse.Namespace, client: Client) -> asyncio.Task[None]:
-    """The web app (``client/web.py``) in this process, on this worker's connection."""
+def _start_web(
+    args: argparse.Namespace, client: Client, receipt_keys: ReceiptKeys | None
+) -> asyncio.Task[None]:
+    """The web app (``client/web.py``) in this process, on this worker's connection; it
+    publishes the receipt keys' public half (never a private key: it gets the JWK Set)."""
     # Imported here: a worker that serves no web app needs none of Starlette or uvicorn.
     from temporal_agent_interrupts.client.api import AgentClient
     from temporal_agent_interrupts.client.web import agents_app, serve
@@ -701,6 +725,7 @@ def _start_web(args: argparse.Namespace, client: Client) -> asyncio.Task[None]:
         dev_loopback=args.web_identity == "dev",
         # One machine (`make run`): its inbox lists a newcomer's agent on its own queue too.
         inbox_queues="any" if args.web_identity == "dev" else None,
+        receipt_jwks=receipt_keys.jwks() if receipt_keys is not None else None,
     )
     ready = asyncio.Event()
 
@@ -751,6 +776,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(generate_result_key())
         sys.stdout.flush()
         os._exit(0)
+    if args.generate_receipt_key:
+        print(generate_receipt_key())
+        sys.stdout.flush()
+        os._exit(0)
+    if args.print_receipt_jwks:
+        _print_receipt_jwks()
     try:
         # Before anything connects or starts a server, so that a typo fails at once. Registering
         # the search attributes hosts nothing: it runs from any folder, with no agents named and
@@ -791,6 +822,19 @@ async def _warn_of_unlike_peers(
             task_queue,
             "; ".join(peers),
         )
+
+
+def _print_receipt_jwks() -> NoReturn:
+    """``--print-receipt-jwks``: the public half of ``AGENT_RECEIPT_KEYS``, every listed key."""
+    try:
+        keys = resolve_receipt_keys(None)
+    except ConnectionConfigError as e:  # PayloadKeysError: the message names no key
+        _usage_error(str(e))
+    if keys is None:
+        _usage_error("AGENT_RECEIPT_KEYS is not set: no receipt keys to publish")
+    print(json.dumps(keys.jwks(), indent=2))
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _usage_error(message: str) -> NoReturn:
