@@ -484,10 +484,12 @@ def render_details(
                 if a.requester is not None
                 else ""
             )
+            # The receipt's id (its first 16 hex digits: enough to find it in an export).
+            receipt = f", receipt {code(a.receipt.id[:16])}" if a.receipt is not None else ""
             lines.append(
                 f"- {utc(a.at)} {code(truncate(a.name, 60))} (ref {code(truncate(a.ref, 60))}"
                 f"{where}): **{a.verdict or a.decision or a.kind}** by {code(truncate(who, 80))} "
-                f"({a.via}{proof}){asked}"
+                f"({a.via}{proof}){asked}{receipt}"
             )
     lines += _grant_lines(grants, chat_id=chat_id)
     if rejections:
