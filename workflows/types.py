@@ -981,6 +981,10 @@ class TurnResult(_Wire):
     # or ended, and returns the whole pause. Every other pause is reported whole: once every
     # call of the message has paused (a sub-agent's: its child waits on someone) or ended.
     partial: bool = Field(default=False, exclude_if=lambda v: not v)
+    # A resume's result: the id of the receipt of the decision it made (the last, when it made
+    # several): a caller that passed the answer on links its own receipt to it. Left off the
+    # wire when unset.
+    receipt: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------
