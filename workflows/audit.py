@@ -103,7 +103,7 @@ def apply(
             record,
             receipts,
             decided_on=call.args if call is not None else event.input,
-            subject=_subject(call, answer.identity),
+            subject=answer.subject or _subject(call, answer.identity),
         )
     state.answers.append(record)
     state.audit_outbox.append(record)

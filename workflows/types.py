@@ -1141,6 +1141,8 @@ class TurnAnswer(_Wire):
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
     # As AnswerRecord.requester.
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A verified answer's account (a fingerprint of the token's ``sub``), for its receipt.
+    subject: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):
