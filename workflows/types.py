@@ -466,7 +466,11 @@ def canonical_digest(value: Any) -> str:
 
 
 class ReceiptBody(_Wire):
-    """What one decision says. Every field is signed."""
+    """What one decision says. Every field is signed.
+
+    Its canonical JSON is every field as written here, nulls included: a field added later
+    must be left off when unset (``exclude_if``), or every receipt written before it would no
+    longer hash to its id when read back."""
 
     v: Literal[1] = RECEIPT_VERSION
     chat_id: str
