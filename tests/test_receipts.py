@@ -4,13 +4,17 @@ the chain, Ed25519 signatures under rotating keys, and the first broken link nam
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from temporal_agent_interrupts import FinishReason, approve
 from temporal_agent_interrupts.client.receipts import verify_chain
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
 from temporal_agent_interrupts.workflows.receipts import (
     Receipt,
     ReceiptBody,
@@ -18,8 +22,10 @@ from temporal_agent_interrupts.workflows.receipts import (
     canonical,
     digest,
 )
+from tests.agents import supervisor
 from tests.helpers import assert_no_workflow_task_failed
 from tests.test_presentation import PAY, payments_desk
+from tests.test_sub_agents import delegate
 
 T0 = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
 
@@ -164,3 +170,50 @@ async def test_a_conversations_decisions_carry_a_signed_chain_that_verifies_offl
     chain = ReceiptChain(chat_id=chat.id, receipts=receipts, key_ids=["r1"])
     assert verify_chain(chain, keys.jwks()).ok
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+async def test_a_sub_agents_chain_is_linked_from_the_callers_receipt_of_the_answer(client):
+    """An answer given through the caller: the sub-agent's receipt decides it, and the
+    caller's ``forwarded`` receipt names it (``child``); both chains verify together."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    payee = f"payee-{uuid.uuid4().hex[:6]}"
+    offline = ScriptedModel(offline_rules)
+    async with hosted(client, agents=[supervisor], model=offline, receipt_keys=keys) as agents:
+        parent = await agents.chat("supervisor")
+        (i,) = (await parent.send(delegate(payee, 5))).interrupts
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP
+        child_id = i.chat_id
+        assert child_id is not None
+        child_trail = await agents.audit(child_id)
+        parent_trail = await agents.audit(parent.id)
+    (decided,) = [r.receipt for r in child_trail if r.receipt is not None]
+    # The caller's trail shows the sub-agent's records too; its own receipts are of its chat.
+    own = [r.receipt for r in parent_trail if r.receipt and r.receipt.body.chat_id == parent.id]
+    (passed_on,) = own
+    assert (passed_on.body.kind, passed_on.body.child_chat_id) == ("forwarded", child_id)
+    assert passed_on.body.child == decided.id
+    assert decided.body.decision == "approved" and decided.body.approver == "alice"
+    chain = ReceiptChain(chat_id=parent.id, receipts=own, children={child_id: [decided]})
+    assert verify_chain(chain, keys.jwks()).ok
+
+
+async def test_the_chain_runs_on_across_continue_as_new(small_histories, model):
+    """Six approvals on a server that suggests continue-as-new after a few events: the
+    receipts of every run form one chain, seq 0 to 5, each linking the one before."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    client = small_histories.client
+    for n in range(6):
+        model.reply(calls(("sendPayment", {**PAY, "amount": n + 1}, f"p{n}")), text(f"paid {n}"))
+    async with hosted(client, agents=[payments_desk], model=model, receipt_keys=keys) as agents:
+        chat = await agents.chat(payments_desk.name)
+        for n in range(6):
+            (asked,) = (await chat.send(f"Pay {n + 1}.")).interrupts
+            await chat.resume(answers=[asked.approve()], identity="cfo@example.com")
+        runs = [w async for w in client.list_workflows(f"WorkflowId = '{chat.id}'")]
+        trail = await chat.audit()
+    assert len(runs) >= 2
+    receipts = [r.receipt for r in trail if r.receipt is not None]
+    assert [r.body.seq for r in receipts] == list(range(6))
+    assert [r.body.ref for r in receipts] == [f"p{n}" for n in range(6)]
+    assert verify_chain(ReceiptChain(chat_id=chat.id, receipts=receipts), keys.jwks()).ok

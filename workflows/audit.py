@@ -103,7 +103,7 @@ def apply(
             record,
             receipts,
             decided_on=call.args if call is not None else event.input,
-            subject=_subject(call, answer.identity),
+            subject=answer.subject or _subject(call, answer.identity),
         )
     state.answers.append(record)
     state.audit_outbox.append(record)
@@ -118,6 +118,8 @@ def forwarded(
     body: JsonObject,
     via: Literal["update", "signal"],
     refused: str | None,
+    receipts: receipt.Issuer | None = None,
+    child_receipt: str | None = None,
 ) -> None:
     """Record, in a caller's answer log, an answer given here for a sub-agent's interrupts and
     passed on to it: one ``forwarded`` record per entry, with the sub-agent's verdict.
@@ -129,6 +131,9 @@ def forwarded(
     Args:
         chat_id: The sub-agent's chat id.
         refused: The sub-agent's refusal (None: applied).
+        receipts: Issues each record's receipt (None: none).
+        child_receipt: The id of the receipt the sub-agent issued for the answer (its chain is
+            linked from this one's receipts by it).
     """
     identity = body.get("identity")
     metadata = body.get("metadata")
@@ -153,6 +158,10 @@ def forwarded(
                     cut_stored(refused[: DOOR.reason_chars], 600) if refused is not None else None
                 ),
             )
+            if receipts is not None:
+                record.receipt = receipt.issue(
+                    state, record, receipts, decided_on=None, child=child_receipt
+                )
             state.answers.append(record)
             state.audit_outbox.append(record)
     state.answers_dropped += trim_answers(state.answers)

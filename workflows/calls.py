@@ -252,6 +252,7 @@ class Lifecycle:
         original_input: JsonObject | None = None,
         grant: str | None = None,
         granted_by: list[str] | None = None,
+        subject: str | None = None,
     ) -> None:
         """Emit the ``answer`` event of one answer of a resume (a vote included), or of a
         grant's decision (``granted``, ``voided``)."""
@@ -268,6 +269,7 @@ class Lifecycle:
                 original_input=original_input,
                 grant=grant,
                 granted_by=granted_by,
+                subject=subject,
             )
         )
 

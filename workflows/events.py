@@ -100,6 +100,7 @@ def answer(
     original_input: JsonObject | None = None,
     grant: str | None = None,
     granted_by: list[str] | None = None,
+    subject: str | None = None,
 ) -> TurnEvent:
     """An interrupt was answered: by a caller (respond, restart, edit, a vote), its deadline
     or a cancel.
@@ -127,6 +128,7 @@ def answer(
             grant=grant,
             granted_by=granted_by,
             requester=call.requester,
+            subject=subject if verified else None,
         ),
     )
 

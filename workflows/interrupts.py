@@ -491,6 +491,7 @@ class InterruptBook:
                 original_input=original,
                 grant=grant.id if grant else None,
                 granted_by=grant.granted_by if grant else None,
+                subject=who.subject,
             )
         if now is not None:
             for grant in made.values():

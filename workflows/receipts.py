@@ -81,12 +81,14 @@ def issue(
     *,
     decided_on: JsonObject | None,
     subject: str | None = None,
+    child: str | None = None,
 ) -> Receipt:
     """The next receipt of the conversation's chain, for ``record``; the chain's head moves on.
 
     Args:
         decided_on: The input the decision was on (its digest is signed).
         subject: A verified approver's account (a fingerprint of the token's ``sub``).
+        child: A caller's record of an answer passed on: the sub-agent's receipt for it.
     """
     head = state.receipt_head or ReceiptHead()
     verified = record.identity_verified
@@ -107,6 +109,7 @@ def issue(
         grant=record.grant,
         policy_hash=state.spec.policy_hash if record.kind == "policy" and state.spec else None,
         child_chat_id=record.chat_id,
+        child=child,
     )
     receipt_id = body.id()
     key_id = signature = None

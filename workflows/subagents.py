@@ -33,7 +33,7 @@ from temporalio.exceptions import (
     WorkflowAlreadyStartedError,
 )
 
-from temporal_agent_interrupts.workflows import audit, config
+from temporal_agent_interrupts.workflows import audit, config, receipts
 from temporal_agent_interrupts.workflows.activity_io import (
     SubAgentEnd,
     SubAgentPendingInput,
@@ -264,6 +264,8 @@ class Children:
             body=resume,
             via=via,
             refused=result.refused,
+            receipts=receipts.issuer_for(self.s),
+            child_receipt=result.result.receipt if result.result is not None else None,
         )
         self._publish()  # the record goes to the memo, where the trail is read from
         return result

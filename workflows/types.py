@@ -466,7 +466,11 @@ def canonical_digest(value: Any) -> str:
 
 
 class ReceiptBody(_Wire):
-    """What one decision says. Every field is signed."""
+    """What one decision says. Every field is signed.
+
+    Its canonical JSON is every field as written here, nulls included: a field added later
+    must be left off when unset (``exclude_if``), or every receipt written before it would no
+    longer hash to its id when read back."""
 
     v: Literal[1] = RECEIPT_VERSION
     chat_id: str
@@ -981,6 +985,10 @@ class TurnResult(_Wire):
     # or ended, and returns the whole pause. Every other pause is reported whole: once every
     # call of the message has paused (a sub-agent's: its child waits on someone) or ended.
     partial: bool = Field(default=False, exclude_if=lambda v: not v)
+    # A resume's result: the id of the receipt of the decision it made (the last, when it made
+    # several): a caller that passed the answer on links its own receipt to it. Left off the
+    # wire when unset.
+    receipt: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1137,6 +1145,8 @@ class TurnAnswer(_Wire):
     granted_by: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
     # As AnswerRecord.requester.
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
+    # A verified answer's account (a fingerprint of the token's ``sub``), for its receipt.
+    subject: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):

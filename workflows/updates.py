@@ -184,9 +184,12 @@ class Updates:
                 turn = self._m.resume(resume, via="update")
             except Refused as e:
                 raise self._refused_update(payload, e) from None
+            # The receipt of what this answer decided, for a caller that passed it on.
+            head = self.s.receipt_head
+            made = {"receipt": head.last} if head is not None else {}
             if not self._m.book(turn).all_answered():
-                return fit(self._m.paused_result(turn), OUT.update_result)
-            return await self._stopped_since(seen)
+                return fit(self._m.paused_result(turn), OUT.update_result).model_copy(update=made)
+            return (await self._stopped_since(seen)).model_copy(update=made)
 
     def _refused_update(self, payload: RawResume, refusal: Refused) -> Exception:
         """A resume update refused in its handler, once accepted: reachable when a duplicate
