@@ -368,8 +368,7 @@ class EmailChannel:
         msg = EmailMessage()
         msg["From"] = self.sender
         msg["To"] = recipient.address
-        # The summary is made visible by the conversation (no line breaks): no header to inject.
-        msg["Subject"] = truncate(f"{heading(note.kind)}: {summary}", 150)
+        msg["Subject"] = subject(f"{heading(note.kind)}: {summary}")
         msg["Message-ID"] = message_id(note.key, recipient.identity, self.sender)
         msg["Date"] = formatdate(usegmt=True)
         # RFC 3834: no vacation replies to a robot's message.
@@ -413,6 +412,17 @@ class EmailChannel:
         return visible(truncate(text, 300))
 
 
+def subject(text: str) -> str:
+    """A Subject header's value from text a model or a user wrote (a call's summary).
+
+    The conversation made it visible (no line breaks), but an RFC 2047 encoded word in it
+    (``=?utf-8?b?DQo...?=``) would be decoded by the email package as the header is set, line
+    breaks and all: headers, or a whole body, written into the message. ``=?`` never starts one
+    here (``= ?``); the text otherwise reads as it was, and is encoded as the package sees fit.
+    """
+    return truncate(text, 150).replace("=?", "= ?")
+
+
 def message_id(key: str, identity: str, sender: str) -> str:
     """The Message-ID of the message to ``identity`` about the pause ``key``: the same for
     every attempt, different for every approver and every pause."""
@@ -428,6 +438,7 @@ __all__ = [
     "html_rows",
     "message_id",
     "rows",
+    "subject",
     "text_rows",
     "title_and_summary",
     "when",

@@ -429,11 +429,10 @@ def paused_message(note: NotifyInput, *, inbox_url: str | None) -> tuple[list[An
         blocks.append(
             {
                 "type": "section",
+                # Verbatim like every other text: no URL, channel name or mention that a
+                # value spells out is linked or parsed by Slack.
                 "fields": [
-                    {
-                        "type": "mrkdwn",
-                        "text": truncate(f"*{mrkdwn(f.label)}*\n{mrkdwn(f.value)}", _FIELD),
-                    }
+                    _md(truncate(f"*{mrkdwn(f.label)}*\n{mrkdwn(f.value)}", _FIELD))
                     for f in shown.fields[:_FIELDS]
                 ],
             }

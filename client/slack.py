@@ -184,7 +184,13 @@ class SlackInteractivity:
             shown = pending_call(status, click.ref)
         except (Problem, AgentError):
             return await self._stale(app, click)
-        shown = shown.model_copy(update={"input_digest": click.digest})
+        if shown.input_digest != click.digest:
+            # Edited since the message was posted (or a value not ours): the conversation would
+            # refuse it as a conflict, which reads as "no longer waiting"; it still waits.
+            return (
+                "This call's input changed since this message was posted, so this click was not "
+                "applied; nothing was changed. Open the inbox to see the call as it is now."
+            )
         answer = shown.approve() if click.approve else shown.deny("denied in Slack")
         login = Login(identity=identity, groups=directory.groups_of(identity))
         who = _Identity(
