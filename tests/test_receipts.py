@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from temporal_agent_interrupts import FinishReason, approve
-from temporal_agent_interrupts.client.receipts import verify_chain
+from temporal_agent_interrupts.client.receipts import export_chain, verify_chain
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
 from temporal_agent_interrupts.worker.standin import calls, text
@@ -196,6 +196,13 @@ async def test_a_sub_agents_chain_is_linked_from_the_callers_receipt_of_the_answ
     assert decided.body.decision == "approved" and decided.body.approver == "alice"
     chain = ReceiptChain(chat_id=parent.id, receipts=own, children={child_id: [decided]})
     assert verify_chain(chain, keys.jwks()).ok
+    # What agentctl audit --export writes from the caller's trail: the same chains.
+    exported = export_chain(parent.id, parent_trail)
+    assert exported.receipts == own and exported.children == {child_id: [decided]}
+    assert verify_chain(exported, keys.jwks()).ok
+    # The caller's receipt no longer links the sub-agent's once its chain is cut from the file.
+    found = verify_chain(exported.model_copy(update={"children": {}}), keys.jwks())
+    assert not found.ok and "sub-agent" in (found.why or "")
 
 
 async def test_the_chain_runs_on_across_continue_as_new(small_histories, model):
