@@ -85,9 +85,13 @@ async def test_a_repeat_sent_while_its_turn_is_paused_gets_the_pause(run_worker,
             await chat.send("something else", message_id="m-2")
         done = await chat.resume(answers=[paused.interrupts[0].approve()])
         assert done.finish_reason == FinishReason.STOP
-        # Once the turn has ended, the repeat gets how it ended.
+        # Once the turn has ended, the repeat gets how it ended (the resume's own result also
+        # names the receipt of the decision it made; how the turn ended does not).
         late = await chat.send("ask me", message_id="m-1")
-        assert late.repeat and late.model_copy(update={"repeat": False}) == done
+        assert done.receipt is not None and late.receipt is None
+        assert late.repeat and late.model_copy(update={"repeat": False}) == done.model_copy(
+            update={"receipt": None}
+        )
         assert (await chat.status()).turns == 1
     assert model.calls == 2
     await assert_no_workflow_task_failed(client, chat.id)
