@@ -45,6 +45,8 @@ from temporal_agent_interrupts.codec import data_converter, generate_key, load_k
 from temporal_agent_interrupts.connection import connect_answering
 from temporal_agent_interrupts.worker import build_worker, ensure_bytecode, sandbox_runner
 from temporal_agent_interrupts.worker.devserver import dev_server_command, wait_for_port
+from temporal_agent_interrupts.worker.receipt_keys import ENV_VAR as RECEIPT_KEYS_VAR
+from temporal_agent_interrupts.worker.receipt_keys import generate_receipt_key
 from temporal_agent_interrupts.worker.result_keys import ENV_VAR as RESULT_KEYS_VAR
 from temporal_agent_interrupts.worker.result_keys import (
     UNSIGNED,
@@ -1188,6 +1190,8 @@ def main(argv: list[str] | None = None) -> None:
     # Workers seal activity results (workflows.seal): a key for this run, unless one is set;
     # the processes this starts inherit it.
     os.environ.setdefault(RESULT_KEYS_VAR, generate_result_key("bench"))
+    # And sign decision receipts (workflows.receipts), as a deployment that keeps them does.
+    os.environ.setdefault(RECEIPT_KEYS_VAR, generate_receipt_key("bench"))
     if argv[:1] == ["b2"]:
         # B2 on its own: N parked on one worker in a process of its own (bench/parked.py).
         from bench import parked  # only for this command
