@@ -31,7 +31,12 @@ from temporal_agent_interrupts import (
 from temporal_agent_interrupts.client.receipts import export_chain
 from temporal_agent_interrupts.types import ReceiptChain, verify_chain
 from temporal_agent_interrupts.web import agents_app
-from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
+from temporal_agent_interrupts.worker.receipt_keys import (
+    ReceiptKeys,
+    dev_receipt_key_file,
+    dev_receipt_keys,
+    generate_receipt_key,
+)
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
@@ -281,3 +286,43 @@ async def test_the_web_app_publishes_the_public_keys_and_never_a_private_one(cli
         agents_app(AgentClient(client, task_queue="unused"), receipt_jwks=private)
     with pytest.raises(ValueError, match="not a JWK Set"):
         agents_app(AgentClient(client, task_queue="unused"), receipt_jwks={"kty": "OKP"})
+
+
+def test_the_embedded_default_signs_with_a_development_key_that_agent_worker_publishes(
+    tmp_path, monkeypatch
+):
+    """`make run` (nothing configured) signs receipts with a key file made once, owner-only,
+    beside the development result key; ``--print-receipt-jwks`` publishes its public half, and
+    a receipt signed with it verifies against what was printed."""
+    monkeypatch.delenv("AGENT_RECEIPT_KEYS", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    made = dev_receipt_keys()
+    path = dev_receipt_key_file()
+    assert path.parent == tmp_path / "temporal-agent-interrupts"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert dev_receipt_keys().jwks() == made.jwks()  # made once, read after
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_RECEIPT_KEYS"}
+    done = subprocess.run(
+        [str(WORKER), "--print-receipt-jwks"],
+        env={**env, "XDG_STATE_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    published = json.loads(done.stdout)
+    assert published == made.jwks() and "d" not in published["keys"][0]  # no private key
+    chain = ReceiptChain(
+        chat_id="chat-dev", receipts=chain_of("chat-dev", [("respond", "answered")], [made])
+    )
+    assert verify_chain(chain, published).ok
+    # Nowhere to read one from: a clear refusal, exit 2.
+    empty = tmp_path / "empty"
+    refused = subprocess.run(
+        [str(WORKER), "--print-receipt-jwks"],
+        env={**env, "XDG_STATE_HOME": str(empty)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "no development receipt key" in refused.stderr

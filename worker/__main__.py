@@ -89,6 +89,8 @@ from temporal_agent_interrupts.worker.observability import metrics_runtime
 from temporal_agent_interrupts.worker.peers import unlike_peers, worker_identity
 from temporal_agent_interrupts.worker.receipt_keys import (
     ReceiptKeys,
+    dev_receipt_key_file,
+    dev_receipt_keys,
     generate_receipt_key,
     resolve_receipt_keys,
 )
@@ -550,7 +552,12 @@ async def run(args: argparse.Namespace, agents: Sequence[Agent]) -> int:
             profile=args.profile, config_file=args.config_file, default_address=None
         )
         keys = load_keys()
-        receipt_keys = resolve_receipt_keys(None)
+        # The embedded default signs with a development key file, as it seals results.
+        receipt_keys = (
+            dev_receipt_keys()
+            if config.get("target_host") is None and not args.setup_search_attributes
+            else resolve_receipt_keys(None)
+        )
         # On the embedded default (nothing configured: the local dev server) the workers share
         # a development key file; any other deployment sets AGENT_RESULT_KEYS (or
         # AGENT_UNSIGNED_RESULTS=1, said loudly).
@@ -828,10 +835,16 @@ def _print_receipt_jwks() -> NoReturn:
     """``--print-receipt-jwks``: the public half of ``AGENT_RECEIPT_KEYS``, every listed key."""
     try:
         keys = resolve_receipt_keys(None)
+        if keys is None and dev_receipt_key_file().exists():
+            # The embedded default's (make run's) development key.
+            keys = dev_receipt_keys()
     except ConnectionConfigError as e:  # PayloadKeysError: the message names no key
         _usage_error(str(e))
     if keys is None:
-        _usage_error("AGENT_RECEIPT_KEYS is not set: no receipt keys to publish")
+        _usage_error(
+            "AGENT_RECEIPT_KEYS is not set, and no development receipt key was made here "
+            "(make run makes one): no receipt keys to publish"
+        )
     print(json.dumps(keys.jwks(), indent=2))
     sys.stdout.flush()
     os._exit(0)

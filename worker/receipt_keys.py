@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from temporal_agent_interrupts.codec import PayloadKeys, generate_key
+from temporal_agent_interrupts.worker.result_keys import dev_key_file
 
 ENV_VAR = "AGENT_RECEIPT_KEYS"
 
@@ -89,6 +93,37 @@ def resolve_receipt_keys(given: ReceiptKeys | str | None) -> ReceiptKeys | None:
         return given
     text = given if given is not None else os.environ.get(ENV_VAR, "")
     return ReceiptKeys.parse(text) if text.strip() else None
+
+
+DEV_KEY_FILE = "dev-receipt-keys"
+"""The development receipt key file's name, beside the development result key."""
+
+
+def dev_receipt_key_file(environ: Mapping[str, str] | None = None) -> Path:
+    """Where a development machine keeps its receipt key: beside its result key (one per user,
+    ``worker.result_keys.dev_key_file``)."""
+    return dev_key_file(environ).with_name(DEV_KEY_FILE)
+
+
+def dev_receipt_keys(path: Path | None = None) -> ReceiptKeys:
+    """The receipt keys of a worker on the embedded default (the local dev server, nothing
+    configured): ``AGENT_RECEIPT_KEYS`` when set, else the development key file, made once and
+    readable by its owner only. So `make run` signs receipts, and ``agent-worker
+    --print-receipt-jwks`` publishes the key that checks them. Never used for a configured
+    server: a deployment sets ``AGENT_RECEIPT_KEYS`` (or issues its receipts unsigned)."""
+    if os.environ.get(ENV_VAR, "").strip():
+        return ReceiptKeys.parse(os.environ[ENV_VAR])
+    path = path if path is not None else dev_receipt_key_file()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
+        except FileExistsError:
+            pass  # another worker made it first: read theirs
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(generate_receipt_key("dev") + "\n")
+    return ReceiptKeys.parse(path.read_text().strip(), source=str(path))
 
 
 def generate_receipt_key(key_id: str | None = None) -> str:

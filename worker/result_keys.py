@@ -21,15 +21,17 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.worker import Interceptor, WorkflowInterceptorClassInput
 
 from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys
 from temporal_agent_interrupts.workflows.receipts import EXTERN as RECEIPTS_EXTERN
 from temporal_agent_interrupts.workflows.receipts import Signer
 from temporal_agent_interrupts.workflows.seal import EXTERN, ResultKeys
+
+if TYPE_CHECKING:  # receipt_keys imports this module (its development key file's place)
+    from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys
 
 log = logging.getLogger(__name__)
 
