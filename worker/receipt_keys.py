@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from temporal_agent_interrupts.codec import PayloadKeys, generate_key
-from temporal_agent_interrupts.worker.result_keys import dev_key_file
+from temporal_agent_interrupts.worker.result_keys import dev_key_file, dev_key_text
 
 ENV_VAR = "AGENT_RECEIPT_KEYS"
 
@@ -114,16 +113,8 @@ def dev_receipt_keys(path: Path | None = None) -> ReceiptKeys:
     if os.environ.get(ENV_VAR, "").strip():
         return ReceiptKeys.parse(os.environ[ENV_VAR])
     path = path if path is not None else dev_receipt_key_file()
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IRUSR | stat.S_IWUSR)
-        except FileExistsError:
-            pass  # another worker made it first: read theirs
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(generate_receipt_key("dev") + "\n")
-    return ReceiptKeys.parse(path.read_text().strip(), source=str(path))
+    text = dev_key_text(path, generate_receipt_key, what="receipt")
+    return ReceiptKeys.parse(text, source=str(path))
 
 
 def generate_receipt_key(key_id: str | None = None) -> str:

@@ -119,6 +119,19 @@ def dev_result_keys(path: Path | None = None) -> ResultKeys:
     if os.environ.get(ENV_VAR, "").strip():
         return parse_result_keys(os.environ[ENV_VAR])
     path = path if path is not None else dev_key_file()
+    text = dev_key_text(path, generate_result_key, what="result")
+    log.info(
+        "results are sealed with the development key in %s (the local dev server, nothing "
+        "configured); set %s for any other deployment",
+        path,
+        ENV_VAR,
+    )
+    return parse_result_keys(text, source=str(path))
+
+
+def dev_key_text(path: Path, generate: Callable[[str], str], *, what: str) -> str:
+    """A development key file's text, made once (``generate("dev")``), readable by its owner
+    only; a worker that finds another made it first reads theirs."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -127,15 +140,9 @@ def dev_result_keys(path: Path | None = None) -> ResultKeys:
             pass  # another worker made it first: read theirs
         else:
             with os.fdopen(fd, "w") as f:
-                f.write(generate_result_key("dev") + "\n")
-            log.info("made a development result key in %s", path)
-    log.info(
-        "results are sealed with the development key in %s (the local dev server, nothing "
-        "configured); set %s for any other deployment",
-        path,
-        ENV_VAR,
-    )
-    return parse_result_keys(path.read_text().strip(), source=str(path))
+                f.write(generate("dev") + "\n")
+            log.info("made a development %s key in %s", what, path)
+    return path.read_text().strip()
 
 
 class ResultKeysInterceptor(Interceptor):

@@ -70,7 +70,8 @@ def shown(call: CallState, tool: ToolSpec | None) -> Shown:
     """What a person is shown of ``call`` (see the module's docstring)."""
     present = tool.present if tool is not None else None
     schema = tool.input_schema if tool is not None else {}
-    title = _title(call.name, schema)
+    # The tool's name in words: the schema's title names the input model, not the action.
+    title = _cut(words(call.name), MAX_VALUE)
     fields, omitted = _fields(call.args, schema, present)
     summary = _summary(call.args, schema, present, title=title, fields=fields)
     ctx = call.context or CallContext()
@@ -117,12 +118,6 @@ def words(key: str) -> str:
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).replace("_", " ").replace("-", " ")
     spaced = " ".join(spaced.split()).lower()
     return spaced[:1].upper() + spaced[1:]
-
-
-def _title(name: str, schema: JsonObject) -> str:
-    # The tool's name in words: the schema's title names the input model, not the action.
-    del schema
-    return _cut(words(name), MAX_VALUE)
 
 
 def _property(schema: JsonObject, path: list[str]) -> JsonObject:
