@@ -257,19 +257,9 @@ class AnswerView:
         call = await self.pending(claims)
         shown = call.model_copy(update={"input_digest": claims.input_digest})
         given = shown.approve() if action == "approve" else shown.deny(reason)
-        token = self.app.token_for(who, chat, {claims.ref: claims.input_digest}, None, [given])
         try:
-            result = await self.app.resume_checked(
-                chat,
-                who,
-                lambda run_id: chat.resume(
-                    answers=[given],
-                    identity=who.identity,
-                    identity_token=token,
-                    metadata={"via": VIA},
-                    worker_timeout=self.app.worker_timeout,
-                    run_id=run_id,
-                ),
+            result = await self.app.answer_as(
+                chat, who, given, claims.input_digest, metadata={"via": VIA}
             )
         except ResumeRejected as e:
             # Another door answered first, or this link's own earlier POST did (the

@@ -717,6 +717,34 @@ class _App:
             )
         return who.token
 
+    async def answer_as(
+        self,
+        chat: Chat,
+        who: _Identity,
+        answer: ToolResponse | ToolRestart,
+        digest: str,
+        *,
+        remember: dict[str, str] | None = None,
+        metadata: JsonObject | None = None,
+    ) -> TurnResult:
+        """Send ``answer`` (to the call of the input whose ``digest`` was shown) as ``who``:
+        with the token for it (:meth:`token_for`), to the run whose queue was checked
+        (:meth:`resume_checked`). The one answer path of the approvals API and the answer
+        links."""
+        token = self.token_for(who, chat, {answer.ref: digest}, remember, [answer])
+        return await self.resume_checked(
+            chat,
+            who,
+            lambda run_id: chat.resume(
+                answers=[answer],
+                identity=who.identity,
+                identity_token=token,
+                metadata=metadata,
+                worker_timeout=self.worker_timeout,
+                run_id=run_id,
+            ),
+        )
+
     async def resume_checked(
         self, chat: Chat, who: _Identity, send: Callable[[str | None], Awaitable[Any]]
     ) -> Any:
@@ -890,18 +918,8 @@ class _App:
         shown = request_for.model_copy(update={"input_digest": body.input_digest})
         answer = _answer_of(body, shown)
         remember = {ref: remember_digest(body.remember)} if body.remember is not None else None
-        token = self.token_for(who, chat, {ref: body.input_digest}, remember, [answer])
-        result = await self.resume_checked(
-            chat,
-            who,
-            lambda run_id: chat.resume(
-                answers=[answer],
-                identity=who.identity,
-                identity_token=token,
-                metadata=body.metadata,
-                worker_timeout=self.worker_timeout,
-                run_id=run_id,
-            ),
+        result = await self.answer_as(
+            chat, who, answer, body.input_digest, remember=remember, metadata=body.metadata
         )
         if not readable:
             withheld = result.model_copy(
