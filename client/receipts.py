@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
 from temporal_agent_interrupts.workflows.receipts import Receipt, ReceiptChain
-from temporal_agent_interrupts.workflows.types import AnswerRecord
+from temporal_agent_interrupts.workflows.types import AnswerRecord, ReceiptBody, canonical
 
 
 class ChainCheck(BaseModel):
@@ -56,7 +56,7 @@ def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
     Raises:
         ValueError: not a JWK Set, or an Ed25519 key that does not decode.
     """
-    entries = jwks.get("keys")
+    entries = jwks.get("keys") if isinstance(jwks, Mapping) else None
     if not isinstance(entries, list):
         raise ValueError('not a JWK Set: no "keys" list')
     found: dict[str, Ed25519PublicKey] = {}
@@ -72,10 +72,46 @@ def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
             raise ValueError("an Ed25519 key without a kid or x")
         try:
             raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
-            found[kid] = Ed25519PublicKey.from_public_bytes(raw)
+            key = Ed25519PublicKey.from_public_bytes(raw)
         except (binascii.Error, ValueError) as e:
             raise ValueError(f"the key {kid!r} does not decode: {e}") from None
+        if kid in found and found[kid] != key:
+            # Two keys under one id: which one a receipt names is ambiguous (attack test).
+            raise ValueError(f"two different Ed25519 keys under the key id {kid!r}")
+        found[kid] = key
     return found
+
+
+_RECEIPT_FIELDS = frozenset(Receipt.model_fields)
+_BODY_FIELDS = frozenset(ReceiptBody.model_fields)
+
+
+def _unsigned_words(raw: Mapping[str, Any]) -> str | None:
+    """Why a chain file's receipts say something their signed bodies do not: a field the
+    model would drop (``extra="ignore"``), or a value it would coerce (``"7"`` for ``7``),
+    is text an auditor reads that no worker signed. None when every receipt is as signed."""
+    chats: list[tuple[str, Any]] = [("", raw.get("receipts"))]
+    children = raw.get("children")
+    if isinstance(children, Mapping):
+        chats.extend(children.items())
+    for chat, receipts in chats:
+        for n, receipt in enumerate(receipts if isinstance(receipts, list) else []):
+            where = f"receipt {n + 1}" + (f" of sub-agent chat {chat!r}" if chat else "")
+            if not isinstance(receipt, Mapping):
+                return f"{where} is not an object"
+            extra = sorted(str(k) for k in receipt if k not in _RECEIPT_FIELDS)
+            body = receipt.get("body")
+            if isinstance(body, Mapping):
+                extra += sorted(f"body.{k}" for k in body if k not in _BODY_FIELDS)
+            if extra:
+                return f"{where} holds fields no worker signed: {', '.join(extra)}"
+            try:
+                same = canonical(body) == ReceiptBody.model_validate(body).canonical()
+            except (TypeError, ValueError, RecursionError):
+                same = False
+            if not same:
+                return f"{where}'s body is not as it was signed (a value is not its canonical form)"
+    return None
 
 
 def _check_one(
@@ -170,11 +206,35 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
     """
     keys = public_keys(jwks)
     if not isinstance(chain, ReceiptChain):
+        raw = chain
         try:
-            chain = ReceiptChain.model_validate(chain)
+            chain = ReceiptChain.model_validate(raw)
         except ValidationError as e:
             return ChainCheck(
                 ok=False, checked=0, where="the file", why=f"not a receipt chain: {e}"
+            )
+        except RecursionError:
+            return ChainCheck(ok=False, checked=0, where="the file", why="nested too deep")
+        unsigned = _unsigned_words(raw)
+        if unsigned is not None:
+            return ChainCheck(ok=False, checked=0, where="the file", why=unsigned)
+    linked = {
+        r.body.child_chat_id
+        for rs in (chain.receipts, *chain.children.values())
+        for r in rs
+        if r.body.child is not None
+    }
+    for child_chat in chain.children:
+        # A sub-agent's chat id is its caller's and more (workflows.ids.sub_agent_id), and a
+        # signed receipt of the file links it: another conversation's chain, in neither way,
+        # is not this one's sub-agent, however well it is signed (attack test).
+        if child_chat not in linked and not child_chat.startswith(f"{chain.chat_id}--"):
+            return ChainCheck(
+                ok=False,
+                checked=0,
+                where=f"sub-agent chat {child_chat!r}",
+                why=f"it is not a sub-agent of chat {chain.chat_id!r}: a chain from another "
+                "conversation",
             )
     chains: list[tuple[str, list[Receipt]]] = [
         (chain.chat_id, chain.receipts),
