@@ -796,7 +796,7 @@ def _read_json(path: Path, *, what: str) -> Any:
         raise _Fail(ExitCode.USAGE, f"{where} cannot be read: {e.strerror or e}") from None
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, and an integer too long
         raise _Fail(ExitCode.USAGE, f"{where} is not JSON: {e}") from None
 
 

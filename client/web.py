@@ -1634,6 +1634,17 @@ def _receipt_keys(jwks: Mapping[str, Any]) -> Callable[[Request], Awaitable[Resp
     entries = jwks["keys"]
     if any(isinstance(entry, dict) and "d" in entry for entry in entries):
         raise ValueError("receipt_jwks holds a private key (d): give the public JWK Set only")
+    # Only what a public Ed25519 key is: a symmetric key (oct, k), or any other member, is
+    # refused rather than published.
+    public = {"kty", "crv", "kid", "use", "alg", "x"}
+    if any(
+        not isinstance(entry, dict)
+        or entry.get("kty") != "OKP"
+        or entry.get("crv") != "Ed25519"
+        or not set(entry) <= public
+        for entry in entries
+    ):
+        raise ValueError("receipt_jwks: give public Ed25519 keys only (kty, crv, kid, use, alg, x)")
     body = json.dumps(dict(jwks)).encode()
 
     async def serve_keys(request: Request) -> Response:
