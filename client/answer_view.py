@@ -297,7 +297,11 @@ def _form(raw: bytes) -> dict[str, str]:
 def _settled(status: StatusResult, claims: LinkClaims) -> str:
     """Who answered the call, as the conversation's newest records say."""
     for record in reversed(status.recent_answers):
-        if record.ref != claims.ref or record.kind == "notified" or record.verdict == "refused":
+        if (
+            record.ref != claims.ref
+            or record.kind in ("notified", "sub_agent")
+            or record.verdict == "refused"
+        ):
             continue
         by = f" by {visible(record.identity[:256])}" if record.identity else ""
         decision = record.decision or "answered"

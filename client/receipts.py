@@ -11,8 +11,10 @@ Internal: not covered by the 0.1.x stability promise; its public names (:func:`v
 3. it is the next in its chain: its ``seq`` follows the one before, and its ``prev`` is that
    receipt's id (none removed, none reordered, none inserted); every receipt is of the chain's
    chat;
-4. every sub-agent's chain in the file is checked the same way, and a receipt that links one
-   (``child``) names a receipt that chain holds.
+4. every sub-agent's chain in the file is checked the same way, is reached from the
+   conversation's own chain by ``child`` links (a caller's receipt naming a receipt the
+   sub-agent's chain holds: a ``forwarded`` answer's, or the ``sub_agent`` record written when
+   it ended, which pins its last), and a receipt that links one names a receipt it holds.
 
 It stops at the first broken link and names it: which receipt (its position and seq), and why.
 """
@@ -148,6 +150,27 @@ def _check_one(
     return None
 
 
+def _unlinked_child(chain: ReceiptChain) -> str | None:
+    """The first sub-agent chain of the file that is not reached from the conversation's own
+    chain by ``child`` links (a caller's receipt naming a receipt that chain holds); None when
+    every one is (whether each holds the receipt linked is checked later). A sub-agent's
+    receipts are vouched for by its caller's: a workflow anyone started under a sub-agent's id
+    (or its prefix), however well a worker signed its receipts, is linked by no receipt of the
+    caller's (attack test)."""
+    reached: set[str] = set()
+    frontier = [chain.receipts]
+    while frontier:
+        for receipt in frontier.pop():
+            link, chat = receipt.body.child, receipt.body.child_chat_id
+            # Whether the chain holds the receipt linked is checked after the signatures,
+            # where the break is named.
+            if link is None or chat is None or chat in reached or chat not in chain.children:
+                continue
+            reached.add(chat)
+            frontier.append(chain.children[chat])
+    return next((chat for chat in chain.children if chat not in reached), None)
+
+
 def verify_receipts(
     receipts: Sequence[Receipt], keys: Mapping[str, Ed25519PublicKey], *, chat_id: str
 ) -> ChainCheck:
@@ -185,7 +208,8 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
     2. the signature verifies under its key id, a key of ``jwks``;
     3. it follows the receipt before it (its ``seq`` is the next, its ``prev`` that receipt's
        id: none removed, reordered or inserted) and is of the chain's chat;
-    4. a receipt that links a sub-agent's chain (``child``) names a receipt that chain holds.
+    4. every sub-agent's chain is reached from the conversation's by ``child`` links, and a
+       receipt that links one names a receipt that chain holds.
 
     A team that archives receipts in its own store can rebuild a :class:`ReceiptChain` from
     them (each :class:`~temporal_agent_interrupts.types.AnswerRecord`'s ``receipt``) and check
@@ -218,24 +242,15 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         unsigned = _unsigned_words(raw)
         if unsigned is not None:
             return ChainCheck(ok=False, checked=0, where="the file", why=unsigned)
-    linked = {
-        r.body.child_chat_id
-        for rs in (chain.receipts, *chain.children.values())
-        for r in rs
-        if r.body.child is not None
-    }
-    for child_chat in chain.children:
-        # A sub-agent's chat id is its caller's and more (workflows.ids.sub_agent_id), and a
-        # signed receipt of the file links it: another conversation's chain, in neither way,
-        # is not this one's sub-agent, however well it is signed (attack test).
-        if child_chat not in linked and not child_chat.startswith(f"{chain.chat_id}--"):
-            return ChainCheck(
-                ok=False,
-                checked=0,
-                where=f"sub-agent chat {child_chat!r}",
-                why=f"it is not a sub-agent of chat {chain.chat_id!r}: a chain from another "
-                "conversation",
-            )
+    unlinked = _unlinked_child(chain)
+    if unlinked is not None:
+        return ChainCheck(
+            ok=False,
+            checked=0,
+            where=f"sub-agent chat {unlinked!r}",
+            why=f"no receipt of chat {chain.chat_id!r} or its linked sub-agents links its chain: "
+            "a chain from another conversation, or one no caller vouches for",
+        )
     chains: list[tuple[str, list[Receipt]]] = [
         (chain.chat_id, chain.receipts),
         *chain.children.items(),

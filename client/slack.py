@@ -292,7 +292,7 @@ def _click(body: bytes) -> Click | None:
 
 def _last_answer(records: list[AnswerRecord], ref: str) -> AnswerRecord | None:
     for record in reversed(records):
-        if record.ref == ref and record.kind not in ("notified", "vote", "forwarded"):
+        if record.ref == ref and record.kind not in ("notified", "vote", "forwarded", "sub_agent"):
             return record
     return None
 

@@ -933,11 +933,15 @@ class _App:
             return JSONResponse(
                 {
                     "chat_id": chat_id,
+                    "receipt": result.receipt,
                     "result": withheld.model_dump(mode="json"),
                     "result_withheld": True,
                 }
             )
-        return JSONResponse({"chat_id": chat_id, "result": result.model_dump(mode="json")})
+        # The decision's receipt id (None: the worker issued none): what an approver keeps to
+        # find the decision in an exported chain (agentctl audit --export, agentctl verify).
+        result_json = result.model_dump(mode="json")
+        return JSONResponse({"chat_id": chat_id, "receipt": result.receipt, "result": result_json})
 
     async def grants(self, request: Request) -> Response:
         """The chat's grants in force: a read, as its pending calls are."""

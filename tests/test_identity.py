@@ -91,6 +91,8 @@ def test_a_token_from_the_trusted_issuer_proves_who_answered(alg: str) -> None:
         digest=hashlib.sha256(token.rsplit(".", 1)[0].encode()).hexdigest()[:32],
         subject=jwt.decode(token, options={"verify_signature": False})["sub"],
         issued=NOW,
+        # The trusted key that verified it, for the decision's receipt.
+        key_id="k1",
     )
     assert verified.expires.tzinfo is UTC
     assert jwt.get_unverified_header(token)["alg"] == alg

@@ -83,14 +83,10 @@ def test_another_conversations_chain_spliced_in_as_a_child_fails():
     assert not check.ok and check.why and "another conversation" in check.why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a child chain no receipt of the file links (e.g. a workflow started under "
-    "chat-P--x with namespace credentials, run by a worker) still verifies: a sub-agent's "
-    "chain may legitimately hold unforwarded receipts (deadline, grant), so a link is not "
-    "required; the verifier cannot tell it from a real sub-agent",
-)
 def test_an_unlinked_child_under_the_callers_prefix_fails():
+    """Fixed: a chain under ``chat-P--evil`` (a workflow anyone with namespace credentials may
+    start, whose receipts a worker signs) verified as chat-P's sub-agent by its prefix alone.
+    A sub-agent's chain is now taken only when a receipt of its caller links it."""
     data = _file(_good())
     data["children"] = {"chat-P--evil": _file(_good("chat-P--evil"))["receipts"]}
     assert not verify_chain(data, JWKS).ok

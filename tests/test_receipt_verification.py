@@ -24,6 +24,7 @@ from temporal_agent_interrupts import (
     AgentClient,
     FinishReason,
     ToolContext,
+    agent_tool,
     approve,
     interrupt,
     tool,
@@ -41,7 +42,7 @@ from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.worker.testing import hosted
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.types import GrantCondition, GrantScope
-from tests.agents import Answer, Ask
+from tests.agents import SUB_RUNS, Answer, Ask, payments
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.test_operator import AGENTCTL, Run, agentctl
 from tests.test_receipts import chain_of
@@ -76,7 +77,7 @@ quick = interrupt(
 desk = Agent(
     "receiptDesk",
     model="gemini-test",
-    tools=[pay, sign_off, quick],
+    tools=[pay, sign_off, quick, agent_tool(payments, description="Pay through payments.")],
     middleware=[ToolApproval(allow=[], approvers=[CFO])],
 )
 UNDER_100 = GrantScope(match=[GrantCondition(field="amount", op="le", value=100)])
@@ -129,6 +130,12 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
     model.reply(calls(_pay(80, "p1")), text("paid 80"))
     model.reply(calls(_pay(50, "p2")), text("paid 50"))
     model.reply(calls(_pay(500, "p3")), text("paid 400"))
+    # A sub-agent: the call to it is approved here, then its own pay is answered through
+    # this chat (passed on), and it ends.
+    task = 'call pay {"to": "rcpt-child", "amount": 5}'
+    model.reply(calls(("payments", {"input": task}, "d1")))
+    model.reply(calls(("pay", {"to": "rcpt-child", "amount": 5}, "c1")), text("paid 5"))
+    model.reply(text("delegated"))
     model.reply(calls(("quickAsk", {"question": "now?"}, "q1")), text("it timed out"))
     async with hosted(
         client, agents=[desk], model=model, task_queue=tq, receipt_keys=secret
@@ -147,6 +154,12 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
         (p3,) = (await chat.send("pay 500")).interrupts
         edit = p3.restart({"tool_approved": True}, input={"amount": 400, "payee": "NL91"})
         assert (await chat.resume(answers=[edit], identity=CFO)).text == "paid 400"
+        # A sub-agent, whose call is approved here and whose own pause is answered here.
+        (d1,) = (await chat.send("delegate")).interrupts
+        (c1,) = (await chat.resume(answers=[approve(d1)], identity=CFO)).interrupts
+        assert c1.chat_id == f"{chat.id}--d1"
+        assert (await chat.resume(answers=[approve(c1)], identity="alice")).text == "delegated"
+        assert SUB_RUNS["rcpt-child"] == 1
         # A deadline's default.
         (asked,) = (await chat.send("quick")).interrupts
         assert asked.deadline is not None
@@ -166,9 +179,18 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
     assert exported.code == 0, exported.err
     chain = ReceiptChain.model_validate_json(chain_file.read_text())
     kinds = [r.body.kind for r in chain.receipts]
-    assert {"vote", "restart", "granted", "edit", "deadline"} <= set(kinds), kinds
+    assert {"vote", "restart", "granted", "edit", "deadline", "forwarded", "sub_agent"} <= set(
+        kinds
+    ), kinds
     assert [r.body.seq for r in chain.receipts] == list(range(len(chain.receipts)))
-    assert exported.json()["receipts"] == len(chain.receipts) and chain.key_ids == ["r1"]
+    # The sub-agent's chain: its one decision, linked by the caller's forwarded receipt and
+    # pinned by its sub_agent receipt (its last).
+    (child,) = chain.children[f"{chat.id}--d1"]
+    assert (child.body.approver, child.body.decision) == ("alice", "approved")
+    links = {r.body.kind: r.body.child for r in chain.receipts if r.body.child is not None}
+    assert links == {"forwarded": child.id, "sub_agent": child.id}
+    n = len(chain.receipts) + 1
+    assert exported.json()["receipts"] == n and chain.key_ids == ["r1"]
     assert exported.json()["unsigned"] == 0
     # What the trail holds and the file holds are the same receipts.
     trail = await AgentClient(client, task_queue=tq).audit(chat.id)
@@ -178,8 +200,7 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
     keys_file.write_text(json.dumps(printed_jwks(secret)))
     ok = await verify(chain_file, keys_file)
     assert ok.code == 0, ok.err
-    n = len(chain.receipts)
-    assert ok.out.strip() == f"ok: {n} receipts in 1 chain of {chat.id} verified, signed under r1"
+    assert ok.out.strip() == f"ok: {n} receipts in 2 chains of {chat.id} verified, signed under r1"
     as_json = await verify(chain_file, keys_file, "--json")
     assert as_json.code == 0 and as_json.json()["checked"] == n
 
@@ -192,7 +213,8 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
     assert sum(a != b for a, b in zip(flipped, text_of, strict=True)) == 1
     run = await verify(write(tmp_path / "flipped.json", flipped), keys_file)
     assert run.code == 1, run.err
-    assert f"receipt 3 of {n} (seq 2, ref " in run.err and "does not hash to its id" in run.err
+    own = len(chain.receipts)
+    assert f"receipt 3 of {own} (seq 2, ref " in run.err and "does not hash to its id" in run.err
 
     def edited(receipts: list[object]) -> str:
         raw = json.loads(text_of)
@@ -202,10 +224,15 @@ async def test_an_exported_chain_verifies_offline_and_each_tampering_is_named(
     raw = json.loads(text_of)["receipts"]
     run = await verify(write(tmp_path / "removed.json", edited([raw[0], *raw[2:]])), keys_file)
     assert run.code == 1
-    assert f"receipt 2 of {n - 1} (seq 2, ref " in run.err and "removed" in run.err
+    assert f"receipt 2 of {own - 1} (seq 2, ref " in run.err and "removed" in run.err
     swapped = [raw[0], raw[2], raw[1], *raw[3:]]
     run = await verify(write(tmp_path / "swapped.json", edited(swapped)), keys_file)
-    assert run.code == 1 and f"receipt 2 of {n} (seq 2, ref " in run.err
+    assert run.code == 1 and f"receipt 2 of {own} (seq 2, ref " in run.err
+    # The sub-agent's chain left out: the caller's receipts name it.
+    cut = json.loads(text_of)
+    cut["children"] = {}
+    run = await verify(write(tmp_path / "no-child.json", json.dumps(cut)), keys_file)
+    assert run.code == 1 and f"sub-agent chat {chat.id + '--d1'!r}" in run.err
     # An unknown key: another worker's.
     other = tmp_path / "other.json"
     other.write_text(json.dumps(printed_jwks(generate_receipt_key("r2"))))

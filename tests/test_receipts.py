@@ -7,14 +7,17 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import httpx2
 import pytest
 
 from temporal_agent_interrupts import FinishReason, approve
 from temporal_agent_interrupts.client.receipts import export_chain, verify_chain
+from temporal_agent_interrupts.web import agents_app
 from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
 from temporal_agent_interrupts.worker.standin import calls, text
-from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.worker.testing import ScriptedModel, TokenIssuer, hosted
+from temporal_agent_interrupts.workflows import Agent, ToolApproval
 from temporal_agent_interrupts.workflows.receipts import (
     Receipt,
     ReceiptBody,
@@ -23,9 +26,11 @@ from temporal_agent_interrupts.workflows.receipts import (
     digest,
 )
 from tests.agents import supervisor
-from tests.helpers import assert_no_workflow_task_failed
+from tests.helpers import assert_no_workflow_task_failed, current_details, eventually
 from tests.test_presentation import PAY, payments_desk
 from tests.test_sub_agents import delegate
+from tests.test_web_app import paused_entry
+from tests.web import answer, served
 
 T0 = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
 
@@ -190,9 +195,16 @@ async def test_a_sub_agents_chain_is_linked_from_the_callers_receipt_of_the_answ
     (decided,) = [r.receipt for r in child_trail if r.receipt is not None]
     # The caller's trail shows the sub-agent's records too; its own receipts are of its chat.
     own = [r.receipt for r in parent_trail if r.receipt and r.receipt.body.chat_id == parent.id]
-    (passed_on,) = own
+    passed_on, ended = own
     assert (passed_on.body.kind, passed_on.body.child_chat_id) == ("forwarded", child_id)
     assert passed_on.body.child == decided.id
+    # When the sub-agent ended, the caller pinned its chain's last receipt.
+    assert (ended.body.kind, ended.body.child_chat_id, ended.body.child) == (
+        "sub_agent",
+        child_id,
+        decided.id,
+    )
+    assert ended.body.prev == passed_on.id
     assert decided.body.decision == "approved" and decided.body.approver == "alice"
     chain = ReceiptChain(chat_id=parent.id, receipts=own, children={child_id: [decided]})
     assert verify_chain(chain, keys.jwks()).ok
@@ -224,3 +236,107 @@ async def test_the_chain_runs_on_across_continue_as_new(small_histories, model):
     assert [r.body.seq for r in receipts] == list(range(6))
     assert [r.body.ref for r in receipts] == [f"p{n}" for n in range(6)]
     assert verify_chain(ReceiptChain(chat_id=chat.id, receipts=receipts), keys.jwks()).ok
+
+
+async def test_a_start_input_cannot_plant_a_chain_head_or_a_receipt(run_worker, model, client):
+    """Someone who may start workflows starts a conversation whose input carries a made-up
+    state: a chain head at seq 41 naming a real receipt, and a record with a receipt. Only
+    continue-as-new hands on state: the run's first decision is seq 0 with no ``prev``, and the
+    planted receipt is in no trail, so a forged chain cannot be grown from a real one."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    real = chain_of("chat-real", DECISIONS, [keys])
+    planted = {
+        "at": T0.isoformat(),
+        "ref": "x1",
+        "name": "sendPayment",
+        "kind": "respond",
+        "via": "update",
+        "identity": "cfo@example.com",
+        "decision": "approved",
+        "receipt": json.loads(real[0].model_dump_json()),
+    }
+    chat_id = f"chat-{uuid.uuid4()}"
+    model.reply(calls(("sendPayment", PAY, "p1")), text("paid"))
+    async with run_worker(agents=[payments_desk], receipt_keys=keys) as agents:
+        await client.start_workflow(
+            "AgentWorkflow",
+            {
+                "agent": payments_desk.name,
+                "state": {
+                    "agent": payments_desk.name,
+                    "receipt_head": {"seq": 41, "last": real[-1].id},
+                    "answers": [planted],
+                    "audit_outbox": [planted],
+                },
+            },
+            id=chat_id,
+            task_queue=agents.task_queue,
+        )
+        chat = await agents.chat(payments_desk.name, chat_id=chat_id)
+        (asked,) = (await chat.send("Pay the rent.")).interrupts
+        await chat.resume(answers=[asked.approve()], identity="cfo@example.com")
+        trail = await chat.audit()
+    (decided,) = [r.receipt for r in trail if r.receipt is not None]
+    assert (decided.body.seq, decided.body.prev, decided.body.ref) == (0, None, "p1")
+    assert all(r.ref != "x1" for r in trail)
+    assert verify_chain(ReceiptChain(chat_id=chat_id, receipts=[decided]), keys.jwks()).ok
+    await assert_no_workflow_task_failed(client, chat_id)
+
+
+IDP = TokenIssuer("ES256", kid="idp-2026")
+trusted_desk = Agent(
+    "trusted_payments_desk",
+    model="gemini-test",
+    tools=payments_desk.tools,
+    middleware=[ToolApproval(approvers=["cfo@example.com"])],
+    trust=IDP.trust(),
+)
+
+
+async def test_a_verified_approvers_receipt_names_the_issuer_the_account_and_the_token_key(
+    run_worker, model, client
+):
+    """A decision proven by a token: its receipt says verified, by which issuer, for which
+    account (a fingerprint of ``sub``, not the token) and under which of the issuer's keys;
+    the token itself is in no receipt."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    model.reply(calls(("sendPayment", PAY, "p1")), text("paid"))
+    async with run_worker(agents=[trusted_desk], receipt_keys=keys) as agents:
+        chat = await agents.chat(trusted_desk.name)
+        (asked,) = (await chat.send("Pay the rent.")).interrupts
+        token = IDP.mint("cfo@example.com")
+        await chat.resume(answers=[asked.approve()], identity_token=token)
+        trail = await chat.audit()
+    (decided,) = [r.receipt for r in trail if r.receipt is not None]
+    body = decided.body
+    assert (body.approver, body.verified, body.issuer) == ("cfo@example.com", True, IDP.issuer)
+    assert body.token_key_id == "idp-2026"
+    assert body.subject is not None and len(body.subject) == 32
+    assert token not in decided.model_dump_json()
+    assert verify_chain(ReceiptChain(chat_id=chat.id, receipts=[decided]), keys.jwks()).ok
+
+
+async def test_the_approvals_api_and_the_details_panel_name_the_decisions_receipt(
+    run_worker, model, client
+):
+    """The approver who answers through the approvals API is handed the decision's receipt id;
+    the UI's details panel names it under the recent decisions; both are the trail's."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    model.reply(calls(("sendPayment", PAY, "p1")), text("paid"))
+    as_cfo = {"X-Agent-Identity": "cfo@example.com"}
+    async with run_worker(agents=[payments_desk], receipt_keys=keys) as agents:
+        chat = await agents.chat(payments_desk.name)
+        await chat.send("Pay the rent.")
+        listed = await paused_entry(agents, payments_desk.name, chat.id)
+        (digest,) = [i["input_digest"] for i in listed["interrupts"]]
+        app = agents_app(agents, dev_loopback=True)
+        async with served(app) as base, httpx2.AsyncClient(timeout=60) as http:
+            body = {"action": "approve", "input_digest": digest}
+            r = await answer(http, base, chat.id, "p1", body, headers=as_cfo)
+        assert r.status_code == 200, r.text
+        (decided,) = [a.receipt for a in await chat.audit() if a.receipt is not None]
+        assert r.json()["receipt"] == decided.id == r.json()["result"]["receipt"]
+        panel = await eventually(
+            lambda: current_details(client, chat.id), lambda d: decided.id[:16] in d, timeout=20
+        )
+        assert f"receipt `{decided.id[:16]}`" in panel

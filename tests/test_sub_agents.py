@@ -98,8 +98,11 @@ async def test_a_sub_agent_s_interrupt_surfaces_on_the_caller_and_is_answered_th
         assert record.chat_id is None  # the child's own trail
         # The caller's trail holds it too, naming the conversation it was applied in.
         trail = await agents.audit(parent.id)
-        (through,) = [r for r in trail if r.kind != "forwarded"]
+        (through,) = [r for r in trail if r.kind not in ("forwarded", "sub_agent")]
         (passed_on,) = [r for r in trail if r.kind == "forwarded"]
+        # And its own record that the sub-agent ended, which pins the child's receipts.
+        (ended,) = [r for r in trail if r.kind == "sub_agent"]
+        assert (ended.chat_id, ended.ref, ended.identity) == (child_id, i.path[0], None)
         assert through.chat_id == child_id and through.ref == i.ref
         assert through.identity == "alice" and through.decision == "approved"
         # And its own record of passing the answer on, with the child's verdict (bob's answer
@@ -397,7 +400,7 @@ async def test_the_callers_audit_trail_reads_only_the_child_chain_it_started(cli
         report = await agents.audit_report(parent.id)
         # Only the run the caller started counts: the later start is named, its answer is not
         # in the trail (beside the child's record, the caller's own of passing the answer on).
-        applied = [r for r in report.records if r.kind != "forwarded"]
+        applied = [r for r in report.records if r.kind not in ("forwarded", "sub_agent")]
         assert [(r.chat_id, r.identity) for r in applied] == [(child_id, "alice")]
         assert applied[0].ref == i.ref
         (left_out,) = report.untrusted

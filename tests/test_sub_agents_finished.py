@@ -311,7 +311,7 @@ async def test_the_callers_audit_trail_holds_each_forwarded_answer_with_the_chil
         assert refused.verdict_reason is not None and "vote" in refused.verdict_reason
         assert all(r.verdict_reason is None for r in (mine[0], mine[2], mine[3]))
         # The children's own records are in the caller's trail too, as before.
-        applied = [r for r in trail if r.kind != "forwarded"]
+        applied = [r for r in trail if r.kind not in ("forwarded", "sub_agent")]
         assert sorted((r.chat_id, r.identity) for r in applied) == sorted(
             [(a.chat_id, "alice"), (a.chat_id, "bob"), (b.chat_id, "alice")]
         )

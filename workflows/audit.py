@@ -104,6 +104,7 @@ def apply(
             receipts,
             decided_on=call.args if call is not None else event.input,
             subject=answer.subject or _subject(call, answer.identity),
+            token_key_id=answer.token_key_id,
         )
     state.answers.append(record)
     state.audit_outbox.append(record)
@@ -164,6 +165,28 @@ def forwarded(
                 )
             state.answers.append(record)
             state.audit_outbox.append(record)
+    state.answers_dropped += trim_answers(state.answers)
+
+
+def sub_agent_ended(
+    state: ConversationState,
+    *,
+    at: datetime,
+    ref: str,
+    name: str,
+    chat_id: str,
+    last_receipt: str,
+    receipts: receipt.Issuer,
+) -> None:
+    """Record, in a caller's answer log, that the sub-agent ``chat_id`` (run for the call
+    ``ref``) ended with ``last_receipt`` its latest receipt: this record's receipt links it, so
+    every receipt of the sub-agent's chain is pinned by the caller's (each names the one
+    before it). A sub-agent chain no receipt of its caller links is not taken as one."""
+    record = AnswerRecord(at=at, ref=ref, name=name, kind="sub_agent", via="sub_agent")
+    record.chat_id = chat_id
+    record.receipt = receipt.issue(state, record, receipts, decided_on=None, child=last_receipt)
+    state.answers.append(record)
+    state.audit_outbox.append(record)
     state.answers_dropped += trim_answers(state.answers)
 
 

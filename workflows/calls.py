@@ -253,6 +253,7 @@ class Lifecycle:
         grant: str | None = None,
         granted_by: list[str] | None = None,
         subject: str | None = None,
+        token_key_id: str | None = None,
     ) -> None:
         """Emit the ``answer`` event of one answer of a resume (a vote included), or of a
         grant's decision (``granted``, ``voided``)."""
@@ -270,6 +271,7 @@ class Lifecycle:
                 grant=grant,
                 granted_by=granted_by,
                 subject=subject,
+                token_key_id=token_key_id,
             )
         )
 

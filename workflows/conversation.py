@@ -298,6 +298,7 @@ class AgentWorkflow:
                 chat_id=workflow.info().workflow_id,
                 turns=self._s.turns,
                 last_turn=self._s.last_turn,
+                last_receipt=self._s.receipt_head.last if self._s.receipt_head else None,
             ),
             # A sub-agent's result is its caller's tool output: the budget of one (the
             # caller's turn measures it again), not of an update's result, which would cut

@@ -101,6 +101,7 @@ def answer(
     grant: str | None = None,
     granted_by: list[str] | None = None,
     subject: str | None = None,
+    token_key_id: str | None = None,
 ) -> TurnEvent:
     """An interrupt was answered: by a caller (respond, restart, edit, a vote), its deadline
     or a cancel.
@@ -129,6 +130,7 @@ def answer(
             granted_by=granted_by,
             requester=call.requester,
             subject=subject if verified else None,
+            token_key_id=token_key_id if verified else None,
         ),
     )
 

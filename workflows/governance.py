@@ -90,6 +90,8 @@ class Who:
     subject: str | None = None
     # The one answer the token was made for, when it says (the web app's login exchange).
     binding: AnswerBinding | None = None
+    # The trusted key that verified the token (its kid), for the decision's receipt.
+    token_key_id: str | None = None
 
     def may_answer(self, approvers: Collection[str]) -> bool:
         """Whether an approver list admits this sender (empty: anyone). Groups count only
@@ -346,6 +348,7 @@ def who(
         # A fingerprint: a token's sub may be kilobytes, and a vote keeps it.
         subject=_fingerprint(verified.subject),
         binding=verified.binding,
+        token_key_id=verified.key_id,
     )
 
 

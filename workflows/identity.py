@@ -160,6 +160,9 @@ class VerifiedIdentity:
     """When the issuer issued it (``iat``), if it says: an account's spent tokens are folded
     into "every token issued by then" (``workflows.tokens``)."""
     binding: AnswerBinding | None = None
+    key_id: str | None = None
+    """The trusted key that verified it (its ``kid``; None for an issuer's only key without
+    one): a decision receipt names it (``token_key_id``)."""
     """The one answer it was made for, if it says (:data:`ANSWER_CLAIM`); None: any answer."""
     send: SendBinding | None = None
     """The one message it was made to send, if it says (:data:`SEND_CLAIM`): it answers
@@ -429,6 +432,7 @@ def _verify(token: str, trust: TrustSpec, *, now: datetime, digest: str) -> Veri
         expires=expires + timedelta(seconds=leeway),
         digest=digest,
         subject=sub if isinstance(sub := claims.get("sub"), str) and sub else None,
+        key_id=key.kid,
         issued=_datetime(iat, "iat") if (iat := _time_claim(claims, "iat")) is not None else None,
         binding=_binding(claims.get(ANSWER_CLAIM, None)) if ANSWER_CLAIM in claims else None,
         send=_send_binding(claims.get(SEND_CLAIM, None)) if SEND_CLAIM in claims else None,

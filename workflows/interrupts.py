@@ -492,6 +492,7 @@ class InterruptBook:
                 grant=grant.id if grant else None,
                 granted_by=grant.granted_by if grant else None,
                 subject=who.subject,
+                token_key_id=who.token_key_id,
             )
         if now is not None:
             for grant in made.values():

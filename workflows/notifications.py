@@ -194,7 +194,12 @@ class Announcer:
         of the answer that ended it: of that pause (its ``since``), and a decision that ends
         one (not a revoke of the grant it made, a vote, a stale approval)."""
         for record in reversed(self.s.answers):
-            if record.ref != call.ref or record.kind in ("notified", "vote", "forwarded"):
+            if record.ref != call.ref or record.kind in (
+                "notified",
+                "vote",
+                "forwarded",
+                "sub_agent",
+            ):
                 continue
             if record.decision is not None and record.decision not in _SETTLED_BY_DECISION:
                 continue

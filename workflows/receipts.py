@@ -81,6 +81,7 @@ def issue(
     *,
     decided_on: JsonObject | None,
     subject: str | None = None,
+    token_key_id: str | None = None,
     child: str | None = None,
 ) -> Receipt:
     """The next receipt of the conversation's chain, for ``record``; the chain's head moves on.
@@ -88,6 +89,7 @@ def issue(
     Args:
         decided_on: The input the decision was on (its digest is signed).
         subject: A verified approver's account (a fingerprint of the token's ``sub``).
+        token_key_id: The trusted key that verified the approver's token (its kid).
         child: A caller's record of an answer passed on: the sub-agent's receipt for it.
     """
     head = state.receipt_head or ReceiptHead()
@@ -106,6 +108,7 @@ def issue(
         verified=verified,
         issuer=issuer.trusted_issuer if verified else None,
         subject=subject if verified else None,
+        token_key_id=token_key_id if verified else None,
         grant=record.grant,
         policy_hash=state.spec.policy_hash if record.kind == "policy" and state.spec else None,
         child_chat_id=record.chat_id,

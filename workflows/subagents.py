@@ -517,6 +517,16 @@ class SubAgentCalls:
                 gone = self._children.running.pop(child_id, None)
                 if gone is not None and gone.requests and self.s.turn is not None and not evicted:
                     self._publish()  # its interrupts are off the operator view
+        if result.last_receipt is not None:
+            audit.sub_agent_ended(
+                self.s,
+                at=workflow.now(),
+                ref=call.ref,
+                name=call.name,
+                chat_id=child_id,
+                last_receipt=result.last_receipt,
+                receipts=receipts.issuer_for(self.s),
+            )
         last = result.last_turn
         if last is not None and last.finish_reason == FinishReason.STOP:
             output: JsonObject = {"text": last.text, "chat_id": child_id}

@@ -1050,6 +1050,7 @@ AnswerKind = Literal[
     "voided",
     "policy",
     "notified",
+    "sub_agent",
 ]
 """``granted``: a call a grant let through, or re-approved when the grant was made while it was
 pending (the record names the grant and who gave it). ``revoked``: a grant ended, by a revoke or
@@ -1059,10 +1060,13 @@ checked again just before its call ran no longer held (``stale``); the call paus
 ``metadata`` has the set's hash, the deciding policies and the reason).
 ``forwarded``: a caller's record of an answer given on its chat for a sub-agent's interrupt
 and passed on to the sub-agent, with the sub-agent's verdict (the sub-agent's own trail holds
-the answer as applied)."""
+the answer as applied).
+``sub_agent``: a caller's record that a sub-agent's conversation ended, written only when the
+sub-agent issued receipts: its receipt links the sub-agent's last one (``child``), so the
+sub-agent's whole chain is pinned by the caller's (``client.receipts.verify_chain``)."""
 ForwardVerdict = Literal["applied", "refused"]
 AnswerVia = Literal[
-    "update", "signal", "deadline", "cancel", "grant", "policy", "recheck", "notify"
+    "update", "signal", "deadline", "cancel", "grant", "policy", "recheck", "notify", "sub_agent"
 ]
 Decision = Literal[
     "approved",
@@ -1147,6 +1151,8 @@ class TurnAnswer(_Wire):
     requester: Requester | None = Field(default=None, exclude_if=lambda v: v is None)
     # A verified answer's account (a fingerprint of the token's ``sub``), for its receipt.
     subject: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The trusted key that verified the answer's token (its kid), for its receipt.
+    token_key_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TurnEvent(_Wire):
@@ -1253,6 +1259,9 @@ class ConversationResult(_Wire):
     chat_id: str
     turns: int
     last_turn: TurnResult | None = None
+    # The id of the conversation's latest decision receipt (None: it issued none). A caller
+    # links a sub-agent's whole chain by it when the sub-agent ends (``sub_agent`` records).
+    last_receipt: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 # --------------------------------------------------------------------------------------------
