@@ -990,7 +990,6 @@ async def stream_rest(
             chunks.append(json.loads(response.body))
             if on_chunk is not None:
                 on_chunk(chunks[-1])
-        _beat()
     return chunks
 
 
@@ -1010,14 +1009,7 @@ async def stream_typed(
         chunks.append(chunk.model_dump(mode="json", by_alias=True, exclude_none=True))
         if on_chunk is not None:
             on_chunk(chunks[-1])
-        _beat()
     return chunks
-
-
-def _beat() -> None:
-    # Also callable outside an activity (the wire tests call the streaming helpers directly).
-    if activity.in_activity():
-        activity.heartbeat()
 
 
 def _as_toolset(declared: object, *, agent: str) -> MCPToolset:

@@ -106,12 +106,12 @@ _RETRYABLE = Failure(
 
 
 async def test_a_retried_streaming_call_stays_within_the_runs_share(run_worker, model, client):
-    """A streaming model call whose attempts fail after they have streamed (a transient error
-    mid-reply, or a retryable failure sent by id, which the server retries without the workflow
-    hearing of it) publishes afresh on each attempt (``"<key>:<attempt>"``, sequence from 1),
-    each with the share computed once when the call was scheduled. Here three attempts spend
-    more than ``RUN.stream_signals`` between them: the run's other signals (an answer sent by
-    script, a sub-agent's report) lose the room the share was to leave them."""
+    """A streaming model call whose first attempt fails by id after it has streamed (a
+    retryable failure sent by id, which the server retries without the workflow or the stale
+    attempt hearing of it): the stale attempt streams on until its heartbeat learns it is
+    stale, and a retried attempt publishes nothing (only the first spends the call's share), so
+    the run's publishes stay within ``RUN.stream_signals`` and its other signals (an answer
+    sent by script, a sub-agent's report) keep the room the share was to leave them."""
     words = " ".join(f"w{k}" for k in range(60))
     reply = Reply.streamed(text(words), pieces=30, interval=0.25)
     model.reply(reply, reply, reply)
@@ -120,17 +120,24 @@ async def test_a_retried_streaming_call_stays_within_the_runs_share(run_worker, 
         turn = chat.send_stream("go")
         following = asyncio.create_task(asyncio.wait_for(_drain(turn), 60))
         model_id = await _model_id(client, chat.id)
-        for spent in (5, 10):
-            await eventually(
-                lambda: _publishes(client, chat.id), lambda n, s=spent: n >= s, timeout=20
-            )
-            await _fail_raw(client, chat.id, model_id, _RETRYABLE)
+        # The first attempt fails by id once it has published some; it streams on (the server
+        # retried it without telling it) until its next heartbeat learns it is stale. The
+        # retry publishes nothing (only a first attempt does) and completes the call.
+        await eventually(lambda: _publishes(client, chat.id), lambda n: n >= 5, timeout=20)
+        await _fail_raw(client, chat.id, model_id, _RETRYABLE)
+        assert await eventually(lambda: _attempt(client, chat.id), lambda n: n != 1) in (0, 2)
         await following
         result = await turn.result()
         # The turn's run (it continues as new after the turn, having taken its signals).
         publishes = await _publishes(client, chat.id, (await _chain(client, chat.id))[0])
     assert result.finish_reason == FinishReason.STOP, result
     assert publishes <= RUN.stream_signals, publishes
+
+
+async def _attempt(client: Client, chat_id: str) -> int:
+    """The attempt the chat's pending model call is on (0: none pending)."""
+    desc = await client.get_workflow_handle(chat_id).describe()
+    return max((a.attempt for a in desc.raw_description.pending_activities), default=0)
 
 
 async def _drain(turn) -> None:
