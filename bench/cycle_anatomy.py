@@ -7,7 +7,7 @@ search-attribute and memo writes, and the client's RPCs on each leg (counted at 
 client, so the SDK's own long polls for an update's outcome are in them). Counts, not times:
 they do not move with the machine. Writes ``bench/results/cycle_anatomy.json``.
 
-Measured on 2026-12-06 (temporalio 1.35, CLI 1.9.1 / server 1.32), one fresh cycle each:
+Measured on 2026-12-05 (temporalio 1.35, CLI 1.9.1 / server 1.32), one fresh cycle each:
 
 - events: ours 34, the bare floor 30. The same engine work (5 workflow tasks of 3 events, 3
   activities of 3, the start, 2 updates accepted and completed: 29, the floor's 30 with its
@@ -113,6 +113,22 @@ async def _anatomy(client: Client, workflow_id: str) -> dict[str, Any]:
         "properties_modified": types["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"]
         + types["WORKFLOW_PROPERTIES_MODIFIED"],
         "by_type": dict(sorted(types.items())),
+        # What the server stores and moves per cycle: the events' encoded size, by type.
+        "history_bytes": sum(e.ByteSize() for e in hist.events),
+        "bytes_by_type": dict(
+            sorted(
+                collections.Counter(
+                    {
+                        name: sum(
+                            e.ByteSize()
+                            for e in hist.events
+                            if EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") == name
+                        )
+                        for name in types
+                    }
+                ).items()
+            )
+        ),
         "sequence": [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in hist.events],
     }
 

@@ -15,12 +15,16 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
     RPCError,
@@ -42,6 +46,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCStatusCode
 
 from temporal_agent_interrupts.client.audit import AuditReport, ClosedRuns, audit_trail
 from temporal_agent_interrupts.client.inbox import (
@@ -578,6 +583,24 @@ class Chat:
                     ),
                     self.agent,
                 )
+            if on_accept is None:
+                return _checked(
+                    await _completed(
+                        self._client.temporal,
+                        lambda update_id: self._client.temporal.start_update_with_start_workflow(
+                            AgentWorkflow.send,
+                            send_input,
+                            start_workflow_operation=start,
+                            wait_for_stage=WorkflowUpdateStage.COMPLETED,
+                            id=update_id,
+                        ),
+                        self.handle,
+                        AgentWorkflow.send,
+                        run_id=None,
+                        worker_timeout=worker_timeout,
+                    ),
+                    self.agent,
+                )
             deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
             try:
                 async with deadline:
@@ -589,7 +612,7 @@ class Chat:
                     )
             except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
                 raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
-            if on_accept is not None and not _rejected(accepted):
+            if not _rejected(accepted):
                 on_accept.set()
             return _checked(await _outcome(accepted), self.agent)
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
@@ -1017,6 +1040,17 @@ class Chat:
             args = () if arg is None else (arg,)
             if worker_timeout is None and on_accept is None:
                 return await handle.execute_update(update, *args)
+            if on_accept is None:
+                return await _completed(
+                    self._client.temporal,
+                    lambda update_id: handle.start_update(
+                        update, *args, wait_for_stage=WorkflowUpdateStage.COMPLETED, id=update_id
+                    ),
+                    handle,
+                    update,
+                    run_id=run_id,
+                    worker_timeout=worker_timeout,
+                )
             # Only acceptance is bounded: once a worker has taken the update, the turn it
             # continues may legitimately run for minutes of model and tool calls.
             deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
@@ -1140,6 +1174,65 @@ async def _outcome(handle: WorkflowUpdateHandle[_R]) -> _R:
             if now - down_since >= OUTAGE_GRACE:
                 raise
             await asyncio.sleep(1.0)
+
+
+async def _completed(
+    client: Client,
+    start: Callable[[str], Awaitable[WorkflowUpdateHandle[_R]]],
+    handle: WorkflowHandle[Any, Any],
+    update: Any,
+    *,
+    run_id: str | None,
+    worker_timeout: timedelta | None,
+) -> _R:
+    """An update's result in one request when the turn it starts ends within
+    ``worker_timeout``: sent to wait for its completion, not for its acceptance and then a poll
+    for the outcome (one RPC a send or an answer instead of two; issue 51).
+
+    Only acceptance is bounded: past ``worker_timeout`` the update's stage is read (the
+    server answers at once). Accepted, the turn may legitimately run on for minutes of model
+    and tool calls: its outcome is waited for. Not accepted, no worker took it: the caller
+    hears so, as before.
+    """
+    update_id = str(uuid.uuid4())
+    deadline = asyncio.timeout(worker_timeout.total_seconds() if worker_timeout else None)
+    try:
+        async with deadline:
+            done = await start(update_id)
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as e:
+        if not deadline.expired() or not await _accepted(client, handle.id, run_id, update_id):
+            raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
+        done = handle.get_update_handle_for(update, update_id, workflow_run_id=run_id)
+    return await _outcome(done)
+
+
+async def _accepted(client: Client, workflow_id: str, run_id: str | None, update_id: str) -> bool:
+    """Whether a worker has accepted the update ``update_id`` (or completed it): its stage as
+    the server knows it now (an update it never admitted is not found)."""
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id or ""),
+            update_id=update_id,
+        ),
+        identity=client.identity,
+        # The lowest stage: answered at once with the stage the update has reached.
+        wait_policy=WaitPolicy(
+            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    try:
+        found = await client.workflow_service.poll_workflow_execution_update(
+            request, retry=True, timeout=timedelta(seconds=10)
+        )
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    accepted = (
+        UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
+    )
+    return found.stage >= accepted
 
 
 def _rejected(handle: WorkflowUpdateHandle[Any]) -> bool:
