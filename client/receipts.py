@@ -116,6 +116,10 @@ def _unsigned_words(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
 def _check_one(
     receipt: Receipt,
     keys: Mapping[str, Ed25519PublicKey],
@@ -135,6 +139,10 @@ def _check_one(
         return f"it is signed under key {receipt.key_id!r}, which the key set does not hold"
     try:
         sig = base64.urlsafe_b64decode(receipt.signature + "=" * (-len(receipt.signature) % 4))
+        # Read strictly: the lenient decoder drops characters outside the alphabet and the
+        # last character's unused bits, so a changed byte would still verify (attack test).
+        if _b64url(sig) != receipt.signature:
+            raise ValueError("not the signature's one base64url spelling")
         key.verify(sig, data)
     except (InvalidSignature, binascii.Error, ValueError):
         return f"its signature does not verify under key {receipt.key_id!r}"
