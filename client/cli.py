@@ -731,6 +731,15 @@ def verify(
             dir_okay=False,
         ),
     ],
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help="Take a chain whose oldest receipts are not in the file (an export made "
+            "after retention ended the oldest runs) from its first receipt on, and say where "
+            "it starts. Without it, a chain must start at seq 0.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Check an exported chain of decision receipts against the workers' public keys, with no
@@ -749,7 +758,7 @@ def verify(
         if not isinstance(jwks, dict):
             raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys) is not a JWK Set")
         try:
-            check = verify_chain(chain, jwks)
+            check = verify_chain(chain, jwks, partial=partial)
         except ValueError as e:
             raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys): {e}") from None
     except _Fail as f:
@@ -769,6 +778,7 @@ def verify(
         key_ids=check.key_ids,
         where=check.where,
         why=check.why,
+        starts=check.starts,
     )
     if as_json:
         print_json(result)

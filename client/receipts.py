@@ -50,6 +50,9 @@ class ChainCheck(BaseModel):
     """Chains checked when ``ok``: the conversation's and each sub-agent's."""
     key_ids: list[str] = []
     """The key ids the receipts are signed under when ``ok``, sorted."""
+    starts: dict[str, int] = {}
+    """With ``partial``: the chains (by chat id) that start past seq 0, and the seq each
+    starts at (the receipts before it are not in the file)."""
 
 
 def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
@@ -148,6 +151,12 @@ def _check_one(
         return f"its signature does not verify under key {receipt.key_id!r}"
     if body.chat_id != chat_id:
         return f"it is a receipt of chat {body.chat_id!r}, not of this chain's {chat_id!r}"
+    if body.seq != seq and seq == 0:
+        return (
+            f"its seq is {body.seq}, where a chain starts at seq 0: the receipts before it are "
+            "not in the file (cut from its start; `agentctl verify --partial` takes such a "
+            "chain from its first receipt on)"
+        )
     if body.seq != seq:
         return (
             f"its seq is {body.seq}, where {seq} comes next: a receipt before it was removed, "
@@ -180,14 +189,20 @@ def _unlinked_child(chain: ReceiptChain) -> str | None:
 
 
 def verify_receipts(
-    receipts: Sequence[Receipt], keys: Mapping[str, Ed25519PublicKey], *, chat_id: str
+    receipts: Sequence[Receipt],
+    keys: Mapping[str, Ed25519PublicKey],
+    *,
+    chat_id: str,
+    partial: bool = False,
 ) -> ChainCheck:
-    """Check one chain, oldest first (see the module's docstring). The first receipt may start
-    past seq 0 (an export made after retention ended the oldest runs): it is then taken as the
-    chain's start, and said so by ``where`` only if something else is broken."""
+    """Check one chain, oldest first (see the module's docstring). It starts at seq 0 with no
+    ``prev``; with ``partial``, its first receipt may start past it (an export made after
+    retention ended the oldest runs) and is then taken as the chain's start, and ``starts``
+    says where. Without, a chain cut at its start is a broken one: the decisions before the
+    first receipt in the file are not there (attack test)."""
     prev: str | None = None
-    seq = receipts[0].body.seq if receipts else 0
-    if receipts:
+    seq = receipts[0].body.seq if receipts and partial else 0
+    if receipts and partial:
         prev = receipts[0].body.prev
     for n, receipt in enumerate(receipts):
         why = _check_one(receipt, keys, chat_id=chat_id, seq=seq, prev=prev)
@@ -200,10 +215,13 @@ def verify_receipts(
                 why=why,
             )
         prev, seq = receipt.id, seq + 1
-    return ChainCheck(ok=True, checked=len(receipts))
+    start = receipts[0].body.seq if receipts else 0
+    return ChainCheck(ok=True, checked=len(receipts), starts={chat_id: start} if start else {})
 
 
-def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any]) -> ChainCheck:
+def verify_chain(
+    chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any], *, partial: bool = False
+) -> ChainCheck:
     """Check a conversation's decision receipts against the workers' public keys, with no server.
 
     ``chain`` is what ``agentctl audit CHAT --export FILE`` writes (a :class:`ReceiptChain`, or
@@ -228,6 +246,10 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
             a failed check, not an error).
         jwks: A JWK Set (``{"keys": [...]}``); its Ed25519 keys (``OKP``) are used, others
             ignored.
+        partial: Take a chain whose oldest receipts are not in the file (an export made after
+            retention ended a conversation's oldest runs) from its first receipt on, and say
+            where each such chain starts (``starts``). Without it, every chain must start at
+            seq 0: a receipt cut from the start is as broken as one cut from the middle.
 
     Returns:
         ``ok`` with the receipts and chains checked and the key ids they are signed under; or,
@@ -264,11 +286,13 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         *chain.children.items(),
     ]
     checked = 0
+    starts: dict[str, int] = {}
     for chat_id, receipts in chains:
-        found = verify_receipts(receipts, keys, chat_id=chat_id)
+        found = verify_receipts(receipts, keys, chat_id=chat_id, partial=partial)
         if not found.ok:
             return found.model_copy(update={"checked": checked + found.checked})
         checked += found.checked
+        starts.update(found.starts)
     for chat_id, receipts in chains:
         for receipt in receipts:
             link, child_chat = receipt.body.child, receipt.body.child_chat_id
@@ -289,6 +313,7 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         checked=checked,
         chats=len(chains),
         key_ids=sorted({r.key_id for _, rs in chains for r in rs if r.key_id is not None}),
+        starts=starts,
     )
 
 

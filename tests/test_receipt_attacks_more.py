@@ -84,6 +84,19 @@ def test_a_chain_cut_at_its_start_verifies_only_when_asked_and_says_where_it_sta
     assert verify_chain(_file(_good()), JWKS, partial=True).starts == {}
 
 
+def test_agentctl_verify_refuses_a_cut_start_unless_told_partial(tmp_path: Path):
+    data = _file(_good())
+    del data["receipts"][0]
+    code, out = _verify(tmp_path, json.dumps(data))
+    assert code == 1 and "seq 0" in out
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    ran = CliRunner().invoke(
+        agentctl,
+        ["verify", str(tmp_path / "c.json"), "--keys", str(tmp_path / "k.json"), "--partial"],
+    )
+    assert ran.exit_code == 0 and "starts at seq 1" in ran.output, ran.output
+
+
 # --- a changed byte in a signature ---------------------------------------------------------------
 
 
