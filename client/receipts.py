@@ -87,6 +87,7 @@ def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
     return found
 
 
+_CHAIN_FIELDS = frozenset(ReceiptChain.model_fields)
 _RECEIPT_FIELDS = frozenset(Receipt.model_fields)
 _BODY_FIELDS = frozenset(ReceiptBody.model_fields)
 
@@ -95,6 +96,9 @@ def _unsigned_words(raw: Mapping[str, Any]) -> str | None:
     """Why a chain file's receipts say something their signed bodies do not: a field the
     model would drop (``extra="ignore"``), or a value it would coerce (``"7"`` for ``7``),
     is text an auditor reads that no worker signed. None when every receipt is as signed."""
+    extra = sorted(str(k) for k in raw if k not in _CHAIN_FIELDS)
+    if extra:
+        return f"the file holds fields no worker signed: {', '.join(extra)}"
     chats: list[tuple[str, Any]] = [("", raw.get("receipts"))]
     children = raw.get("children")
     if isinstance(children, Mapping):
@@ -272,6 +276,17 @@ def verify_chain(
         unsigned = _unsigned_words(raw)
         if unsigned is not None:
             return ChainCheck(ok=False, checked=0, where="the file", why=unsigned)
+    signed_under = sorted(
+        {r.key_id for rs in (chain.receipts, *chain.children.values()) for r in rs if r.key_id}
+    )
+    if chain.key_ids and chain.key_ids != signed_under:
+        # What the file says signed it is words no worker signed: they must be the receipts'.
+        return ChainCheck(
+            ok=False,
+            checked=0,
+            where="the file",
+            why=f"its key_ids {chain.key_ids!r} are not the receipts' key ids {signed_under!r}",
+        )
     unlinked = _unlinked_child(chain)
     if unlinked is not None:
         return ChainCheck(
