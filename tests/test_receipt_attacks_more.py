@@ -6,16 +6,29 @@ conversation on the dev server."""
 from __future__ import annotations
 
 import json
+import secrets
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
+from temporal_agent_interrupts import FinishReason, approve
 from temporal_agent_interrupts.client.cli import app as agentctl
-from temporal_agent_interrupts.client.receipts import verify_chain
+from temporal_agent_interrupts.client.receipts import export_chain, verify_chain
+from temporal_agent_interrupts.worker import sandbox_runner
+from temporal_agent_interrupts.worker.offline_model import respond as offline_rules
 from temporal_agent_interrupts.worker.receipt_keys import ReceiptKeys, generate_receipt_key
+from temporal_agent_interrupts.worker.result_keys import ResultKeys, ResultKeysInterceptor
+from temporal_agent_interrupts.worker.testing import ScriptedModel, hosted
+from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.receipts import ReceiptBody, ReceiptChain
+from tests.agents import supervisor
+from tests.helpers import assert_no_workflow_task_failed, eventually
+from tests.test_sub_agents import delegate
 from tests.test_receipt_attacks import DECISIONS, T0
 from tests.test_receipts import chain_of, signed
 
@@ -209,3 +222,79 @@ def test_a_verify_of_many_receipts_with_huge_integers_is_quick():
     ]
     check = verify_chain(data, JWKS)
     assert not check.ok
+
+
+# --- live: what a worker signs ------------------------------------------------------------------
+
+
+async def test_an_answer_the_sub_agent_refused_gets_no_signed_receipt_in_the_caller(client):
+    """Fixed: someone with namespace credentials sends, through the caller, an answer for a
+    sub-agent's interrupt that the caller cannot judge (it carries a token, the child's to
+    check) under any name they like. The child refuses it; the caller still signed a
+    ``forwarded`` receipt naming that approver, the call and its tool, and the receipt never
+    said it was refused (the verdict is not in the body): a signed receipt for a decision no
+    one made. A refused answer now gets a trail record and no receipt, as a refusal on the
+    conversation's own calls does."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    payee = f"payee-{uuid.uuid4().hex[:6]}"
+    async with hosted(
+        client, agents=[supervisor], model=ScriptedModel(offline_rules), receipt_keys=keys
+    ) as agents:
+        parent = await agents.chat("supervisor")
+        (i,) = (await parent.send(delegate(payee, 5))).interrupts
+        handle = client.get_workflow_handle(parent.id)
+        await handle.signal(
+            "resume",
+            {
+                "restart": [approve(i).model_dump(mode="json")],
+                "identity": "ceo@example.com",
+                "identity_token": "not-a-token",
+            },
+        )
+        rejected = await eventually(parent.rejections, lambda r: len(r) >= 1, timeout=20)
+        assert "refused by sub-agent" in rejected[-1].reason
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP
+        trail = await agents.audit(parent.id)
+    refused = [r for r in trail if r.kind == "forwarded" and r.verdict == "refused"]
+    assert [r.identity for r in refused] == ["ceo@example.com"]  # the trail keeps it
+    assert refused[0].receipt is None  # and no worker vouches for it
+    exported = export_chain(parent.id, trail)
+    assert all(r.body.approver != "ceo@example.com" for r in exported.receipts)
+    assert verify_chain(exported, keys.jwks()).ok
+    await assert_no_workflow_task_failed(client, parent.id)
+
+
+async def test_a_replay_on_a_worker_with_another_key_or_none_is_deterministic(client):
+    """Held: a conversation with a sub-agent, signed under one key, replays without a
+    nondeterminism error on a worker whose key has rotated, and on one with no key at all
+    (signing happens in the workflow task; only ids, never signatures, steer what it does)."""
+    keys = ReceiptKeys.parse(generate_receipt_key("r1"))
+    sealing = ResultKeys(keys=(("test", secrets.token_bytes(32)),))
+    payee = f"payee-{uuid.uuid4().hex[:6]}"
+    async with hosted(
+        client,
+        agents=[supervisor],
+        model=ScriptedModel(offline_rules),
+        receipt_keys=keys,
+        result_keys=sealing,
+    ) as agents:
+        parent = await agents.chat("supervisor")
+        (i,) = (await parent.send(delegate(payee, 5))).interrupts
+        done = await parent.resume(answers=[approve(i)], identity="alice")
+        assert done.finish_reason == FinishReason.STOP
+        child_id = i.chat_id
+        assert child_id is not None
+    histories = [
+        await client.get_workflow_handle(chat).fetch_history() for chat in (parent.id, child_id)
+    ]
+    rotated = ReceiptKeys.parse(generate_receipt_key("r2"))
+    for signer in (keys, rotated, None):
+        replayer = Replayer(
+            workflows=[AgentWorkflow],
+            data_converter=pydantic_data_converter,
+            interceptors=[ResultKeysInterceptor(sealing, receipt_keys=signer)],
+            workflow_runner=sandbox_runner(strict=True),
+        )
+        for history in histories:
+            await replayer.replay_workflow(history)
