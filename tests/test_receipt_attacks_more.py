@@ -28,9 +28,9 @@ from temporal_agent_interrupts.workflows import AgentWorkflow
 from temporal_agent_interrupts.workflows.receipts import ReceiptBody, ReceiptChain
 from tests.agents import supervisor
 from tests.helpers import assert_no_workflow_task_failed, eventually
-from tests.test_sub_agents import delegate
 from tests.test_receipt_attacks import DECISIONS, T0
 from tests.test_receipts import chain_of, signed
+from tests.test_sub_agents import delegate
 
 KEYS = ReceiptKeys.parse(generate_receipt_key("k1"))
 JWKS = KEYS.jwks()
@@ -206,9 +206,7 @@ def test_agentctl_verify_exits_2_on_a_file_past_its_limit(tmp_path: Path, monkey
     padded = _good().model_dump_json(indent=2) + " " * 4096
     code, out = _verify(tmp_path, padded)
     assert code == 2 and "larger than" in out
-    out2 = CliRunner().invoke(
-        agentctl, ["verify", "/dev/zero", "--keys", str(tmp_path / "k.json")]
-    )
+    out2 = CliRunner().invoke(agentctl, ["verify", "/dev/zero", "--keys", str(tmp_path / "k.json")])
     assert out2.exit_code == 2 and "larger than" in out2.output
 
 
