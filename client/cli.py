@@ -731,6 +731,15 @@ def verify(
             dir_okay=False,
         ),
     ],
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help="Take a chain whose oldest receipts are not in the file (an export made "
+            "after retention ended the oldest runs) from its first receipt on, and say where "
+            "it starts. Without it, a chain must start at seq 0.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Check an exported chain of decision receipts against the workers' public keys, with no
@@ -749,7 +758,7 @@ def verify(
         if not isinstance(jwks, dict):
             raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys) is not a JWK Set")
         try:
-            check = verify_chain(chain, jwks)
+            check = verify_chain(chain, jwks, partial=partial)
         except ValueError as e:
             raise _Fail(ExitCode.USAGE, f"{str(keys)!r} (--keys): {e}") from None
     except _Fail as f:
@@ -769,6 +778,7 @@ def verify(
         key_ids=check.key_ids,
         where=check.where,
         why=check.why,
+        starts=check.starts,
     )
     if as_json:
         print_json(result)
@@ -780,12 +790,33 @@ def verify(
         raise typer.Exit(int(ExitCode.REFUSED))
 
 
+VERIFY_FILE_LIMIT = 256 * 1024 * 1024
+"""The most bytes ``agentctl verify`` reads of a file (a receipt is under 2 KiB as exported):
+past it, the file is refused rather than read until memory runs out (``/dev/zero``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of a file ``agentctl verify`` reads, refused when a member is named twice:
+    json keeps the last, which another reader (or a person) may not."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"a duplicate member {key[:64]!r} in an object")
+        found[key] = value
+    return found
+
+
 def _read_json(path: Path, *, what: str) -> Any:
-    """The JSON in ``path``; a file that is missing, unreadable or not JSON is a usage error
-    naming it (and never showing what is in it)."""
+    """The JSON in ``path``; a file that is missing, unreadable, past
+    :data:`VERIFY_FILE_LIMIT`, or not JSON (an object naming a member twice included) is a
+    usage error naming it (and never showing what is in it)."""
     where = f"{str(path)!r} ({what})"
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(VERIFY_FILE_LIMIT + 1)
+        if len(raw) > VERIFY_FILE_LIMIT:
+            raise _Fail(ExitCode.USAGE, f"{where} is larger than {VERIFY_FILE_LIMIT} bytes")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise _Fail(ExitCode.USAGE, f"{where} does not exist") from None
     except IsADirectoryError:
@@ -795,7 +826,7 @@ def _read_json(path: Path, *, what: str) -> Any:
     except OSError as e:
         raise _Fail(ExitCode.USAGE, f"{where} cannot be read: {e.strerror or e}") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, and an integer too long
         raise _Fail(ExitCode.USAGE, f"{where} is not JSON: {e}") from None
 

@@ -50,6 +50,9 @@ class ChainCheck(BaseModel):
     """Chains checked when ``ok``: the conversation's and each sub-agent's."""
     key_ids: list[str] = []
     """The key ids the receipts are signed under when ``ok``, sorted."""
+    starts: dict[str, int] = {}
+    """With ``partial``: the chains (by chat id) that start past seq 0, and the seq each
+    starts at (the receipts before it are not in the file)."""
 
 
 def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
@@ -84,6 +87,7 @@ def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
     return found
 
 
+_CHAIN_FIELDS = frozenset(ReceiptChain.model_fields)
 _RECEIPT_FIELDS = frozenset(Receipt.model_fields)
 _BODY_FIELDS = frozenset(ReceiptBody.model_fields)
 
@@ -92,6 +96,9 @@ def _unsigned_words(raw: Mapping[str, Any]) -> str | None:
     """Why a chain file's receipts say something their signed bodies do not: a field the
     model would drop (``extra="ignore"``), or a value it would coerce (``"7"`` for ``7``),
     is text an auditor reads that no worker signed. None when every receipt is as signed."""
+    extra = sorted(str(k) for k in raw if k not in _CHAIN_FIELDS)
+    if extra:
+        return f"the file holds fields no worker signed: {', '.join(extra)}"
     chats: list[tuple[str, Any]] = [("", raw.get("receipts"))]
     children = raw.get("children")
     if isinstance(children, Mapping):
@@ -116,6 +123,10 @@ def _unsigned_words(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
 def _check_one(
     receipt: Receipt,
     keys: Mapping[str, Ed25519PublicKey],
@@ -135,11 +146,21 @@ def _check_one(
         return f"it is signed under key {receipt.key_id!r}, which the key set does not hold"
     try:
         sig = base64.urlsafe_b64decode(receipt.signature + "=" * (-len(receipt.signature) % 4))
+        # Read strictly: the lenient decoder drops characters outside the alphabet and the
+        # last character's unused bits, so a changed byte would still verify (attack test).
+        if _b64url(sig) != receipt.signature:
+            raise ValueError("not the signature's one base64url spelling")
         key.verify(sig, data)
     except (InvalidSignature, binascii.Error, ValueError):
         return f"its signature does not verify under key {receipt.key_id!r}"
     if body.chat_id != chat_id:
         return f"it is a receipt of chat {body.chat_id!r}, not of this chain's {chat_id!r}"
+    if body.seq != seq and seq == 0:
+        return (
+            f"its seq is {body.seq}, where a chain starts at seq 0: the receipts before it are "
+            "not in the file (cut from its start; `agentctl verify --partial` takes such a "
+            "chain from its first receipt on)"
+        )
     if body.seq != seq:
         return (
             f"its seq is {body.seq}, where {seq} comes next: a receipt before it was removed, "
@@ -172,14 +193,20 @@ def _unlinked_child(chain: ReceiptChain) -> str | None:
 
 
 def verify_receipts(
-    receipts: Sequence[Receipt], keys: Mapping[str, Ed25519PublicKey], *, chat_id: str
+    receipts: Sequence[Receipt],
+    keys: Mapping[str, Ed25519PublicKey],
+    *,
+    chat_id: str,
+    partial: bool = False,
 ) -> ChainCheck:
-    """Check one chain, oldest first (see the module's docstring). The first receipt may start
-    past seq 0 (an export made after retention ended the oldest runs): it is then taken as the
-    chain's start, and said so by ``where`` only if something else is broken."""
+    """Check one chain, oldest first (see the module's docstring). It starts at seq 0 with no
+    ``prev``; with ``partial``, its first receipt may start past it (an export made after
+    retention ended the oldest runs) and is then taken as the chain's start, and ``starts``
+    says where. Without, a chain cut at its start is a broken one: the decisions before the
+    first receipt in the file are not there (attack test)."""
     prev: str | None = None
-    seq = receipts[0].body.seq if receipts else 0
-    if receipts:
+    seq = receipts[0].body.seq if receipts and partial else 0
+    if receipts and partial:
         prev = receipts[0].body.prev
     for n, receipt in enumerate(receipts):
         why = _check_one(receipt, keys, chat_id=chat_id, seq=seq, prev=prev)
@@ -192,10 +219,13 @@ def verify_receipts(
                 why=why,
             )
         prev, seq = receipt.id, seq + 1
-    return ChainCheck(ok=True, checked=len(receipts))
+    start = receipts[0].body.seq if receipts else 0
+    return ChainCheck(ok=True, checked=len(receipts), starts={chat_id: start} if start else {})
 
 
-def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any]) -> ChainCheck:
+def verify_chain(
+    chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any], *, partial: bool = False
+) -> ChainCheck:
     """Check a conversation's decision receipts against the workers' public keys, with no server.
 
     ``chain`` is what ``agentctl audit CHAT --export FILE`` writes (a :class:`ReceiptChain`, or
@@ -220,6 +250,10 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
             a failed check, not an error).
         jwks: A JWK Set (``{"keys": [...]}``); its Ed25519 keys (``OKP``) are used, others
             ignored.
+        partial: Take a chain whose oldest receipts are not in the file (an export made after
+            retention ended a conversation's oldest runs) from its first receipt on, and say
+            where each such chain starts (``starts``). Without it, every chain must start at
+            seq 0: a receipt cut from the start is as broken as one cut from the middle.
 
     Returns:
         ``ok`` with the receipts and chains checked and the key ids they are signed under; or,
@@ -242,6 +276,17 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         unsigned = _unsigned_words(raw)
         if unsigned is not None:
             return ChainCheck(ok=False, checked=0, where="the file", why=unsigned)
+    signed_under = sorted(
+        {r.key_id for rs in (chain.receipts, *chain.children.values()) for r in rs if r.key_id}
+    )
+    if chain.key_ids and chain.key_ids != signed_under:
+        # What the file says signed it is words no worker signed: they must be the receipts'.
+        return ChainCheck(
+            ok=False,
+            checked=0,
+            where="the file",
+            why=f"its key_ids {chain.key_ids!r} are not the receipts' key ids {signed_under!r}",
+        )
     unlinked = _unlinked_child(chain)
     if unlinked is not None:
         return ChainCheck(
@@ -256,11 +301,13 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         *chain.children.items(),
     ]
     checked = 0
+    starts: dict[str, int] = {}
     for chat_id, receipts in chains:
-        found = verify_receipts(receipts, keys, chat_id=chat_id)
+        found = verify_receipts(receipts, keys, chat_id=chat_id, partial=partial)
         if not found.ok:
             return found.model_copy(update={"checked": checked + found.checked})
         checked += found.checked
+        starts.update(found.starts)
     for chat_id, receipts in chains:
         for receipt in receipts:
             link, child_chat = receipt.body.child, receipt.body.child_chat_id
@@ -281,6 +328,7 @@ def verify_chain(chain: ReceiptChain | Mapping[str, Any], jwks: Mapping[str, Any
         checked=checked,
         chats=len(chains),
         key_ids=sorted({r.key_id for _, rs in chains for r in rs if r.key_id is not None}),
+        starts=starts,
     )
 
 

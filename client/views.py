@@ -138,6 +138,8 @@ class VerifyOutput(BaseModel):
     # The first broken link: which receipt in which chat, and why (None when ok).
     where: str | None = None
     why: str | None = None
+    # With --partial: the chains that start past seq 0 (by chat id), and the seq each starts at.
+    starts: dict[str, int] = Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class GrantsOutput(BaseModel):
@@ -749,6 +751,11 @@ def print_verified(result: VerifyOutput) -> None:
             f"{result.chats} chain{'' if result.chats == 1 else 's'} of "
             f"{visible(result.chat_id or '-')} verified, signed under "
             f"{visible(', '.join(result.key_ids))}"
+            + "".join(
+                f"; the chain of {visible(chat)} starts at seq {seq} (the receipts before it "
+                "are not in the file)"
+                for chat, seq in sorted(result.starts.items())
+            )
         )
     )
 

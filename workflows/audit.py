@@ -132,7 +132,7 @@ def forwarded(
     Args:
         chat_id: The sub-agent's chat id.
         refused: The sub-agent's refusal (None: applied).
-        receipts: Issues each record's receipt (None: none).
+        receipts: Issues each applied record's receipt (None: none; a refused one has none).
         child_receipt: The id of the receipt the sub-agent issued for the answer (its chain is
             linked from this one's receipts by it).
     """
@@ -159,7 +159,10 @@ def forwarded(
                     cut_stored(refused[: DOOR.reason_chars], 600) if refused is not None else None
                 ),
             )
-            if receipts is not None:
+            if receipts is not None and refused is None:
+                # A refused answer decided nothing: its record stays in the trail, with no
+                # receipt (its approver, ref and tool are whatever the sender said, and a
+                # receipt's body has no verdict: attack test).
                 record.receipt = receipt.issue(
                     state, record, receipts, decided_on=None, child=child_receipt
                 )
