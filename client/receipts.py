@@ -53,6 +53,10 @@ class ChainCheck(BaseModel):
     starts: dict[str, int] = {}
     """With ``partial``: the chains (by chat id) that start past seq 0, and the seq each
     starts at (the receipts before it are not in the file)."""
+    run: str | None = None
+    """When ``ok``: the conversation's first run id, as its receipts say (the same across
+    continue-as-new): which conversation under the chat id the chain is, when someone started
+    another under it after it closed."""
 
 
 def public_keys(jwks: Mapping[str, Any]) -> dict[str, Ed25519PublicKey]:
@@ -134,6 +138,7 @@ def _check_one(
     chat_id: str,
     seq: int,
     prev: str | None,
+    run: str | None,
 ) -> str | None:
     body = receipt.body
     data = body.canonical()
@@ -155,6 +160,11 @@ def _check_one(
         return f"its signature does not verify under key {receipt.key_id!r}"
     if body.chat_id != chat_id:
         return f"it is a receipt of chat {body.chat_id!r}, not of this chain's {chat_id!r}"
+    if body.run != run:
+        return (
+            f"it is a receipt of the conversation whose first run is {body.run!r}, not of this "
+            f"chain's {run!r}: another conversation under the same chat id"
+        )
     if body.seq != seq and seq == 0:
         return (
             f"its seq is {body.seq}, where a chain starts at seq 0: the receipts before it are "
@@ -209,7 +219,9 @@ def verify_receipts(
     if receipts and partial:
         prev = receipts[0].body.prev
     for n, receipt in enumerate(receipts):
-        why = _check_one(receipt, keys, chat_id=chat_id, seq=seq, prev=prev)
+        why = _check_one(
+            receipt, keys, chat_id=chat_id, seq=seq, prev=prev, run=receipts[0].body.run
+        )
         if why is not None:
             return ChainCheck(
                 ok=False,
@@ -329,6 +341,7 @@ def verify_chain(
         chats=len(chains),
         key_ids=sorted({r.key_id for _, rs in chains for r in rs if r.key_id is not None}),
         starts=starts,
+        run=chain.receipts[0].body.run if chain.receipts else None,
     )
 
 

@@ -230,3 +230,17 @@ def test_the_route_never_serves_a_secret_member():
     mixed = {"keys": [*JWKS["keys"], {"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}]}
     with pytest.raises(ValueError, match="receipt_jwks"):
         agents_app(object(), receipt_jwks=mixed)  # type: ignore[arg-type]  # fails first
+
+
+def test_a_receipt_of_another_conversation_under_the_same_chat_id_fails():
+    """Once a chat closes, anyone may start a new conversation under its id: its receipts
+    name another first run, so one spliced into the chain is named for what it is."""
+    body = _good().receipts[1].body.model_copy(update={"run": "run-B"})
+    chain = _good()
+    first = chain.receipts[0].body.model_copy(update={"run": "run-A"})
+    a = signed(KEYS, first)
+    b = signed(KEYS, body.model_copy(update={"prev": a.id}))
+    check = verify_chain(_file(ReceiptChain(chat_id="chat-P", receipts=[a, b])), JWKS)
+    assert not check.ok and check.why and "another conversation under the same chat id" in check.why
+    whole = verify_chain(_file(ReceiptChain(chat_id="chat-P", receipts=[a])), JWKS)
+    assert whole.ok and whole.run == "run-A"

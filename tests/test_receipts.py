@@ -235,7 +235,13 @@ async def test_the_chain_runs_on_across_continue_as_new(small_histories, model):
     receipts = [r.receipt for r in trail if r.receipt is not None]
     assert [r.body.seq for r in receipts] == list(range(6))
     assert [r.body.ref for r in receipts] == [f"p{n}" for n in range(6)]
-    assert verify_chain(ReceiptChain(chat_id=chat.id, receipts=receipts), keys.jwks()).ok
+    # Every run's receipts name the conversation's first run: the same conversation.
+    info = (await client.get_workflow_handle(chat.id).describe()).raw_description
+    first_run = info.workflow_execution_info.first_run_id
+    assert first_run in {w.run_id for w in runs}
+    assert {r.body.run for r in receipts} == {first_run}
+    found = verify_chain(ReceiptChain(chat_id=chat.id, receipts=receipts), keys.jwks())
+    assert found.ok and found.run == first_run
 
 
 async def test_a_start_input_cannot_plant_a_chain_head_or_a_receipt(run_worker, model, client):

@@ -72,6 +72,8 @@ class Issuer:
     chat_id: str
     sign: Signer | None
     trusted_issuer: str | None = None
+    # The conversation's first run id (ReceiptBody.run).
+    run: str | None = None
 
 
 def issue(
@@ -96,6 +98,7 @@ def issue(
     verified = record.identity_verified
     body = ReceiptBody(
         chat_id=issuer.chat_id,
+        run=issuer.run,
         seq=head.seq,
         prev=head.last,
         at=record.at,
@@ -125,8 +128,10 @@ def issue(
 def issuer_for(state: ConversationState) -> Issuer:
     """The issuer of this run's receipts: its chat, the worker's signer, the agent's issuer."""
     spec = state.spec
+    info = workflow.info()
     return Issuer(
-        chat_id=workflow.info().workflow_id,
+        chat_id=info.workflow_id,
+        run=info.first_execution_run_id,
         sign=workflow_signer(),
         trusted_issuer=spec.trust.issuer if spec is not None and spec.trust is not None else None,
     )

@@ -474,6 +474,9 @@ class ReceiptBody(_Wire):
 
     v: Literal[1] = RECEIPT_VERSION
     chat_id: str
+    # The conversation's first run id (the same across continue-as-new): tells it from a later
+    # conversation someone started under the same chat id once it had closed.
+    run: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # The position in the conversation's chain (0 first) and the id of the receipt before it
     # (None for the first).
     seq: int
