@@ -40,6 +40,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Replayer, Worker
 
 from bench.floor_activities import FloorActivities
+from bench.floor_view import FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from bench.throughput import CallCounter, counting_client, floor_cycle, ours_cycle
 from bench.throughput import b7 as run_b7
@@ -983,8 +984,9 @@ async def b7(
     floor_acts: FloorActivities,
 ) -> dict[str, Any]:
     """B7 (``bench/throughput.py``) on workers of its own, started for it: ours with the model
-    on loopback and in process, and the floor, their clients counting the calls activities make;
-    the driver's client counts its own."""
+    on loopback and in process, and the floor (with and without the operator view's writes),
+    their clients counting the calls activities make; the driver's client counts its own."""
+    ensure_bytecode(["bench.floor_view"])
     driver_calls, worker_calls = CallCounter(), CallCounter()
     driver = counting_client(client, driver_calls)
     workers = counting_client(client, worker_calls)
@@ -997,7 +999,7 @@ async def b7(
             Worker(
                 workers,
                 task_queue=THRU_FLOOR_QUEUE,
-                workflows=[FloorWorkflow],
+                workflows=[FloorWorkflow, FloorViewWorkflow],
                 activities=[floor_acts.model, floor_acts.model_bare, floor_acts.tool],
                 max_cached_workflows=args.cache,
                 workflow_runner=sandbox_runner(),
@@ -1010,6 +1012,7 @@ async def b7(
                 "floor": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=False),
                 "ours_inprocess": ours_cycle(AgentClient(driver, task_queue=THRU_INPROCESS_QUEUE)),
                 "bare": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True),
+                "floor_view": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True, view=True),
             },
             reader=client,
             server_pid=server_pid,
@@ -1237,8 +1240,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunks", type=int, nargs="+", default=[10, 100, 1000])
     p.add_argument("--web-cycles", type=int, default=40, help="B6 approval cycles per path")
     p.add_argument("--in-flight", type=int, default=20, help="B7 cycles running at once")
-    p.add_argument("--thru-cycles", type=int, default=60, help="B7 cycles per round")
-    p.add_argument("--thru-rounds", type=int, default=5, help="B7 measured rounds per variant")
+    p.add_argument("--thru-cycles", type=int, default=120, help="B7 cycles per round")
+    p.add_argument("--thru-rounds", type=int, default=6, help="B7 measured rounds per variant")
     p.add_argument("--thru-warmup", type=int, default=1, help="B7 warm-up rounds per variant")
     p.add_argument(
         "--only", nargs="+", default=list(ALL_BENCHMARKS), choices=ALL_BENCHMARKS,

@@ -16,7 +16,9 @@ finished; rounds of each variant alternate, rotating who goes first, on the one 
 The variants are B1's: *ours* and *floor* make the same google-genai call to the same loopback
 model; *ours_inprocess* reaches the scripted model through an in-process transport, and *bare*
 answers from memory (the floor's engine work alone), as the side-by-side runs with the agent
-frameworks do. Ratios are ours / floor and ours_inprocess / bare, measured in the same run.
+frameworks do. *floor_view* is bare plus the operator view's five writes (``bench/floor_view.py``):
+against bare, what those writes cost alone. Ratios are ours / floor, ours_inprocess / bare and
+floor_view / bare, measured in the same run.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowHandle,
 )
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
+from bench.floor_view import AGENT_NAME, AGENT_STATUS, FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from temporal_agent_interrupts import AgentClient, FinishReason
 
 # The variants, in the order the table shows them, and the pairs the ratios compare.
-VARIANTS = ("ours", "floor", "ours_inprocess", "bare")
-PAIRS = (("ours", "floor"), ("ours_inprocess", "bare"))
+VARIANTS = ("ours", "floor", "ours_inprocess", "bare", "floor_view")
+PAIRS = (("ours", "floor"), ("ours_inprocess", "bare"), ("floor_view", "bare"))
 
 # The event types a cycle is read by, in this order; any other type seen follows them.
 EVENT_ORDER = (
@@ -208,22 +211,46 @@ def ours_cycle(agents: AgentClient) -> Cycle:
     return cycle
 
 
-def floor_cycle(client: Client, task_queue: str, *, bare: bool) -> Cycle:
+def floor_cycle(client: Client, task_queue: str, *, bare: bool, view: bool = False) -> Cycle:
+    """The floor's cycle; ``view``: ``FloorViewWorkflow``'s, the floor with the operator
+    view's writes (started with the search attributes ours starts with)."""
+
     async def cycle(tag: str) -> str:
-        start = WithStartWorkflowOperation(
-            FloorWorkflow.run,
-            FloorInput(
-                prompt=f"go {tag}", model_activity="floor_model_bare" if bare else "floor_model"
-            ),
-            id=tag,
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        inp = FloorInput(
+            prompt=f"go {tag}", model_activity="floor_model_bare" if bare else "floor_model"
         )
-        await client.execute_update_with_start_workflow(
-            FloorWorkflow.start, start_workflow_operation=start
-        )
-        handle = await start.workflow_handle()
-        answer = await handle.execute_update(FloorWorkflow.approve)
+        if view:
+            start = WithStartWorkflowOperation(
+                FloorViewWorkflow.run,
+                inp,
+                id=tag,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(AGENT_NAME, "benchAgent"),
+                        SearchAttributePair(AGENT_STATUS, "running"),
+                    ]
+                ),
+            )
+            await client.execute_update_with_start_workflow(
+                FloorViewWorkflow.start, start_workflow_operation=start
+            )
+            handle = await start.workflow_handle()
+            answer = await handle.execute_update(FloorViewWorkflow.approve)
+        else:
+            start = WithStartWorkflowOperation(
+                FloorWorkflow.run,
+                inp,
+                id=tag,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+            await client.execute_update_with_start_workflow(
+                FloorWorkflow.start, start_workflow_operation=start
+            )
+            handle = await start.workflow_handle()
+            answer = await handle.execute_update(FloorWorkflow.approve)
         assert answer == "done", answer
         return tag
 
@@ -243,6 +270,7 @@ class Tally:
     server_cpu: float = 0.0
     process_cpu: float = 0.0
     round_rates: list[float] = field(default_factory=list)
+    round_server_cpu: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)
     event_bytes: Counter[str] = field(default_factory=Counter)
@@ -264,6 +292,7 @@ class Tally:
                 statistics.median(self.latencies) * 1000 if self.latencies else None
             ),
             "server_cpu_ms_per_cycle": self.server_cpu * 1000 / per,
+            "server_cpu_ms_per_cycle_by_round": [round(c, 1) for c in self.round_server_cpu],
             "process_cpu_ms_per_cycle": self.process_cpu * 1000 / per,
             "events_per_cycle": events,
             "history_events_per_cycle": sum(events.values()),
@@ -352,6 +381,7 @@ async def b7(
             tally.round_rates.append(len(ids) / seconds)
             tally.latencies += latencies
             tally.server_cpu += srv1 - srv0
+            tally.round_server_cpu.append((srv1 - srv0) * 1000 / len(ids))
             tally.process_cpu += cpu1 - cpu0
             tally.driver_calls.update(driver_calls.counts - calls0[0])
             tally.worker_calls.update(worker_calls.counts - calls0[1])
@@ -365,8 +395,11 @@ async def b7(
         if ours not in reports or floor not in reports:
             continue
         o, f = reports[ours], reports[floor]
-        pairs = zip(tallies[ours].round_rates, tallies[floor].round_rates, strict=True)
-        by_round = [a / b for a, b in pairs]
+        a, b = tallies[ours], tallies[floor]
+        by_round = [x / y for x, y in zip(a.round_rates, b.round_rates, strict=True)]
+        cpu_by_round = [
+            x / y for x, y in zip(a.round_server_cpu, b.round_server_cpu, strict=True) if y
+        ]
         ratios[f"{ours}/{floor}"] = {
             key: _ratio(o[key], f[key])
             for key in (
@@ -378,6 +411,9 @@ async def b7(
             )
         }
         ratios[f"{ours}/{floor}"]["cycles_per_s_median_of_rounds"] = statistics.median(by_round)
+        ratios[f"{ours}/{floor}"]["server_cpu_ms_per_cycle_median_of_rounds"] = (
+            statistics.median(cpu_by_round) if cpu_by_round else None
+        )
     return {
         "in_flight": in_flight,
         "cycles_per_round": per_round,
@@ -431,7 +467,8 @@ def markdown(b: Mapping[str, Any]) -> list[str]:
             f"- {pair}: throughput **{_x(r['cycles_per_s'])}** (median of rounds "
             f"{_x(r['cycles_per_s_median_of_rounds'])}; target ≥ "
             f"{b['targets']['throughput_at_least']}), server CPU per cycle "
-            f"**{_x(r['server_cpu_ms_per_cycle'])}** (target ≤ "
+            f"**{_x(r['server_cpu_ms_per_cycle'])}** (median of rounds "
+            f"{_x(r['server_cpu_ms_per_cycle_median_of_rounds'])}; target ≤ "
             f"{b['targets']['server_cpu_per_cycle_at_most']}), process CPU per cycle "
             f"{_x(r['process_cpu_ms_per_cycle'])}, history events "
             f"{_x(r['history_events_per_cycle'])}, history bytes "

@@ -62,7 +62,7 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     assert (b7["in_flight"], b7["cycles_per_round"], b7["rounds"]) == (2, 2, 1)
     assert b7["server_processes"] >= 1
     variants = b7["variants"]
-    assert set(variants) == {"ours", "floor", "ours_inprocess", "bare"}
+    assert set(variants) == {"ours", "floor", "ours_inprocess", "bare", "floor_view"}
     for name, v in variants.items():
         assert v["cycles"] == v["histories_read"] == 2, name
         assert v["cycles_per_s"] > 0 and v["server_cpu_ms_per_cycle"] >= 0, name
@@ -80,21 +80,26 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
         # The driver: the start (update-with-start) and the approval (an update).
         assert v["driver_calls_per_cycle"]["update_with_start"] == 1, name
         assert v["driver_calls_per_cycle"]["update"] >= 1, name
-    for ours in ("ours", "ours_inprocess"):
+    for ours in ("ours", "ours_inprocess", "floor_view"):
         # What operators read: the status in search attributes, the pending calls in the memo.
         assert variants[ours]["events_per_cycle"]["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] >= 1
         assert variants[ours]["events_per_cycle"]["WORKFLOW_PROPERTIES_MODIFIED"] >= 1
     for floor in ("floor", "bare"):
         assert variants[floor]["events_per_cycle"]["WORKFLOW_EXECUTION_COMPLETED"] == 1
         assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in variants[floor]["events_per_cycle"]
-    assert set(b7["ratios"]) == {"ours/floor", "ours_inprocess/bare"}
+    assert set(b7["ratios"]) == {"ours/floor", "ours_inprocess/bare", "floor_view/bare"}
+    # floor_view is bare plus the operator view's writes, as many as ours makes.
+    view, bare = variants["floor_view"]["events_per_cycle"], variants["bare"]["events_per_cycle"]
+    for kind in ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "WORKFLOW_PROPERTIES_MODIFIED"):
+        assert view[kind] == variants["ours"]["events_per_cycle"][kind], kind
+    assert sum(view.values()) - sum(bare.values()) == 5
     for pair, ratios in b7["ratios"].items():
         for key in ("cycles_per_s", "cycles_per_s_median_of_rounds", "process_cpu_ms_per_cycle",
                     "history_events_per_cycle", "history_bytes_per_cycle"):  # fmt: skip
             assert ratios[key] > 0, (pair, key)
         # The server's CPU moves in clock ticks: a tiny round may read none for the floor.
-        server = ratios["server_cpu_ms_per_cycle"]
-        assert server is None or server >= 0, pair
+        for key in ("server_cpu_ms_per_cycle", "server_cpu_ms_per_cycle_median_of_rounds"):
+            assert ratios[key] is None or ratios[key] >= 0, (pair, key)
     md = (tmp_path / "results-b7.md").read_text()
     assert "## B7 throughput" in md and "| UPSERT_WORKFLOW_SEARCH_ATTRIBUTES |" in md
     assert not (tmp_path / "results.json").exists()  # a partial run leaves the page alone
