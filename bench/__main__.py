@@ -1013,6 +1013,18 @@ async def b7(
                 "ours_inprocess": ours_cycle(AgentClient(driver, task_queue=THRU_INPROCESS_QUEUE)),
                 "bare": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True),
                 "floor_view": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True, view=True),
+                **(
+                    {
+                        "floor_sa": floor_cycle(
+                            driver, THRU_FLOOR_QUEUE, bare=True, view=True, memo=False
+                        ),
+                        "floor_memo": floor_cycle(
+                            driver, THRU_FLOOR_QUEUE, bare=True, view=True, search_attributes=False
+                        ),
+                    }
+                    if args.thru_split
+                    else {}
+                ),
             },
             reader=client,
             server_pid=server_pid,
@@ -1243,6 +1255,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--thru-cycles", type=int, default=120, help="B7 cycles per round")
     p.add_argument("--thru-rounds", type=int, default=6, help="B7 measured rounds per variant")
     p.add_argument("--thru-warmup", type=int, default=1, help="B7 warm-up rounds per variant")
+    p.add_argument(
+        "--thru-split", action="store_true",
+        help="B7 also runs the floor with only the search-attribute upserts, and only the memo",
+    )  # fmt: skip
     p.add_argument(
         "--only", nargs="+", default=list(ALL_BENCHMARKS), choices=ALL_BENCHMARKS,
         help="run only these; the results go to results-<these>.json, not results.json",

@@ -12,7 +12,9 @@ of about the same size (read from one of ours' histories on 2026-12-05):
 - at the turn's end: ``idle``.
 
 Against *bare* (the same workflow without them, both answering the model from memory), its
-ratio is the share of the five writes alone, with no other work of ours in it.
+ratio is the share of the five writes alone, with no other work of ours in it. With
+``FloorViewInput.memo`` or ``search_attributes`` off, only the other kind is written (B7's
+``--thru-split``: *floor_sa*, *floor_memo*).
 
 Deterministic, no I/O: it runs in the sandbox with ``bench.floor_activities``' activities.
 """
@@ -78,6 +80,11 @@ _ANSWER = {
 }
 
 
+class FloorViewInput(FloorInput):
+    search_attributes: bool = True
+    memo: bool = True
+
+
 @workflow.defn(name="FloorViewWorkflow")
 class FloorViewWorkflow:
     def __init__(self) -> None:
@@ -86,7 +93,7 @@ class FloorViewWorkflow:
         self._result: str | None = None
 
     @workflow.run
-    async def run(self, input: FloorInput) -> FloorResult:
+    async def run(self, input: FloorViewInput) -> FloorResult:
         contents: list[dict[str, object]] = [{"role": "user", "parts": [{"text": input.prompt}]}]
         first = await workflow.execute_activity(
             input.model_activity,
@@ -96,27 +103,31 @@ class FloorViewWorkflow:
         )
         contents.append(first.content)
         since = workflow.now()
-        workflow.upsert_search_attributes(
-            [
-                AGENT_STATUS.value_set("interrupted"),
-                INTERRUPTED_SINCE.value_set(since),
-                PENDING_INTERRUPTS.value_set(["act"]),
-            ]
-        )
-        workflow.upsert_memo({"pending": [{**_PENDING, "since": since.isoformat()}]})
+        if input.search_attributes:
+            workflow.upsert_search_attributes(
+                [
+                    AGENT_STATUS.value_set("interrupted"),
+                    INTERRUPTED_SINCE.value_set(since),
+                    PENDING_INTERRUPTS.value_set(["act"]),
+                ]
+            )
+        if input.memo:
+            workflow.upsert_memo({"pending": [{**_PENDING, "since": since.isoformat()}]})
         self._parked = True
         await workflow.wait_condition(lambda: self._approved)
-        workflow.upsert_search_attributes(
-            [
-                AGENT_STATUS.value_set("running"),
-                INTERRUPTED_SINCE.value_unset(),
-                PENDING_INTERRUPTS.value_unset(),
-            ]
-        )
-        at = workflow.now().isoformat()
-        workflow.upsert_memo(
-            {"pending": [], "answers": [{**_ANSWER, "at": at, "since": since.isoformat()}]}
-        )
+        if input.search_attributes:
+            workflow.upsert_search_attributes(
+                [
+                    AGENT_STATUS.value_set("running"),
+                    INTERRUPTED_SINCE.value_unset(),
+                    PENDING_INTERRUPTS.value_unset(),
+                ]
+            )
+        if input.memo:
+            at = workflow.now().isoformat()
+            workflow.upsert_memo(
+                {"pending": [], "answers": [{**_ANSWER, "at": at, "since": since.isoformat()}]}
+            )
         out = await workflow.execute_activity(
             "floor_tool",
             FloorToolInput(args=first.call_args or {}),
@@ -135,7 +146,8 @@ class FloorViewWorkflow:
             result_type=FloorModelResult,
             start_to_close_timeout=timedelta(seconds=30),
         )
-        workflow.upsert_search_attributes([AGENT_STATUS.value_set("idle")])
+        if input.search_attributes:
+            workflow.upsert_search_attributes([AGENT_STATUS.value_set("idle")])
         self._result = final.text
         return FloorResult(text=final.text)
 

@@ -17,8 +17,10 @@ The variants are B1's: *ours* and *floor* make the same google-genai call to the
 model; *ours_inprocess* reaches the scripted model through an in-process transport, and *bare*
 answers from memory (the floor's engine work alone), as the side-by-side runs with the agent
 frameworks do. *floor_view* is bare plus the operator view's five writes (``bench/floor_view.py``):
-against bare, what those writes cost alone. Ratios are ours / floor, ours_inprocess / bare and
-floor_view / bare, measured in the same run.
+against bare, what those writes cost alone; with ``--thru-split``, *floor_sa* writes only the
+three search-attribute upserts and *floor_memo* only the two memo writes. Ratios are ours /
+floor, ours_inprocess / bare and floor_view (floor_sa, floor_memo) / bare, measured in the same
+run.
 """
 
 from __future__ import annotations
@@ -44,13 +46,19 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
-from bench.floor_view import AGENT_NAME, AGENT_STATUS, FloorViewWorkflow
+from bench.floor_view import AGENT_NAME, AGENT_STATUS, FloorViewInput, FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from temporal_agent_interrupts import AgentClient, FinishReason
 
 # The variants, in the order the table shows them, and the pairs the ratios compare.
-VARIANTS = ("ours", "floor", "ours_inprocess", "bare", "floor_view")
-PAIRS = (("ours", "floor"), ("ours_inprocess", "bare"), ("floor_view", "bare"))
+VARIANTS = ("ours", "floor", "ours_inprocess", "bare", "floor_view", "floor_sa", "floor_memo")
+PAIRS = (
+    ("ours", "floor"),
+    ("ours_inprocess", "bare"),
+    ("floor_view", "bare"),
+    ("floor_sa", "bare"),
+    ("floor_memo", "bare"),
+)
 
 # The event types a cycle is read by, in this order; any other type seen follows them.
 EVENT_ORDER = (
@@ -211,18 +219,31 @@ def ours_cycle(agents: AgentClient) -> Cycle:
     return cycle
 
 
-def floor_cycle(client: Client, task_queue: str, *, bare: bool, view: bool = False) -> Cycle:
+def floor_cycle(
+    client: Client,
+    task_queue: str,
+    *,
+    bare: bool,
+    view: bool = False,
+    search_attributes: bool = True,
+    memo: bool = True,
+) -> Cycle:
     """The floor's cycle; ``view``: ``FloorViewWorkflow``'s, the floor with the operator
-    view's writes (started with the search attributes ours starts with)."""
+    view's writes (started with the search attributes ours starts with), the search attributes'
+    and the memo's unless turned off."""
 
     async def cycle(tag: str) -> str:
-        inp = FloorInput(
-            prompt=f"go {tag}", model_activity="floor_model_bare" if bare else "floor_model"
-        )
+        model_activity = "floor_model_bare" if bare else "floor_model"
+        inp = FloorInput(prompt=f"go {tag}", model_activity=model_activity)
         if view:
             start = WithStartWorkflowOperation(
                 FloorViewWorkflow.run,
-                inp,
+                FloorViewInput(
+                    prompt=inp.prompt,
+                    model_activity=model_activity,
+                    search_attributes=search_attributes,
+                    memo=memo,
+                ),
                 id=tag,
                 task_queue=task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,

@@ -49,8 +49,9 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
 
 def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     """B7 at a tiny size (2 in flight, one round): structured output, not timings."""
+    argv = ["--only", "b7", "--quick", "--thru-split", "--out", str(tmp_path)]
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--only", "b7", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -62,7 +63,9 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     assert (b7["in_flight"], b7["cycles_per_round"], b7["rounds"]) == (2, 2, 1)
     assert b7["server_processes"] >= 1
     variants = b7["variants"]
-    assert set(variants) == {"ours", "floor", "ours_inprocess", "bare", "floor_view"}
+    assert set(variants) == {
+        "ours", "floor", "ours_inprocess", "bare", "floor_view", "floor_sa", "floor_memo"
+    }  # fmt: skip
     for name, v in variants.items():
         assert v["cycles"] == v["histories_read"] == 2, name
         assert v["cycles_per_s"] > 0 and v["server_cpu_ms_per_cycle"] >= 0, name
@@ -87,12 +90,19 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     for floor in ("floor", "bare"):
         assert variants[floor]["events_per_cycle"]["WORKFLOW_EXECUTION_COMPLETED"] == 1
         assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in variants[floor]["events_per_cycle"]
-    assert set(b7["ratios"]) == {"ours/floor", "ours_inprocess/bare", "floor_view/bare"}
+    assert set(b7["ratios"]) == {
+        "ours/floor", "ours_inprocess/bare", "floor_view/bare", "floor_sa/bare", "floor_memo/bare"
+    }  # fmt: skip
     # floor_view is bare plus the operator view's writes, as many as ours makes.
     view, bare = variants["floor_view"]["events_per_cycle"], variants["bare"]["events_per_cycle"]
     for kind in ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "WORKFLOW_PROPERTIES_MODIFIED"):
         assert view[kind] == variants["ours"]["events_per_cycle"][kind], kind
     assert sum(view.values()) - sum(bare.values()) == 5
+    # --thru-split: one kind of write each.
+    sa, memo = variants["floor_sa"]["events_per_cycle"], variants["floor_memo"]["events_per_cycle"]
+    assert sa["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 3 and "WORKFLOW_PROPERTIES_MODIFIED" not in sa
+    assert memo["WORKFLOW_PROPERTIES_MODIFIED"] == 2
+    assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in memo
     for pair, ratios in b7["ratios"].items():
         for key in ("cycles_per_s", "cycles_per_s_median_of_rounds", "process_cpu_ms_per_cycle",
                     "history_events_per_cycle", "history_bytes_per_cycle"):  # fmt: skip
