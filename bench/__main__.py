@@ -42,7 +42,7 @@ from temporalio.worker import Replayer, Worker
 from bench.floor_activities import FloorActivities
 from bench.floor_view import FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
-from bench.throughput import CallCounter, counting_client, floor_cycle, ours_cycle
+from bench.throughput import CallCounter, RpcMeter, counting_client, floor_cycle, ours_cycle
 from bench.throughput import b7 as run_b7
 from bench.throughput import markdown as b7_markdown
 from temporal_agent_interrupts import AgentClient, FinishReason, tool
@@ -987,9 +987,18 @@ async def b7(
     on loopback and in process, and the floor (with and without the operator view's writes),
     their clients counting the calls activities make; the driver's client counts its own."""
     ensure_bytecode(["bench.floor_view"])
-    driver_calls, worker_calls = CallCounter(), CallCounter()
-    driver = counting_client(client, driver_calls)
-    workers = counting_client(client, worker_calls)
+    driver_calls, worker_calls, rpcs = CallCounter(), CallCounter(), RpcMeter()
+    # A connection of its own, on a runtime whose request counters B7 reads.
+    metered = await connect_answering(
+        {
+            "target_host": client.service_client.config.target_host,
+            "namespace": client.namespace,
+            "data_converter": client.data_converter,
+            "runtime": rpcs.runtime,
+        }
+    )
+    driver = counting_client(metered, driver_calls)
+    workers = counting_client(metered, worker_calls)
     async with AsyncExitStack() as stack:
         for worker in (
             build_worker(workers, agents=[bench_agent], task_queue=THRU_QUEUE, gemini=gemini,
@@ -1030,6 +1039,7 @@ async def b7(
             server_pid=server_pid,
             driver_calls=driver_calls,
             worker_calls=worker_calls,
+            rpcs=rpcs,
             in_flight=args.in_flight,
             per_round=args.thru_cycles,
             rounds=args.thru_rounds,

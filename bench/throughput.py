@@ -46,6 +46,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
 from bench.floor_view import AGENT_NAME, AGENT_STATUS, FloorViewInput, FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
@@ -194,6 +195,24 @@ class _Counting(OutboundInterceptor):
         return await super().count_workflows(input)
 
 
+class RpcMeter:
+    """Every RPC made through a runtime, by operation: the SDK core's own request counters
+    (``temporal_request``, ``temporal_long_request``) read from a metric buffer. Clients
+    connected with :attr:`runtime`, and workers on them, are counted: the driver's calls, the
+    workers' polls, task completions and activity heartbeats alike."""
+
+    def __init__(self) -> None:
+        self.buffer = MetricBuffer(1_000_000)
+        self.runtime = Runtime(telemetry=TelemetryConfig(metrics=self.buffer))
+        self.counts: Counter[str] = Counter()
+
+    def read(self) -> Counter[str]:
+        for update in self.buffer.retrieve_updates():
+            if update.metric.name in ("temporal_request", "temporal_long_request"):
+                self.counts[str(update.attributes.get("operation"))] += int(update.value)
+        return self.counts.copy()
+
+
 def counting_client(client: Client, counter: CallCounter) -> Client:
     """``client``'s connection and converter, with ``counter`` as its only interceptor."""
     return Client(**{**client.config(), "interceptors": [counter]})
@@ -315,6 +334,7 @@ class Tally:
     event_bytes: Counter[str] = field(default_factory=Counter)
     histories: int = 0
     driver_calls: Counter[str] = field(default_factory=Counter)
+    rpcs: Counter[str] = field(default_factory=Counter)
     worker_calls: Counter[str] = field(default_factory=Counter)
 
     def report(self) -> dict[str, Any]:
@@ -342,6 +362,7 @@ class Tally:
             "worker_client_calls_per_cycle": {
                 k: v / per for k, v in sorted(self.worker_calls.items())
             },
+            "rpcs_per_cycle": {k: v / per for k, v in sorted(self.rpcs.items())},
         }
 
 
@@ -391,6 +412,7 @@ async def b7(
     server_pid: int,
     driver_calls: CallCounter,
     worker_calls: CallCounter,
+    rpcs: RpcMeter | None = None,
     in_flight: int,
     per_round: int,
     rounds: int,
@@ -407,11 +429,13 @@ async def b7(
         for name in names[r % len(names) :] + names[: r % len(names)]:
             tags = [f"b7-{name}-{run}-{r}-{i}" for i in range(per_round)]
             calls0 = (driver_calls.counts.copy(), worker_calls.counts.copy())
+            rpcs0 = rpcs.read() if rpcs else Counter()
             srv0, cpu0 = await settled_server_cpu(server_pid), time.process_time()
             t0 = time.perf_counter()
             ids, latencies = await _round(cycles[name], tags, in_flight)
             seconds = time.perf_counter() - t0
             srv1, cpu1 = await settled_server_cpu(server_pid), time.process_time()
+            rpcs1 = rpcs.read() if rpcs else Counter()
             if not measured:
                 continue
             tally = tallies[name]
@@ -424,6 +448,7 @@ async def b7(
             tally.process_cpu += cpu1 - cpu0
             tally.driver_calls.update(driver_calls.counts - calls0[0])
             tally.worker_calls.update(worker_calls.counts - calls0[1])
+            tally.rpcs.update(rpcs1 - rpcs0)
             async for counts, sizes in _histories(reader, ids, in_flight):
                 tally.events.update(counts)
                 tally.event_bytes.update(sizes)
@@ -521,8 +546,9 @@ def markdown(b: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         "Per cycle, from each finished workflow's history (events by type, and their encoded "
-        "size) and from the clients' interceptors (calls by kind; *worker* calls are those "
-        "activities make):",
+        "size), from the clients' interceptors (calls by kind; *worker* calls are those "
+        "activities make) and from the SDK core's request counters (every RPC of the driver and "
+        "the workers, by operation; long polls count when they return):",
         "",
         head,
         rule,
@@ -545,12 +571,13 @@ def markdown(b: Mapping[str, Any]) -> list[str]:
         )
         + " |"
     )
-    for key, label in (("driver_calls_per_cycle", "driver"), ("worker_client_calls_per_cycle",
-                                                              "worker")):  # fmt: skip
+    for key, label in (("driver_calls_per_cycle", "driver call"),
+                       ("worker_client_calls_per_cycle", "worker call"),
+                       ("rpcs_per_cycle", "RPC")):  # fmt: skip
         kinds = sorted({k for n in names for k in v[n][key]})
         for k in kinds:
             cells = [_num(v[n][key].get(k, 0)) for n in names]
-            lines.append(f"| {label} call: {k} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label}: {k} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"Server CPU is the dev server's `utime + stime` ({b['server_processes']} process(es)) "

@@ -83,6 +83,10 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
         # The driver: the start (update-with-start) and the approval (an update).
         assert v["driver_calls_per_cycle"]["update_with_start"] == 1, name
         assert v["driver_calls_per_cycle"]["update"] >= 1, name
+        # Every RPC, from the SDK core's counters: the workers' task completions among them.
+        rpcs = v["rpcs_per_cycle"]
+        assert rpcs["RespondWorkflowTaskCompleted"] >= 1, name
+        assert rpcs["RespondActivityTaskCompleted"] == 3, name
     for ours in ("ours", "ours_inprocess", "floor_view"):
         # What operators read: the status in search attributes, the pending calls in the memo.
         assert variants[ours]["events_per_cycle"]["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] >= 1
