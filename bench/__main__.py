@@ -1,6 +1,7 @@
 """``python -m bench``: B1 interrupt cycle vs the floor, B2 parked conversations, B3 history cost,
 B4 resume by update vs by signal, B5 streaming, B6 the web app (AG-UI over HTTP) against the
-Python API. Writes JSON, a markdown table and plots to ``bench/results/``.
+Python API, B7 throughput (cycles many at a time, and the server's work per cycle:
+``bench/throughput.py``). Writes JSON, a markdown table and plots to ``bench/results/``.
 
 B1 and B3 also run ours with the model activity's conversation cache off (a second worker on a
 task queue of its own, ``conversation_cache=0``), to show what the cache saves.
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -38,7 +40,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Replayer, Worker
 
 from bench.floor_activities import FloorActivities
+from bench.floor_view import FloorViewWorkflow
 from bench.floor_workflow import FloorInput, FloorWorkflow
+from bench.throughput import CallCounter, RpcMeter, counting_client, floor_cycle, ours_cycle
+from bench.throughput import b7 as run_b7
+from bench.throughput import markdown as b7_markdown
 from temporal_agent_interrupts import AgentClient, FinishReason, tool
 from temporal_agent_interrupts.activities.runtime import AgentActivities
 from temporal_agent_interrupts.codec import data_converter, generate_key, load_keys
@@ -71,6 +77,10 @@ NOCACHE_QUEUE = "bench-nocache"
 INPROCESS_QUEUE = "bench-inprocess"
 ENCRYPTED_QUEUE = "bench-encrypted"
 UNSEALED_QUEUE = "bench-unsealed"
+# B7's workers, on queues of their own, on clients that count the calls they make.
+THRU_QUEUE = "bench-thru"
+THRU_INPROCESS_QUEUE = "bench-thru-inprocess"
+THRU_FLOOR_QUEUE = "bench-thru-floor"
 # B1's variants, in the order the table and the plot show them.
 B1_VARIANTS = (
     "bare",
@@ -788,6 +798,8 @@ def _markdown(results: dict[str, Any]) -> str:
             "query) before it finishes.",
             "",
         ]
+    if "b7" in results:
+        lines += b7_markdown(results["b7"])
     return "\n".join(lines)
 
 
@@ -963,6 +975,78 @@ async def b6(bench: Bench, *, cycles: int, turns: int) -> dict[str, Any]:
     }
 
 
+async def b7(
+    args: argparse.Namespace,
+    client: Client,
+    model: BenchModel,
+    gemini: Any,
+    server_pid: int,
+    floor_acts: FloorActivities,
+) -> dict[str, Any]:
+    """B7 (``bench/throughput.py``) on workers of its own, started for it: ours with the model
+    on loopback and in process, and the floor (with and without the operator view's writes),
+    their clients counting the calls activities make; the driver's client counts its own."""
+    ensure_bytecode(["bench.floor_view"])
+    driver_calls, worker_calls, rpcs = CallCounter(), CallCounter(), RpcMeter()
+    # A connection of its own, on a runtime whose request counters B7 reads.
+    metered = await connect_answering(
+        {
+            "target_host": client.service_client.config.target_host,
+            "namespace": client.namespace,
+            "data_converter": client.data_converter,
+            "runtime": rpcs.runtime,
+        }
+    )
+    driver = counting_client(metered, driver_calls)
+    workers = counting_client(metered, worker_calls)
+    async with AsyncExitStack() as stack:
+        for worker in (
+            build_worker(workers, agents=[bench_agent], task_queue=THRU_QUEUE, gemini=gemini,
+                         max_cached_workflows=args.cache),
+            build_worker(workers, agents=[bench_agent], task_queue=THRU_INPROCESS_QUEUE,
+                         gemini=ScriptedModel(model).client(), max_cached_workflows=args.cache),
+            Worker(
+                workers,
+                task_queue=THRU_FLOOR_QUEUE,
+                workflows=[FloorWorkflow, FloorViewWorkflow],
+                activities=[floor_acts.model, floor_acts.model_bare, floor_acts.tool],
+                max_cached_workflows=args.cache,
+                workflow_runner=sandbox_runner(),
+            ),
+        ):  # fmt: skip
+            await stack.enter_async_context(worker)
+        return await run_b7(
+            cycles={
+                "ours": ours_cycle(AgentClient(driver, task_queue=THRU_QUEUE)),
+                "floor": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=False),
+                "ours_inprocess": ours_cycle(AgentClient(driver, task_queue=THRU_INPROCESS_QUEUE)),
+                "bare": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True),
+                "floor_view": floor_cycle(driver, THRU_FLOOR_QUEUE, bare=True, view=True),
+                **(
+                    {
+                        "floor_sa": floor_cycle(
+                            driver, THRU_FLOOR_QUEUE, bare=True, view=True, memo=False
+                        ),
+                        "floor_memo": floor_cycle(
+                            driver, THRU_FLOOR_QUEUE, bare=True, view=True, search_attributes=False
+                        ),
+                    }
+                    if args.thru_split
+                    else {}
+                ),
+            },
+            reader=client,
+            server_pid=server_pid,
+            driver_calls=driver_calls,
+            worker_calls=worker_calls,
+            rpcs=rpcs,
+            in_flight=args.in_flight,
+            per_round=args.thru_cycles,
+            rounds=args.thru_rounds,
+            warmup=args.thru_warmup,
+        )
+
+
 def _plot(results: dict[str, Any], out: Path) -> Path | None:
     try:
         import matplotlib
@@ -1123,6 +1207,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     log.info("B6: the web app, %d cycles and %d streamed turns", args.web_cycles,
                              args.streams)  # fmt: skip
                     results["b6"] = await b6(bench, cycles=args.web_cycles, turns=args.streams)
+                if "b7" in args.only:
+                    log.info(
+                        "B7: throughput, %d in flight, %d rounds of %d cycles",
+                        args.in_flight, args.thru_rounds, args.thru_cycles,
+                    )  # fmt: skip
+                    results["b7"] = await b7(args, client, model, gemini, server.pid, floor_acts)
         # results.json and results.md are what docs/performance.md publishes: only a run of
         # every benchmark writes them, so `--only b6` never replaces the whole page with one
         # table. A partial run writes results-b6.json (and .md) beside them.
@@ -1144,7 +1234,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             server.kill()
 
 
-ALL_BENCHMARKS = ("b1", "b4", "b2", "b3", "b5", "b6")
+ALL_BENCHMARKS = ("b1", "b4", "b2", "b3", "b5", "b6", "b7")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1152,7 +1242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m bench",
         description=(
             "B1 cycle vs floor, B2 parked, B3 history cost, B4 resume paths, B5 streaming, "
-            "B6 the web app against the Python API."
+            "B6 the web app against the Python API, B7 throughput."
         ),
     )
     p.add_argument(
@@ -1171,6 +1261,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=20, help="B5 streamed turns for latency")
     p.add_argument("--chunks", type=int, nargs="+", default=[10, 100, 1000])
     p.add_argument("--web-cycles", type=int, default=40, help="B6 approval cycles per path")
+    p.add_argument("--in-flight", type=int, default=20, help="B7 cycles running at once")
+    p.add_argument("--thru-cycles", type=int, default=120, help="B7 cycles per round")
+    p.add_argument("--thru-rounds", type=int, default=6, help="B7 measured rounds per variant")
+    p.add_argument("--thru-warmup", type=int, default=1, help="B7 warm-up rounds per variant")
+    p.add_argument(
+        "--thru-split", action="store_true",
+        help="B7 also runs the floor with only the search-attribute upserts, and only the memo",
+    )  # fmt: skip
     p.add_argument(
         "--only", nargs="+", default=list(ALL_BENCHMARKS), choices=ALL_BENCHMARKS,
         help="run only these; the results go to results-<these>.json, not results.json",
@@ -1182,6 +1280,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.turns = [2, 5]
         args.streams, args.chunks = 2, [10]
         args.web_cycles = 2
+        args.in_flight, args.thru_cycles, args.thru_rounds, args.thru_warmup = 2, 2, 1, 0
     return args
 
 

@@ -45,3 +45,75 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
     assert "## B6 the web app" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "results.md").read_text().startswith("# Benchmark results")
     assert (tmp_path / "b1_cycle.png").stat().st_size > 1000
+
+
+def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
+    """B7 at a tiny size (2 in flight, one round): structured output, not timings."""
+    argv = ["--only", "b7", "--quick", "--thru-split", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    b7 = json.loads((tmp_path / "results-b7.json").read_text())["b7"]
+    assert (b7["in_flight"], b7["cycles_per_round"], b7["rounds"]) == (2, 2, 1)
+    assert b7["server_processes"] >= 1
+    variants = b7["variants"]
+    assert set(variants) == {
+        "ours", "floor", "ours_inprocess", "bare", "floor_view", "floor_sa", "floor_memo"
+    }  # fmt: skip
+    for name, v in variants.items():
+        assert v["cycles"] == v["histories_read"] == 2, name
+        assert v["cycles_per_s"] > 0 and v["server_cpu_ms_per_cycle"] >= 0, name
+        events = v["events_per_cycle"]
+        # What every cycle must contain: started, a pause and an answer by update, and the
+        # three activities (model, tool, model), each scheduled, started and completed.
+        assert events["WORKFLOW_EXECUTION_STARTED"] == 1, name
+        assert events["WORKFLOW_EXECUTION_UPDATE_ACCEPTED"] >= 2, name
+        assert events["WORKFLOW_EXECUTION_UPDATE_COMPLETED"] >= 2, name
+        for stage in ("SCHEDULED", "STARTED", "COMPLETED"):
+            assert events[f"ACTIVITY_TASK_{stage}"] >= 3, (name, stage)
+            assert events[f"WORKFLOW_TASK_{stage}"] >= 1, (name, stage)
+        assert v["history_events_per_cycle"] == sum(events.values())
+        assert v["history_bytes_per_cycle"] > 0
+        # The driver: the start (update-with-start) and the approval (an update).
+        assert v["driver_calls_per_cycle"]["update_with_start"] == 1, name
+        assert v["driver_calls_per_cycle"]["update"] >= 1, name
+        # Every RPC, from the SDK core's counters: the workers' task completions among them.
+        rpcs = v["rpcs_per_cycle"]
+        assert rpcs["RespondWorkflowTaskCompleted"] >= 1, name
+        assert rpcs["RespondActivityTaskCompleted"] == 3, name
+    for ours in ("ours", "ours_inprocess", "floor_view"):
+        # What operators read: the status in search attributes, the pending calls in the memo.
+        assert variants[ours]["events_per_cycle"]["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] >= 1
+        assert variants[ours]["events_per_cycle"]["WORKFLOW_PROPERTIES_MODIFIED"] >= 1
+    for floor in ("floor", "bare"):
+        assert variants[floor]["events_per_cycle"]["WORKFLOW_EXECUTION_COMPLETED"] == 1
+        assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in variants[floor]["events_per_cycle"]
+    assert set(b7["ratios"]) == {
+        "ours/floor", "ours_inprocess/bare", "floor_view/bare", "floor_sa/bare", "floor_memo/bare"
+    }  # fmt: skip
+    # floor_view is bare plus the operator view's writes, as many as ours makes.
+    view, bare = variants["floor_view"]["events_per_cycle"], variants["bare"]["events_per_cycle"]
+    for kind in ("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", "WORKFLOW_PROPERTIES_MODIFIED"):
+        assert view[kind] == variants["ours"]["events_per_cycle"][kind], kind
+    assert sum(view.values()) - sum(bare.values()) == 5
+    # --thru-split: one kind of write each.
+    sa, memo = variants["floor_sa"]["events_per_cycle"], variants["floor_memo"]["events_per_cycle"]
+    assert sa["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 3 and "WORKFLOW_PROPERTIES_MODIFIED" not in sa
+    assert memo["WORKFLOW_PROPERTIES_MODIFIED"] == 2
+    assert "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES" not in memo
+    for pair, ratios in b7["ratios"].items():
+        for key in ("cycles_per_s", "cycles_per_s_median_of_rounds", "process_cpu_ms_per_cycle",
+                    "history_events_per_cycle", "history_bytes_per_cycle"):  # fmt: skip
+            assert ratios[key] > 0, (pair, key)
+        # The server's CPU moves in clock ticks: a tiny round may read none for the floor.
+        for key in ("server_cpu_ms_per_cycle", "server_cpu_ms_per_cycle_median_of_rounds"):
+            assert ratios[key] is None or ratios[key] >= 0, (pair, key)
+    md = (tmp_path / "results-b7.md").read_text()
+    assert "## B7 throughput" in md and "| UPSERT_WORKFLOW_SEARCH_ATTRIBUTES |" in md
+    assert not (tmp_path / "results.json").exists()  # a partial run leaves the page alone
