@@ -80,6 +80,10 @@ async def serve(address: str, *, cache: int | None = None) -> None:
     from temporal_agent_interrupts.workflows import Agent, ToolApproval  # only in the worker
 
     second = Agent(SECOND_AGENT, model="bench", tools=[act], middleware=[ToolApproval(allow=[])])
+    model = ScriptedModel(BenchModel())
+    # ScriptedModel records every request it answers (for tests to read): about 4 KiB a
+    # conversation, which would be counted as the worker's memory growing with N. Keep none.
+    model.requests = _Unrecorded()
     client = await Client.connect(address, data_converter=data_converter())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -90,11 +94,18 @@ async def serve(address: str, *, cache: int | None = None) -> None:
         client,
         agents=[bench_agent, second],
         task_queue=QUEUE,
-        gemini=ScriptedModel(BenchModel()).client(),
+        gemini=model.client(),
         **extra,
     ):
         print("ready", flush=True)
         await stop.wait()
+
+
+class _Unrecorded(list[Any]):
+    """A list that keeps nothing appended to it."""
+
+    def append(self, item: Any, /) -> None:
+        pass
 
 
 async def settle(pid: int, *, seconds: float = 3.0) -> float:
