@@ -117,3 +117,56 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     md = (tmp_path / "results-b7.md").read_text()
     assert "## B7 throughput" in md and "| UPSERT_WORKFLOW_SEARCH_ATTRIBUTES |" in md
     assert not (tmp_path / "results.json").exists()  # a partial run leaves the page alone
+
+
+def test_b2_parked_checkpoints_restart_and_sample(tmp_path):
+    """``python -m bench b2`` at a tiny N: checkpoints, the inbox pages, a worker restart and a
+    resumed sample, none lost (structure only, never timings)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "b2",
+            "--parked",
+            "30",
+            "--checkpoint-every",
+            "15",
+            "--second-agent-share",
+            "0.25",
+            "--resume-sample",
+            "5",
+            "--inbox-reads",
+            "2",
+            "--settle",
+            "0.1",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "b2_tiny",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    b2 = json.loads((tmp_path / "b2_tiny.json").read_text())
+    assert b2["complete"] is True
+    assert b2["parked"] == b2["attempted"] == 30
+    assert [c["parked"] for c in b2["checkpoints"]] == [15, 30]
+    for point in b2["checkpoints"]:
+        assert point["visibility_paused"] == point["parked"]
+        assert point["inbox_first_page_chats"] == min(20, point["parked"])
+        # Every 4th conversation is the second agent's: the filter selects those only.
+        assert 0 < point["inbox_filtered_page_chats"] < point["parked"]
+        assert point["inbox_filtered_all_second_agent"] is True
+        assert {"rss_mib_worker", "inbox_first_page_ms", "inbox_filtered_page_ms"} <= set(point)
+    restart = b2["restart"]
+    assert restart["sample"] == restart["finished_ok"] == 5
+    assert restart["visibility_paused_after"] == 25
+    assert {"first_resume_ms", "resume_rate_per_s", "rss_mib_new_worker"} <= set(restart)
+    assert b2["finished_ok"] == 5 and b2["still_paused"] == 25
+    assert b2["lost"] == 0
+    assert {"rss_mib_before", "rss_mib_parked", "rss_mib_after", "start_rate_per_s"} <= set(b2)
