@@ -135,6 +135,7 @@ async def follow(
         shared = _FOLLOWING[key] = _Followers()
     shared.users += 1
     me = object()
+    stale = False
 
     def taken(at: int) -> None:
         nonlocal first, offset, down_since
@@ -160,6 +161,7 @@ async def follow(
                 and shared.poller is None
             ):
                 shared.poller = me
+                shared.head = offset
                 retry: float | None = None
                 # An async generator (its overloads say AsyncIterator): closed below.
                 items = cast(
@@ -177,10 +179,13 @@ async def follow(
                         pause = QUERY_READ_FIRST
                         shared.crowded = False
                         event = item.data.model_copy(update={"offset": item.offset})
+                        shared.head = offset
                         if shared.users > 1:
                             shared.recent.append((item.offset, event))
                             shared.notify()
+                        shared.handing = True
                         yield event
+                        shared.handing = False
                     return
                 except WorkflowUpdateFailedError as e:
                     if followers_full(e):
@@ -203,6 +208,7 @@ async def follow(
                 finally:
                     await items.aclose()
                     shared.poller = None
+                    shared.handing = False
                     shared.notify()
                 if retry is not None:
                     await asyncio.sleep(retry)
@@ -212,7 +218,12 @@ async def follow(
             # credentials can send directly): what that follower received, or what the
             # conversation keeps, read by query (it takes no place and writes no history).
             read = shared.since(offset)
-            if not read:
+            # Nothing to ask while this process's poller has received nothing past our offset:
+            # what it receives wakes us (and the conversation holds one query at a time
+            # while a workflow task runs: one from every follower here would be refused).
+            current = shared.poller is not None and offset >= shared.head and not stale
+            stale = False
+            if not read and not current:
                 try:
                     read = await _read_by_query(chat, offset)
                 except ChatNotFound:
@@ -227,8 +238,13 @@ async def follow(
                 pause = QUERY_READ_FIRST
                 continue
             polling = shared.poller is not None
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(changed.wait(), SHARED_WAIT if polling else pause)
+            except TimeoutError:
+                # The poller holds an event its reader has not taken (that reader may have
+                # stopped): read by query once. A poller waiting on the conversation is not
+                # behind, and an idle chat costs its other followers nothing.
+                stale = polling and shared.handing
             if not polling:
                 pause = min(pause * 2, QUERY_READ_MAX)
     finally:
@@ -246,6 +262,10 @@ class _Followers:
         self.poller: object | None = None
         self.crowded = False
         """Whether the conversation refused this process's last poll (its places taken)."""
+        self.head = 0
+        """The offset the poller reads next."""
+        self.handing = False
+        """Whether the poller waits on its reader to take an event (not on the conversation)."""
         self.recent: deque[tuple[int, TurnEvent]] = deque(maxlen=SHARED_EVENTS)
         self.changed = asyncio.Event()
 

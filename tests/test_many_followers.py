@@ -17,6 +17,7 @@ Counts, never timings: the polls in flight at once, raw probes refused, events r
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 import httpx2
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
-from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
+from temporalio.api.update import v1 as update_v1
 from temporalio.api.workflowservice.v1 import UpdateWorkflowExecutionRequest
 from temporalio.client import Client, RPCError, RPCStatusCode, WorkflowHandle
 from temporalio.client import WorkflowUpdateHandle as UpdateHandle
@@ -35,17 +36,29 @@ from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import agents_app
-from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.standin import Request, calls, text
 from temporal_agent_interrupts.workflows.stream import POLL_UPDATE
 from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed, eventually, held
+from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.web import Frame, frames, run_input, served
 
 FOLLOWERS = 50
 SUBSCRIBERS = 10
 HANG = 120.0
 """A bound on what should end (so a test fails instead of hanging); not a timing."""
+
+
+def held(reply: dict[str, Any]) -> tuple[Callable[[Request], dict[str, Any]], threading.Event]:
+    """A scripted model reply that waits until the test releases it (within :data:`HANG`: the
+    watchers attach meanwhile, however slowly a loaded machine lets them)."""
+    release = threading.Event()
+
+    def respond(_: Request) -> dict[str, Any]:
+        release.wait(timeout=HANG)
+        return reply
+
+    return respond, release
 
 
 class PollsInFlight:
@@ -99,11 +112,11 @@ async def probe(client: Client, chat_id: str, stop: asyncio.Event, seen: Counter
         request = UpdateWorkflowExecutionRequest(
             namespace=client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=chat_id),
-            request=Request(
-                meta=Meta(update_id=f"probe-{uuid.uuid4()}", identity="probe"),
-                input=Input(name=POLL_UPDATE, args=args),
+            request=update_v1.Request(
+                meta=update_v1.Meta(update_id=f"probe-{uuid.uuid4()}", identity="probe"),
+                input=update_v1.Input(name=POLL_UPDATE, args=args),
             ),
-            wait_policy=WaitPolicy(lifecycle_stage=accepted),
+            wait_policy=update_v1.WaitPolicy(lifecycle_stage=accepted),
         )
         try:
             await client.workflow_service.update_workflow_execution(request, retry=False)
@@ -125,19 +138,36 @@ async def follower(chat: Chat, start: int) -> list[TurnEvent]:
 
 
 async def subscribers(
-    http: httpx2.AsyncClient, url: str, chat_id: str, open_streams: Callable[[], int]
+    http: httpx2.AsyncClient, url: str, chat_id: str
 ) -> Sequence[asyncio.Future[list[Frame]]]:
     """AG-UI clients attaching to the thread's running turn (a run with no new message), each
-    as a user of its own (a user has two streams on a chat); returns once all are attached."""
+    as a user of its own (a user has two streams on a chat); returns once each has been shown
+    where the thread stands (its snapshot, or its run's end), so is following it."""
+    shown: set[int] = set()
+
+    def seen_state(i: int) -> Callable[[list[Frame]], bool]:
+        def stop(seen: list[Frame]) -> bool:
+            if seen[-1].type in ("MESSAGES_SNAPSHOT", "RUN_FINISHED"):
+                shown.add(i)
+            return False
+
+        return stop
+
     attached = [
         asyncio.ensure_future(
-            frames(http, url, run_input(chat_id), headers={"X-User": f"watcher{i}@example.com"})
+            frames(
+                http,
+                url,
+                run_input(chat_id),
+                headers={"X-User": f"watcher{i}@example.com"},
+                stop=seen_state(i),
+            )
         )
         for i in range(SUBSCRIBERS)
     ]
 
     async def count() -> int:
-        return open_streams() + sum(f.done() for f in attached)
+        return len(shown | {i for i, f in enumerate(attached) if f.done()})
 
     await eventually(count, lambda n: n >= SUBSCRIBERS, timeout=HANG)
     return attached
@@ -172,15 +202,12 @@ async def test_fifty_followers_and_agui_subscribers_leave_the_answer_room(
             following = [asyncio.create_task(follower(chat, start)) for _ in range(FOLLOWERS)]
             app = agents_app(agents, identity=lambda request: request.headers.get("x-user"))
 
-            def open_streams() -> int:
-                return sum(app.state.agents.streams.values())
-
             async with served(app) as base, httpx2.AsyncClient(timeout=HANG) as http:
                 url = f"{base}/agui/{agent.name}"
                 # A turn runs to the approval with every watcher attached.
                 sending = asyncio.create_task(chat.send("pay"))
                 await eventually(chat.status, lambda s: s.status == "running", timeout=HANG)
-                first_wave = await subscribers(http, url, chat.id, open_streams)
+                first_wave = await subscribers(http, url, chat.id)
                 release_pause.set()
                 paused = await asyncio.wait_for(sending, HANG)
                 assert paused.finish_reason == FinishReason.INTERRUPTED
@@ -195,7 +222,7 @@ async def test_fifty_followers_and_agui_subscribers_leave_the_answer_room(
                 )
                 answered = asyncio.ensure_future(answering)
                 await eventually(chat.status, lambda s: s.status == "running", timeout=HANG)
-                second_wave = await subscribers(http, url, chat.id, open_streams)
+                second_wave = await subscribers(http, url, chat.id)
                 release_end.set()
                 result = await asyncio.wait_for(answered, HANG)
                 ends = list(await asyncio.wait_for(asyncio.gather(*second_wave), HANG))
