@@ -43,10 +43,12 @@ from tests.web import frames, run_input
 
 WEB_PROCESS = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, faulthandler, sys
     from datetime import timedelta
     from temporal_agent_interrupts import AgentClient
     from temporal_agent_interrupts.client.web import agents_app, serve
+
+    faulthandler.enable()
 
     async def main(address, namespace, queue, port):
         agents = await AgentClient.connect(address, namespace=namespace, task_queue=queue)
@@ -119,6 +121,10 @@ async def many_followers(chat: Chat, rounds: int, followers: int) -> dict[str, A
     }
 
 
+def progress(what: str) -> None:
+    print(f"  ... {what}", file=sys.stderr, flush=True)
+
+
 def proc_figures(pid: int) -> tuple[float, float]:
     """RSS in MiB and CPU seconds (user + system) of process ``pid``."""
     with open(f"/proc/{pid}/status") as f:
@@ -154,11 +160,14 @@ async def one_each(
                     break
                 except httpx2.TransportError:
                     await asyncio.sleep(0.1)
+            if web.poll() is not None:
+                raise RuntimeError(f"the web process exited ({web.returncode})")
             began = time.perf_counter()
             chats = [await agents.chat(agent.name) for _ in range(count)]
             for i in range(0, count, 50):
                 await asyncio.gather(*(c.send("hello") for c in chats[i : i + 50]))
             made = time.perf_counter() - began
+            progress(f"{count} chats made in {made:.0f} s")
             before = []
             for _ in range(samples):
                 before.append(await answer_time(cycle, await paused(cycle)))
@@ -174,11 +183,16 @@ async def one_each(
             following = [asyncio.create_task(reattach(i, c)) for i, c in enumerate(chats)]
             await asyncio.sleep(5)
             rss_attached, cpu_attached = proc_figures(web.pid)
+            progress(
+                f"{sum(not f.done() for f in following)} followers attached; web process "
+                f"{'running' if web.poll() is None else f'exited {web.returncode}'}"
+            )
             sending = asyncio.gather(*(c.send(f"m{i}") for i, c in enumerate(chats)))
             under = []
             for _ in range(samples):
                 under.append(await answer_time(cycle, await paused(cycle)))
             await sending
+            progress(f"messages answered; web process {web.poll()}")
             seen = await asyncio.wait_for(asyncio.gather(*following), 600)
             rss_end, cpu_end = proc_figures(web.pid)
         complete = sum(

@@ -40,6 +40,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.contrib.workflow_streams import (
     PollInput,
@@ -187,6 +188,10 @@ async def follow(
                         yield event
                         shared.handing = False
                     return
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # The server gave up waiting for a worker to take the poll (a busy one): it
+                    # took nothing, so ask again. (Our own cancellation is raised as itself.)
+                    retry = 0.0
                 except WorkflowUpdateFailedError as e:
                     if followers_full(e):
                         shared.crowded = True
