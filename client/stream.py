@@ -28,12 +28,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, cast
 
 from temporalio.api.common.v1 import Payload
-from temporalio.client import RPCError, RPCStatusCode, WorkflowUpdateFailedError
+from temporalio.client import (
+    RPCError,
+    RPCStatusCode,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.contrib.workflow_streams import (
     PollInput,
     PollResult,
@@ -49,7 +57,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
     server_unreachable,
 )
-from temporal_agent_interrupts.workflows.stream import POLL_UPDATE, TOPIC
+from temporal_agent_interrupts.workflows.stream import PLACES_QUERY, POLL_UPDATE, TOPIC
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
 if TYPE_CHECKING:
@@ -71,6 +79,17 @@ QUERY_READ_MAX = 2.0
 _TOO_MANY_FOLLOWERS = "TooManyFollowers"
 """The conversation's refusal of a follower past its four (workflows/stream.py)."""
 
+_UNPROCESSED = "UnprocessedUpdate"
+"""The server's refusal of an update a workflow task carried but its worker never saw."""
+
+SHARED_EVENTS = 64
+"""Events the follower that polls for a chat keeps for the other followers of that chat in the
+same process (only while there are others)."""
+
+SHARED_WAIT = 10.0
+"""How long a follower waits for what another follower of its process receives before reading
+by query itself (that follower's reader may have stopped pulling events)."""
+
 
 class EventsGone(AgentError):
     """The events asked for are no longer kept: a conversation keeps the newest part of its
@@ -91,6 +110,11 @@ async def follow(
     """Every event of ``chat`` from ``from_offset`` on, as it is published; never ends by itself
     while the conversation is open (after it closes, once the rest is read).
 
+    The followers of one chat in one process (one Temporal client) send one poll at a time
+    between them: one follows by update, the others take what it receives (or read by query
+    what it no longer holds). So however many follow a chat here, they hold at most one of the
+    ten updates Temporal lets a workflow have in flight, and answers keep their room.
+
     Args:
         strict: ``from_offset`` must still be kept (False: start from the oldest kept).
         starting: Whether the conversation is being started right now (its first send is on
@@ -106,6 +130,13 @@ async def follow(
     first = True
     down_since: float | None = None
     pause = QUERY_READ_FIRST
+    key = (id(chat.client.temporal), chat.id)
+    shared = _FOLLOWING.get(key)
+    if shared is None:
+        shared = _FOLLOWING[key] = _Followers()
+    shared.users += 1
+    me = object()
+    stale = False
 
     def taken(at: int) -> None:
         nonlocal first, offset, down_since
@@ -119,50 +150,166 @@ async def follow(
             raise _gone(chat, offset, at)
         offset = at + 1
 
-    while True:
-        # An async generator (its overloads say AsyncIterator): closed in the finally below.
-        items = cast(
-            "AsyncGenerator[WorkflowStreamItem[TurnEvent]]",
-            stream.subscribe(
-                [TOPIC], from_offset=offset, result_type=TurnEvent, poll_cooldown=POLL_COOLDOWN
-            ),
-        )
-        try:
-            async for item in items:
-                taken(item.offset)
-                pause = QUERY_READ_FIRST
-                yield item.data.model_copy(update={"offset": item.offset})
-            return
-        except WorkflowUpdateFailedError as e:
-            if not followers_full(e):
-                raise
-        except RPCError as e:
-            if first and e.status == RPCStatusCode.NOT_FOUND and starting():
-                await asyncio.sleep(0.02)
-                continue
-            if server_unreachable(e):
-                # The server went away (a restart): the conversation keeps its events, so
-                # following picks up where it was once the server is back.
-                now = loop.time()
-                down_since = now if down_since is None else down_since
-                if now - down_since < OUTAGE_GRACE:
-                    await asyncio.sleep(1.0)
+    try:
+        while True:
+            changed = shared.changed
+            # The poll of this process: taken when no follower here holds it, and, once the
+            # conversation has refused a place, only when it says one is free (asked by query:
+            # a poll it refuses holds an in-flight slot until the worker refuses it).
+            if (
+                shared.poller is None
+                and (not shared.crowded or await _place_free(chat))
+                and shared.poller is None
+            ):
+                shared.poller = me
+                shared.head = offset
+                retry: float | None = None
+                # An async generator (its overloads say AsyncIterator): closed below.
+                items = cast(
+                    "AsyncGenerator[WorkflowStreamItem[TurnEvent]]",
+                    stream.subscribe(
+                        [TOPIC],
+                        from_offset=offset,
+                        result_type=TurnEvent,
+                        poll_cooldown=POLL_COOLDOWN,
+                    ),
+                )
+                try:
+                    async for item in items:
+                        taken(item.offset)
+                        pause = QUERY_READ_FIRST
+                        shared.crowded = False
+                        event = item.data.model_copy(update={"offset": item.offset})
+                        shared.head = offset
+                        if shared.users > 1:
+                            shared.recent.append((item.offset, event))
+                            shared.notify()
+                        shared.handing = True
+                        yield event
+                        shared.handing = False
+                    return
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # The server gave up waiting for a worker to take the poll (a busy one): it
+                    # took nothing, so ask again. (Our own cancellation is raised as itself.)
+                    retry = 0.0
+                except WorkflowUpdateFailedError as e:
+                    if followers_full(e):
+                        shared.crowded = True
+                    elif not _unprocessed(e):
+                        raise
+                except RPCError as e:
+                    if first and e.status == RPCStatusCode.NOT_FOUND and starting():
+                        retry = 0.02
+                    elif server_unreachable(e):
+                        # The server went away (a restart): the conversation keeps its events,
+                        # so following picks up where it was once the server is back.
+                        now = loop.time()
+                        down_since = now if down_since is None else down_since
+                        if now - down_since >= OUTAGE_GRACE:
+                            raise rpc_error(e, chat.id) from e
+                        retry = 1.0
+                    else:
+                        raise rpc_error(e, chat.id) from e
+                finally:
+                    await items.aclose()
+                    shared.poller = None
+                    shared.handing = False
+                    shared.notify()
+                if retry is not None:
+                    await asyncio.sleep(retry)
                     continue
-            raise rpc_error(e, chat.id) from e
-        finally:
-            await items.aclose()
-        # The conversation's follower places are taken: by other followers, or by polls that
-        # anyone with the namespace's credentials can send directly. Read by query instead (it
-        # takes no place and writes no history), then ask for a place again.
-        read = await _read_by_query(chat, offset)
-        for at, event in read:
-            taken(at)
-            yield event
-        if read:
-            pause = QUERY_READ_FIRST
-        else:
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, QUERY_READ_MAX)
+            # Another follower here polls, or the conversation's follower places are taken (by
+            # other processes' followers, or by polls that anyone with the namespace's
+            # credentials can send directly): what that follower received, or what the
+            # conversation keeps, read by query (it takes no place and writes no history).
+            read = shared.since(offset)
+            # Nothing to ask while this process's poller has received nothing past our offset:
+            # what it receives wakes us (and the conversation holds one query at a time
+            # while a workflow task runs: one from every follower here would be refused).
+            current = shared.poller is not None and offset >= shared.head and not stale
+            stale = False
+            if not read and not current:
+                try:
+                    read = await _read_by_query(chat, offset)
+                except ChatNotFound:
+                    if first and starting():
+                        await asyncio.sleep(0.02)
+                        continue
+                    raise
+            for at, event in read:
+                taken(at)
+                yield event
+            if read:
+                pause = QUERY_READ_FIRST
+                continue
+            polling = shared.poller is not None
+            try:
+                await asyncio.wait_for(changed.wait(), SHARED_WAIT if polling else pause)
+            except TimeoutError:
+                # The poller holds an event its reader has not taken (that reader may have
+                # stopped): read by query once. A poller waiting on the conversation is not
+                # behind, and an idle chat costs its other followers nothing.
+                stale = polling and shared.handing
+            if not polling:
+                pause = min(pause * 2, QUERY_READ_MAX)
+    finally:
+        shared.users -= 1
+        if shared.users == 0 and _FOLLOWING.get(key) is shared:
+            del _FOLLOWING[key]
+
+
+class _Followers:
+    """The followers of one chat in this process: which of them polls, and what it received
+    lately, for the others."""
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.poller: object | None = None
+        self.crowded = False
+        """Whether the conversation refused this process's last poll (its places taken)."""
+        self.head = 0
+        """The offset the poller reads next."""
+        self.handing = False
+        """Whether the poller waits on its reader to take an event (not on the conversation)."""
+        self.recent: deque[tuple[int, TurnEvent]] = deque(maxlen=SHARED_EVENTS)
+        self.changed = asyncio.Event()
+
+    def notify(self) -> None:
+        """Wake the followers waiting on what the poller receives."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def since(self, offset: int) -> list[tuple[int, TurnEvent]]:
+        """The events received lately from ``offset`` on, without a gap (none if ``offset``
+        is not among them)."""
+        read: list[tuple[int, TurnEvent]] = []
+        for at, event in self.recent:
+            if at < offset + len(read):
+                continue
+            if at != offset + len(read):
+                break
+            read.append((at, event))
+        return read
+
+
+_FOLLOWING: dict[tuple[int, str], _Followers] = {}
+"""The followers in this process, by Temporal client and chat."""
+
+
+async def _place_free(chat: Chat) -> bool:
+    """Whether the conversation takes another follower now (its places query); True when it
+    cannot say (a worker from before the query, a chat not started yet): ask by update then."""
+    try:
+        return int(await chat.handle.query(PLACES_QUERY, result_type=int)) > 0
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return True
+
+
+def _unprocessed(error: WorkflowUpdateFailedError) -> bool:
+    """Whether the server dropped the poll without the worker seeing it (``UnprocessedUpdate``:
+    the workflow task that carried it ended first); nothing was taken, so ask again."""
+    cause = error.cause
+    return isinstance(cause, ApplicationError) and cause.type == _UNPROCESSED
 
 
 async def _read_by_query(chat: Chat, offset: int) -> list[tuple[int, TurnEvent]]:

@@ -84,6 +84,11 @@ TOPIC = "events"
 PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 POLL_UPDATE = "__temporal_workflow_stream_poll"
 OFFSET_QUERY = "__temporal_workflow_stream_offset"
+PLACES_QUERY = "__agent_stream_follower_places"
+"""How many more followers the conversation takes now (:data:`MAX_FOLLOWERS` less those
+waiting; 0 while detached): asked by a follower before it asks for a place by update, once one
+was refused, so that followers reading by query send no update that would only be refused
+(each refused one holds one of the ten in-flight slots until the worker refuses it)."""
 
 MAX_ITEM_BYTES = 16 * KiB
 """The largest turn event on the stream, as JSON."""
@@ -190,6 +195,7 @@ class ConversationStream:
         # accept_publish), and its poll update through poll() below.
         workflow.set_signal_handler(PUBLISH_SIGNAL, None)
         workflow.set_update_handler(POLL_UPDATE, self.poll, validator=self._validate_poll)
+        workflow.set_query_handler(PLACES_QUERY, self.free_places)
 
     @property
     def next_offset(self) -> int:
@@ -316,6 +322,10 @@ class ConversationStream:
                 type="TooManyFollowers",
                 non_retryable=True,
             )
+
+    def free_places(self) -> int:
+        """How many more followers would be taken now (:data:`PLACES_QUERY`)."""
+        return 0 if self._draining else max(MAX_FOLLOWERS - self.polls, 0)
 
     async def poll(self, payload: PollInput) -> PollResult:
         """The library's long poll, its result cut to :data:`POLL_BUDGET`."""
