@@ -85,6 +85,8 @@ KNOWN_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
                 # temporalio.contrib.workflow_streams registers these two.
                 "__temporal_workflow_stream_poll",
                 "__temporal_workflow_stream_offset",
+                # How many more followers the conversation takes (workflows.stream).
+                "__agent_stream_follower_places",
                 # Every workflow answers these (the SDK's own).
                 "__stack_trace",
                 "__enhanced_stack_trace",
