@@ -10,9 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 
 
-def test_bench_quick_mode_produces_every_result(tmp_path):
+def run_bench(*argv: str) -> None:
+    """``python -m bench ARGV`` from the project root, which must exit 0."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -20,6 +21,10 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_bench_quick_mode_produces_every_result(tmp_path):
+    run_bench("--quick", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["quick"] is True
     b1 = results["b1"]
@@ -49,16 +54,7 @@ def test_bench_quick_mode_produces_every_result(tmp_path):
 
 def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
     """B7 at a tiny size (2 in flight, one round): structured output, not timings."""
-    argv = ["--only", "b7", "--quick", "--thru-split", "--out", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_bench("--only", "b7", "--quick", "--thru-split", "--out", str(tmp_path))
     b7 = json.loads((tmp_path / "results-b7.json").read_text())["b7"]
     assert (b7["in_flight"], b7["cycles_per_round"], b7["rounds"]) == (2, 2, 1)
     assert b7["server_processes"] >= 1
@@ -122,36 +118,17 @@ def test_throughput_benchmark_reports_ratios_and_each_cycles_work(tmp_path):
 def test_b2_parked_checkpoints_restart_and_sample(tmp_path):
     """``python -m bench b2`` at a tiny N: checkpoints, the inbox pages, a worker restart and a
     resumed sample, none lost (structure only, never timings)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "b2",
-            "--parked",
-            "30",
-            "--checkpoint-every",
-            "15",
-            "--second-agent-share",
-            "0.25",
-            "--resume-sample",
-            "5",
-            "--inbox-reads",
-            "2",
-            "--settle",
-            "0.1",
-            "--out",
-            str(tmp_path),
-            "--name",
-            "b2_tiny",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_bench(
+        "b2",
+        "--parked", "30",
+        "--checkpoint-every", "15",
+        "--second-agent-share", "0.25",
+        "--resume-sample", "5",
+        "--inbox-reads", "2",
+        "--settle", "0.1",
+        "--out", str(tmp_path),
+        "--name", "b2_tiny",
+    )  # fmt: skip
     b2 = json.loads((tmp_path / "b2_tiny.json").read_text())
     assert b2["complete"] is True
     assert b2["parked"] == b2["attempted"] == 30
