@@ -537,13 +537,15 @@ async def test_a_payment_reads_as_its_tool_presents_it_and_an_edit_runs_the_edit
     browser: str, run_worker, model, tmp_path: Path
 ) -> None:
     paid.clear()
+    # A ref no chat id can contain by chance ("pay-1" was inside "inbox-pay-1f3a…").
+    pay_ref = "ref_q7x"
     agent = Agent(
         f"inbox-pay-{uuid.uuid4().hex[:8]}",
         model="gemini-test",
         tools=[send_payment],
         middleware=[ToolApproval(allow=[])],
     )
-    model.reply(calls(("sendPayment", PAY, "pay-1"), say=SAID), text("Paid."))
+    model.reply(calls(("sendPayment", PAY, pay_ref), say=SAID), text("Paid."))
     edited = {"amount": 6500.5, "currency": "EUR", "iban": "DE89 3704 0044 0532 0130 00"}
     async with (
         run_worker(agents=[agent]) as agents,
@@ -582,7 +584,7 @@ async def test_a_payment_reads_as_its_tool_presents_it_and_an_edit_runs_the_edit
         await expect(row.locator("td.input .omitted")).to_have_text("1 more field in the input")
         await expect(row.locator("td.input details.raw pre")).to_be_hidden()
         shown_text = await row.inner_text()
-        assert "pay-1" not in shown_text  # no ref where the summary serves
+        assert pay_ref not in shown_text  # no ref where the summary serves
         assert "null" not in shown_text and "undefined" not in shown_text
         assert "approved list" not in shown_text
         await expect(row.locator("td.votes .count")).to_have_text("0 / 1")
