@@ -85,6 +85,7 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
     server_unreachable,
     turn_error,
+    unprocessed,
     worker_missing,
 )
 from temporal_agent_interrupts.tracing import add_tracing, flush_tracing
@@ -141,6 +142,13 @@ _PUT_OFF_TRIES = 30
 # once that task completes, in milliseconds.
 _CLOSING_RETRIES = 5
 _CLOSING_PAUSE = 0.05
+
+# How often a send or an answer the server dropped unseen (errors.unprocessed: the task that
+# carried it ended without the worker taking it, say a worker that evicted the run) is sent
+# again, _UNPROCESSED_PAUSE seconds more apart each time (3 s in all): nothing was applied, and
+# the run's next task, replayed from history, takes it.
+_UNPROCESSED_RETRIES = 5
+_UNPROCESSED_PAUSE = 0.2
 
 
 WORKER_TIMEOUT = timedelta(seconds=60)
@@ -475,6 +483,9 @@ class Chat:
                 conversation was closed, so nothing is left running. A chat that already had
                 turns keeps going: its turn ends ``failed`` instead.
             NoWorkerAnswered: no worker accepted the message within ``worker_timeout``.
+            AgentError: the server dropped the message unseen by any worker six times running
+                (``UnprocessedUpdate``; each drop is sent again by itself, as nothing was
+                applied). Nothing was applied: send it again.
         """
         return await self._send(
             text,
@@ -530,6 +541,30 @@ class Chat:
         identity: str | None = None,
         identity_token: str | None = None,
         on_accept: asyncio.Event | None = None,
+    ) -> TurnResult:
+        return await _again_if_unprocessed(
+            lambda: self._send_once(
+                text,
+                stream=stream,
+                message_id=message_id,
+                worker_timeout=worker_timeout,
+                identity=identity,
+                identity_token=identity_token,
+                on_accept=on_accept,
+            ),
+            chat_id=self.id,
+        )
+
+    async def _send_once(
+        self,
+        text: str,
+        *,
+        stream: bool,
+        message_id: str | None,
+        worker_timeout: timedelta | None,
+        identity: str | None,
+        identity_token: str | None,
+        on_accept: asyncio.Event | None,
     ) -> TurnResult:
         # Checked here as well as in the workflow: the first send also starts the conversation,
         # and a message refused there would leave a new, empty conversation behind.
@@ -618,7 +653,7 @@ class Chat:
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
-            raise_update_error(e)
+            _raise_failed(e)
         except WorkflowAlreadyStartedError:
             raise SendRejected(f"chat {self.id!r} is closed") from None
         except RPCError as e:
@@ -668,6 +703,9 @@ class Chat:
                 Unicode, nesting deeper than 64 levels, NaN). Nothing was applied. Not retried.
             ChatNotFound: no conversation has this chat id.
             NoWorkerAnswered: no worker accepted the answer within ``worker_timeout``.
+            AgentError: the server dropped the answer unseen by any worker six times running
+                (``UnprocessedUpdate``; each drop is sent again by itself, as nothing was
+                applied). Nothing was applied: send it again.
         """
         raw = self._resume_raw(
             answers, respond, restart, identity, metadata, stream=False, token=identity_token
@@ -1005,8 +1043,15 @@ class Chat:
     ) -> Any:
         for attempt in range(_CLOSING_RETRIES + 1):
             try:
-                return await self._update_once(
-                    update, arg, worker_timeout=worker_timeout, on_accept=on_accept, run_id=run_id
+                return await _again_if_unprocessed(
+                    lambda: self._update_once(
+                        update,
+                        arg,
+                        worker_timeout=worker_timeout,
+                        on_accept=on_accept,
+                        run_id=run_id,
+                    ),
+                    chat_id=self.id,
                 )
             except RPCError as e:
                 if not closing(e):
@@ -1068,7 +1113,7 @@ class Chat:
         except WorkflowUpdateRPCTimeoutOrCancelledError as e:
             raise gave_up(e, None, expired=False) from None
         except WorkflowUpdateFailedError as e:
-            raise_update_error(e)
+            _raise_failed(e)
 
     async def _query(
         self,
@@ -1233,6 +1278,36 @@ async def _accepted(client: Client, workflow_id: str, run_id: str | None, update
         UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
     )
     return found.stage >= accepted
+
+
+class _Unprocessed(Exception):
+    """A send or an answer the server dropped unseen (:func:`errors.unprocessed`)."""
+
+
+def _raise_failed(err: WorkflowUpdateFailedError) -> NoReturn:
+    """An update's failure as the product's error; one dropped unseen as :class:`_Unprocessed`,
+    for :func:`_again_if_unprocessed` to send again."""
+    if unprocessed(err):
+        raise _Unprocessed() from err
+    raise_update_error(err)
+
+
+async def _again_if_unprocessed(attempt: Callable[[], Awaitable[_R]], *, chat_id: str) -> _R:
+    """``attempt()``, made again while the server drops it unseen: such an update left no
+    trace (no event, nothing applied), so a repeat cannot apply it twice, and a caller that
+    heard of it would have to send it again anyway."""
+    for tries in range(_UNPROCESSED_RETRIES + 1):
+        try:
+            return await attempt()
+        except _Unprocessed:
+            if tries == _UNPROCESSED_RETRIES:
+                break
+            await asyncio.sleep(_UNPROCESSED_PAUSE * (tries + 1))
+    raise AgentError(
+        f"the server dropped the request to chat {chat_id!r} unseen by any worker "
+        f"{_UNPROCESSED_RETRIES + 1} times (UnprocessedUpdate: a workflow task ended without "
+        "its worker taking it); nothing was applied: send it again"
+    )
 
 
 def _rejected(handle: WorkflowUpdateHandle[Any]) -> bool:

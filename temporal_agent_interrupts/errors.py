@@ -227,6 +227,19 @@ _ERRORS: dict[str, type[AgentError]] = {
 }
 
 
+UNPROCESSED_UPDATE = "UnprocessedUpdate"
+"""The failure type of an update the server dropped unseen: the workflow task that carried it
+to a worker completed without the worker accepting or refusing it (a worker that evicted the
+run, or put off the task). Nothing was applied and history holds no trace of it."""
+
+
+def unprocessed(err: WorkflowUpdateFailedError) -> bool:
+    """Whether the server dropped the update without a worker seeing it (``UnprocessedUpdate``):
+    nothing was applied, so sending it again is safe."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == UNPROCESSED_UPDATE
+
+
 def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
     cause = err.cause
     if isinstance(cause, ApplicationError):

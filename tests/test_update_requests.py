@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.api.update.v1 import Outcome, UpdateRef
+from temporalio.api.workflowservice.v1 import (
+    UpdateWorkflowExecutionRequest,
+    UpdateWorkflowExecutionResponse,
+)
 from temporalio.client import Client
 
 from temporal_agent_interrupts import AgentClient, FinishReason, tool
-from temporal_agent_interrupts.errors import NoWorkerAnswered
+from temporal_agent_interrupts.errors import AgentError, NoWorkerAnswered
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
 
@@ -90,3 +97,84 @@ async def test_an_update_no_worker_accepts_is_no_worker_answered(client):
     chat = await agents.chat(slow.name)
     with pytest.raises(NoWorkerAnswered):
         await chat.send("wait", worker_timeout=timedelta(seconds=1))
+
+
+class Dropped:
+    """The server's answer to an update it dropped unseen (``UnprocessedUpdate``: the workflow
+    task that carried it ended without its worker taking it), for the first ``times`` updates
+    this client sends; the request itself never reaches the server, as such an update leaves
+    nothing there."""
+
+    def __init__(self, client: Client, *, times: int) -> None:
+        self.left, self.sent = times, 0
+        service = client.workflow_service
+        real = service.update_workflow_execution
+
+        async def update(req: UpdateWorkflowExecutionRequest, *args: Any, **kw: Any) -> Any:
+            self.sent += 1
+            if self.left == 0:
+                return await real(req, *args, **kw)
+            self.left -= 1
+            failure = Failure(
+                message="Workflow Update is rejected because it wasn't processed by worker.",
+                application_failure_info=ApplicationFailureInfo(
+                    type="UnprocessedUpdate", non_retryable=True
+                ),
+            )
+            return UpdateWorkflowExecutionResponse(
+                update_ref=UpdateRef(
+                    workflow_execution=req.workflow_execution, update_id=req.request.meta.update_id
+                ),
+                outcome=Outcome(failure=failure),
+                stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_COMPLETED,
+            )
+
+        service.update_workflow_execution = update  # the stand-in server answer
+
+
+async def _caller(client: Client) -> Client:
+    return await Client.connect(
+        client.service_client.config.target_host,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+    )
+
+
+async def test_an_answer_the_server_dropped_unseen_is_sent_again_and_applied_once(
+    run_worker, model, client
+):
+    model.reply(calls(("wait", {"seconds": 0}, "w1")), text("done"))
+    RAN.clear()
+    caller = await _caller(client)
+    dropped = Dropped(caller, times=2)
+    async with run_worker(agents=[slow]) as agents:
+        chat = await AgentClient(caller, task_queue=agents.task_queue).chat(slow.name)
+        (asked,) = (await chat.send("wait")).interrupts
+        done = await chat.resume(answers=[asked.approve()], identity="ann")
+        assert done.finish_reason == FinishReason.STOP and done.text == "done"
+        assert dropped.sent == 3  # two dropped, the third applied
+        assert [(a.ref, a.identity) for a in await chat.audit()] == [("w1", "ann")]
+    assert RAN["wait"] == 1
+
+
+async def test_an_answer_dropped_every_time_says_so_and_leaves_the_chat_paused(
+    run_worker, model, client
+):
+    model.reply(calls(("wait", {"seconds": 0}, "w1")), text("done"))
+    RAN.clear()
+    caller = await _caller(client)
+    dropped = Dropped(caller, times=6)
+    async with run_worker(agents=[slow]) as agents:
+        chat = await AgentClient(caller, task_queue=agents.task_queue).chat(slow.name)
+        (asked,) = (await chat.send("wait")).interrupts
+        with pytest.raises(
+            AgentError, match=r"dropped the request .* unseen .*nothing was applied"
+        ):
+            await chat.resume(answers=[asked.approve()])
+        assert dropped.sent == 6
+        assert RAN["wait"] == 0
+        assert [p.ref for p in (await chat.status()).pending] == ["w1"]
+        # Sent again by the caller, as the error says: applied once.
+        done = await chat.resume(answers=[asked.approve()])
+        assert done.finish_reason == FinishReason.STOP
+    assert RAN["wait"] == 1
