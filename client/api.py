@@ -16,7 +16,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel
@@ -288,6 +288,7 @@ class AgentClient:
         agent: str | None = None,
         approver: str | None = None,
         task_queues: Sequence[str] | Literal["any"] | None = None,
+        waiting_over: timedelta | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> list[PausedChat]:
@@ -314,13 +315,18 @@ class AgentClient:
             task_queues: The task queues listed (None: this client's own; ``"any"``: every
                 queue, each chat with its ``task_queue``, for an operator who reads them as
                 such).
+            waiting_over: Only chats paused at least this long ago (by their
+                ``InterruptedSince``). Pages come in visibility's order, newest started first,
+                so with many paused this is how the longest waiting are found on the first
+                page rather than the last.
             limit: At most this many chats, one page (see :meth:`pending_page`, which also
                 says where the next starts); None reads every page.
             cursor: Where the page starts (a ``next_cursor`` :meth:`pending_page` gave).
 
         Raises:
             ValueError: ``agent`` or a task queue holds a quote or a backslash, ``limit`` is
-                out of range, or ``cursor`` is not one the inbox handed out.
+                out of range, ``waiting_over`` is negative, or ``cursor`` is not one the inbox
+                handed out.
             temporalio.service.RPCError: the visibility query failed.
         """
         if limit is not None or cursor is not None:
@@ -328,12 +334,17 @@ class AgentClient:
                 agent=agent,
                 approver=approver,
                 task_queues=task_queues,
+                waiting_over=waiting_over,
                 limit=limit or PAGE_SIZE,
                 cursor=cursor,
             )
             return page.chats
         return await paused_chats(
-            self._temporal, agent=agent, approver=approver, task_queues=self._queues(task_queues)
+            self._temporal,
+            agent=agent,
+            approver=approver,
+            task_queues=self._queues(task_queues),
+            waiting_before=_waiting_before(waiting_over),
         )
 
     async def pending_page(
@@ -342,16 +353,20 @@ class AgentClient:
         agent: str | None = None,
         approver: str | None = None,
         task_queues: Sequence[str] | Literal["any"] | None = None,
+        waiting_over: timedelta | None = None,
         limit: int = PAGE_SIZE,
         cursor: str | None = None,
     ) -> InboxPage:
         """One page of :meth:`pending`: at most ``limit`` chats (1 to
         ``client.inbox.MAX_PAGE_SIZE``), the longest waiting first within the page, pages in
         visibility's order (newest started first), and ``next_cursor`` for the next page.
+        ``waiting_over`` keeps only chats paused at least that long ago, as for
+        :meth:`pending` (pass the same with a cursor: the cutoff is taken anew each call).
 
         Raises:
             ValueError: ``agent`` or a task queue holds a quote or a backslash, ``limit`` is
-                out of range, or ``cursor`` is not one the inbox handed out.
+                out of range, ``waiting_over`` is negative, or ``cursor`` is not one the inbox
+                handed out.
             temporalio.service.RPCError: the visibility query failed.
         """
         return await paused_page(
@@ -359,6 +374,7 @@ class AgentClient:
             agent=agent,
             approver=approver,
             task_queues=self._queues(task_queues),
+            waiting_before=_waiting_before(waiting_over),
             limit=limit,
             cursor=cursor,
         )
@@ -1278,6 +1294,18 @@ async def _accepted(client: Client, workflow_id: str, run_id: str | None, update
         UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
     )
     return found.stage >= accepted
+
+
+def _waiting_before(waiting_over: timedelta | None) -> datetime | None:
+    """The latest pause time a chat waiting at least ``waiting_over`` has."""
+    if waiting_over is None:
+        return None
+    if waiting_over < timedelta(0):
+        raise ValueError("waiting_over cannot be negative")
+    now = datetime.now(UTC)
+    # Further back than a datetime goes: nothing paused that early, so the earliest there is.
+    earliest = datetime.min.replace(tzinfo=UTC)
+    return now - waiting_over if waiting_over < now - earliest else earliest
 
 
 class _Unprocessed(Exception):

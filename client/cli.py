@@ -614,6 +614,13 @@ def pending(
             "or listing ID; a group:NAME approver only as --approver group:NAME).",
         ),
     ] = None,
+    waiting_over: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Only conversations paused at least DURATION ago (30m, 24h, 7d...).",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Every paused conversation in the namespace: chat id, agent, interrupts, who may answer,
@@ -626,10 +633,13 @@ def pending(
             check_agent_name(agent)
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
+    over = duration(waiting_over, option="--waiting-over") if waiting_over is not None else None
 
     async def command(agents: AgentClient) -> None:
         try:
-            found: list[PausedChat] = await agents.pending(agent=agent, approver=approver)
+            found: list[PausedChat] = await agents.pending(
+                agent=agent, approver=approver, waiting_over=over
+            )
         except RPCError as e:
             raise _Fail(ExitCode.UNREACHABLE, f"visibility query failed: {e.message}") from None
         if as_json:

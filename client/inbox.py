@@ -240,9 +240,16 @@ def check_agent_name(agent: str) -> None:
         raise ValueError("agent names cannot contain quotes or backslashes")
 
 
-def paused_query(agent: str | None = None, *, task_queues: Sequence[str] | None = None) -> str:
+def paused_query(
+    agent: str | None = None,
+    *,
+    task_queues: Sequence[str] | None = None,
+    waiting_before: datetime | None = None,
+) -> str:
     """The visibility query for paused chats, of ``agent`` only when given, on ``task_queues``
-    only when given (None: every queue).
+    only when given (None: every queue), paused at ``waiting_before`` or earlier only when given
+    (visibility pages newest started first and has no other order: this is how the longest
+    waiting are found without walking every page).
 
     Raises:
         ValueError: ``agent`` or a task queue holds a quote or a backslash, or
@@ -260,6 +267,13 @@ def paused_query(agent: str | None = None, *, task_queues: Sequence[str] | None 
             if '"' in queue or "\\" in queue:
                 raise ValueError("task queue names cannot contain quotes or backslashes")
         query += " AND (" + " OR ".join(f'TaskQueue="{q}"' for q in queues) + ")"
+    if waiting_before is not None:
+        if waiting_before.tzinfo is None:
+            raise ValueError("waiting_before needs a time zone")
+        # isoformat, not strftime: %Y does not pad a year before 1000 on every platform.
+        since = waiting_before.astimezone(UTC).isoformat(timespec="microseconds")
+        since = since.replace("+00:00", "Z")
+        query += f' AND InterruptedSince <= "{since}"'
     return query
 
 
@@ -478,6 +492,7 @@ async def paused_page(
     agent: str | None = None,
     approver: str | None = None,
     task_queues: Sequence[str] | None = None,
+    waiting_before: datetime | None = None,
     limit: int = PAGE_SIZE,
     cursor: str | None = None,
 ) -> InboxPage:
@@ -493,7 +508,7 @@ async def paused_page(
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValueError(f"limit is from 1 to {MAX_PAGE_SIZE}")
     listing = temporal.list_workflows(
-        paused_query(agent, task_queues=task_queues),
+        paused_query(agent, task_queues=task_queues, waiting_before=waiting_before),
         page_size=limit,
         next_page_token=decode_cursor(cursor),
     )
@@ -510,6 +525,7 @@ async def paused_chats(
     agent: str | None = None,
     approver: str | None = None,
     task_queues: Sequence[str] | None = None,
+    waiting_before: datetime | None = None,
 ) -> list[PausedChat]:
     """Every paused chat in ``temporal``'s namespace, oldest waiting first (see
     :meth:`client.AgentClient.pending`), read a page at a time.
@@ -522,7 +538,12 @@ async def paused_chats(
     cursor: str | None = None
     while True:
         page = await paused_page(
-            temporal, agent=agent, approver=approver, task_queues=task_queues, cursor=cursor
+            temporal,
+            agent=agent,
+            approver=approver,
+            task_queues=task_queues,
+            waiting_before=waiting_before,
+            cursor=cursor,
         )
         found += page.chats
         cursor = page.next_cursor

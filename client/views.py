@@ -857,6 +857,9 @@ def grant_condition(text: str) -> GrantCondition:
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# Past this a window or an age reaches back before any conversation (and past what a datetime
+# holds, which would raise OverflowError rather than say so).
+_LONGEST = timedelta(days=100 * 366)
 
 
 def duration(text: str, *, option: str = "--since") -> timedelta:
@@ -872,6 +875,8 @@ def duration(text: str, *, option: str = "--since") -> timedelta:
     seconds = sum(int(n) * _UNIT_SECONDS[u] for n, u in parts)
     if seconds <= 0:
         raise typer.BadParameter(f"{option} {text!r} is not a duration longer than zero")
+    if seconds > _LONGEST.total_seconds():
+        raise typer.BadParameter(f"{option} {text!r} is longer than {_LONGEST.days} days")
     return timedelta(seconds=seconds)
 
 

@@ -8,6 +8,7 @@ test, and what it lists is polled for.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -518,3 +519,58 @@ async def test_fakes_cannot_blind_the_inbox_oversized_memos_are_not_read_and_pag
             assert r.status_code == 400, (bad, r.text)
     for chat_id in [*ids, elsewhere]:
         await client.get_workflow_handle(chat_id).terminate("test over")
+
+
+async def test_the_longest_waiting_are_found_by_age_without_walking_every_page(
+    run_worker, model, client
+):
+    """Visibility pages newest started first: with many paused, the longest waiting would be
+    on the last page. ``waiting_over`` (``agentctl pending --waiting-over``) asks visibility
+    for them by ``InterruptedSince`` instead."""
+    treasury = treasury_agent()
+    tq = f"inbox-age-{uuid.uuid4()}"
+    model.reply(
+        calls(("approve", {"question": "first?"}, "q1")),
+        calls(("approve", {"question": "second?"}, "q2")),
+    )
+    async with run_worker(agents=[treasury], task_queue=tq) as agents:
+        older = await agents.chat(treasury.name, chat_id=f"{treasury.name}-older")
+        newer = await agents.chat(treasury.name, chat_id=f"{treasury.name}-newer")
+        (first,) = (await older.send("first")).interrupts
+        await asyncio.sleep(2.0)  # two pause times far enough apart to cut between
+        (second,) = (await newer.send("second")).interrupts
+    assert first.since is not None and second.since is not None
+    inbox = AgentClient(client, task_queue=tq)
+    both = [(older.id, ["q1"]), (newer.id, ["q2"])]
+    await eventually(
+        lambda: inbox.pending(agent=treasury.name),
+        lambda chats: seen(chats) == both,
+        timeout=VISIBILITY_TIMEOUT,
+    )
+    # A cutoff halfway between the two pauses keeps the older only; one before both, none.
+    cutoff = first.since + (second.since - first.since) / 2
+    over = datetime.now(UTC) - cutoff
+    assert seen(await inbox.pending(agent=treasury.name, waiting_over=over)) == [both[0]]
+    page = await inbox.pending_page(agent=treasury.name, waiting_over=over, limit=5)
+    assert seen(page.chats) == [both[0]] and page.next_cursor is None
+    assert await inbox.pending(agent=treasury.name, waiting_over=timedelta(days=1)) == []
+    assert seen(await inbox.pending(agent=treasury.name, waiting_over=timedelta(0))) == both
+    # Further back than a datetime goes: nothing, not an overflow.
+    assert await inbox.pending(agent=treasury.name, waiting_over=timedelta.max) == []
+    with pytest.raises(ValueError, match="negative"):
+        await inbox.pending(waiting_over=timedelta(seconds=-1))
+
+    aged = await agentctl(
+        client, "pending", "--agent", treasury.name, "--waiting-over", "1d", task_queue=tq
+    )
+    assert aged.code == 0 and "No paused conversations" in aged.out, aged
+    # Both paused over a second ago by now (sure of it, not assumed).
+    await asyncio.sleep(max(0.0, 1.5 - (datetime.now(UTC) - second.since).total_seconds()))
+    listed = await agentctl(
+        client, "pending", "--agent", treasury.name, "--waiting-over", "1s", "--json", task_queue=tq
+    )
+    assert listed.code == 0, listed.err
+    assert [c["chat_id"] for c in listed.json()["conversations"]] == [older.id, newer.id]
+    for bad, says in [("soon", "is not a duration"), ("99999999999d", "longer than")]:
+        refused = await agentctl(client, "pending", "--waiting-over", bad, task_queue=tq)
+        assert refused.code == 2 and says in refused.err, refused
