@@ -9,7 +9,9 @@ the end, records:
 
 - the worker's RSS (idle a moment) and the dev server's;
 - the inbox's first page (``AgentClient.pending_page()``, what ``GET /api/inbox`` calls, 20
-  chats) and a page filtered by the second agent, each the median of ``--inbox-reads`` reads;
+  chats), a page filtered by the second agent, and a page of the longest waiting (those parked
+  in the run's first minute, ``waiting_over``: visibility pages newest first, so without it they
+  are on the last page), each the median of ``--inbox-reads`` reads;
 - the parking rate over the stretch, and how many visibility counts as paused.
 
 Then the worker is restarted with all N parked (SIGTERM, a graceful shutdown, and a new
@@ -41,7 +43,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,7 @@ async def measure(args: argparse.Namespace, save: Callable[[dict[str, Any]], Non
             await chat.resume(restart=[x.restart({"tool_approved": True}) for x in res.interrupts])
         result["rss_mib_before"] = round(await settle(worker.pid, seconds=args.settle), 1)
         sem = asyncio.Semaphore(args.concurrency)
+        parking_began = datetime.now(UTC)
         paused: dict[str, tuple[str, Any]] = {}
         every_nth = round(1 / args.second_agent_share) if args.second_agent_share > 0 else 0
 
@@ -217,7 +220,21 @@ async def measure(args: argparse.Namespace, save: Callable[[dict[str, Any]], Non
             filtered_ms, filtered = await median_ms(
                 lambda: agents.pending_page(agent=SECOND_AGENT), args.inbox_reads
             )
+            # The longest waiting: parked in the run's first minute (the cutoff stays put
+            # while the reads move on, so each read asks for the same chats).
+            cutoff = parking_began + timedelta(minutes=1)
+            aged_ms, aged = await median_ms(
+                lambda: agents.pending_page(
+                    waiting_over=max(datetime.now(UTC) - cutoff, timedelta(0))
+                ),
+                args.inbox_reads,
+            )
             return {
+                "inbox_aged_page_ms": aged_ms,
+                "inbox_aged_page_chats": len(aged.chats),
+                "inbox_aged_all_older": all(
+                    c.waiting_since is not None and c.waiting_since <= cutoff for c in aged.chats
+                ),
                 "inbox_first_page_ms": first_ms,
                 "inbox_first_page_chats": len(first.chats),
                 "inbox_filtered_page_ms": filtered_ms,

@@ -138,6 +138,9 @@ def test_b2_parked_checkpoints_restart_and_sample(tmp_path):
         assert point["inbox_first_page_chats"] == min(20, point["parked"])
         # Every 4th conversation is the second agent's: the filter selects those only.
         assert 0 < point["inbox_filtered_page_chats"] < point["parked"]
+        # Parked within the run's first minute, all of them: the page of the longest waiting.
+        assert point["inbox_aged_all_older"]
+        assert point["inbox_aged_page_chats"] == min(20, point["parked"])
         assert point["inbox_filtered_all_second_agent"] is True
         assert {"rss_mib_worker", "inbox_first_page_ms", "inbox_filtered_page_ms"} <= set(point)
     restart = b2["restart"]
