@@ -155,12 +155,22 @@ async def follow(
             changed = shared.changed
             # The poll of this process: taken when no follower here holds it, and, once the
             # conversation has refused a place, only when it says one is free (asked by query:
-            # a poll it refuses holds an in-flight slot until the worker refuses it).
-            if (
-                shared.poller is None
-                and (not shared.crowded or await _place_free(chat))
-                and shared.poller is None
-            ):
+            # a poll it refuses holds an in-flight slot until the worker refuses it). Only the
+            # follower reading for this process asks: one places query at a time, not one per
+            # follower (a holder of four polls at the stream's end keeps the places taken, and
+            # every follower here would otherwise ask, and read, for itself).
+            free = False
+            if shared.poller is None and shared.reader in (None, me):
+                if shared.crowded:
+                    if shared.reader is None:
+                        shared.reader = me
+                        shared.head = offset
+                    free = await _place_free(chat)
+                else:
+                    free = True
+            if free and shared.poller is None:
+                if shared.reader is me:
+                    shared.reader = None
                 shared.poller = me
                 shared.head = offset
                 retry: float | None = None
@@ -223,10 +233,18 @@ async def follow(
             # credentials can send directly): what that follower received, or what the
             # conversation keeps, read by query (it takes no place and writes no history).
             read = shared.since(offset)
-            # Nothing to ask while this process's poller has received nothing past our offset:
-            # what it receives wakes us (and the conversation holds one query at a time
-            # while a workflow task runs: one from every follower here would be refused).
-            current = shared.poller is not None and offset >= shared.head and not stale
+            # Nothing to ask while this process's poller (or the follower reading by query for
+            # it) has received nothing past our offset: what it receives wakes us (and the
+            # conversation holds one query at a time while a workflow task runs: one from
+            # every follower here would be refused).
+            if shared.poller is None and (shared.reader is None or stale):
+                # No one reads for this process, or its reader's own consumer stopped taking
+                # events (a stale wait): this follower reads for the others from now on.
+                shared.reader = me
+                shared.head = offset
+            leader = shared.poller if shared.poller is not None else shared.reader
+            led = leader is not None and leader is not me
+            current = led and offset >= shared.head and not stale
             stale = False
             if not read and not current:
                 try:
@@ -236,24 +254,39 @@ async def follow(
                         await asyncio.sleep(0.02)
                         continue
                     raise
+                if read and shared.reader is me:
+                    # What the others here wait for: they take it as they take the poller's.
+                    if shared.users > 1:
+                        shared.recent.extend(read)
+                    shared.head = read[-1][0] + 1
+                    shared.notify()
             for at, event in read:
                 taken(at)
+                reading = shared.reader is me
+                if reading:
+                    shared.handing = True
                 yield event
+                if reading and shared.reader is me:
+                    shared.handing = False
             if read:
                 pause = QUERY_READ_FIRST
                 continue
-            polling = shared.poller is not None
             try:
-                await asyncio.wait_for(changed.wait(), SHARED_WAIT if polling else pause)
+                await asyncio.wait_for(changed.wait(), SHARED_WAIT if led else pause)
             except TimeoutError:
-                # The poller holds an event its reader has not taken (that reader may have
-                # stopped): read by query once. A poller waiting on the conversation is not
-                # behind, and an idle chat costs its other followers nothing.
-                stale = polling and shared.handing
-            if not polling:
+                # The poller (or reader) holds an event its own consumer has not taken (that
+                # consumer may have stopped): read by query once. One waiting on the
+                # conversation is not behind, and an idle chat costs the others nothing.
+                stale = led and shared.handing
+            if not led:
                 pause = min(pause * 2, QUERY_READ_MAX)
     finally:
         shared.users -= 1
+        if shared.reader is me:
+            # Another follower here reads (or polls) for the rest from now on.
+            shared.reader = None
+            shared.handing = False
+            shared.notify()
         if shared.users == 0 and _FOLLOWING.get(key) is shared:
             del _FOLLOWING[key]
 
@@ -265,12 +298,16 @@ class _Followers:
     def __init__(self) -> None:
         self.users = 0
         self.poller: object | None = None
+        self.reader: object | None = None
+        """The follower that reads by query for the others while none polls (the
+        conversation's places taken): one query at a time from this process."""
         self.crowded = False
         """Whether the conversation refused this process's last poll (its places taken)."""
         self.head = 0
-        """The offset the poller reads next."""
+        """The offset the poller (or the reader) reads next."""
         self.handing = False
-        """Whether the poller waits on its reader to take an event (not on the conversation)."""
+        """Whether the poller (or the reader) waits on its own consumer to take an event (not on
+        the conversation)."""
         self.recent: deque[tuple[int, TurnEvent]] = deque(maxlen=SHARED_EVENTS)
         self.changed = asyncio.Event()
 

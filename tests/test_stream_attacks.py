@@ -16,23 +16,27 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payload, Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update import v1 as update_v1
 from temporalio.api.workflowservice.v1 import UpdateWorkflowExecutionRequest
-from temporalio.client import Client, RPCError, RPCStatusCode
+from temporalio.client import Client, RPCError, RPCStatusCode, WorkflowHandle
 
 from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts.client import stream as stream_module
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.worker.result_keys import ResultKeys
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows.stream import MAX_FOLLOWERS, PLACES_QUERY, POLL_UPDATE
+from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
-from tests.helpers import assert_no_workflow_task_failed
+from tests.helpers import assert_no_workflow_task_failed, eventually
 
 Stage = UpdateWorkflowExecutionLifecycleStage
 ACCEPTED = Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED
+COMPLETED = Stage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_COMPLETED
 HANG = 60.0
 """A bound on what should end (so a test fails instead of hanging); not a timing."""
 
@@ -220,3 +224,171 @@ async def test_hostile_polls_and_queries_fail_no_task_lose_no_pause_and_leak_not
     assert result.finish_reason == FinishReason.STOP, result
     assert t.RUNS["lookup"] == 1, t.RUNS
     await assert_no_workflow_task_failed(client, chat.id)
+
+
+class QueriesInFlight:
+    """The follower queries (places and reads) this process has in flight, and the most at
+    once: wraps the SDK's ``WorkflowHandle.query``."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.now = 0
+        self.most = 0
+        self.sent = 0
+        query = WorkflowHandle.query
+
+        async def counted(handle: Any, name: Any, *args: Any, **kwargs: Any) -> Any:
+            if name not in (POLL_UPDATE, PLACES_QUERY):
+                return await query(handle, name, *args, **kwargs)
+            self.sent += 1
+            self.now += 1
+            self.most = max(self.most, self.now)
+            try:
+                return await query(handle, name, *args, **kwargs)
+            finally:
+                self.now -= 1
+
+        monkeypatch.setattr(WorkflowHandle, "query", counted)
+
+
+async def hold_places(client: Client, chat: Chat, stop: asyncio.Event) -> int:
+    """A namespace holder's polls at the stream's end, four at a time, sent again each time the
+    next event frees them, until ``stop``: the conversation's follower places stay taken.
+    Returns how many it sent."""
+    sent = 0
+    while not stop.is_set():
+        end = await next_offset(chat)
+        polls = [
+            asyncio.ensure_future(
+                raw_update(client, chat.id, POLL_UPDATE, poll_args(end), stage=COMPLETED)
+            )
+            for _ in range(MAX_FOLLOWERS)
+        ]
+        sent += len(polls)
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([*polls, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        for poll in polls:
+            poll.cancel()
+    return sent
+
+
+async def follow_to_end(chat: Chat, start: int) -> list[TurnEvent]:
+    """The chat's events from ``start`` until a turn ends other than paused."""
+    seen = []
+    async for event in chat.events(after=start - 1):
+        seen.append(event)
+        if event.result is not None and event.result.finish_reason != FinishReason.INTERRUPTED:
+            return seen
+    return seen
+
+
+async def test_followers_of_a_crowded_process_share_one_query_at_a_time(
+    run_worker, model, client, monkeypatch
+):
+    """A namespace holder keeps the conversation's four follower places taken; twenty followers
+    of the chat in this process then read by query, and share it as they share the poll: one
+    query in flight at a time from this process (places or read), not one per follower, and
+    every follower still gets every event, in order, once."""
+    agent = gated_agent()
+    model.reply(calls(("lookup", {"key": "k"}, "c1"), say="Checking."), text("all done"))
+    queries = QueriesInFlight(monkeypatch)
+    stop = asyncio.Event()
+    async with run_worker(agents=[agent]) as agents:
+        chat, pending = await paused_chat(agents, agent)
+        start = await next_offset(chat)
+        holding = asyncio.create_task(hold_places(client, chat, stop))
+        await eventually(lambda: chat.handle.query(PLACES_QUERY, result_type=int), lambda n: n == 0)
+        queries.most = queries.sent = 0
+        following = [asyncio.create_task(follow_to_end(chat, start)) for _ in range(20)]
+        # All twenty following, and this process refused a place (it reads by query): the
+        # module's own registry of followers says so (no public API tells).
+        shared = stream_module._FOLLOWING  # the state under test, read only
+        await eventually(
+            lambda: asyncio.sleep(0, shared.get((id(client), chat.id))),
+            lambda f: f is not None and f.users == 20 and f.crowded and queries.sent >= 2,
+        )
+        result = await asyncio.wait_for(
+            chat.resume(answers=[pending.approve()], identity="approver@example.com"), HANG
+        )
+        seen = await asyncio.wait_for(asyncio.gather(*following), HANG)
+        end = await next_offset(chat)
+        stop.set()
+        await holding
+    assert result.finish_reason == FinishReason.STOP, result
+    expected = list(range(start, end))
+    for events in seen:
+        assert [e.offset for e in events] == expected, [e.offset for e in events]
+        assert events == seen[0]
+    assert queries.most == 1, (queries.most, queries.sent)
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+@pytest.mark.parametrize("crowded", [False, True], ids=["polling", "places-held"])
+async def test_followers_that_join_leave_and_lag_get_every_event_once_in_order(
+    run_worker, model, client, crowded
+):
+    """The followers of one chat in this process share one poll (or, while a namespace holder
+    keeps the places taken, one query read): the first (the poller) leaves mid-way, one joins
+    late from the start, one joins late from where the chat is, one stops reading until more
+    than the 64 events kept for the others have passed. Each gets every event from where it
+    started, in order, once."""
+    turns = 40
+    agent = Agent(f"chatty-{uuid.uuid4().hex[:8]}", model="gemini-test")
+    model.reply(*(text(f"reply {i} " + "words " * 20) for i in range(turns)))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hello")  # the chat exists: its stream's offsets start here
+        start = await next_offset(chat)
+        ended = 0
+        lag = asyncio.Event()
+        stop = asyncio.Event()
+        holding = asyncio.create_task(hold_places(client, chat, stop)) if crowded else None
+        if crowded:
+            await eventually(
+                lambda: chat.handle.query(PLACES_QUERY, result_type=int), lambda n: n == 0
+            )
+
+        async def read(
+            after: int, *, until: int, leave_after: int | None = None, lagging: bool = False
+        ) -> list[TurnEvent]:
+            seen: list[TurnEvent] = []
+            async for event in chat.events(after=after - 1):
+                seen.append(event)
+                if lagging and len(seen) == 1:
+                    await lag.wait()
+                if leave_after is not None and len(seen) == leave_after:
+                    return seen
+                if event.kind == "turn_end" and event.turn >= until:
+                    return seen
+            return seen
+
+        first_turn = (await chat.status()).turns + 1
+        last = first_turn + turns - 2
+        leaving = asyncio.create_task(read(start, until=last, leave_after=7))
+        await asyncio.sleep(0)  # the first to follow: this process's poller
+        steady = asyncio.create_task(read(start, until=last))
+        slow = asyncio.create_task(read(start, until=last, lagging=True))
+        late: list[asyncio.Task[list[TurnEvent]]] = []
+        for i in range(turns - 1):
+            await chat.send(f"message {i}")
+            ended += 1
+            if i == 3:
+                late.append(asyncio.create_task(read(start, until=last)))
+                late.append(asyncio.create_task(read(await next_offset(chat), until=last)))
+        all_seen = await asyncio.wait_for(steady, HANG)
+        assert len(all_seen) > 64 + 8, len(all_seen)  # the slow one fell past what is kept
+        lag.set()
+        slow_seen = await asyncio.wait_for(slow, HANG)
+        left = await asyncio.wait_for(leaving, HANG)
+        from_start, from_middle = await asyncio.wait_for(asyncio.gather(*late), HANG)
+        stop.set()
+        if holding is not None:
+            await holding
+    expected = list(range(start, start + len(all_seen)))
+    assert [e.offset for e in all_seen] == expected
+    assert all_seen[-1].kind == "turn_end" and all_seen[-1].turn == last
+    assert slow_seen == all_seen
+    assert from_start == all_seen
+    assert left == all_seen[:7]
+    assert from_middle and from_middle == all_seen[-len(from_middle) :]
+    assert ended == turns - 1
