@@ -57,7 +57,12 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
     server_unreachable,
 )
-from temporal_agent_interrupts.workflows.stream import PLACES_QUERY, POLL_UPDATE, TOPIC
+from temporal_agent_interrupts.workflows.stream import (
+    HISTORY_LONG,
+    PLACES_QUERY,
+    POLL_UPDATE,
+    TOPIC,
+)
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
 if TYPE_CHECKING:
@@ -76,8 +81,9 @@ again when nothing was new; it waits twice as long each time, up to :data:`QUERY
 QUERY_READ_MAX = 2.0
 """The longest a follower reading by query waits between two reads."""
 
-_TOO_MANY_FOLLOWERS = "TooManyFollowers"
-"""The conversation's refusal of a follower past its four (workflows/stream.py)."""
+_NO_PLACE = frozenset({"TooManyFollowers", HISTORY_LONG})
+"""The conversation's refusals of a follower's poll it takes no more of for now: past its four
+(``TooManyFollowers``), or while its run's history is long (workflows/stream.py)."""
 
 _UNPROCESSED = "UnprocessedUpdate"
 """The server's refusal of an update a workflow task carried but its worker never saw."""
@@ -370,9 +376,11 @@ async def _read_by_query(chat: Chat, offset: int) -> list[tuple[int, TurnEvent]]
 
 
 def followers_full(error: BaseException) -> bool:
-    """Whether ``error`` is the conversation refusing one more follower."""
+    """Whether ``error`` is the conversation refusing one more follower for now (its places
+    taken, or its run's history long): read by query, and ask its places query before polling
+    again."""
     cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
-    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
+    return isinstance(cause, ApplicationError) and cause.type in _NO_PLACE
 
 
 def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:

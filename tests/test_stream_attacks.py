@@ -9,6 +9,7 @@ straight to the server (no SDK retries, no product client). Counts and outcomes,
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import secrets
 import uuid
@@ -22,13 +23,16 @@ from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update import v1 as update_v1
 from temporalio.api.workflowservice.v1 import UpdateWorkflowExecutionRequest
 from temporalio.client import Client, RPCError, RPCStatusCode, WorkflowHandle
+from temporalio.contrib.workflow_streams import PollInput, PollResult
 
-from temporal_agent_interrupts import Agent, FinishReason, ToolApproval
+from temporal_agent_interrupts import Agent, FinishReason, ToolApproval, interrupt
 from temporal_agent_interrupts.client import stream as stream_module
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.client.stream import next_offset
+from temporal_agent_interrupts.errors import AgentError, ResumeRejected
 from temporal_agent_interrupts.worker.result_keys import ResultKeys
 from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.worker.testing import TokenIssuer
 from temporal_agent_interrupts.workflows.stream import MAX_FOLLOWERS, PLACES_QUERY, POLL_UPDATE
 from temporal_agent_interrupts.workflows.types import TurnEvent
 from tests import agents as t
@@ -256,7 +260,10 @@ async def hold_places(client: Client, chat: Chat, stop: asyncio.Event) -> int:
     Returns how many it sent."""
     sent = 0
     while not stop.is_set():
-        end = await next_offset(chat)
+        try:
+            end = await next_offset(chat, worker_timeout=timedelta(seconds=HANG))
+        except AgentError:
+            continue  # a busy conversation (a flood of its own): ask again
         polls = [
             asyncio.ensure_future(
                 raw_update(client, chat.id, POLL_UPDATE, poll_args(end), stage=COMPLETED)
@@ -392,3 +399,186 @@ async def test_followers_that_join_leave_and_lag_get_every_event_once_in_order(
     assert left == all_seen[:7]
     assert from_middle and from_middle == all_seen[-len(from_middle) :]
     assert ended == turns - 1
+
+
+class PollsSent:
+    """The stream poll updates this process sends: wraps the SDK's ``start_update``."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        self.sent = 0
+        start_update = WorkflowHandle.start_update
+
+        async def counted(handle: Any, update: Any, *args: Any, **kwargs: Any) -> Any:
+            if update == POLL_UPDATE:
+                self.sent += 1
+            return await start_update(handle, update, *args, **kwargs)
+
+        monkeypatch.setattr(WorkflowHandle, "start_update", counted)
+
+
+async def test_a_follower_of_a_run_whose_history_is_long_reads_by_query_not_by_refused_polls(
+    run_worker, model, client, monkeypatch
+):
+    """A namespace holder's polls from offset 0 take a run's history past the point where it
+    takes no more polls while a long tool runs (each a 48 KiB result in history). A follower
+    that attaches then does not ask by update again and again (each refused poll holds one of
+    the ten update slots until the worker refuses it, and is a workflow task): it reads by
+    query, and gets the turn's end once the run has continued as new."""
+    say = "a long preamble. " * 6000  # about 100 KiB of the model's text in the stream's log
+    model.reply(calls(("slow", {"key": "k", "seconds": 300}, "s1"), say=say), text("done"))
+    async with run_worker(agents=[t.careful]) as agents:
+        chat = await agents.chat("careful")
+        sending = asyncio.create_task(chat.send("be slow"))
+        await eventually(lambda: asyncio.sleep(0, t.RUNS["slow"]), lambda n: n == 1, timeout=15)
+        outcome: update_v1.Outcome | str = ""
+        for _ in range(1400):
+            outcome = await raw_update(client, chat.id, POLL_UPDATE, poll_args(0), stage=COMPLETED)
+            if stage(outcome) != "completed":
+                break
+        assert stage(outcome) == "rejected", outcome
+        assert await chat.handle.query(PLACES_QUERY, result_type=int) == 0
+        polls = PollsSent(monkeypatch)
+        queries = QueriesInFlight(monkeypatch)
+        end = await next_offset(chat)
+        follower = asyncio.create_task(follow_to_end(chat, end))
+        await eventually(
+            lambda: asyncio.sleep(0, (polls.sent, queries.sent)),
+            lambda counts: counts[0] >= 20 or counts[1] >= 4,
+            timeout=HANG,
+        )
+        assert polls.sent <= 2, (polls.sent, queries.sent)
+        cancelled = await asyncio.wait_for(chat.cancel("enough"), HANG)
+        seen = await asyncio.wait_for(follower, HANG)
+        sending.cancel()
+    assert cancelled.finish_reason == FinishReason.CANCELLED
+    assert seen[-1].kind == "turn_end", seen
+    assert [e.offset for e in seen] == list(range(end, end + len(seen)))
+
+
+async def flood(client: Client, chat_id: str, stop: asyncio.Event, seen: dict[str, int]) -> None:
+    """Polls the conversation refuses (past the stream's end), one after another until
+    ``stop``: each holds an update slot from the server's admission to the worker's refusal."""
+    while not stop.is_set():
+        outcome = await raw_update(client, chat_id, POLL_UPDATE, poll_args(10**9))
+        key = stage(outcome)
+        seen[key] = seen.get(key, 0) + 1
+
+
+async def test_an_update_flood_with_the_places_held_cannot_stop_an_answer_by_signal(
+    run_worker, model, client
+):
+    """A namespace holder keeps the four follower places taken and floods the chat with polls
+    it refuses, from many connections at once, so that Temporal's ten in-flight updates are
+    always taken: an answer by update may then be refused ``RESOURCE_EXHAUSTED`` (the SDK
+    retries it; other clients fail), but the answer by signal (``resume``), which takes no
+    update slot, is applied and the tool runs once."""
+    agent = gated_agent()
+    model.reply(calls(("lookup", {"key": "k"}, "c1")), text("done"))
+    stop = asyncio.Event()
+    seen: dict[str, int] = {}
+    probes: dict[str, int] = {}
+    async with run_worker(agents=[agent]) as agents:
+        chat, pending = await paused_chat(agents, agent)
+        holding = asyncio.create_task(hold_places(client, chat, stop))
+        await eventually(lambda: chat.handle.query(PLACES_QUERY, result_type=int), lambda n: n == 0)
+        flooding = [asyncio.create_task(flood(client, chat.id, stop, seen)) for _ in range(24)]
+        await eventually(lambda: asyncio.sleep(0, sum(seen.values())), lambda n: n >= 100)
+        # What a client that does not retry sees of an update while the flood goes on.
+        for _ in range(20):
+            key = stage(await raw_update(client, chat.id, POLL_UPDATE, poll_args(10**9)))
+            probes[key] = probes.get(key, 0) + 1
+        # Chat.resume meanwhile, for a call that is not pending: refused by the conversation
+        # if it got a slot (ResumeRejected), by the server if not (not asserted: the race).
+        stray = pending.model_copy(update={"ref": "not-pending"})
+        try:
+            await asyncio.wait_for(chat.resume(answers=[stray.approve()], identity="x"), HANG)
+        except ResumeRejected:
+            probes["resume reached the conversation"] = 1
+        except AgentError as e:
+            probes["resume refused: " + str(e)[:80]] = 1
+        await chat.handle.signal(
+            "resume",
+            {
+                "restart": [
+                    {
+                        "name": pending.name,
+                        "ref": pending.ref,
+                        "resumed_metadata": {"tool_approved": True},
+                    }
+                ],
+                "identity": "approver@example.com",
+            },
+        )
+        # An update of the product's own (Chat.last_turn) meanwhile: refused or not, as the
+        # flood leaves it a slot (not asserted: it is the race the flood plays).
+        try:
+            await asyncio.wait_for(chat.last_turn(), HANG)
+            probes["last_turn"] = 1
+        except AgentError as e:
+            probes["last_turn refused: " + str(e)[:80]] = 1
+        await eventually(lambda: asyncio.sleep(0, t.RUNS["lookup"]), lambda n: n == 1, timeout=HANG)
+        stop.set()
+        await asyncio.gather(holding, *flooding)
+    print("flood", seen, "probes", probes)
+    assert t.RUNS["lookup"] == 1, t.RUNS
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+ISSUER = TokenIssuer("RS256")
+
+
+async def test_a_follower_sees_no_identity_token_and_nothing_a_query_reader_does_not(
+    run_worker, model, client
+):
+    """A follower by update attached while a verified answer (its identity token, and one
+    refused token) goes in: no event it gets holds a token, and what it gets is exactly what the
+    stream's poll query returns to anyone who may query the chat."""
+    sign_off = interrupt(
+        "signOff",
+        "Ask treasury to sign off.",
+        input=t.Ask,
+        output=t.Answer,
+        approvers=["group:treasury"],
+    )
+    agent = Agent(
+        f"verified-{uuid.uuid4().hex[:8]}",
+        model="gemini-test",
+        tools=[sign_off],
+        trust=ISSUER.trust(),
+    )
+    model.reply(text("hello"), calls(("signOff", {"question": "pay?"}, "v1")), text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hi there")  # the chat exists; its stream starts
+        start = await next_offset(chat)
+        following = asyncio.create_task(follow_to_end(chat, start))
+        paused = await chat.send("pay")
+        [ask] = paused.interrupts
+        refused = ISSUER.mint("bob@example.com", groups=["sales"])
+        with pytest.raises(ResumeRejected):
+            await chat.resume(answers=[ask.respond({"approved": True})], identity_token=refused)
+        token = ISSUER.mint("alice@example.com", groups=["treasury"])
+        done = await chat.resume(
+            answers=[ask.respond({"approved": True})],
+            identity_token=token,
+            metadata={"ticket": "T-1"},
+        )
+        seen = await asyncio.wait_for(following, HANG)
+        read = await chat.handle.query(
+            POLL_UPDATE, PollInput(topics=[], from_offset=start), result_type=PollResult
+        )
+    assert done.finish_reason == FinishReason.STOP, done
+    wire = json.dumps([e.model_dump(mode="json") for e in seen])
+    for secret in (token, refused, token.split(".")[2], refused.split(".")[2]):
+        assert secret not in wire
+    assert [e.offset for e in seen] == [i.offset for i in read.items]
+    converter = client.data_converter.payload_converter
+    by_query = []
+    for item in read.items:
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(item.data))
+        event = converter.from_payload(payload, TurnEvent)
+        by_query.append(event.model_copy(update={"offset": item.offset}))
+    assert seen == by_query
+    answers = [e for e in seen if e.kind == "answer"]
+    assert answers and all(a.answer and a.answer.identity_verified for a in answers), answers
