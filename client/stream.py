@@ -190,6 +190,7 @@ async def follow(
                         poll_cooldown=POLL_COOLDOWN,
                     ),
                 )
+                handed_over = False
                 try:
                     async for item in items:
                         taken(item.offset)
@@ -202,8 +203,16 @@ async def follow(
                             shared.notify()
                         shared.handing = True
                         yield event
+                        if shared.poller is not me:
+                            # Another follower here took the poll over while our consumer
+                            # held this event (see the stale wait below): stop polling (none
+                            # is in flight: the library asks again only once its batch is
+                            # taken), and read what that follower receives.
+                            handed_over = True
+                            break
                         shared.handing = False
-                    return
+                    if not handed_over:
+                        return
                 except WorkflowUpdateRPCTimeoutOrCancelledError:
                     # The server gave up waiting for a worker to take the poll (a busy one): it
                     # took nothing, so ask again. (Our own cancellation is raised as itself.)
@@ -228,8 +237,9 @@ async def follow(
                         raise rpc_error(e, chat.id) from e
                 finally:
                     await items.aclose()
-                    shared.poller = None
-                    shared.handing = False
+                    if shared.poller is me:
+                        shared.poller = None
+                        shared.handing = False
                     shared.notify()
                 if retry is not None:
                     await asyncio.sleep(retry)
@@ -281,9 +291,15 @@ async def follow(
                 await asyncio.wait_for(changed.wait(), SHARED_WAIT if led else pause)
             except TimeoutError:
                 # The poller (or reader) holds an event its own consumer has not taken (that
-                # consumer may have stopped): read by query once. One waiting on the
-                # conversation is not behind, and an idle chat costs the others nothing.
+                # consumer may have stopped: a web client that no longer reads its stream):
+                # read by query once, and take its role over, so that the others here follow
+                # by update again instead of by a query every SHARED_WAIT. A poller holding
+                # an event has no poll in flight. One waiting on the conversation is not
+                # behind, and an idle chat costs the others nothing.
                 stale = led and shared.handing
+                if stale and shared.poller is not None:
+                    shared.poller = None
+                    shared.handing = False
             if not led:
                 pause = min(pause * 2, QUERY_READ_MAX)
     finally:

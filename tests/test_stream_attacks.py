@@ -582,3 +582,58 @@ async def test_a_follower_sees_no_identity_token_and_nothing_a_query_reader_does
     assert seen == by_query
     answers = [e for e in seen if e.kind == "answer"]
     assert answers and all(a.answer and a.answer.identity_verified for a in answers), answers
+
+
+async def test_a_poller_whose_reader_stalls_hands_the_poll_to_the_others(
+    run_worker, model, monkeypatch
+):
+    """The first follower of a chat in this process polls for the others; its own reader (a web
+    client that stops reading its stream) takes one event and no more. The poller sends no poll
+    while its event waits, so another follower takes the poll over and follows by update (not
+    by a query every ``SHARED_WAIT``), and the stalled one, once it reads again, gets every
+    event in order, once."""
+    agent = Agent(f"stalled-{uuid.uuid4().hex[:8]}", model="gemini-test")
+    model.reply(text("hello"), *(text(f"reply {i}") for i in range(3)))
+    polls = PollsSent(monkeypatch)
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hello")
+        start = await next_offset(chat)
+        release = asyncio.Event()
+        stalled_at: list[int] = []
+
+        async def stalling() -> list[TurnEvent]:
+            seen: list[TurnEvent] = []
+            async for event in chat.events(after=start - 1):
+                seen.append(event)
+                if len(seen) == 1:
+                    stalled_at.append(polls.sent)
+                    await release.wait()
+                if event.kind == "turn_end" and event.turn >= last:
+                    return seen
+            return seen
+
+        last = (await chat.status()).turns + 3
+        stalled = asyncio.create_task(stalling())
+        await asyncio.sleep(0)  # the first to follow: this process's poller
+        other = asyncio.create_task(follow_until(chat, start, last))
+        for i in range(3):
+            await chat.send(f"message {i}")
+        seen = await asyncio.wait_for(other, HANG)
+        polled_while_stalled = polls.sent - stalled_at[0]
+        release.set()
+        stalled_seen = await asyncio.wait_for(stalled, HANG)
+    assert [e.offset for e in seen] == list(range(start, start + len(seen)))
+    assert seen[-1].kind == "turn_end" and seen[-1].turn == last
+    assert stalled_seen == seen
+    assert polled_while_stalled >= 1, polls.sent
+
+
+async def follow_until(chat: Chat, start: int, last: int) -> list[TurnEvent]:
+    """The chat's events from ``start`` until turn ``last`` ends."""
+    seen = []
+    async for event in chat.events(after=start - 1):
+        seen.append(event)
+        if event.kind == "turn_end" and event.turn >= last:
+            return seen
+    return seen
