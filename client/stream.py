@@ -59,6 +59,7 @@ from temporal_agent_interrupts.errors import (
 )
 from temporal_agent_interrupts.workflows.stream import (
     HISTORY_LONG,
+    OFFSET_NOT_REACHED,
     PLACES_QUERY,
     POLL_UPDATE,
     TOPIC,
@@ -220,6 +221,13 @@ async def follow(
                 except WorkflowUpdateFailedError as e:
                     if followers_full(e):
                         shared.crowded = True
+                    elif _not_reached(e):
+                        # An offset from the caller (a web client's Last-Event-ID) past the
+                        # stream's end: the product's error, not Temporal's raw one.
+                        raise AgentError(
+                            f"chat {chat.id!r} has not reached offset {offset} yet: follow "
+                            "from an offset it has given (Chat.events(after=...))"
+                        ) from None
                     elif not _unprocessed(e):
                         raise
                 except RPCError as e:
@@ -362,6 +370,12 @@ async def _place_free(chat: Chat) -> bool:
         return int(await chat.handle.query(PLACES_QUERY, result_type=int)) > 0
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         return True
+
+
+def _not_reached(error: WorkflowUpdateFailedError) -> bool:
+    """Whether the conversation refused the poll as from past its stream's end."""
+    cause = error.cause
+    return isinstance(cause, ApplicationError) and cause.type == OFFSET_NOT_REACHED
 
 
 def _unprocessed(error: WorkflowUpdateFailedError) -> bool:

@@ -637,3 +637,23 @@ async def follow_until(chat: Chat, start: int, last: int) -> list[TurnEvent]:
         if event.kind == "turn_end" and event.turn >= last:
             return seen
     return seen
+
+
+async def test_following_from_an_offset_the_stream_has_not_reached_is_a_typed_refusal(
+    run_worker, model, client
+):
+    """``Chat.events(after=...)`` past the stream's end (a hostile ``Last-Event-ID``): the
+    conversation refuses the poll (it would hold a place for the whole run), and the caller
+    gets the product's typed error saying so, not Temporal's raw update failure; nothing is
+    held and no task fails."""
+    agent = Agent(f"ahead-{uuid.uuid4().hex[:8]}", model="gemini-test")
+    model.reply(text("hello"))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        await chat.send("hello")
+        end = await next_offset(chat)
+        with pytest.raises(AgentError, match="has not reached offset"):
+            async for _ in chat.events(after=end + 10**9):
+                pass
+        assert await chat.handle.query(PLACES_QUERY, result_type=int) == MAX_FOLLOWERS
+    await assert_no_workflow_task_failed(client, chat.id)

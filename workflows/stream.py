@@ -145,6 +145,9 @@ send a poll refused every few milliseconds, each a workflow task holding one of 
 slots while the worker refuses it. The product's follower reads by query on this refusal instead,
 as when the places are taken, and asks the places query (0 meanwhile) before it polls again."""
 
+OFFSET_NOT_REACHED = "OffsetNotReached"
+"""The refusal type of a poll from past the stream's end (see ``_validate_poll``)."""
+
 POLL_BUDGET = 48 * KiB
 """The most one poll returns (items past it come with the next poll, at once)."""
 
@@ -322,7 +325,7 @@ class ConversationStream:
             raise ApplicationError(
                 f"this conversation's stream has not reached offset {payload.from_offset} "
                 f"(the next is {self.next_offset})",
-                type="OffsetNotReached",
+                type=OFFSET_NOT_REACHED,
                 non_retryable=True,
             )
         if self.polls >= MAX_FOLLOWERS:
