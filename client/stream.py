@@ -57,7 +57,13 @@ from temporal_agent_interrupts.errors import (
     rpc_error,
     server_unreachable,
 )
-from temporal_agent_interrupts.workflows.stream import PLACES_QUERY, POLL_UPDATE, TOPIC
+from temporal_agent_interrupts.workflows.stream import (
+    HISTORY_LONG,
+    OFFSET_NOT_REACHED,
+    PLACES_QUERY,
+    POLL_UPDATE,
+    TOPIC,
+)
 from temporal_agent_interrupts.workflows.types import TurnEvent, TurnResult
 
 if TYPE_CHECKING:
@@ -76,8 +82,9 @@ again when nothing was new; it waits twice as long each time, up to :data:`QUERY
 QUERY_READ_MAX = 2.0
 """The longest a follower reading by query waits between two reads."""
 
-_TOO_MANY_FOLLOWERS = "TooManyFollowers"
-"""The conversation's refusal of a follower past its four (workflows/stream.py)."""
+_NO_PLACE = frozenset({"TooManyFollowers", HISTORY_LONG})
+"""The conversation's refusals of a follower's poll it takes no more of for now: past its four
+(``TooManyFollowers``), or while its run's history is long (workflows/stream.py)."""
 
 _UNPROCESSED = "UnprocessedUpdate"
 """The server's refusal of an update a workflow task carried but its worker never saw."""
@@ -155,12 +162,22 @@ async def follow(
             changed = shared.changed
             # The poll of this process: taken when no follower here holds it, and, once the
             # conversation has refused a place, only when it says one is free (asked by query:
-            # a poll it refuses holds an in-flight slot until the worker refuses it).
-            if (
-                shared.poller is None
-                and (not shared.crowded or await _place_free(chat))
-                and shared.poller is None
-            ):
+            # a poll it refuses holds an in-flight slot until the worker refuses it). Only the
+            # follower reading for this process asks: one places query at a time, not one per
+            # follower (a holder of four polls at the stream's end keeps the places taken, and
+            # every follower here would otherwise ask, and read, for itself).
+            free = False
+            if shared.poller is None and shared.reader in (None, me):
+                if shared.crowded:
+                    if shared.reader is None:
+                        shared.reader = me
+                        shared.head = offset
+                    free = await _place_free(chat)
+                else:
+                    free = True
+            if free and shared.poller is None:
+                if shared.reader is me:
+                    shared.reader = None
                 shared.poller = me
                 shared.head = offset
                 retry: float | None = None
@@ -174,6 +191,7 @@ async def follow(
                         poll_cooldown=POLL_COOLDOWN,
                     ),
                 )
+                handed_over = False
                 try:
                     async for item in items:
                         taken(item.offset)
@@ -186,8 +204,16 @@ async def follow(
                             shared.notify()
                         shared.handing = True
                         yield event
+                        if shared.poller is not me:
+                            # Another follower here took the poll over while our consumer
+                            # held this event (see the stale wait below): stop polling (none
+                            # is in flight: the library asks again only once its batch is
+                            # taken), and read what that follower receives.
+                            handed_over = True
+                            break
                         shared.handing = False
-                    return
+                    if not handed_over:
+                        return
                 except WorkflowUpdateRPCTimeoutOrCancelledError:
                     # The server gave up waiting for a worker to take the poll (a busy one): it
                     # took nothing, so ask again. (Our own cancellation is raised as itself.)
@@ -195,6 +221,13 @@ async def follow(
                 except WorkflowUpdateFailedError as e:
                     if followers_full(e):
                         shared.crowded = True
+                    elif _not_reached(e):
+                        # An offset from the caller (a web client's Last-Event-ID) past the
+                        # stream's end: the product's error, not Temporal's raw one.
+                        raise AgentError(
+                            f"chat {chat.id!r} has not reached offset {offset} yet: follow "
+                            "from an offset it has given (Chat.events(after=...))"
+                        ) from None
                     elif not _unprocessed(e):
                         raise
                 except RPCError as e:
@@ -212,8 +245,9 @@ async def follow(
                         raise rpc_error(e, chat.id) from e
                 finally:
                     await items.aclose()
-                    shared.poller = None
-                    shared.handing = False
+                    if shared.poller is me:
+                        shared.poller = None
+                        shared.handing = False
                     shared.notify()
                 if retry is not None:
                     await asyncio.sleep(retry)
@@ -223,10 +257,18 @@ async def follow(
             # credentials can send directly): what that follower received, or what the
             # conversation keeps, read by query (it takes no place and writes no history).
             read = shared.since(offset)
-            # Nothing to ask while this process's poller has received nothing past our offset:
-            # what it receives wakes us (and the conversation holds one query at a time
-            # while a workflow task runs: one from every follower here would be refused).
-            current = shared.poller is not None and offset >= shared.head and not stale
+            # Nothing to ask while this process's poller (or the follower reading by query for
+            # it) has received nothing past our offset: what it receives wakes us (and the
+            # conversation holds one query at a time while a workflow task runs: one from
+            # every follower here would be refused).
+            if shared.poller is None and (shared.reader is None or stale):
+                # No one reads for this process, or its reader's own consumer stopped taking
+                # events (a stale wait): this follower reads for the others from now on.
+                shared.reader = me
+                shared.head = offset
+            leader = shared.poller if shared.poller is not None else shared.reader
+            led = leader is not None and leader is not me
+            current = led and offset >= shared.head and not stale
             stale = False
             if not read and not current:
                 try:
@@ -236,24 +278,45 @@ async def follow(
                         await asyncio.sleep(0.02)
                         continue
                     raise
+                if read and shared.reader is me:
+                    # What the others here wait for: they take it as they take the poller's.
+                    if shared.users > 1:
+                        shared.recent.extend(read)
+                    shared.head = read[-1][0] + 1
+                    shared.notify()
             for at, event in read:
                 taken(at)
+                reading = shared.reader is me
+                if reading:
+                    shared.handing = True
                 yield event
+                if reading and shared.reader is me:
+                    shared.handing = False
             if read:
                 pause = QUERY_READ_FIRST
                 continue
-            polling = shared.poller is not None
             try:
-                await asyncio.wait_for(changed.wait(), SHARED_WAIT if polling else pause)
+                await asyncio.wait_for(changed.wait(), SHARED_WAIT if led else pause)
             except TimeoutError:
-                # The poller holds an event its reader has not taken (that reader may have
-                # stopped): read by query once. A poller waiting on the conversation is not
-                # behind, and an idle chat costs its other followers nothing.
-                stale = polling and shared.handing
-            if not polling:
+                # The poller (or reader) holds an event its own consumer has not taken (that
+                # consumer may have stopped: a web client that no longer reads its stream):
+                # read by query once, and take its role over, so that the others here follow
+                # by update again instead of by a query every SHARED_WAIT. A poller holding
+                # an event has no poll in flight. One waiting on the conversation is not
+                # behind, and an idle chat costs the others nothing.
+                stale = led and shared.handing
+                if stale and shared.poller is not None:
+                    shared.poller = None
+                    shared.handing = False
+            if not led:
                 pause = min(pause * 2, QUERY_READ_MAX)
     finally:
         shared.users -= 1
+        if shared.reader is me:
+            # Another follower here reads (or polls) for the rest from now on.
+            shared.reader = None
+            shared.handing = False
+            shared.notify()
         if shared.users == 0 and _FOLLOWING.get(key) is shared:
             del _FOLLOWING[key]
 
@@ -265,12 +328,16 @@ class _Followers:
     def __init__(self) -> None:
         self.users = 0
         self.poller: object | None = None
+        self.reader: object | None = None
+        """The follower that reads by query for the others while none polls (the
+        conversation's places taken): one query at a time from this process."""
         self.crowded = False
         """Whether the conversation refused this process's last poll (its places taken)."""
         self.head = 0
-        """The offset the poller reads next."""
+        """The offset the poller (or the reader) reads next."""
         self.handing = False
-        """Whether the poller waits on its reader to take an event (not on the conversation)."""
+        """Whether the poller (or the reader) waits on its own consumer to take an event (not on
+        the conversation)."""
         self.recent: deque[tuple[int, TurnEvent]] = deque(maxlen=SHARED_EVENTS)
         self.changed = asyncio.Event()
 
@@ -305,6 +372,12 @@ async def _place_free(chat: Chat) -> bool:
         return True
 
 
+def _not_reached(error: WorkflowUpdateFailedError) -> bool:
+    """Whether the conversation refused the poll as from past its stream's end."""
+    cause = error.cause
+    return isinstance(cause, ApplicationError) and cause.type == OFFSET_NOT_REACHED
+
+
 def _unprocessed(error: WorkflowUpdateFailedError) -> bool:
     """Whether the server dropped the poll without the worker seeing it (``UnprocessedUpdate``:
     the workflow task that carried it ended first); nothing was taken, so ask again."""
@@ -333,9 +406,11 @@ async def _read_by_query(chat: Chat, offset: int) -> list[tuple[int, TurnEvent]]
 
 
 def followers_full(error: BaseException) -> bool:
-    """Whether ``error`` is the conversation refusing one more follower."""
+    """Whether ``error`` is the conversation refusing one more follower for now (its places
+    taken, or its run's history long): read by query, and ask its places query before polling
+    again."""
     cause = error.cause if isinstance(error, WorkflowUpdateFailedError) else None
-    return isinstance(cause, ApplicationError) and cause.type == _TOO_MANY_FOLLOWERS
+    return isinstance(cause, ApplicationError) and cause.type in _NO_PLACE
 
 
 def _gone(chat: Chat, wanted: int, first: int) -> EventsGone:

@@ -20,7 +20,8 @@ What it costs, and its bounds:
   long poll), and each delivery is an update: about two history events per follower per batch.
   :data:`MAX_FOLLOWERS` wait at once, each for the stream's end at most (a poll past it is
   refused), so a place held by a poll sent directly is free again at the next event; the
-  product's followers read by query meanwhile (``client/stream.py``).
+  product's followers read by query meanwhile (``client/stream.py``), and so they do while a
+  run's history is long (:data:`HISTORY_LONG`).
 - Items are at most :data:`MAX_ITEM_BYTES`: longer text is split over several ``text`` events;
   a tool input or output larger than that shows as a stated placeholder (``Chat.pending()`` and
   ``Chat.history()`` have them whole).
@@ -86,9 +87,10 @@ POLL_UPDATE = "__temporal_workflow_stream_poll"
 OFFSET_QUERY = "__temporal_workflow_stream_offset"
 PLACES_QUERY = "__agent_stream_follower_places"
 """How many more followers the conversation takes now (:data:`MAX_FOLLOWERS` less those
-waiting; 0 while detached): asked by a follower before it asks for a place by update, once one
-was refused, so that followers reading by query send no update that would only be refused
-(each refused one holds one of the ten in-flight slots until the worker refuses it)."""
+waiting; 0 while detached or while its history is long, :data:`HISTORY_LONG`): asked by a
+follower before it asks for a place by update, once one was refused, so that followers reading
+by query send no update that would only be refused (each refused one holds one of the ten
+in-flight slots until the worker refuses it)."""
 
 MAX_ITEM_BYTES = 16 * KiB
 """The largest turn event on the stream, as JSON."""
@@ -133,6 +135,18 @@ Temporal's 50 MiB): see ``ConversationStream._validate_poll``."""
 
 POLL_HISTORY_EVENTS = 2 * RUN.can_events
 """The same in events (Temporal terminates a run at 51,200)."""
+
+HISTORY_LONG = "StreamHistoryLong"
+"""The refusal type of a poll while the run's history is past :data:`POLL_HISTORY_BYTES` or
+:data:`POLL_HISTORY_EVENTS`. Not :data:`STREAM_DRAINING`: the library's subscriber asks again
+after its cooldown on that (the product's follower every 20 ms), and this lasts until the run
+continues as new, which may be the whole of a long tool's run: every follower process would
+send a poll refused every few milliseconds, each a workflow task holding one of the ten update
+slots while the worker refuses it. The product's follower reads by query on this refusal instead,
+as when the places are taken, and asks the places query (0 meanwhile) before it polls again."""
+
+OFFSET_NOT_REACHED = "OffsetNotReached"
+"""The refusal type of a poll from past the stream's end (see ``_validate_poll``)."""
 
 POLL_BUDGET = 48 * KiB
 """The most one poll returns (items past it come with the next poll, at once)."""
@@ -290,19 +304,18 @@ class ConversationStream:
             raise ApplicationError(
                 "this run's followers are detached for continue-as-new", type=STREAM_DRAINING
             )
-        info = workflow.info()
-        if (
-            info.get_current_history_size() >= POLL_HISTORY_BYTES
-            or info.get_current_history_length() >= POLL_HISTORY_EVENTS
-        ):
+        if _history_long():
             # Each delivery writes its result to history, and a run can only continue as new at
             # a pause: polls while a long tool runs could take the run to Temporal's limits,
-            # where the server terminates it. A refused poll writes nothing; the library's
-            # subscriber waits and asks again, and is let in once the run has continued as new.
+            # where the server terminates it. A refused poll writes nothing; the product's
+            # follower reads by query meanwhile and polls again once the places query says a
+            # place is free (in the run that continued as new). See HISTORY_LONG.
             raise ApplicationError(
                 "this run's history is long: following resumes once it continues as new (at "
-                "the turn's next pause or end)",
-                type=STREAM_DRAINING,
+                "the turn's next pause or end); read by query (the stream's poll query) "
+                "meanwhile",
+                type=HISTORY_LONG,
+                non_retryable=True,
             )
         if payload.from_offset > self.next_offset:
             # No follower of ours asks past the end (each asks from the offset it reached), and
@@ -312,7 +325,7 @@ class ConversationStream:
             raise ApplicationError(
                 f"this conversation's stream has not reached offset {payload.from_offset} "
                 f"(the next is {self.next_offset})",
-                type="OffsetNotReached",
+                type=OFFSET_NOT_REACHED,
                 non_retryable=True,
             )
         if self.polls >= MAX_FOLLOWERS:
@@ -324,8 +337,12 @@ class ConversationStream:
             )
 
     def free_places(self) -> int:
-        """How many more followers would be taken now (:data:`PLACES_QUERY`)."""
-        return 0 if self._draining else max(MAX_FOLLOWERS - self.polls, 0)
+        """How many more followers would be taken now (:data:`PLACES_QUERY`): none while the
+        run takes no polls (detached, or its history long), so that a follower reading by
+        query does not ask by update only to be refused."""
+        if self._draining or _history_long():
+            return 0
+        return max(MAX_FOLLOWERS - self.polls, 0)
 
     async def poll(self, payload: PollInput) -> PollResult:
         """The library's long poll, its result cut to :data:`POLL_BUDGET`."""
@@ -365,6 +382,15 @@ class ConversationStream:
         """The log continue-as-new carries: its newest :data:`CARRY_BYTES`."""
         self.trim(CARRY_BYTES)
         return self._stream.get_state()
+
+
+def _history_long() -> bool:
+    """Whether the run's history is past the point where it takes no more polls."""
+    info = workflow.info()
+    return (
+        info.get_current_history_size() >= POLL_HISTORY_BYTES
+        or info.get_current_history_length() >= POLL_HISTORY_EVENTS
+    )
 
 
 def encode_item(payload: Payload) -> str:
