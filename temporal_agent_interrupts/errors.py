@@ -270,6 +270,16 @@ def rpc_error(err: RPCError, chat_id: str) -> AgentError:
         )
     if err.status == RPCStatusCode.NOT_FOUND:
         return ChatNotFound(f"no conversation with id {chat_id!r}", chat_id=chat_id)
+    if err.status == RPCStatusCode.RESOURCE_EXHAUSTED and "in-flight updates" in err.message:
+        # Temporal holds at most 10 updates in flight a run; whoever can send updates can fill
+        # them (docs/security.md). Signals are not counted: the resume signal still lands.
+        busy = AgentError(
+            f"chat {chat_id!r} has as many requests in flight as Temporal allows (10 updates); "
+            "nothing was applied. Try again shortly, or answer by the resume signal, which "
+            "this limit does not hold back"
+        )
+        busy.code = "conflict"
+        return busy
     if worker_missing(err):
         return no_worker(None, queued=False)
     return AgentError(f"Temporal error: {err.message}")

@@ -21,8 +21,10 @@ from temporalio.api.workflowservice.v1 import (
     UpdateWorkflowExecutionResponse,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from temporal_agent_interrupts import AgentClient, FinishReason, tool
+from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.errors import AgentError, NoWorkerAnswered
 from temporal_agent_interrupts.worker.standin import calls, text
 from temporal_agent_interrupts.workflows import Agent, ToolApproval
@@ -178,3 +180,23 @@ async def test_an_answer_dropped_every_time_says_so_and_leaves_the_chat_paused(
         done = await chat.resume(answers=[asked.approve()])
         assert done.finish_reason == FinishReason.STOP
     assert RAN["wait"] == 1
+
+
+async def test_an_answer_refused_for_a_full_update_slate_says_what_still_lands(client, monkeypatch):
+    """Temporal holds ten updates in flight a run, and whoever may send updates can fill them
+    (tests/test_stream_attacks.py): the server's refusal reads as the product's, and names the
+    resume signal, which that limit does not hold back."""
+    chat = await AgentClient(client, task_queue=f"tq-{uuid.uuid4()}").chat(slow.name)
+    full = RPCError(
+        "limit on number of concurrent in-flight updates has been reached (10)",
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        b"",
+    )
+
+    async def refused(self: Chat, update: Any, arg: Any, **kwargs: Any) -> Any:
+        raise full
+
+    monkeypatch.setattr(Chat, "_update_once", refused)
+    with pytest.raises(AgentError, match=r"as many requests in flight .* resume signal") as e:
+        await chat._update(None, None, worker_timeout=None)
+    assert e.value.code == "conflict"
