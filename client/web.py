@@ -101,6 +101,7 @@ from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     GrantScope,
+    HistoryResult,
     InterruptRequest,
     JsonObject,
     StatusResult,
@@ -224,6 +225,10 @@ FOLLOW_CHECK_MAX_SECONDS = 8.0
 # How often an answer pinned to a checked run is checked and sent again when that run refused
 # it as closed: a continue-as-new in between moves the chat to a new run once.
 _PINNED_TRIES = 5
+
+# How many times an AG-UI connect reads where its thread stands when the running turn it saw
+# ends between its reads (see _App._where_it_stands).
+_CONNECT_TRIES = 3
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
@@ -1222,10 +1227,7 @@ class _App:
     async def _connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
         """A run with no new message and no answers: where the thread stands. The messages,
         then the pending interrupts (a paused thread) or the rest of the running turn."""
-        status = await chat.status(worker_timeout=self.worker_timeout)
-        _same_agent(chat, status)
-        history = await chat.history(worker_timeout=self.worker_timeout)
-        start = await next_offset(chat, worker_timeout=self.worker_timeout)
+        status, history, start = await self._where_it_stands(chat)
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
         for pos, event in frames.started():
             yield agui.encode(event, frames.frame_id(pos))
@@ -1252,6 +1254,38 @@ class _App:
             result, offset=start, snapshot=snapshot, pending=status.pending
         ):
             yield agui.encode(event, frames.frame_id(pos))
+
+    async def _where_it_stands(self, chat: Chat) -> tuple[StatusResult, HistoryResult, int]:
+        """The thread's status, its messages, and the offset a running turn is followed from.
+
+        Three queries, so the turn may end between them: a turn that was running at the status
+        but had ended by the offset would be followed from past its ``turn_end``, and the
+        stream would wait for a run that never comes, then end without ``RUN_FINISHED``. So
+        a running turn's status is asked again after the offset: the same turn still running
+        then published its end at the offset or later. If it ended, everything is read again
+        (the thread now stands elsewhere); after :data:`_CONNECT_TRIES` such ends in a row (a
+        thread whose turns keep ending and starting), the last reads are used with the second
+        status: a turn running then ends at or after the offset, so the stream still ends, at
+        the first ``turn_end`` it meets. A connect to a running turn costs one query more.
+        """
+        tries = 0
+        while True:
+            tries += 1
+            status = await chat.status(worker_timeout=self.worker_timeout)
+            _same_agent(chat, status)
+            history = await chat.history(worker_timeout=self.worker_timeout)
+            start = await next_offset(chat, worker_timeout=self.worker_timeout)
+            if status.status != "running":
+                # Its outcome is shown from this status, at once: there is no end to wait for.
+                return status, history, start
+            again = await chat.status(worker_timeout=self.worker_timeout)
+            if again.status == "running" and again.turns == status.turns:
+                return status, history, start
+            if tries == _CONNECT_TRIES:
+                break
+        if again.status != "running":
+            history = await chat.history(worker_timeout=self.worker_timeout)
+        return again, history, start
 
     async def _reattach(
         self, chat: Chat, run: RunAgentInput, start: int, after: agui.FramePos
