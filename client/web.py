@@ -194,7 +194,7 @@ as long as their clients stayed, and took 28% of a core."""
 HEADER_DEADLINE = 10.0
 """Seconds a request has, from its first byte, to send its whole request line and headers:
 uvicorn sets none (any byte resets its keep-alive timer), so a connection that never finishes
-one would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+one would hold its place for ever, and :data:`CONNECTIONS` of them answer everyone else 503."""
 
 KEEP_ALIVE_SECONDS = 5.0
 """Seconds a connection may stay open with no request begun (a new one, or one kept alive
@@ -209,8 +209,11 @@ MAX_HEADERS = 100
 BODY_DEADLINE = 30.0
 """Seconds a request has to send its whole body (at most ``max_body``)."""
 
-CONNECTIONS = 1000
-"""Connections (and requests in flight) uvicorn takes at once; past it, a 503. Per-client
+CONNECTIONS = 4096
+"""Connections (and requests in flight) the app takes at once, fewer if the open-file limit
+leaves room for fewer (``http_server.file_room``, which raises the soft limit to the hard one
+first); past it, a 503 that says the server is full. Each AG-UI stream holds one for as long as
+it follows its run: at 1,000, a thousand streams left no room for an inbox page. Per-client
 limits are a reverse proxy's work: deploy one in front of anything beyond loopback."""
 
 
@@ -1704,7 +1707,7 @@ def connection_limits() -> ConnectionLimits:
         max_header_bytes=MAX_HEADER_BYTES,
         max_headers=MAX_HEADERS,
         max_connections=CONNECTIONS,
-        # Past CONNECTIONS a request gets 503 (uvicorn's limit_concurrency). Bodies are the
+        # Past CONNECTIONS a request gets 503 (http_server's _full). Bodies are the
         # app's own (max_body, BODY_DEADLINE: a 408 it writes itself); answers have no
         # deadline: a stream follows its conversation for as long as a turn runs.
         # A connection that never finishes a head is closed with nothing said, as uvicorn
