@@ -106,6 +106,10 @@ async def test_a_reattach_to_an_idle_thread_ends_within_its_deadline_asking_less
             assert ended, f"the reattach was still waiting after {wait + HANG:.0f}s ({asked})"
             assert waiting.result() == []
             assert sum(asked.values()) <= bound, (asked, bound)
+            # Its thread idle, its history did not grow: the worker was asked the thread's
+            # status and the stream's offset once each, at the reattach, however long it
+            # waited (issue 51: each of 1,000 waiting streams asked every 8 s).
+            assert asked["status"] == 1 and asked["__temporal_workflow_stream_offset"] == 1, asked
             assert not app.state.agents.streams
 
             # Reconnecting with the same id, as the client does: the run, once it begins.
