@@ -56,6 +56,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,6 +102,7 @@ from temporal_agent_interrupts.workflows.limits import DOOR, KiB, MiB
 from temporal_agent_interrupts.workflows.types import (
     FinishReason,
     GrantScope,
+    HistoryResult,
     InterruptRequest,
     JsonObject,
     StatusResult,
@@ -193,7 +195,7 @@ as long as their clients stayed, and took 28% of a core."""
 HEADER_DEADLINE = 10.0
 """Seconds a request has, from its first byte, to send its whole request line and headers:
 uvicorn sets none (any byte resets its keep-alive timer), so a connection that never finishes
-one would hold its place for ever, and ``limit_concurrency`` of them answer everyone else 503."""
+one would hold its place for ever, and :data:`CONNECTIONS` of them answer everyone else 503."""
 
 KEEP_ALIVE_SECONDS = 5.0
 """Seconds a connection may stay open with no request begun (a new one, or one kept alive
@@ -208,15 +210,19 @@ MAX_HEADERS = 100
 BODY_DEADLINE = 30.0
 """Seconds a request has to send its whole body (at most ``max_body``)."""
 
-CONNECTIONS = 1000
-"""Connections (and requests in flight) uvicorn takes at once; past it, a 503. Per-client
+CONNECTIONS = 4096
+"""Connections (and requests in flight) the app takes at once, fewer if the open-file limit
+leaves room for fewer (``http_server.file_room``, which raises the soft limit to the hard one
+first); past it, a 503 that says the server is full. Each AG-UI stream holds one for as long as
+it follows its run: at 1,000, a thousand streams left no room for an inbox page. Per-client
 limits are a reverse proxy's work: deploy one in front of anything beyond loopback."""
 
 
 FOLLOW_CHECK_SECONDS = 0.5
 """How soon a stream with nothing to send first asks where its conversation stands (by query:
-its history records nothing of it); each time nothing has changed, it waits twice as long, up to
-:data:`FOLLOW_CHECK_MAX_SECONDS`."""
+its history records nothing of it; a stream waiting for a run to begin asks the server first
+whether the history has grown, and the worker only if it has); each time nothing has changed,
+it waits twice as long, up to :data:`FOLLOW_CHECK_MAX_SECONDS`."""
 
 FOLLOW_CHECK_MAX_SECONDS = 8.0
 """The longest a stream with nothing to send waits between two asks."""
@@ -224,6 +230,10 @@ FOLLOW_CHECK_MAX_SECONDS = 8.0
 # How often an answer pinned to a checked run is checked and sent again when that run refused
 # it as closed: a continue-as-new in between moves the chat to a new run once.
 _PINNED_TRIES = 5
+
+# How many times an AG-UI connect reads where its thread stands when the running turn it saw
+# ends between its reads (see _App._where_it_stands).
+_CONNECT_TRIES = 3
 
 # A chat id or a ref in a path: printable, no control characters, bounded (a workflow id is at
 # most 1,000 bytes on the server; refs are far shorter).
@@ -1222,10 +1232,7 @@ class _App:
     async def _connect(self, chat: Chat, run: RunAgentInput) -> AsyncIterator[str]:
         """A run with no new message and no answers: where the thread stands. The messages,
         then the pending interrupts (a paused thread) or the rest of the running turn."""
-        status = await chat.status(worker_timeout=self.worker_timeout)
-        _same_agent(chat, status)
-        history = await chat.history(worker_timeout=self.worker_timeout)
-        start = await next_offset(chat, worker_timeout=self.worker_timeout)
+        status, history, start = await self._where_it_stands(chat)
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
         for pos, event in frames.started():
             yield agui.encode(event, frames.frame_id(pos))
@@ -1253,22 +1260,66 @@ class _App:
         ):
             yield agui.encode(event, frames.frame_id(pos))
 
+    async def _where_it_stands(self, chat: Chat) -> tuple[StatusResult, HistoryResult, int]:
+        """The thread's status, its messages, and the offset a running turn is followed from.
+
+        Three queries, so the turn may end between them: a turn that was running at the status
+        but had ended by the offset would be followed from past its ``turn_end``, and the
+        stream would wait for a run that never comes, then end without ``RUN_FINISHED``. So
+        a running turn's status is asked again after the offset: the same turn still running
+        then published its end at the offset or later. If it ended, everything is read again
+        (the thread now stands elsewhere); after :data:`_CONNECT_TRIES` such ends in a row (a
+        thread whose turns keep ending and starting), the last reads are used with the second
+        status: a turn running then ends at or after the offset, so the stream still ends, at
+        the first ``turn_end`` it meets. A connect to a running turn costs one query more.
+        """
+        tries = 0
+        while True:
+            tries += 1
+            status = await chat.status(worker_timeout=self.worker_timeout)
+            _same_agent(chat, status)
+            history = await chat.history(worker_timeout=self.worker_timeout)
+            start = await next_offset(chat, worker_timeout=self.worker_timeout)
+            if status.status != "running":
+                # Its outcome is shown from this status, at once: there is no end to wait for.
+                return status, history, start
+            again = await chat.status(worker_timeout=self.worker_timeout)
+            if again.status == "running" and again.turns == status.turns:
+                return status, history, start
+            if tries == _CONNECT_TRIES:
+                break
+        if again.status != "running":
+            history = await chat.history(worker_timeout=self.worker_timeout)
+        return again, history, start
+
     async def _reattach(
         self, chat: Chat, run: RunAgentInput, start: int, after: agui.FramePos
     ) -> AsyncIterator[str]:
         """The rest of a run after frame ``after``, recomputed from the conversation's stream."""
-        _same_agent(chat, await chat.status(worker_timeout=self.worker_timeout))
-        if start > await next_offset(chat, worker_timeout=self.worker_timeout):
+        grown = _HistoryGrowth(chat)
+        await grown()  # before the reads below: a run that begins after them is seen growing
+        status = await chat.status(worker_timeout=self.worker_timeout)
+        _same_agent(chat, status)
+        offset = await next_offset(chat, worker_timeout=self.worker_timeout)
+        if start > offset:
             raise Problem(404, "not_found", "Last-Event-ID names a run this thread never had")
         frames = agui.RunFrames(thread_id=chat.id, run_id=run.run_id, start=start)
         for pos, event in frames.started():
             if pos > after:
                 yield agui.encode(event, frames.frame_id(pos))
-        async for frame in self._follow_run(chat, frames, after=after):
+        # What was just read serves the wait's first check: two queries for the worker, not
+        # four (1,000 reattaches at once are 2,000 replays for a worker whose cache is 100).
+        seen = _Seen(grown=grown, status=status, offset=offset)
+        async for frame in self._follow_run(chat, frames, after=after, seen=seen):
             yield frame
 
     async def _follow_run(
-        self, chat: Chat, frames: agui.RunFrames, *, after: agui.FramePos | None
+        self,
+        chat: Chat,
+        frames: agui.RunFrames,
+        *,
+        after: agui.FramePos | None,
+        seen: _Seen | None = None,
     ) -> AsyncIterator[str]:
         """The run's frames from its start offset until it ends: at its ``turn_end``, or, for
         answers that left others pending (no ``turn_end``), once the stream is read to its end
@@ -1279,8 +1330,9 @@ class _App:
             # withdrawn: a client that goes away leaves its place taken until the next event.
             # So nothing is followed until the stream holds something of this run: a reattach
             # to a run not begun yet (an idle thread's next) waits by query, which takes no
-            # place. Otherwise four dropped reattaches left the thread's next run's streams to
-            # read by query (client/stream.py's follow, when the places are taken).
+            # place, asked only once the history has grown (_HistoryGrowth: the server's word,
+            # not a worker's). Otherwise four dropped reattaches left the thread's next run's
+            # streams to read by query (client/stream.py's follow, when the places are taken).
             # That wait ends after reattach_wait, with nothing more sent: the client reconnects
             # with the same Last-Event-ID (the run's frames keep their ids whenever it begins),
             # and a client that has gone stops asking.
@@ -1288,12 +1340,23 @@ class _App:
             until = loop.time() + self.reattach_wait.total_seconds()
             pause = FOLLOW_CHECK_SECONDS
             asked = False
-            while await next_offset(chat, worker_timeout=self.worker_timeout) <= frames.start:
+            grown = seen.grown if seen is not None else _HistoryGrowth(chat)
+            offset = seen.offset if seen is not None else None
+            while True:
+                if offset is None and await grown():
+                    offset = await next_offset(chat, worker_timeout=self.worker_timeout)
+                if offset is not None and offset > frames.start:
+                    break
+                offset = None
                 if not asked:
                     # Once: a pause or a turn publishes on the stream, which the offset shows;
                     # only a close may not, and this wait ends by itself.
                     asked = True
-                    status = await chat.status(worker_timeout=self.worker_timeout)
+                    status = (
+                        seen.status
+                        if seen is not None
+                        else await chat.status(worker_timeout=self.worker_timeout)
+                    )
                     if status.status == "closed":
                         break  # following reads what is left, and ends
                     if status.status == "interrupted" and status.pending:
@@ -1364,6 +1427,46 @@ class _App:
             return False
         status = await chat.status(worker_timeout=self.worker_timeout)
         return status.status == "interrupted" and bool(status.pending)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Seen:
+    """What a reattach read of its thread, for the first check of its wait."""
+
+    grown: _HistoryGrowth
+    """Asked before the reads below."""
+    status: StatusResult
+    offset: int
+
+
+class _HistoryGrowth:
+    """Whether a chat's history has grown since last asked (True the first time, and when the
+    server cannot say), asked of the server alone (``describe``).
+
+    A stream waiting for a run to begin asked the conversation's stream offset by query at
+    every check, and a query is a worker's work: a replay, for a conversation out of its cache
+    (100 by default). 1,000 such streams in one web process asked one worker 125 queries a
+    second at the 8 s pause, for as long as they waited; in ``python -m bench.followers
+    --chats 1000`` the worker then took over 60 s to accept a message or an answer
+    (``NoWorkerAnswered``). A run that begins writes history (the message's update, its
+    workflow task), so the offset is asked only once the history has grown.
+    """
+
+    def __init__(self, chat: Chat) -> None:
+        self._chat = chat
+        self._length: int | None = None
+        self._run: str | None = None
+
+    async def __call__(self) -> bool:
+        try:
+            described = await self._chat.handle.describe()
+        except RPCError:
+            return True  # the query says what there is to say (a chat gone, a server away)
+        seen = (described.run_id, described.history_length)
+        if seen == (self._run, self._length):
+            return False
+        self._run, self._length = seen
+        return True
 
 
 async def _still_running(chat: Chat) -> bool:
@@ -1670,7 +1773,7 @@ def connection_limits() -> ConnectionLimits:
         max_header_bytes=MAX_HEADER_BYTES,
         max_headers=MAX_HEADERS,
         max_connections=CONNECTIONS,
-        # Past CONNECTIONS a request gets 503 (uvicorn's limit_concurrency). Bodies are the
+        # Past CONNECTIONS a request gets 503 (http_server's _full). Bodies are the
         # app's own (max_body, BODY_DEADLINE: a 408 it writes itself); answers have no
         # deadline: a stream follows its conversation for as long as a turn runs.
         # A connection that never finishes a head is closed with nothing said, as uvicorn

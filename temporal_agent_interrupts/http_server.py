@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import queue
 import socket
 import struct
@@ -61,7 +62,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import h11
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 _T = TypeVar("_T")
 
@@ -72,6 +73,63 @@ _READ_AHEAD_BYTES = 64 * 1024
 
 LISTEN_BACKLOG = 128
 """Connections the kernel queues for a listener before they are accepted."""
+
+FILE_HEADROOM = 64
+"""File descriptors :func:`serve` leaves to the rest of the process beyond those it has open
+at start (the Temporal client's reconnects, a worker served beside the app, the one more
+connection that is accepted only to be refused): connections are capped below the
+open-file limit by this much. A server that ran out took no connection at all (the kernel
+queued them, unanswered) and left nothing for the rest of the process."""
+
+
+@dataclass(frozen=True)
+class FileRoom:
+    """What the open-file limit leaves for connections (:func:`file_room`)."""
+
+    soft: int
+    """The soft ``RLIMIT_NOFILE`` now (raised to the hard one where it was lower)."""
+    hard: int
+    open: int
+    """File descriptors the process had open."""
+
+    @property
+    def connections(self) -> int:
+        """Connections the process can hold with :data:`FILE_HEADROOM` to spare (at least 1)."""
+        return max(1, self.soft - self.open - FILE_HEADROOM)
+
+
+def file_room() -> FileRoom | None:
+    """Raise this process's soft open-file limit to its hard one, and say what it leaves for
+    connections; None where the platform has no such limit (Windows).
+
+    Each connection is a file descriptor, and the soft limit is often 1,024 where the hard one
+    is far higher: a server holding a thousand streams ran out. The hard limit is the
+    operator's to set (``ulimit -Hn``, ``LimitNOFILE=``); the soft one any process may raise
+    up to it, as Go's runtime does at start.
+    """
+    try:
+        import resource  # Unix's: imported here, so that the web app imports anywhere
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    infinity = resource.RLIM_INFINITY
+    if soft != infinity and (hard == infinity or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as e:  # macOS refuses more than its OPEN_MAX
+            log.debug("the open-file limit stays at %d: %s", soft, e)
+    # Infinity is no number of files; Linux's own ceiling (nr_open) is 2**20 by default.
+    soft, hard = (v if v != infinity else 1 << 20 for v in (soft, hard))
+    return FileRoom(soft=soft, hard=hard, open=_open_files())
+
+
+def _open_files() -> int:
+    """File descriptors this process has open (0 where it cannot say)."""
+    for where in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return len(os.listdir(where))
+    return 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -633,6 +691,10 @@ async def serve(
 
     It accepts connections itself, not through uvicorn's ``Server``: so that, with
     ``limits.queue_excess``, a connection past ``max_connections`` is not accepted at all.
+    It raises the process's soft open-file limit to the hard one, and takes at most as many
+    connections as that leaves room for (:func:`file_room`), saying so in its log when that is
+    fewer than ``max_connections``; without ``queue_excess``, a request past them gets a 503
+    that says why (:func:`_full`), and the connections already served go on.
 
     Args:
         graceful_seconds: At a stop, how long requests under way get to end before they are
@@ -646,9 +708,28 @@ async def serve(
     import uvicorn
     from uvicorn.server import ServerState
 
+    capacity = limits.max_connections
+    room = file_room()
+    if room is not None and room.connections < capacity:
+        capacity = room.connections
+        log.warning(
+            "serving at most %d connections at once, not %d: the open-file limit is %d "
+            "(hard limit %d) and %d files are open; raise the hard limit (ulimit -Hn, "
+            "systemd's LimitNOFILE=) to serve more",
+            capacity,
+            limits.max_connections,
+            room.soft,
+            room.hard,
+            room.open,
+        )
     own = sock is None
     listener = bind(host, port) if sock is None else sock
     listener.setblocking(False)
+    state = ServerState()
+    if not limits.queue_excess:
+        # uvicorn's own limit_concurrency answers "Service Unavailable" and logs nothing the
+        # operator sees (its warnings are a client's doing here: _ClientFaults).
+        app = _full(app, state=state, capacity=capacity)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -662,14 +743,13 @@ async def serve(
         # any byte) is the same length.
         timeout_keep_alive=limits.idle_seconds,  # type: ignore[arg-type]  # loop.call_later takes a float
         h11_max_incomplete_event_size=limits.max_header_bytes,
-        limit_concurrency=None if limits.queue_excess else limits.max_connections,
+        limit_concurrency=None,  # queue_excess's slots, or _full's 503
         server_header=False,
         date_header=False,
     )
     config.load()
-    state = ServerState()
     count = connections if connections is not None else Connections()
-    slots = asyncio.Semaphore(limits.max_connections)
+    slots = asyncio.Semaphore(capacity)
 
     def lost() -> None:
         count.open -= 1
@@ -736,6 +816,37 @@ async def serve(
             task.cancel()
         await asyncio.gather(*state.tasks, return_exceptions=True)
         await asyncio.sleep(0)  # connection_lost runs: every count given back
+
+
+def _full(app: ASGIApp, *, state: Any, capacity: int) -> ASGIApp:
+    """``app``, but a request on a connection past ``capacity`` (uvicorn's ``ServerState``
+    counts them, this one too) gets a 503 that says the server is full, with
+    ``Connection: close``; the connections within it are served as ever."""
+    body = (
+        f"this server holds as many connections as it can take ({capacity}): try again shortly\n"
+    ).encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+        (b"cache-control", b"no-store"),
+        (b"connection", b"close"),
+    ]
+    warned = False
+
+    async def full_or_app(scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal warned
+        if scope["type"] != "http" or len(state.connections) <= capacity:
+            warned = False
+            await app(scope, receive, send)
+            return
+        if not warned:  # once each time it fills: a flood of them would fill the log
+            warned = True
+            log.warning("%d connections open, the most this server takes: refusing (503)", capacity)
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return full_or_app
 
 
 class Pool(concurrent.futures.Executor):

@@ -8,6 +8,11 @@ counted per chat, so two of one user's reconnects locked every other user of the
 Now a stream waiting for a run that has not begun ends after ``reattach_wait``, asking less
 often as it waits, and slots are counted per requester. Query costs are counted here, never
 timed (timing is bench's).
+
+Issue 51: a connect (no message, no answers, no ``Last-Event-ID``) read the thread's status,
+then its messages, then its stream's offset; a turn that ended between the status and the
+offset was followed from past its end, and the stream waited ``reattach_wait`` and ended
+without ``RUN_FINISHED``. The test makes the turn end right there, every time.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from datetime import timedelta
 from typing import Any
 
 import httpx2
+from pydantic import BaseModel
 
-from temporal_agent_interrupts import Agent
+from temporal_agent_interrupts import Agent, ToolContext, tool
 from temporal_agent_interrupts.client import web
 from temporal_agent_interrupts.client.api import Chat
 from temporal_agent_interrupts.client.stream import next_offset
 from temporal_agent_interrupts.client.web import agents_app
-from temporal_agent_interrupts.worker.standin import text
+from temporal_agent_interrupts.worker.standin import calls, text
+from temporal_agent_interrupts.workflows.types import StatusResult
 from tests import agents as t
 from tests.helpers import assert_no_workflow_task_failed, eventually
 from tests.web import Frame, frames, run_input, served
@@ -99,6 +106,10 @@ async def test_a_reattach_to_an_idle_thread_ends_within_its_deadline_asking_less
             assert ended, f"the reattach was still waiting after {wait + HANG:.0f}s ({asked})"
             assert waiting.result() == []
             assert sum(asked.values()) <= bound, (asked, bound)
+            # Its thread idle, its history did not grow: the worker was asked the thread's
+            # status and the stream's offset once each, at the reattach, however long it
+            # waited (issue 51: each of 1,000 waiting streams asked every 8 s).
+            assert asked["status"] == 1 and asked["__temporal_workflow_stream_offset"] == 1, asked
             assert not app.state.agents.streams
 
             # Reconnecting with the same id, as the client does: the run, once it begins.
@@ -164,4 +175,67 @@ async def test_the_status_querys_carried_size_follows_every_change(run_worker, m
         await client.get_workflow_handle(chat.id).signal("resume", {"not": "an answer"})
         third = await eventually(chat.status, lambda s: s.rejections == 1, timeout=HANG)
         assert third.carried_bytes is not None and third.carried_bytes > second
+    await assert_no_workflow_task_failed(client, chat.id)
+
+
+class _Held(BaseModel):
+    key: str
+
+
+_GATES: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+"""Per chat: set when its ``hold`` tool runs, and what lets it end (the test's loop runs the
+worker's activities)."""
+
+
+@tool("hold", "Runs until the test lets it end.")
+async def hold(inp: _Held, ctx: ToolContext) -> dict[str, str]:
+    running, release = _GATES[ctx.chat_id]
+    running.set()
+    await release.wait()
+    return {"held": inp.key}
+
+
+async def test_a_connect_to_a_turn_that_ends_between_its_reads_gets_the_runs_end(
+    run_worker, model, client, monkeypatch
+):
+    """A connect sees the turn running; the turn ends before the connect's next read. The
+    stream still ends with the turn's ``RUN_FINISHED`` (its reply), not after
+    ``reattach_wait`` with nothing."""
+    agent = Agent(f"streams-{uuid.uuid4().hex[:8]}", model="gemini-test", tools=[hold])
+    model.reply(calls(("hold", {"key": "k"}, "c1")), text("done"))
+    async with run_worker(agents=[agent]) as agents:
+        chat = await agents.chat(agent.name)
+        running, release = _GATES[chat.id] = (asyncio.Event(), asyncio.Event())
+        sending = asyncio.ensure_future(chat.send("go"))
+        await asyncio.wait_for(running.wait(), HANG)
+        # Short, so that a stream waiting for a run that never comes ends well within HANG.
+        app = agents_app(
+            agents, identity=lambda _: "tester@example.com", reattach_wait=timedelta(seconds=2)
+        )
+        status = Chat.status
+        raced: list[StatusResult] = []
+
+        async def turn_ends_after_the_first_status(self: Chat, **kwargs: Any) -> StatusResult:
+            seen = await status(self, **kwargs)
+            if self.id == chat.id and not raced and seen.status == "running":
+                raced.append(seen)
+                release.set()  # the turn ends now, before the connect reads anything else
+                await eventually(lambda: status(chat), lambda s: s.status == "idle", timeout=HANG)
+            return seen
+
+        try:
+            async with served(app) as base, httpx2.AsyncClient(timeout=HANG) as http:
+                monkeypatch.setattr(Chat, "status", turn_ends_after_the_first_status)
+                seen = await asyncio.wait_for(
+                    frames(http, f"{base}/agui/{agent.name}", run_input(chat.id)), HANG
+                )
+                monkeypatch.undo()
+        finally:
+            release.set()
+            del _GATES[chat.id]
+        assert raced, "the connect never saw the turn running"
+        assert (await sending).text == "done"
+        types = [f.type for f in seen]
+        assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED", types
+        assert seen[-1].event["result"]["text"] == "done", seen[-1]
     await assert_no_workflow_task_failed(client, chat.id)
