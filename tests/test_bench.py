@@ -141,6 +141,7 @@ def test_b2_parked_checkpoints_restart_and_sample(tmp_path):
         # Parked within the run's first minute, all of them: the page of the longest waiting.
         assert point["inbox_aged_all_older"]
         assert point["inbox_aged_page_chats"] == min(20, point["parked"])
+        assert point["store_mib"] > 0  # the store is a file, as the embedded default's
         assert point["inbox_filtered_all_second_agent"] is True
         assert {"rss_mib_worker", "inbox_first_page_ms", "inbox_filtered_page_ms"} <= set(point)
     restart = b2["restart"]
