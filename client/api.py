@@ -84,6 +84,7 @@ from temporal_agent_interrupts.errors import (
     raise_update_error,
     rpc_error,
     server_unreachable,
+    task_failing,
     turn_error,
     unprocessed,
     worker_missing,
@@ -149,6 +150,11 @@ _CLOSING_PAUSE = 0.05
 # the run's next task, replayed from history, takes it.
 _UNPROCESSED_RETRIES = 5
 _UNPROCESSED_PAUSE = 0.2
+
+# How far apart a send or an answer is made again while the server refuses it because the run's
+# workflow task is failing (errors.task_failing): a task timed out on a dead worker is retried
+# within seconds.
+_TASK_FAILING_PAUSE = 1.0
 
 
 WORKER_TIMEOUT = timedelta(seconds=60)
@@ -558,7 +564,7 @@ class Chat:
         identity_token: str | None = None,
         on_accept: asyncio.Event | None = None,
     ) -> TurnResult:
-        return await _again_if_unprocessed(
+        return await _made_again(
             lambda: self._send_once(
                 text,
                 stream=stream,
@@ -569,6 +575,7 @@ class Chat:
                 on_accept=on_accept,
             ),
             chat_id=self.id,
+            worker_timeout=worker_timeout,
         )
 
     async def _send_once(
@@ -673,6 +680,8 @@ class Chat:
         except WorkflowAlreadyStartedError:
             raise SendRejected(f"chat {self.id!r} is closed") from None
         except RPCError as e:
+            if task_failing(e):
+                raise  # sent again by _made_again, within worker_timeout
             raise rpc_error(e, self.id) from e
         finally:
             _retrieve_start_outcome(start)
@@ -1059,7 +1068,7 @@ class Chat:
     ) -> Any:
         for attempt in range(_CLOSING_RETRIES + 1):
             try:
-                return await _again_if_unprocessed(
+                return await _made_again(
                     lambda: self._update_once(
                         update,
                         arg,
@@ -1068,6 +1077,7 @@ class Chat:
                         run_id=run_id,
                     ),
                     chat_id=self.id,
+                    worker_timeout=worker_timeout,
                 )
             except RPCError as e:
                 if not closing(e):
@@ -1314,23 +1324,38 @@ class _Unprocessed(Exception):
 
 def _raise_failed(err: WorkflowUpdateFailedError) -> NoReturn:
     """An update's failure as the product's error; one dropped unseen as :class:`_Unprocessed`,
-    for :func:`_again_if_unprocessed` to send again."""
+    for :func:`_made_again` to send again."""
     if unprocessed(err):
         raise _Unprocessed() from err
     raise_update_error(err)
 
 
-async def _again_if_unprocessed(attempt: Callable[[], Awaitable[_R]], *, chat_id: str) -> _R:
+async def _made_again(
+    attempt: Callable[[], Awaitable[_R]], *, chat_id: str, worker_timeout: timedelta | None
+) -> _R:
     """``attempt()``, made again while the server drops it unseen: such an update left no
     trace (no event, nothing applied), so a repeat cannot apply it twice, and a caller that
-    heard of it would have to send it again anyway."""
-    for tries in range(_UNPROCESSED_RETRIES + 1):
+    heard of it would have to send it again anyway. Made again too while the server refuses it
+    because the run's workflow task is failing (a task that timed out on a dead worker is
+    retried; nothing was admitted), up to ``worker_timeout``, as a worker that has not taken
+    it yet."""
+    loop = asyncio.get_running_loop()
+    until = None if worker_timeout is None else loop.time() + worker_timeout.total_seconds()
+    drops = 0
+    while True:
         try:
             return await attempt()
         except _Unprocessed:
-            if tries == _UNPROCESSED_RETRIES:
+            drops += 1
+            if drops > _UNPROCESSED_RETRIES:
                 break
-            await asyncio.sleep(_UNPROCESSED_PAUSE * (tries + 1))
+            await asyncio.sleep(_UNPROCESSED_PAUSE * drops)
+        except RPCError as e:
+            if not task_failing(e):
+                raise
+            if until is not None and loop.time() + _TASK_FAILING_PAUSE > until:
+                raise no_worker(worker_timeout, queued=False) from e
+            await asyncio.sleep(_TASK_FAILING_PAUSE)
     raise AgentError(
         f"the server dropped the request to chat {chat_id!r} unseen by any worker "
         f"{_UNPROCESSED_RETRIES + 1} times (UnprocessedUpdate: a workflow task ended without "

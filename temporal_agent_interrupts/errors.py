@@ -249,6 +249,16 @@ def raise_update_error(err: WorkflowUpdateFailedError) -> NoReturn:
     raise AgentError(str(cause or err)) from err
 
 
+def task_failing(err: RPCError) -> bool:
+    """Whether the server refused an update because the run's workflow task is failing (its
+    last attempt failed or timed out, and a retry is due): nothing was admitted, and a retry
+    that succeeds (a task timed out on a dead worker, taken by a live one) takes it."""
+    return (
+        err.status == RPCStatusCode.FAILED_PRECONDITION
+        and "Workflow Task in failed state" in err.message
+    )
+
+
 def closing(err: RPCError) -> bool:
     """Whether the server refused an update because the run is completing (its last workflow
     task, a continue-as-new most often, is in flight): nothing was applied, and the chat's next

@@ -200,3 +200,40 @@ async def test_an_answer_refused_for_a_full_update_slate_says_what_still_lands(c
     with pytest.raises(AgentError, match=r"as many requests in flight .* resume signal") as e:
         await chat._update(None, None, worker_timeout=None)
     assert e.value.code == "conflict"
+
+
+async def test_an_answer_refused_while_the_runs_task_is_failing_is_sent_again_within_worker_timeout(
+    client, monkeypatch
+):
+    """While a run's workflow task is being retried (it timed out on a dead worker), the server
+    refuses updates ("Workflow Task in failed state"); nothing was admitted. The answer is sent
+    again until a retry takes it, and for no longer than ``worker_timeout``."""
+    chat = await AgentClient(client, task_queue=f"tq-{uuid.uuid4()}").chat(slow.name)
+    failing = RPCError(
+        "Unable to perform workflow execution update due to Workflow Task in failed state.",
+        RPCStatusCode.FAILED_PRECONDITION,
+        b"",
+    )
+    sent = 0
+
+    async def refused_twice(self: Chat, update: Any, arg: Any, **kwargs: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        if sent < 3:
+            raise failing
+        return "taken"
+
+    monkeypatch.setattr(Chat, "_update_once", refused_twice)
+    assert await chat._update(None, None, worker_timeout=timedelta(seconds=30)) == "taken"
+    assert sent == 3
+
+    async def refused(self: Chat, update: Any, arg: Any, **kwargs: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        raise failing
+
+    sent = 0
+    monkeypatch.setattr(Chat, "_update_once", refused)
+    with pytest.raises(NoWorkerAnswered, match="workflow task is failing"):
+        await chat._update(None, None, worker_timeout=timedelta(seconds=2.5))
+    assert sent >= 2  # sent again a second apart, then given up on within worker_timeout
