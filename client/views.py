@@ -855,7 +855,9 @@ def grant_condition(text: str) -> GrantCondition:
     raise typer.BadParameter(f"{where}: no operator; use one of {CONDITION_FORMS}")
 
 
-_DURATION = re.compile(r"(\d+)([smhdw])")
+# ASCII digits, at most 12 of them: str.isdigit takes other scripts' digits, and int() refuses
+# more than 4,300 digits with a ValueError that would not read as a usage error.
+_DURATION = re.compile(r"([0-9]{1,12})([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 # Past this a window or an age reaches back before any conversation (and past what a datetime
 # holds, which would raise OverflowError rather than say so).
