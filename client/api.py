@@ -1274,6 +1274,14 @@ async def _completed(
         if not deadline.expired() or not await _accepted(client, handle.id, run_id, update_id):
             raise gave_up(e, worker_timeout, expired=deadline.expired()) from None
         done = handle.get_update_handle_for(update, update_id, workflow_run_id=run_id)
+    except RPCError as e:
+        if not server_unreachable(e):
+            raise
+        # The server went away while the request waited for the turn (a restart), for longer
+        # than the SDK retries a call. An update it had admitted is in the run's history: its
+        # outcome is read once the server is back, waiting through the outage as _outcome
+        # does (one it had not admitted is not found then, and raised as such).
+        done = handle.get_update_handle_for(update, update_id, workflow_run_id=run_id)
     return await _outcome(done)
 
 
